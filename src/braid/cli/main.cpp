@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("braid " BRAID_VERSION); return 0; }

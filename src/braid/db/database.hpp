@@ -1,0 +1,71 @@
+// ProgramDatabase: SQLite (WAL, synchronous=NORMAL, one transaction per insert) holding
+// every evaluated candidate, failures included, plus the run's metadata. Safe against
+// kill -9: a candidate is either fully stored or absent.
+//
+// Tables: programs (columns of ProgramRecord), attempts (AttemptRecord), meta (key/value:
+// config JSON, run seed, workload path, schema version), jobs (process groups of running
+// evaluations, so a restarted braid can end orphans), archive membership lives in
+// programs.in_archive.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/db/record.hpp"
+
+struct sqlite3;
+
+namespace braid {
+
+struct ProgramQuery {
+  std::optional<int> island;
+  std::optional<bool> correct;
+  std::string order_by = "generation";  // "generation" | "score" (desc)
+  int limit = -1;
+  int offset = 0;
+};
+
+class ProgramDatabase {
+ public:
+  // Opens or creates; throws SystemError on I/O failure.
+  explicit ProgramDatabase(const std::filesystem::path& path);
+  ~ProgramDatabase();
+  ProgramDatabase(const ProgramDatabase&) = delete;
+  ProgramDatabase& operator=(const ProgramDatabase&) = delete;
+
+  void insert(const ProgramRecord& record);  // one transaction; throws on duplicate id
+  std::optional<ProgramRecord> get(const std::string& id) const;
+  std::vector<ProgramRecord> query(const ProgramQuery& q) const;
+  std::vector<ProgramSummary> summaries() const;  // every program, compact, generation order
+  std::int64_t count() const;
+  std::int64_t max_generation() const;             // -1 when empty
+  bool has_generation(std::int64_t generation) const;
+
+  // Archive membership changes are batched in one transaction.
+  void set_in_archive(const std::vector<std::string>& added, const std::vector<std::string>& removed);
+  void set_text_feedback(const std::string& id, const std::string& feedback);
+
+  void insert_attempt(const AttemptRecord& a);
+  std::vector<AttemptRecord> attempts(std::int64_t since_generation = 0, int limit = -1) const;
+
+  void set_meta(const std::string& key, const std::string& value);
+  std::optional<std::string> meta(const std::string& key) const;
+
+  // Process groups of evaluations in flight (pgid + the process start time, so a recycled
+  // pid is never killed).
+  void add_job(long pgid, const std::string& start_marker, const std::string& what);
+  void remove_job(long pgid);
+  std::vector<std::tuple<long, std::string, std::string>> jobs() const;
+
+  std::string integrity_check() const;  // "ok" when clean
+  sqlite3* handle() const { return db_; } // for modules that add their own tables (llm, report)
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::filesystem::path path_;
+};
+
+}  // namespace braid

@@ -1,0 +1,57 @@
+// Evaluation of one candidate, as plain values (Builder -> Runner split of ARCHITECTURE.md).
+//
+// Cascade: L1 build -> L2 run + verify -> L3 benchmark. Each level may fail; the failure is a
+// value (FailureKind + trimmed diagnostics), never an exception across the search.
+//
+// Metrics contract (compatible with CUCo/ShinkaEvolve): an evaluation writes, in its results
+// directory, metrics.json {"combined_score", "public", "private", "text_feedback"} and
+// correct.json {"correct", "error"}.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "braid/db/record.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid {
+
+struct EvalRequest {
+  std::string candidate_id;
+  std::string code;                   // full program text
+  std::filesystem::path work_dir;     // empty folder owned by this evaluation (gen_N/)
+  std::uint64_t seed = 0;             // RNG seed for input generation
+};
+
+struct EvalResult {
+  FailureKind failure = FailureKind::Ok;
+  int level_reached = 0;              // 1 build, 2 run+verify, 3 bench
+  bool correct = false;
+  double combined_score = 0.0;
+  json public_metrics = json::object();
+  json private_metrics = json::object();
+  std::string text_feedback;
+  std::string error_text;             // trimmed diagnostics (compiler text, signal, rank, ...)
+  json timings = json::object();      // seconds per level
+};
+
+// Called with each process group an evaluation starts (and again with `running=false` when it
+// ends), so the caller can record it and a restarted braid can end orphans.
+using JobObserver = std::function<void(long pgid, bool running, const std::string& what)>;
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  // Thread-safe: up to max_parallel_jobs calls run at once.
+  virtual EvalResult evaluate(const EvalRequest& request, const JobObserver& jobs) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Reads <dir>/metrics.json and <dir>/correct.json into `result` (score, metrics, feedback,
+// correct, error). Missing or malformed files become a failure value of kind `on_missing`.
+void read_metrics_contract(const std::filesystem::path& dir, FailureKind on_missing, EvalResult& result);
+
+}  // namespace braid

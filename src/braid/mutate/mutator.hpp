@@ -1,0 +1,55 @@
+// Mutator: the variation operator. The search never knows whether an LLM was involved; it
+// gets a patch text (stored as code_diff) and applies it itself.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "braid/db/record.hpp"
+#include "braid/program/patch.hpp"
+#include "braid/program/program.hpp"
+
+namespace braid {
+
+enum class Phase { Explore, Exploit };
+std::string_view to_string(Phase p);
+
+struct MutationContext {
+  std::int64_t generation = 0;
+  int island = 0;
+  Phase phase = Phase::Explore;
+  PatchType patch_type = PatchType::Diff;
+  double temperature = 0.0;
+  std::string system_message;             // task message (+ island's own), for LLM operators
+  std::string language = "cpp";
+  const ProgramRecord* parent = nullptr;  // never null
+  std::vector<const ProgramRecord*> cross_parents;   // 1-2 extra parents for cross
+  std::vector<const ProgramRecord*> archive_inspirations;
+  std::vector<const ProgramRecord*> top_k_inspirations;
+  std::vector<const ProgramRecord*> failed_neighbours;  // negative examples
+  const ProgramRecord* best = nullptr;    // best correct program so far (may be null)
+  std::string meta_recommendations;
+  std::string previous_error;             // why the last attempt at this generation failed
+  std::mt19937_64* rng = nullptr;         // never null
+};
+
+struct Proposal {
+  PatchType patch_type = PatchType::Diff;
+  std::string patch;       // text applied by the search with apply_patch()
+  std::string model;       // "knob" or the LLM model string
+  double cost_usd = 0.0;
+  std::string error;       // non-empty: no patch could be produced (counted, resampled)
+  bool ok() const { return error.empty(); }
+};
+
+class Mutator {
+ public:
+  virtual ~Mutator() = default;
+  virtual Proposal propose(const Program& parent, const MutationContext& ctx) = 0;
+  virtual std::string name() const = 0;
+};
+
+}  // namespace braid
