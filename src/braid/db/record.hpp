@@ -48,6 +48,9 @@ struct ProgramRecord {
 // novelty); loaded once at start and extended on every insert.
 struct ProgramSummary {
   std::string id;
+  std::string parent_id;
+  std::string patch_type;   // needed to tell proposed children from seeds and migrants
+  std::string migrated_from;
   std::int64_t generation = 0;
   int island_idx = 0;
   double combined_score = 0.0;
