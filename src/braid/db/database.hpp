@@ -20,6 +20,10 @@ struct sqlite3;
 
 namespace braid {
 
+// ReadOnly opens an existing database (another process may be writing it: WAL lets readers
+// see the last committed state) and never changes the file; ReadWrite creates it if absent.
+enum class DbAccess { ReadWrite, ReadOnly };
+
 struct ProgramQuery {
   std::optional<int> island;
   std::optional<bool> correct;
@@ -31,12 +35,14 @@ struct ProgramQuery {
 class ProgramDatabase {
  public:
   // Opens or creates; throws SystemError on I/O failure.
-  explicit ProgramDatabase(const std::filesystem::path& path);
+  explicit ProgramDatabase(const std::filesystem::path& path, DbAccess access = DbAccess::ReadWrite);
   ~ProgramDatabase();
   ProgramDatabase(const ProgramDatabase&) = delete;
   ProgramDatabase& operator=(const ProgramDatabase&) = delete;
 
   void insert(const ProgramRecord& record);  // one transaction; throws on duplicate id
+  // All records in one transaction, all or none (imports, benchmark setup).
+  void insert_batch(const std::vector<ProgramRecord>& records);
   std::optional<ProgramRecord> get(const std::string& id) const;
   std::vector<ProgramRecord> query(const ProgramQuery& q) const;
   std::vector<ProgramSummary> summaries() const;  // every program, compact, generation order
@@ -49,6 +55,8 @@ class ProgramDatabase {
   void set_text_feedback(const std::string& id, const std::string& feedback);
 
   void insert_attempt(const AttemptRecord& a);
+  // Attempts with generation >= since_generation, oldest first; with a limit, the most
+  // recent `limit` of them.
   std::vector<AttemptRecord> attempts(std::int64_t since_generation = 0, int limit = -1) const;
 
   void set_meta(const std::string& key, const std::string& value);
@@ -57,10 +65,11 @@ class ProgramDatabase {
   // Process groups of evaluations in flight (pgid + the process start time, so a recycled
   // pid is never killed).
   void add_job(long pgid, const std::string& start_marker, const std::string& what);
-  void remove_job(long pgid);
+  void remove_job(long pgid);  // re-adding a pgid replaces its row
   std::vector<std::tuple<long, std::string, std::string>> jobs() const;
 
-  std::string integrity_check() const;  // "ok" when clean
+  std::string integrity_check() const;  // "ok" when clean, else SQLite's lines
+  static constexpr int kSchemaVersion = 1;  // meta "schema_version"
   sqlite3* handle() const { return db_; } // for modules that add their own tables (llm, report)
 
  private:
