@@ -29,6 +29,7 @@ struct Knob {
   std::string value;                // current value as written in source
   std::size_t block = 0;            // index of the block holding it
   std::size_t line = 0;             // 1-based line in the program text
+  std::size_t value_offset = 0;     // byte offset of `value` in the program text
 };
 
 struct EvolveBlock {
@@ -59,6 +60,7 @@ class Program {
   const std::optional<ProgramError>& error() const { return error_; }
 
   const std::string& text() const { return text_; }
+  const std::string& origin() const { return origin_; }
   const std::vector<EvolveBlock>& blocks() const { return blocks_; }
   const std::vector<Knob>& knobs() const { return knobs_; }
   const std::vector<Constraint>& constraints() const { return constraints_; }
@@ -97,5 +99,8 @@ struct EditResult {
   bool ok() const { return error.empty(); }
 };
 EditResult with_knobs(const Program& program, const std::map<std::string, std::string>& values);
+
+// The canonical knob key of a value vector, as Program::knob_key() writes it.
+std::string knob_key_of(const std::map<std::string, std::string>& values);
 
 }  // namespace braid
