@@ -1,0 +1,217 @@
+// `braid evolve` and `braid resume`.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <random>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "braid/cli/command.hpp"
+#include "braid/cli/run_setup.hpp"
+#include "braid/mutate/knob_mutator.hpp"
+#include "braid/program/program.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/log.hpp"
+
+namespace braid::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+
+std::string format_duration(double s) {
+  if (s < 0) return "?";
+  int t = int(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string status_text(const RunStatus& s) {
+  std::string line = fmt::format("gen {}/{}  evaluated {}  failed {}  in flight {}  best {:.4g}  elapsed {}  eta {}",
+                                 s.generations_done, s.generations_total, s.evaluated, s.failed, s.in_flight,
+                                 s.best_score, format_duration(s.elapsed_s), format_duration(s.eta_s));
+  if (s.llm_totals.is_object() && s.llm_totals.contains("cost_usd"))
+    line += fmt::format("  llm ${:.4f} ({} calls, {} errors)", s.llm_totals.value("cost_usd", 0.0),
+                        s.llm_totals.value("calls", 0), s.llm_totals.value("errors_total", 0));
+  if (!s.note.empty()) line += "  [" + s.note + "]";
+  return line;
+}
+
+std::filesystem::path default_results(const WorkloadSpec& spec) {
+  auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return std::filesystem::path("results") / fmt::format("{}-{}", spec.name, buf);
+}
+
+}  // namespace
+
+SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) {
+  SearchConfig cfg;
+  if (!spec.config.empty()) cfg = load_search_config(spec.config, cfg);
+  if (!req.config.empty()) cfg = load_search_config(req.config, cfg);
+  if (req.generations) cfg.num_generations = *req.generations;
+  if (req.seed) cfg.seed = *req.seed;
+  if (req.parallel) cfg.max_parallel_jobs = *req.parallel;
+  validate(cfg, req.config.empty() ? "command line" : req.config.string());
+  return cfg;
+}
+
+RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg,
+                        ProgramDatabase* db, const std::filesystem::path& results) {
+  // Seed programs must parse (markers, knobs in their domains) before anything is written.
+  std::vector<std::filesystem::path> seeds;
+  if (cfg.init_program_paths_per_island.empty()) seeds.push_back(spec.program);
+  for (auto& p : cfg.init_program_paths_per_island) seeds.push_back(spec.dir / p);
+  bool has_knobs = true;
+  for (auto& path : seeds) {
+    auto text = try_read_file(path);
+    if (!text) throw UserError(path.string(), "cannot read seed program");
+    Program prog = Program::parse(*text, path.string());
+    if (!prog.ok()) throw UserError("", prog.error()->message);
+    if (auto bad = prog.violated_constraint(prog.knob_values())) throw UserError(path.string(), "seed violates braid:require " + *bad);
+    if (prog.knobs().empty()) has_knobs = false;
+  }
+  RunnerParts parts;
+  parts.workload = spec;
+  parts.config = cfg;
+  if (req.llm == "none" || req.llm.empty()) {
+    if (!has_knobs)
+      throw UserError(seeds.front().string(), "has no braid:knob lines: the knob mutator needs knobs (or use --llm MODEL)");
+    parts.mutator = std::make_unique<KnobMutator>();
+  } else {
+    throw UserError("--llm", "LLM operators are not available in this build: use --llm none");
+  }
+  parts.evaluator = make_evaluator(spec);
+  (void)db;
+  (void)results;
+  return parts;
+}
+
+int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results) {
+  g_stop = false;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const bool tty = ::isatty(STDERR_FILENO);
+  if (tty) spdlog::set_level(spdlog::level::warn);  // the status line replaces per-candidate logs
+  auto last_log = std::chrono::steady_clock::now();
+  auto on_status = [&](const RunStatus& s) {
+    if (tty) {
+      std::fprintf(stderr, "\r\033[K%s", status_text(s).c_str());
+      std::fflush(stderr);
+    } else if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
+      log::info("status: {}", status_text(s));
+      last_log = std::chrono::steady_clock::now();
+    }
+  };
+  RunStatus s = runner.run(g_stop, on_status);
+  if (tty) std::fprintf(stderr, "\n");
+  log::info("done: {}", status_text(s));
+  std::printf("results: %s\nbest: %s (score %.6g)\n", results.string().c_str(), s.best_id.c_str(), s.best_score);
+  if (g_stop) {
+    std::printf("interrupted: continue with `braid resume %s`\n", results.string().c_str());
+    return 130;
+  }
+  return 0;
+}
+
+namespace {
+
+struct EvolveArgs {
+  EvolveRequest req;
+  std::int64_t generations = -1;
+  std::int64_t seed = -1;
+  int parallel = -1;
+};
+
+int do_evolve(EvolveArgs& a) {
+  EvolveRequest& req = a.req;
+  if (a.generations >= 0) req.generations = a.generations;
+  if (a.seed >= 0) req.seed = std::uint64_t(a.seed);
+  if (a.parallel > 0) req.parallel = a.parallel;
+  WorkloadSpec spec = load_workload(req.workload);
+  SearchConfig cfg = resolve_config(req, spec);
+  auto results = req.results.empty() ? default_results(spec) : req.results;
+  if (std::filesystem::exists(db_path(results)))
+    throw UserError(results.string(), "already holds a run: continue it with `braid resume " + results.string() + "`");
+  if (cfg.seed == 0) cfg.seed = std::random_device{}() | (std::uint64_t(std::random_device{}()) << 32);
+  RunnerParts parts = prepare_run(req, spec, cfg, nullptr, results);
+  // Input is valid: from here on we write.
+  std::filesystem::create_directories(results);
+  ProgramDatabase db(db_path(results));
+  db.set_meta("workload_dir", std::filesystem::absolute(spec.dir).string());
+  db.set_meta("config", cfg.to_json().dump());
+  db.set_meta("run_seed", std::to_string(cfg.seed));
+  db.set_meta("llm", req.llm);
+  db.set_meta("braid_version", BRAID_VERSION);
+  write_file_atomic(results / "config.json", cfg.to_json().dump(2));
+  log::info("run seed {}; results in {}", cfg.seed, results.string());
+  EvolutionRunner runner(results, db, std::move(parts));
+  return run_with_status(runner, results);
+}
+
+struct ResumeArgs {
+  std::filesystem::path results;
+  std::int64_t generations = -1;
+  int parallel = -1;
+};
+
+int do_resume(ResumeArgs& a) {
+  if (!std::filesystem::exists(db_path(a.results)))
+    throw UserError(a.results.string(), "holds no braid run (no evolution.db)");
+  ProgramDatabase db(db_path(a.results));
+  auto workload_dir = db.meta("workload_dir");
+  auto config = db.meta("config");
+  if (!workload_dir || !config) throw UserError(db_path(a.results).string(), "run metadata missing (workload_dir, config)");
+  EvolveRequest req;
+  req.workload = *workload_dir;
+  req.llm = db.meta("llm").value_or("none");
+  WorkloadSpec spec = load_workload(req.workload);
+  SearchConfig cfg = search_config_from_json(json::parse(*config), db_path(a.results).string());
+  if (a.generations >= 0) cfg.num_generations = a.generations;
+  if (a.parallel > 0) cfg.max_parallel_jobs = a.parallel;
+  if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
+  RunnerParts parts = prepare_run(req, spec, cfg, &db, a.results);
+  db.set_meta("config", cfg.to_json().dump());
+  int ended = end_orphaned_jobs(db);
+  if (ended) log::warn("ended {} process group(s) left running by the interrupted braid", ended);
+  log::info("resuming {} ({} programs stored)", a.results.string(), db.count());
+  EvolutionRunner runner(a.results, db, std::move(parts));
+  return run_with_status(runner, a.results);
+}
+
+Registrar evolve_reg(10, [](CLI::App& app, Action& action) {
+  static EvolveArgs a;
+  auto* cmd = app.add_subcommand("evolve", "Evolve a workload's program (island search)");
+  cmd->add_option("workload", a.req.workload, "Workload folder or its workload.yaml")->required();
+  cmd->add_option("--config,-c", a.req.config, "Search config (YAML); overrides the workload's config.yaml");
+  cmd->add_option("--generations,-g", a.generations, "Number of generations (children) to propose");
+  cmd->add_option("--results,-r", a.req.results, "Results folder (default results/<workload>-<time>)");
+  cmd->add_option("--seed,-s", a.seed, "RNG seed of the run (default: random, stored)");
+  cmd->add_option("--parallel,-j", a.parallel, "Evaluations in flight (max_parallel_jobs)");
+  cmd->add_option("--llm", a.req.llm, "Variation operator: none (knob mutator), a model string, or replay:<results>")
+      ->envname("BRAID_LLM");
+  cmd->add_flag("--replay-evals", a.req.replay_evals, "With --llm replay:<results>, replay stored evaluations too");
+  cmd->callback([&action] { action = [] { return do_evolve(a); }; });
+});
+
+Registrar resume_reg(11, [](CLI::App& app, Action& action) {
+  static ResumeArgs a;
+  auto* cmd = app.add_subcommand("resume", "Continue an interrupted run (after kill -9 too)");
+  cmd->add_option("results", a.results, "Results folder of the run")->required();
+  cmd->add_option("--generations,-g", a.generations, "New total number of generations");
+  cmd->add_option("--parallel,-j", a.parallel, "Evaluations in flight");
+  cmd->callback([&action] { action = [] { return do_resume(a); }; });
+});
+
+}  // namespace
+}  // namespace braid::cli

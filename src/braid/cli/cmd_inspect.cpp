@@ -1,0 +1,145 @@
+// `braid top`, `braid show`, `braid export`: read-only views of a results folder.
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include "braid/cli/command.hpp"
+#include "braid/db/database.hpp"
+#include "braid/program/patch.hpp"
+#include "braid/search/runner.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid::cli {
+namespace {
+
+std::unique_ptr<ProgramDatabase> open_results(const std::filesystem::path& results) {
+  if (!std::filesystem::exists(db_path(results)))
+    throw UserError(results.string(), "holds no braid run (no evolution.db)");
+  return std::make_unique<ProgramDatabase>(db_path(results));
+}
+
+std::string short_knobs(const std::string& key, std::size_t width) {
+  std::string s = key;
+  for (auto& c : s)
+    if (c == ';') c = ' ';
+  if (s.size() > width) s = s.substr(0, width - 3) + "...";
+  return s;
+}
+
+// Counts by failure kind and the total LLM cost, straight from SQL (no whole-table load).
+void print_totals(ProgramDatabase& db) {
+  std::map<std::string, long> counts;
+  double cost = 0;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db.handle(), "SELECT failure_kind, COUNT(*), COALESCE(SUM(cost_usd),0) FROM programs GROUP BY failure_kind",
+                         -1, &st, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      counts[reinterpret_cast<const char*>(sqlite3_column_text(st, 0))] = sqlite3_column_int64(st, 1);
+      cost += sqlite3_column_double(st, 2);
+    }
+  }
+  sqlite3_finalize(st);
+  std::string line = fmt::format("{} candidates:", db.count());
+  for (auto& [k, v] : counts) line += fmt::format(" {} {}", v, k);
+  if (cost > 0) line += fmt::format("; LLM cost ${:.4f}", cost);
+  std::printf("%s\n", line.c_str());
+}
+
+int do_top(const std::filesystem::path& results, int n) {
+  auto db = open_results(results);
+  ProgramQuery q;
+  q.correct = true;
+  q.order_by = "score";
+  q.limit = n;
+  auto rows = db->query(q);
+  std::printf("%-4s %-16s %5s %6s %-7s %12s  %s\n", "rank", "id", "gen", "island", "patch", "score", "knobs");
+  int rank = 1;
+  for (const auto& r : rows)
+    std::printf("%-4d %-16s %5lld %6d %-7s %12.6g  %s\n", rank++, r.id.c_str(), (long long)r.generation, r.island_idx,
+                r.patch_type.c_str(), r.combined_score, short_knobs(r.knob_key, 70).c_str());
+  if (rows.empty()) std::printf("(no correct candidate yet)\n");
+  print_totals(*db);
+  return 0;
+}
+
+int do_show(const std::filesystem::path& results, const std::string& id) {
+  auto db = open_results(results);
+  auto r = db->get(id);
+  if (!r) throw UserError(results.string(), "no candidate with id " + id);
+  std::printf("id: %s\ngeneration: %lld  island: %d  patch: %s  model: %s\nparents: %s\n", r->id.c_str(),
+              (long long)r->generation, r->island_idx, r->patch_type.c_str(), r->model.c_str(),
+              fmt::format("{}", fmt::join(r->parent_ids, ", ")).c_str());
+  std::printf("outcome: %s  correct: %s  score: %.6g\n", std::string(to_string(r->failure)).c_str(),
+              r->correct ? "yes" : "no", r->combined_score);
+  std::printf("\n== metrics ==\n%s\n", r->public_metrics.dump(2).c_str());
+  if (!r->timings.empty()) std::printf("timings: %s\n", r->timings.dump().c_str());
+  if (!r->error_text.empty()) std::printf("\n== diagnostics ==\n%s\n", r->error_text.c_str());
+  if (!r->text_feedback.empty()) std::printf("\n== feedback ==\n%s\n", r->text_feedback.c_str());
+  if (!r->code_diff.empty()) std::printf("\n== patch (%s) ==\n%s\n", r->patch_type.c_str(), r->code_diff.c_str());
+  if (!r->parent_id.empty()) {
+    if (auto p = db->get(r->parent_id)) std::printf("\n== diff against parent %s ==\n%s\n", p->id.c_str(), unified_diff(p->code, r->code).c_str());
+  }
+  std::printf("\n== code ==\n%s\n", r->code.c_str());
+  return 0;
+}
+
+int do_export(const std::filesystem::path& results, bool best, const std::string& id, const std::filesystem::path& out) {
+  auto db = open_results(results);
+  std::optional<ProgramRecord> r;
+  if (!id.empty()) {
+    r = db->get(id);
+    if (!r) throw UserError(results.string(), "no candidate with id " + id);
+  } else {
+    ProgramQuery q;
+    q.correct = true;
+    q.order_by = "score";
+    q.limit = 1;
+    auto rows = db->query(q);
+    if (rows.empty()) throw UserError(results.string(), "no correct candidate to export");
+    r = rows.front();
+  }
+  (void)best;
+  if (out.empty() || out == "-") {
+    std::fwrite(r->code.data(), 1, r->code.size(), stdout);
+  } else {
+    write_file_atomic(out, r->code);
+    std::fprintf(stderr, "wrote %s (candidate %s, score %.6g)\n", out.string().c_str(), r->id.c_str(), r->combined_score);
+  }
+  return 0;
+}
+
+Registrar top_reg(30, [](CLI::App& app, Action& action) {
+  static std::filesystem::path results;
+  static int n = 10;
+  auto* cmd = app.add_subcommand("top", "Table of the best candidates of a run");
+  cmd->add_option("results", results, "Results folder")->required();
+  cmd->add_option("-n", n, "How many rows")->default_val(10);
+  cmd->callback([&action] { action = [] { return do_top(results, n); }; });
+});
+
+Registrar show_reg(31, [](CLI::App& app, Action& action) {
+  static std::filesystem::path results;
+  static std::string id;
+  auto* cmd = app.add_subcommand("show", "One candidate: code, patch, diff, metrics, feedback");
+  cmd->add_option("results", results, "Results folder")->required();
+  cmd->add_option("id", id, "Candidate id")->required();
+  cmd->callback([&action] { action = [] { return do_show(results, id); }; });
+});
+
+Registrar export_reg(32, [](CLI::App& app, Action& action) {
+  static std::filesystem::path results, out;
+  static bool best = false;
+  static std::string id;
+  auto* cmd = app.add_subcommand("export", "Write a candidate's program (the best by default)");
+  cmd->add_option("results", results, "Results folder")->required();
+  cmd->add_flag("--best", best, "The best correct candidate (default)");
+  cmd->add_option("--id", id, "A candidate by id");
+  cmd->add_option("-o,--output", out, "Output file (default: standard output)");
+  cmd->callback([&action] { action = [] { return do_export(results, best, id, out); }; });
+});
+
+}  // namespace
+}  // namespace braid::cli

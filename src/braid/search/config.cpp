@@ -1,0 +1,311 @@
+#include "braid/search/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+std::mutex& extra_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<std::string>& extra_keys() {
+  static std::set<std::string> keys;
+  return keys;
+}
+
+json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar: {
+      const std::string& s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted scalar stays a string
+      if (s == "true" || s == "True" || s == "yes") return true;
+      if (s == "false" || s == "False" || s == "no") return false;
+      if (s == "null" || s == "~") return nullptr;
+      try {
+        size_t pos = 0;
+        long long v = std::stoll(s, &pos);
+        if (pos == s.size()) return v;
+      } catch (...) {
+      }
+      try {
+        size_t pos = 0;
+        double v = std::stod(s, &pos);
+        if (pos == s.size()) return v;
+      } catch (...) {
+      }
+      return s;
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& item : n) a.push_back(yaml_to_json(item));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+struct Ctx {
+  const std::string& origin;
+  const std::string& key;
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UserError(origin, fmt::format("config key '{}': {}", key, what));
+  }
+};
+
+std::int64_t as_int(const json& v, const Ctx& c) {
+  if (!v.is_number_integer()) c.fail("expected an integer, got " + v.dump());
+  return v.get<std::int64_t>();
+}
+double as_double(const json& v, const Ctx& c) {
+  if (!v.is_number()) c.fail("expected a number, got " + v.dump());
+  return v.get<double>();
+}
+bool as_bool(const json& v, const Ctx& c) {
+  if (!v.is_boolean()) c.fail("expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+std::string as_string(const json& v, const Ctx& c) {
+  if (!v.is_string()) c.fail("expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+std::vector<std::string> as_strings(const json& v, const Ctx& c) {
+  if (!v.is_array()) c.fail("expected a list of strings, got " + v.dump());
+  std::vector<std::string> out;
+  for (const auto& e : v) out.push_back(as_string(e, c));
+  return out;
+}
+std::array<double, 3> as_triple(const json& v, const Ctx& c) {
+  if (!v.is_array() || v.size() != 3) c.fail("expected [full, diff, cross] (3 numbers), got " + v.dump());
+  return {as_double(v[0], c), as_double(v[1], c), as_double(v[2], c)};
+}
+
+using Setter = std::function<void(SearchConfig&, const json&, const Ctx&)>;
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"num_generations", [](auto& s, auto& v, auto& c) { s.num_generations = as_int(v, c); }},
+      {"max_parallel_jobs", [](auto& s, auto& v, auto& c) { s.max_parallel_jobs = int(as_int(v, c)); }},
+      {"num_islands", [](auto& s, auto& v, auto& c) { s.num_islands = int(as_int(v, c)); }},
+      {"parent_selection_strategy", [](auto& s, auto& v, auto& c) { s.parent_selection_strategy = as_string(v, c); }},
+      {"exploitation_alpha", [](auto& s, auto& v, auto& c) { s.exploitation_alpha = as_double(v, c); }},
+      {"parent_selection_lambda", [](auto& s, auto& v, auto& c) { s.parent_selection_lambda = as_double(v, c); }},
+      {"num_beams", [](auto& s, auto& v, auto& c) { s.num_beams = int(as_int(v, c)); }},
+      {"archive_size", [](auto& s, auto& v, auto& c) { s.archive_size = int(as_int(v, c)); }},
+      {"elite_selection_ratio", [](auto& s, auto& v, auto& c) { s.elite_selection_ratio = as_double(v, c); }},
+      {"num_archive_inspirations", [](auto& s, auto& v, auto& c) { s.num_archive_inspirations = int(as_int(v, c)); }},
+      {"num_top_k_inspirations", [](auto& s, auto& v, auto& c) { s.num_top_k_inspirations = int(as_int(v, c)); }},
+      {"num_failed_neighbours", [](auto& s, auto& v, auto& c) { s.num_failed_neighbours = int(as_int(v, c)); }},
+      {"migration_interval", [](auto& s, auto& v, auto& c) { s.migration_interval = int(as_int(v, c)); }},
+      {"migration_rate", [](auto& s, auto& v, auto& c) { s.migration_rate = as_double(v, c); }},
+      {"migration_strategy", [](auto& s, auto& v, auto& c) { s.migration_strategy = as_string(v, c); }},
+      {"migration_graph",
+       [](auto& s, auto& v, auto& c) {
+         // [[0, 2], [1, 2]] or {"0": [2], "1": [2]}
+         s.migration_graph.clear();
+         if (v.is_array()) {
+           for (const auto& e : v) {
+             if (!e.is_array() || e.size() != 2) c.fail("expected a list of [from, to] pairs");
+             s.migration_graph.emplace_back(int(as_int(e[0], c)), int(as_int(e[1], c)));
+           }
+         } else if (v.is_object()) {
+           for (auto it = v.begin(); it != v.end(); ++it) {
+             int from = 0;
+             try {
+               from = std::stoi(it.key());
+             } catch (...) {
+               c.fail("island index expected, got '" + it.key() + "'");
+             }
+             for (const auto& to : it.value()) s.migration_graph.emplace_back(from, int(as_int(to, c)));
+           }
+         } else {
+           c.fail("expected [[from, to], ...] or {from: [to, ...]}");
+         }
+       }},
+      {"explore_fraction", [](auto& s, auto& v, auto& c) { s.explore_fraction = as_double(v, c); }},
+      {"explore_patch_type_probs", [](auto& s, auto& v, auto& c) { s.explore.patch_type_probs = as_triple(v, c); }},
+      {"explore_temperatures", [](auto& s, auto& v, auto& c) { s.explore.temperatures = as_triple(v, c); }},
+      {"exploit_patch_type_probs", [](auto& s, auto& v, auto& c) { s.exploit.patch_type_probs = as_triple(v, c); }},
+      {"exploit_temperatures", [](auto& s, auto& v, auto& c) { s.exploit.temperatures = as_triple(v, c); }},
+      {"patch_types", [](auto& s, auto& v, auto& c) { s.patch_types = as_strings(v, c); }},
+      {"code_embed_sim_threshold", [](auto& s, auto& v, auto& c) { s.code_embed_sim_threshold = as_double(v, c); }},
+      {"max_novelty_attempts", [](auto& s, auto& v, auto& c) { s.max_novelty_attempts = int(as_int(v, c)); }},
+      {"max_patch_attempts", [](auto& s, auto& v, auto& c) { s.max_patch_attempts = int(as_int(v, c)); }},
+      {"embedding_dims", [](auto& s, auto& v, auto& c) { s.embedding_dims = int(as_int(v, c)); }},
+      {"meta_rec_interval", [](auto& s, auto& v, auto& c) { s.meta_rec_interval = int(as_int(v, c)); }},
+      {"use_text_feedback", [](auto& s, auto& v, auto& c) { s.use_text_feedback = as_bool(v, c); }},
+      {"init_program_paths_per_island",
+       [](auto& s, auto& v, auto& c) { s.init_program_paths_per_island = as_strings(v, c); }},
+      {"task_sys_msg_per_island", [](auto& s, auto& v, auto& c) { s.task_sys_msg_per_island = as_strings(v, c); }},
+      {"island_api_types", [](auto& s, auto& v, auto& c) { s.island_api_types = as_strings(v, c); }},
+      {"seed",
+       [](auto& s, auto& v, auto& c) {
+         auto x = as_int(v, c);
+         if (x < 0) c.fail("must be >= 0");
+         s.seed = std::uint64_t(x);
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+void register_extra_config_keys(const std::vector<std::string>& keys) {
+  std::lock_guard lock(extra_mutex());
+  extra_keys().insert(keys.begin(), keys.end());
+}
+
+SearchConfig search_config_from_json(const json& j, const std::string& origin, SearchConfig base) {
+  if (j.is_null()) return base;
+  if (!j.is_object()) throw UserError(origin, "expected a mapping of config keys");
+  const auto& table = setters();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    Ctx ctx{origin, key};
+    if (auto s = table.find(key); s != table.end()) {
+      s->second(base, it.value(), ctx);
+      continue;
+    }
+    if (key == "llm" && it.value().is_object()) {  // stored form of a run's config
+      for (auto l = it.value().begin(); l != it.value().end(); ++l) base.llm[l.key()] = l.value();
+      continue;
+    }
+    bool extra = false;
+    {
+      std::lock_guard lock(extra_mutex());
+      extra = extra_keys().count(key) > 0;
+    }
+    if (!extra) throw UserError(origin, fmt::format("unknown config key '{}'", key));
+    base.llm[key] = it.value();
+  }
+  validate(base, origin);
+  return base;
+}
+
+SearchConfig load_search_config(const std::filesystem::path& path, SearchConfig base) {
+  auto text = try_read_file(path);
+  if (!text) throw UserError(path.string(), "cannot read config file");
+  json j;
+  try {
+    YAML::Node node = YAML::Load(*text);
+    j = yaml_to_json(node);
+  } catch (const YAML::Exception& e) {
+    throw UserError(path.string(), fmt::format("line {}: {}", e.mark.line + 1, e.msg));
+  }
+  return search_config_from_json(j, path.string(), std::move(base));
+}
+
+void validate(const SearchConfig& c, const std::string& origin) {
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw UserError(origin, fmt::format("config key '{}': {}", key, what));
+  };
+  if (c.num_generations < 0) fail("num_generations", "must be >= 0");
+  if (c.max_parallel_jobs < 1) fail("max_parallel_jobs", "must be >= 1");
+  if (c.num_islands < 1) fail("num_islands", "must be >= 1");
+  static const std::set<std::string> strategies{"power_law", "weighted", "beam"};
+  if (!strategies.count(c.parent_selection_strategy))
+    fail("parent_selection_strategy", "must be power_law, weighted or beam, got '" + c.parent_selection_strategy + "'");
+  if (c.exploitation_alpha < 0) fail("exploitation_alpha", "must be >= 0");
+  if (c.parent_selection_lambda < 0) fail("parent_selection_lambda", "must be >= 0");
+  if (c.num_beams < 1) fail("num_beams", "must be >= 1");
+  if (c.archive_size < 1) fail("archive_size", "must be >= 1");
+  if (c.elite_selection_ratio < 0 || c.elite_selection_ratio > 1) fail("elite_selection_ratio", "must be in [0, 1]");
+  if (c.num_archive_inspirations < 0) fail("num_archive_inspirations", "must be >= 0");
+  if (c.num_top_k_inspirations < 0) fail("num_top_k_inspirations", "must be >= 0");
+  if (c.migration_interval < 0) fail("migration_interval", "must be >= 0 (0 disables migration)");
+  if (c.migration_rate < 0 || c.migration_rate > 1) fail("migration_rate", "must be in [0, 1]");
+  if (c.migration_strategy != "elitist" && c.migration_strategy != "directional")
+    fail("migration_strategy", "must be elitist or directional");
+  for (auto [from, to] : c.migration_graph)
+    if (from < 0 || to < 0 || from >= c.num_islands || to >= c.num_islands || from == to)
+      fail("migration_graph", fmt::format("edge {} -> {} is not between two of the {} islands", from, to, c.num_islands));
+  if (c.migration_strategy == "directional" && c.migration_graph.empty())
+    fail("migration_graph", "directional migration needs at least one edge");
+  if (c.explore_fraction < 0 || c.explore_fraction > 1) fail("explore_fraction", "must be in [0, 1]");
+  for (const auto* p : {&c.explore, &c.exploit}) {
+    const char* name = p == &c.explore ? "explore" : "exploit";
+    double sum = 0;
+    for (double x : p->patch_type_probs) {
+      if (x < 0) fail(std::string(name) + "_patch_type_probs", "probabilities must be >= 0");
+      sum += x;
+    }
+    if (sum <= 0) fail(std::string(name) + "_patch_type_probs", "at least one probability must be > 0");
+    for (double t : p->temperatures)
+      if (t < 0 || t > 2) fail(std::string(name) + "_temperatures", "temperatures must be in [0, 2]");
+  }
+  if (c.patch_types.empty()) fail("patch_types", "needs at least one of full, diff, cross");
+  for (const auto& t : c.patch_types)
+    if (t != "full" && t != "diff" && t != "cross") fail("patch_types", "unknown patch type '" + t + "'");
+  if (c.code_embed_sim_threshold <= 0 || c.code_embed_sim_threshold > 1)
+    fail("code_embed_sim_threshold", "must be in (0, 1]");
+  if (c.max_novelty_attempts < 1) fail("max_novelty_attempts", "must be >= 1");
+  if (c.max_patch_attempts < 1) fail("max_patch_attempts", "must be >= 1");
+  if (c.embedding_dims < 16 || c.embedding_dims > 8192) fail("embedding_dims", "must be in [16, 8192]");
+  if (c.meta_rec_interval < 0) fail("meta_rec_interval", "must be >= 0 (0 disables meta summaries)");
+  if (!c.init_program_paths_per_island.empty() && int(c.init_program_paths_per_island.size()) != c.num_islands)
+    fail("init_program_paths_per_island", fmt::format("needs one path per island ({})", c.num_islands));
+  if (!c.task_sys_msg_per_island.empty() && int(c.task_sys_msg_per_island.size()) != c.num_islands)
+    fail("task_sys_msg_per_island", fmt::format("needs one message per island ({})", c.num_islands));
+  if (!c.island_api_types.empty() && int(c.island_api_types.size()) != c.num_islands)
+    fail("island_api_types", fmt::format("needs one API type per island ({})", c.num_islands));
+}
+
+json SearchConfig::to_json() const {
+  json j;
+  j["num_generations"] = num_generations;
+  j["max_parallel_jobs"] = max_parallel_jobs;
+  j["num_islands"] = num_islands;
+  j["parent_selection_strategy"] = parent_selection_strategy;
+  j["exploitation_alpha"] = exploitation_alpha;
+  j["parent_selection_lambda"] = parent_selection_lambda;
+  j["num_beams"] = num_beams;
+  j["archive_size"] = archive_size;
+  j["elite_selection_ratio"] = elite_selection_ratio;
+  j["num_archive_inspirations"] = num_archive_inspirations;
+  j["num_top_k_inspirations"] = num_top_k_inspirations;
+  j["num_failed_neighbours"] = num_failed_neighbours;
+  j["migration_interval"] = migration_interval;
+  j["migration_rate"] = migration_rate;
+  j["migration_strategy"] = migration_strategy;
+  json edges = json::array();
+  for (auto [a, b] : migration_graph) edges.push_back({a, b});
+  j["migration_graph"] = edges;
+  j["explore_fraction"] = explore_fraction;
+  j["explore_patch_type_probs"] = explore.patch_type_probs;
+  j["explore_temperatures"] = explore.temperatures;
+  j["exploit_patch_type_probs"] = exploit.patch_type_probs;
+  j["exploit_temperatures"] = exploit.temperatures;
+  j["patch_types"] = patch_types;
+  j["code_embed_sim_threshold"] = code_embed_sim_threshold;
+  j["max_novelty_attempts"] = max_novelty_attempts;
+  j["max_patch_attempts"] = max_patch_attempts;
+  j["embedding_dims"] = embedding_dims;
+  j["meta_rec_interval"] = meta_rec_interval;
+  j["use_text_feedback"] = use_text_feedback;
+  j["init_program_paths_per_island"] = init_program_paths_per_island;
+  j["task_sys_msg_per_island"] = task_sys_msg_per_island;
+  j["island_api_types"] = island_api_types;
+  j["seed"] = seed;
+  j["llm"] = llm;
+  return j;
+}
+
+}  // namespace braid

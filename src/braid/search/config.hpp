@@ -1,0 +1,77 @@
+// Search configuration: the parameter names of the seed (ShinkaEvolve/CUCo) as YAML keys, with
+// the defaults of ARCHITECTURE.md. Unknown keys, wrong types and out-of-range values are
+// UserErrors naming the file.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "braid/util/json.hpp"
+
+namespace braid {
+
+// Probabilities and temperatures in the order full, diff, cross.
+struct PhaseSettings {
+  std::array<double, 3> patch_type_probs{};
+  std::array<double, 3> temperatures{};
+};
+
+struct SearchConfig {
+  std::int64_t num_generations = 50;
+  int max_parallel_jobs = 2;
+  int num_islands = 4;
+
+  std::string parent_selection_strategy = "power_law";  // power_law | weighted | beam
+  double exploitation_alpha = 1.0;
+  double parent_selection_lambda = 10.0;
+  int num_beams = 5;
+
+  int archive_size = 100;
+  double elite_selection_ratio = 0.3;
+  int num_archive_inspirations = 2;
+  int num_top_k_inspirations = 2;
+  int num_failed_neighbours = 2;  // negative examples shown to a mutation
+
+  int migration_interval = 10;
+  double migration_rate = 0.1;
+  std::string migration_strategy = "elitist";           // elitist | directional
+  std::vector<std::pair<int, int>> migration_graph;      // directional: edges from -> to
+
+  double explore_fraction = 0.4;
+  PhaseSettings explore{{0.70, 0.15, 0.15}, {0.2, 0.5, 0.8}};
+  PhaseSettings exploit{{0.60, 0.25, 0.15}, {0.0, 0.2, 0.5}};
+  std::vector<std::string> patch_types{"full", "diff", "cross"};  // allowed forms
+
+  double code_embed_sim_threshold = 0.995;
+  int max_novelty_attempts = 3;
+  int max_patch_attempts = 5;
+  int embedding_dims = 512;
+
+  int meta_rec_interval = 10;
+  bool use_text_feedback = true;
+
+  std::vector<std::string> init_program_paths_per_island;  // relative to the workload folder
+  std::vector<std::string> task_sys_msg_per_island;
+  std::vector<std::string> island_api_types;                // e.g. lsa, gin (informational here)
+
+  std::uint64_t seed = 0;   // 0: drawn at start and stored with the run
+
+  json llm = json::object();  // keys owned by the LLM operators (llm/operators.hpp)
+
+  json to_json() const;
+};
+
+// Keys accepted besides the search's own (the LLM operators register theirs).
+void register_extra_config_keys(const std::vector<std::string>& keys);
+
+// Reads YAML (or JSON) from `path`; keys override `base`. Throws UserError("<path>", ...).
+SearchConfig load_search_config(const std::filesystem::path& path, SearchConfig base = {});
+// Same rules applied to an already-parsed object (used for the stored config of a run).
+SearchConfig search_config_from_json(const json& j, const std::string& origin, SearchConfig base = {});
+// Checks value ranges; throws UserError(origin, ...).
+void validate(const SearchConfig& c, const std::string& origin);
+
+}  // namespace braid

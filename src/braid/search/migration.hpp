@@ -1,0 +1,22 @@
+// Island migration, every migration_interval generations: elitist (the best migration_rate
+// share of each island is copied to one other island drawn at random) or directional (copied
+// along every edge of migration_graph). Copies are new programs (patch_type "migrant") with the
+// original's code and scores; a program is never copied into an island that already holds it.
+#pragma once
+#include <random>
+#include <string>
+#include <vector>
+
+#include "braid/search/config.hpp"
+#include "braid/search/population.hpp"
+
+namespace braid {
+
+struct Migration {
+  std::string program_id;  // original
+  int to_island = 0;
+};
+
+std::vector<Migration> plan_migrations(const SearchConfig& c, const Population& pop, std::mt19937_64& rng);
+
+}  // namespace braid

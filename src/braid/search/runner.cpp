@@ -1,0 +1,674 @@
+#include "braid/search/runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "braid/program/patch.hpp"
+#include "braid/program/program.hpp"
+#include "braid/search/archive.hpp"
+#include "braid/search/meta_stats.hpp"
+#include "braid/search/migration.hpp"
+#include "braid/search/population.hpp"
+#include "braid/search/schedule.hpp"
+#include "braid/search/selection.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/hash.hpp"
+#include "braid/util/log.hpp"
+#include "braid/util/subprocess.hpp"
+
+namespace braid {
+
+std::filesystem::path db_path(const std::filesystem::path& results_dir) { return results_dir / "evolution.db"; }
+
+int end_orphaned_jobs(ProgramDatabase& db) {
+  int ended = 0;
+  for (auto& [pgid, marker, what] : db.jobs()) {
+    if (kill_process_group_if_alive(pgid, marker)) {
+      log::warn("ended orphaned process group {} ({}) left by an earlier braid", pgid, what);
+      ++ended;
+    }
+    db.remove_job(pgid);
+  }
+  return ended;
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+ProgramSummary summarize(const ProgramRecord& r) {
+  ProgramSummary s;
+  s.id = r.id;
+  s.parent_id = r.parent_id;
+  s.patch_type = r.patch_type;
+  s.migrated_from = r.migrated_from;
+  s.generation = r.generation;
+  s.island_idx = r.island_idx;
+  s.combined_score = r.combined_score;
+  s.correct = r.correct;
+  s.failure = r.failure;
+  s.knob_key = r.knob_key;
+  s.archive_cell = r.archive_cell;
+  s.in_archive = r.in_archive;
+  s.embedding = r.embedding;
+  return s;
+}
+
+// A candidate ready for evaluation (or already rejected).
+struct Candidate {
+  ProgramRecord record;
+  bool rejected = false;
+};
+
+struct Done {
+  ProgramRecord record;
+};
+
+}  // namespace
+
+struct EvolutionRunner::Impl {
+  std::filesystem::path results;
+  ProgramDatabase& db;
+  RunnerParts parts;
+  SearchConfig& cfg;
+  std::uint64_t run_seed = 0;
+
+  std::mutex db_mutex;        // every ProgramDatabase call goes through it
+  std::mutex feedback_mutex;  // FeedbackAgent need not be thread-safe
+  Population pop;
+  Archive archive;
+  std::unique_ptr<ParentSelector> selector;
+
+  // Evaluation workers hand finished candidates back through this queue.
+  std::mutex q_mutex;
+  std::condition_variable q_cv;
+  std::deque<Done> done_queue;
+  std::map<std::int64_t, std::thread> workers;  // by generation; joined when collected
+  std::set<std::int64_t> in_flight;
+  std::unordered_set<std::string> in_flight_knob_keys;
+  std::atomic<bool> discard_results{false};
+  std::map<long, std::string> running_jobs;  // pgid -> what (for stop)
+
+  std::vector<std::string> seed_ids;  // per island
+  std::vector<std::string> recent_ids;  // since the last meta summary
+  std::int64_t last_meta_at = 0;
+  std::int64_t last_migration_at = 0;
+  std::string meta_recommendations;
+  RunStatus status;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::int64_t done_at_start = 0;
+
+  Impl(std::filesystem::path r, ProgramDatabase& d, RunnerParts p)
+      : results(std::move(r)),
+        db(d),
+        parts(std::move(p)),
+        cfg(parts.config),
+        archive(cfg.archive_size, cfg.elite_selection_ratio),
+        selector(make_parent_selector(cfg)) {}
+
+  // ---- database access (serialized) ----
+  void insert(const ProgramRecord& rec) {
+    std::lock_guard lock(db_mutex);
+    db.insert(rec);
+  }
+  std::optional<ProgramRecord> get(const std::string& id) {
+    std::lock_guard lock(db_mutex);
+    return db.get(id);
+  }
+
+  void load_state() {
+    std::vector<ProgramSummary> all;
+    {
+      std::lock_guard lock(db_mutex);
+      all = db.summaries();
+      auto s = db.meta("run_seed");
+      run_seed = s ? std::stoull(*s) : cfg.seed;
+      if (auto m = db.meta("last_meta_at")) last_meta_at = std::stoll(*m);
+      if (auto m = db.meta("last_migration_at")) last_migration_at = std::stoll(*m);
+    }
+    for (auto& s : all) pop.add(std::move(s));
+    archive.load(pop);
+    seed_ids.assign(std::size_t(cfg.num_islands), "");
+    for (std::size_t i = 0; i < pop.size(); ++i) {
+      const auto& p = pop.at(i);
+      if (p.patch_type == "seed" && p.island_idx < cfg.num_islands) seed_ids[std::size_t(p.island_idx)] = p.id;
+    }
+    auto mem = try_read_file(results / "meta_memory.json");
+    if (mem) {
+      try {
+        json j = json::parse(*mem);
+        meta_recommendations = render_recommendations(j.value("recommendations", json::array()));
+      } catch (...) {
+        log::warn("meta_memory.json is not valid JSON; starting meta summaries afresh");
+      }
+    }
+    done_at_start = pop.done_count();
+    refresh_status();
+  }
+
+  static std::string render_recommendations(const json& recs) {
+    std::string out;
+    int i = 1;
+    for (const auto& r : recs)
+      if (r.is_string()) out += fmt::format("{}. {}\n", i++, r.get<std::string>());
+    return out;
+  }
+
+  void refresh_status() {
+    status.generations_total = cfg.num_generations;
+    status.generations_done = pop.done_count();
+    status.evaluated = std::int64_t(pop.size());
+    status.failed = std::int64_t(pop.failures().size());
+    status.in_flight = int(in_flight.size());
+    if (!pop.ranked_all().empty()) {
+      const auto& b = pop.at(pop.ranked_all().front());
+      status.best_score = b.combined_score;
+      status.best_id = b.id;
+    }
+    status.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::int64_t progressed = status.generations_done - done_at_start;
+    std::int64_t left = cfg.num_generations - status.generations_done;
+    status.eta_s = progressed > 0 ? status.elapsed_s / double(progressed) * double(std::max<std::int64_t>(left, 0)) : -1.0;
+    if (parts.llm_totals) status.llm_totals = parts.llm_totals();
+  }
+
+  // ---- records ----
+  ProgramRecord base_record(const std::string& code, std::int64_t generation, int island) {
+    ProgramRecord r;
+    r.code = code;
+    r.generation = generation;
+    r.island_idx = island;
+    r.run_seed = run_seed;
+    r.created_at = now_s();
+    Program p = Program::parse(code, "candidate");
+    if (p.ok()) r.knob_key = p.knob_key();
+    r.embedding = parts.embedder->embed(code);
+    r.archive_cell = archive_cell_for(r.knob_key, code);
+    if (!cfg.task_sys_msg_per_island.empty()) r.system_msg_hash = hash_hex(cfg.task_sys_msg_per_island[std::size_t(island)]);
+    return r;
+  }
+
+  void store(ProgramRecord rec) {
+    insert(rec);
+    pop.add(summarize(rec));
+    std::size_t idx = pop.size() - 1;
+    ArchiveChange change = archive.offer(pop, idx);
+    if (!change.empty()) {
+      std::lock_guard lock(db_mutex);
+      db.set_in_archive(change.added, change.removed);
+    }
+    if (rec.patch_type != "seed" && rec.patch_type != "migrant") recent_ids.push_back(rec.id);
+    if (rec.failure == FailureKind::Rejected) ++status.rejected;
+    if (!pop.ranked_all().empty() && pop.at(pop.ranked_all().front()).id == rec.id) write_best(rec);
+    log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
+              to_string(rec.failure), rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
+  }
+
+  void write_best(const ProgramRecord& rec) {
+    auto dir = results / "best";
+    std::filesystem::create_directories(dir);
+    auto ext = parts.workload.program.extension().string();
+    write_file_atomic(dir / ("program" + ext), rec.code);
+    json info = {{"id", rec.id}, {"generation", rec.generation}, {"island", rec.island_idx},
+                 {"combined_score", rec.combined_score}, {"public", rec.public_metrics}, {"text_feedback", rec.text_feedback}};
+    write_file_atomic(dir / "metrics.json", info.dump(2));
+  }
+
+  // ---- evaluation ----
+  std::filesystem::path work_dir_for(std::int64_t generation, int island, bool seed) {
+    auto dir = results / (seed ? fmt::format("gen_0_island_{}", island) : fmt::format("gen_{}", generation));
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // a half-written folder of an interrupted attempt
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+
+  JobObserver job_observer() {
+    return [this](long pgid, bool running, const std::string& what) {
+      std::lock_guard lock(db_mutex);
+      if (running) {
+        db.add_job(pgid, process_start_marker(pgid), what);
+        running_jobs[pgid] = what;
+      } else {
+        db.remove_job(pgid);
+        running_jobs.erase(pgid);
+      }
+    };
+  }
+
+  void evaluate_into(ProgramRecord& rec, const std::filesystem::path& dir) {
+    EvalRequest req;
+    req.candidate_id = rec.id;
+    req.code = rec.code;
+    req.work_dir = dir;
+    req.seed = hash64(rec.id, run_seed);
+    EvalResult res = parts.evaluator->evaluate(req, job_observer());
+    rec.failure = res.failure;
+    rec.correct = res.correct && res.failure == FailureKind::Ok;
+    rec.combined_score = rec.correct ? res.combined_score : 0.0;
+    rec.public_metrics = res.public_metrics;
+    rec.public_metrics["level_reached"] = res.level_reached;
+    rec.private_metrics = res.private_metrics;
+    rec.error_text = res.error_text;
+    rec.text_feedback = res.text_feedback;
+    rec.timings = res.timings;
+    if (parts.feedback && cfg.use_text_feedback) {
+      std::optional<ProgramRecord> parent;
+      if (!rec.parent_id.empty()) parent = get(rec.parent_id);
+      std::lock_guard lock(feedback_mutex);
+      std::string fb = parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
+      if (!fb.empty()) rec.text_feedback = fb;
+    }
+  }
+
+  void launch(Candidate cand) {
+    std::int64_t g = cand.record.generation;
+    in_flight.insert(g);
+    if (!cand.record.knob_key.empty()) in_flight_knob_keys.insert(cand.record.knob_key);
+    auto dir = work_dir_for(g, cand.record.island_idx, false);
+    workers[g] = std::thread([this, rec = std::move(cand.record), dir]() mutable {
+      evaluate_into(rec, dir);
+      std::lock_guard lock(q_mutex);
+      done_queue.push_back({std::move(rec)});
+      q_cv.notify_all();
+    });
+  }
+
+  void collect(Done d) {
+    if (auto it = workers.find(d.record.generation); it != workers.end()) {
+      it->second.join();
+      workers.erase(it);
+    }
+    in_flight.erase(d.record.generation);
+    in_flight_knob_keys.erase(d.record.knob_key);
+    if (discard_results) return;  // we killed it on stop: not a result
+    store(std::move(d.record));
+  }
+
+  // ---- seeds ----
+  void ensure_seeds() {
+    std::map<std::string, std::pair<std::string, std::vector<int>>> by_text;  // text -> (origin, islands)
+    for (int i = 0; i < cfg.num_islands; ++i) {
+      if (!seed_ids[std::size_t(i)].empty()) continue;
+      std::filesystem::path path = parts.workload.program;
+      if (!cfg.init_program_paths_per_island.empty()) path = parts.workload.dir / cfg.init_program_paths_per_island[std::size_t(i)];
+      auto text = try_read_file(path);
+      if (!text) throw UserError(path.string(), "cannot read seed program");
+      auto& entry = by_text[*text];
+      entry.first = path.string();
+      entry.second.push_back(i);
+    }
+    for (auto& [text, v] : by_text) {
+      auto& [origin, islands] = v;
+      ProgramRecord rec = base_record(text, 0, islands.front());
+      rec.patch_type = "seed";
+      rec.model = "seed";
+      rec.id = hash_hex(fmt::format("seed:{}:{}", run_seed, islands.front()));
+      log::info("evaluating seed program {} for island(s) {}", origin, fmt::join(islands, ","));
+      evaluate_into(rec, work_dir_for(0, islands.front(), true));
+      for (int island : islands) {
+        ProgramRecord copy = rec;
+        copy.island_idx = island;
+        copy.id = hash_hex(fmt::format("seed:{}:{}", run_seed, island));
+        store(copy);
+        seed_ids[std::size_t(island)] = copy.id;
+      }
+    }
+  }
+
+  // ---- proposal ----
+  const ProgramSummary* choose_parent(int island, std::mt19937_64& rng) {
+    const auto* ranked = &pop.ranked(island);
+    if (ranked->empty()) ranked = &pop.ranked_all();
+    if (auto idx = selector->select(pop, *ranked, rng)) return &pop.at(*idx);
+    return pop.find(seed_ids[std::size_t(island)]);  // nothing correct yet: mutate the seed
+  }
+
+  std::vector<ProgramRecord> load_records(const std::vector<std::size_t>& idxs) {
+    std::vector<ProgramRecord> out;
+    for (std::size_t i : idxs)
+      if (auto r = get(pop.at(i).id)) out.push_back(std::move(*r));
+    return out;
+  }
+
+  std::vector<std::size_t> top_k(int k, const std::string& exclude, const std::set<std::string>& also_exclude) {
+    std::vector<std::size_t> out;
+    for (std::size_t i : pop.ranked_all()) {
+      if (int(out.size()) >= k) break;
+      const auto& id = pop.at(i).id;
+      if (id == exclude || also_exclude.count(id)) continue;
+      out.push_back(i);
+    }
+    return out;
+  }
+
+  std::vector<std::size_t> failed_neighbours(const std::string& parent_id, int n) {
+    std::vector<std::size_t> children, others;
+    const auto& f = pop.failures();
+    for (auto it = f.rbegin(); it != f.rend(); ++it) {
+      const auto& p = pop.at(*it);
+      if (p.failure == FailureKind::Rejected) continue;
+      (p.parent_id == parent_id ? children : others).push_back(*it);
+      if (int(children.size()) >= n) break;
+    }
+    for (std::size_t i : others) {
+      if (int(children.size()) >= n) break;
+      children.push_back(i);
+    }
+    return children;
+  }
+
+  bool knob_only_edit(const Program& parent, const Program& child) {
+    if (child.knobs().empty()) return false;
+    auto edited = with_knobs(parent, child.knob_values());
+    return edited.ok() && edited.text == child.text();
+  }
+
+  Candidate propose(std::int64_t g) {
+    auto rng = generation_rng(run_seed, g);
+    bool can_cross = pop.ranked_all().size() >= 2;
+    GenerationPlan plan = plan_generation(cfg, g, can_cross, rng);
+    const ProgramSummary* parent_s = choose_parent(plan.island, rng);
+    if (!parent_s) throw SystemError("no parent program available (seed missing)");
+    auto parent_rec = get(parent_s->id);
+    if (!parent_rec) throw SystemError("parent " + parent_s->id + " missing from the database");
+    Program parent = Program::parse(parent_rec->code, "parent " + parent_rec->id);
+
+    auto archive_idx = archive.sample_inspirations(pop, cfg.num_archive_inspirations, parent_rec->id, rng);
+    std::set<std::string> shown;
+    for (auto i : archive_idx) shown.insert(pop.at(i).id);
+    auto topk_idx = top_k(cfg.num_top_k_inspirations, parent_rec->id, shown);
+    auto archive_recs = load_records(archive_idx);
+    auto topk_recs = load_records(topk_idx);
+    auto failed_recs = load_records(failed_neighbours(parent_rec->id, cfg.num_failed_neighbours));
+    std::optional<ProgramRecord> best;
+    if (!pop.ranked_all().empty()) best = get(pop.at(pop.ranked_all().front()).id);
+
+    // Crossover partners: 1-2 programs from the inspirations, else from the best.
+    std::vector<ProgramRecord> cross_recs;
+    if (plan.patch_type == PatchType::Cross) {
+      std::vector<const ProgramRecord*> pool;
+      for (auto& r : archive_recs) pool.push_back(&r);
+      for (auto& r : topk_recs) pool.push_back(&r);
+      std::shuffle(pool.begin(), pool.end(), rng);
+      int want = std::uniform_int_distribution<int>(1, 2)(rng);
+      for (auto* r : pool)
+        if (int(cross_recs.size()) < want && r->id != parent_rec->id && r->correct) cross_recs.push_back(*r);
+      if (cross_recs.empty()) {
+        for (std::size_t i : pop.ranked_all())
+          if (pop.at(i).id != parent_rec->id) {
+            if (auto r = get(pop.at(i).id)) cross_recs.push_back(*r);
+            break;
+          }
+      }
+      if (cross_recs.empty()) plan.patch_type = PatchType::Diff;
+    }
+
+    MutationContext ctx;
+    ctx.generation = g;
+    ctx.island = plan.island;
+    ctx.phase = plan.phase;
+    ctx.patch_type = plan.patch_type;
+    ctx.temperature = plan.temperature;
+    ctx.system_message = parts.workload.task;
+    if (!cfg.task_sys_msg_per_island.empty()) ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
+    ctx.language = parts.workload.language;
+    ctx.parent = &*parent_rec;
+    for (auto& r : cross_recs) ctx.cross_parents.push_back(&r);
+    for (auto& r : archive_recs) ctx.archive_inspirations.push_back(&r);
+    for (auto& r : topk_recs) ctx.top_k_inspirations.push_back(&r);
+    for (auto& r : failed_recs) ctx.failed_neighbours.push_back(&r);
+    ctx.best = best ? &*best : nullptr;
+    ctx.meta_recommendations = meta_recommendations;
+    ctx.rng = &rng;
+
+    Candidate cand;
+    int patch_failures = 0, novelty_failures = 0;
+    std::string last_text = parent_rec->code, last_patch, reasons;
+    Proposal last_proposal;
+    while (true) {
+      Proposal prop = parts.mutator->propose(parent, ctx);
+      last_proposal = prop;
+      std::string error;
+      std::string reason = "patch";
+      PatchOutcome out;
+      if (!prop.ok()) {
+        error = prop.error;
+        reason = "mutator";
+      } else {
+        out = apply_patch(parent, prop.patch_type, prop.patch);
+        if (!out.ok()) error = out.error;
+      }
+      if (error.empty()) {
+        Program child = Program::parse(out.text, "candidate");
+        ProgramRecord rec = base_record(out.text, g, plan.island);
+        // Novelty: a knob-only edit is novel iff its knob vector is unseen; other edits must not
+        // be too close to any stored program.
+        if (knob_only_edit(parent, child)) {
+          if (pop.knob_key_seen(rec.knob_key) || in_flight_knob_keys.count(rec.knob_key))
+            error = "knob vector already evaluated: " + rec.knob_key;
+        } else {
+          std::string nearest;
+          float sim = pop.max_similarity(rec.embedding, &nearest);
+          if (sim > float(cfg.code_embed_sim_threshold))
+            error = fmt::format("too similar to {} (cosine {:.4f} > {})", nearest, sim, cfg.code_embed_sim_threshold);
+          else if (parts.novelty_judge) {
+            std::vector<std::string> similar;
+            if (auto r = get(nearest)) similar.push_back(r->code);
+            if (!parts.novelty_judge(out.text, similar)) error = "novelty judge: no meaningful difference from " + nearest;
+          }
+        }
+        if (!error.empty()) reason = "novelty";
+        if (error.empty()) {
+          rec.patch_type = std::string(to_string(prop.patch_type));
+          rec.code_diff = prop.patch;
+          rec.parent_id = parent_rec->id;
+          rec.parent_ids.push_back(parent_rec->id);
+          for (auto& r : cross_recs)
+            if (prop.patch_type == PatchType::Cross) rec.parent_ids.push_back(r.id);
+          rec.model = prop.model;
+          rec.cost_usd = prop.cost_usd;
+          rec.id = hash_hex(fmt::format("child:{}:{}", run_seed, g));
+          cand.record = std::move(rec);
+          return cand;
+        }
+        last_text = out.text;
+      }
+      last_patch = prop.patch;
+      {
+        AttemptRecord a;
+        a.generation = g;
+        a.parent_id = parent_rec->id;
+        a.patch_type = std::string(to_string(prop.patch_type));
+        a.patch_text = prop.patch;
+        a.reason = reason;
+        a.error = error;
+        a.created_at = now_s();
+        std::lock_guard lock(db_mutex);
+        db.insert_attempt(a);
+      }
+      reasons += fmt::format("[{}] {}\n", reason, error);
+      bool exhausted = reason == "novelty" ? ++novelty_failures >= cfg.max_novelty_attempts
+                                           : ++patch_failures >= cfg.max_patch_attempts;
+      if (exhausted) break;
+      ctx.previous_error = error;
+    }
+    // Every attempt failed: the generation is recorded as rejected, with its reasons.
+    ProgramRecord rec = base_record(last_text, g, plan.island);
+    rec.id = hash_hex(fmt::format("child:{}:{}", run_seed, g));
+    rec.patch_type = std::string(to_string(last_proposal.patch_type));
+    rec.code_diff = last_patch;
+    rec.parent_id = parent_rec->id;
+    rec.parent_ids = {parent_rec->id};
+    rec.model = last_proposal.model;
+    rec.failure = FailureKind::Rejected;
+    rec.error_text = reasons;
+    rec.knob_key.clear();  // a rejected duplicate must not stand for its knob vector
+    cand.record = std::move(rec);
+    cand.rejected = true;
+    return cand;
+  }
+
+  // ---- periodic work ----
+  void maybe_meta() {
+    std::int64_t done = pop.done_count();
+    if (cfg.meta_rec_interval <= 0 || done - last_meta_at < cfg.meta_rec_interval || !parts.meta) return;
+    std::vector<ProgramRecord> recent;
+    for (auto& id : recent_ids)
+      if (auto r = get(id)) recent.push_back(std::move(*r));
+    std::optional<ProgramRecord> best;
+    if (!pop.ranked_all().empty()) best = get(pop.at(pop.ranked_all().front()).id);
+    json memory = json::object();
+    if (auto m = try_read_file(results / "meta_memory.json")) {
+      try {
+        memory = json::parse(*m);
+      } catch (...) {
+      }
+    }
+    MetaUpdate u = parts.meta->summarize(recent, best ? &*best : nullptr, memory, done);
+    json summaries = memory.value("summaries", json::array());
+    summaries.push_back({{"generation", done}, {"summary", u.summary}});
+    json history = memory.value("history", json::array());
+    history.push_back({{"generation", done}, {"recommendations", u.recommendations}});
+    json out = {{"summaries", summaries}, {"scratchpad", u.scratchpad}, {"recommendations", u.recommendations},
+                {"history", history}, {"generation", done}};
+    write_file_atomic(results / "meta_memory.json", out.dump(2));
+    write_file_atomic(results / fmt::format("meta_{}.txt", done), render_meta_text(u, done));
+    meta_recommendations = render_recommendations(out["recommendations"]);
+    recent_ids.clear();
+    last_meta_at = done;
+    std::lock_guard lock(db_mutex);
+    db.set_meta("last_meta_at", std::to_string(done));
+  }
+
+  void maybe_migrate() {
+    std::int64_t done = pop.done_count();
+    if (cfg.migration_interval <= 0 || cfg.num_islands < 2 || done - last_migration_at < cfg.migration_interval) return;
+    auto rng = generation_rng(run_seed, done, 0x6d6967);
+    auto moves = plan_migrations(cfg, pop, rng);
+    for (const auto& m : moves) {
+      auto orig = get(m.program_id);
+      if (!orig) continue;
+      ProgramRecord copy = *orig;
+      std::string root = orig->migrated_from.empty() ? orig->id : orig->migrated_from;
+      copy.id = hash_hex(fmt::format("migrant:{}:{}:{}", run_seed, root, m.to_island));
+      if (pop.find(copy.id)) continue;
+      copy.island_idx = m.to_island;
+      copy.generation = done;
+      copy.patch_type = "migrant";
+      copy.migrated_from = root;
+      copy.parent_id = orig->id;
+      copy.parent_ids = {orig->id};
+      copy.code_diff.clear();
+      copy.in_archive = false;
+      copy.knob_key.clear();  // the original already stands for this knob vector
+      copy.archive_cell = "migrant:" + copy.archive_cell;
+      copy.created_at = now_s();
+      copy.cost_usd = 0.0;
+      store(copy);
+    }
+    if (!moves.empty()) log::info("migration at generation {}: {} program(s) copied", done, moves.size());
+    last_migration_at = done;
+    std::lock_guard lock(db_mutex);
+    db.set_meta("last_migration_at", std::to_string(done));
+  }
+
+  void stop_jobs() {
+    discard_results = true;
+    std::lock_guard lock(db_mutex);
+    for (auto& [pgid, what] : running_jobs) ::kill(-pid_t(pgid), SIGKILL);
+  }
+
+  RunStatus run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
+    load_state();
+    {
+      std::lock_guard lock(db_mutex);
+      end_orphaned_jobs(db);
+    }
+    ensure_seeds();
+    auto emit = [&] {
+      refresh_status();
+      if (on_status) on_status(status);
+    };
+    emit();
+    std::int64_t next = 1;
+    bool budget_stop = false;
+    while (true) {
+      bool stopping = stop.load() || budget_stop;
+      // Fill the pipeline with the lowest generations not yet done.
+      while (!stopping && int(in_flight.size()) < cfg.max_parallel_jobs) {
+        while (next <= cfg.num_generations && (pop.generation_done(next) || in_flight.count(next))) ++next;
+        if (next > cfg.num_generations) break;
+        if (parts.budget_exhausted && parts.budget_exhausted()) {
+          budget_stop = true;
+          status.note = "stopping: max_api_cost reached";
+          log::warn("LLM budget (max_api_cost) reached: no new candidates are proposed");
+          break;
+        }
+        Candidate c = propose(next);
+        if (c.rejected) {
+          store(std::move(c.record));
+          maybe_meta();
+          maybe_migrate();
+          emit();
+        } else {
+          launch(std::move(c));
+        }
+        if (stop.load()) break;
+      }
+      if (in_flight.empty()) break;
+      std::deque<Done> ready;
+      {
+        std::unique_lock lock(q_mutex);
+        q_cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return !done_queue.empty(); });
+        ready.swap(done_queue);
+      }
+      if (stop.load() && !discard_results) {
+        status.note = "stopping: interrupted";
+        stop_jobs();
+      }
+      for (auto& d : ready) {
+        collect(std::move(d));
+        if (!discard_results) {
+          maybe_meta();
+          maybe_migrate();
+        }
+      }
+      emit();
+    }
+    for (auto& [g, t] : workers) t.join();
+    workers.clear();
+    emit();
+    return status;
+  }
+};
+
+EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatabase& db, RunnerParts parts)
+    : impl_(std::make_unique<Impl>(std::move(results_dir), db, std::move(parts))) {
+  if (!impl_->parts.embedder) impl_->parts.embedder = make_hashed_ngram_embedder(impl_->cfg.embedding_dims);
+  if (!impl_->parts.meta) impl_->parts.meta = std::make_unique<StatsMetaSummarizer>();
+}
+
+EvolutionRunner::~EvolutionRunner() {
+  for (auto& [g, t] : impl_->workers)
+    if (t.joinable()) t.join();
+}
+
+RunStatus EvolutionRunner::run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
+  return impl_->run(stop, on_status);
+}
+
+}  // namespace braid
