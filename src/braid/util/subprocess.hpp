@@ -1,0 +1,75 @@
+// Child processes with a timeout, capped output and a process group of their own.
+//
+// Every child runs in its own process group (so a timeout ends its grandchildren too), dies
+// with braid (PR_SET_PDEATHSIG = SIGKILL, tied to the thread that called run_subprocess, which
+// blocks until the child ends), and never sees API keys in its environment. When the child
+// itself exits, whatever it left running in its group is killed, so an evaluation never
+// leaves orphans behind.
+//
+// Thread-safe: several threads may run children at once. argv, envp and paths are built
+// before fork; the forked child only makes async-signal-safe calls before exec.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+struct SubprocessOptions {
+  std::vector<std::string> argv;                  // argv[0] is looked up in PATH unless it holds '/'
+  std::filesystem::path cwd;                      // empty: the caller's working directory
+  std::map<std::string, std::string> env_add;     // set (or override) in the child's environment
+  std::vector<std::string> secret_env_names;      // dropped from the child's environment, besides
+                                                  // *_API_KEY, *_TOKEN and register_secret_env_name()
+  double timeout_s = 0.0;                         // <= 0: no limit
+  double kill_grace_s = 2.0;                      // SIGTERM -> SIGKILL delay on timeout
+  std::size_t output_cap_bytes = 32 * 1024;       // per stream: keep this many first and last bytes
+  std::filesystem::path stdout_path;              // optional: the capped stdout is written here
+  std::filesystem::path stderr_path;              // optional: the capped stderr is written here
+  std::function<void(long pgid)> on_start;        // called in the parent once the group exists
+};
+
+struct SubprocessResult {
+  bool started = false;        // false: fork or exec failed; see start_error
+  std::string start_error;
+  int exit_code = -1;          // valid when term_signal == 0 and started
+  int term_signal = 0;         // signal that ended the child, 0 if it exited
+  bool timed_out = false;
+  double wall_s = 0.0;
+  long pgid = 0;
+  std::string stdout_text;     // capped: head, a "[... N bytes omitted ...]" line, tail
+  std::string stderr_text;
+  std::size_t stdout_bytes = 0;  // total bytes the child wrote, before capping
+  std::size_t stderr_bytes = 0;
+
+  bool succeeded() const { return started && !timed_out && term_signal == 0 && exit_code == 0; }
+  // "exit code 3", "killed by signal SIGSEGV (Segmentation fault)", "timed out after 2.0 s",
+  // "could not start: ...".
+  std::string describe_end() const;
+};
+
+// Runs the child to completion (or timeout). Throws SystemError only when braid's own
+// environment fails (pipe or fork impossible); a missing executable is a result with
+// started == false.
+SubprocessResult run_subprocess(const SubprocessOptions& options);
+
+// Process-wide list of extra environment variable names never passed to children (for
+// example the variable a config names as its LLM key).
+void register_secret_env_name(const std::string& name);
+bool is_secret_env_name(const std::string& name);
+
+// Identifies one process incarnation: "<boot id>:<start time in clock ticks>", or "" when the
+// process does not exist. Stored with a pgid so a recycled pid is never killed.
+std::string process_start_marker(long pid);
+
+// Ends (SIGKILL) the process group `pgid` left by an earlier braid, unless its leader's pid now
+// belongs to another process. Returns true when a signal was delivered to some process.
+bool kill_process_group_if_alive(long pgid, const std::string& start_marker);
+
+// "SIGSEGV" for 11, "SIG42" for unnamed numbers.
+std::string signal_name(int signal_number);
+
+}  // namespace braid
