@@ -1,0 +1,87 @@
+// LlmClient: one chat exchange with a model. Every failure is a value with a kind, so the
+// search counts it and goes on; nothing here throws once the client exists.
+//
+// Error kinds (also the keys of the "errors" totals): rate_limited (429), server_error (5xx),
+// timeout, connection (reset, refused, empty reply), malformed (unparsable or truncated JSON),
+// http_error (other 4xx: not retried), empty (no text), refusal, replay_missing, budget.
+// The mutator adds no_patch (an answer without a patch).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/llm/model_spec.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid::llm {
+
+struct ChatMessage {
+  std::string role;  // "user" | "assistant"
+  std::string content;
+};
+
+struct LlmRequest {
+  std::string system;
+  std::vector<ChatMessage> messages;
+  std::optional<double> temperature;
+  int max_tokens = 4096;
+  json extra = json::object();  // llm_kwargs passed through (top_p, reasoning_effort, thinking, ...)
+  std::string purpose;          // mutate | feedback | meta | novelty: recorded with the call
+  std::string replay_key;       // stable name of this request within a run ("mutate/g12/a0")
+  std::int64_t generation = -1;
+};
+
+struct LlmResponse {
+  std::string text;
+  std::string model;               // model string of the client that answered
+  std::int64_t tokens_in = 0;
+  std::int64_t tokens_out = 0;
+  std::string finish_reason;
+  std::string error_kind;          // "" when ok
+  std::string error;               // readable, keys redacted
+  std::vector<std::string> retried_errors;  // kinds of attempts that failed and were retried
+  std::vector<std::string> dropped;         // parameters changed to suit the model
+  int attempts = 0;
+  double latency_s = 0.0;
+  bool ok() const { return error_kind.empty(); }
+};
+
+json to_json(const LlmRequest& r);
+json to_json(const LlmResponse& r);
+LlmResponse response_from_json(const json& j);
+
+class LlmClient {
+ public:
+  virtual ~LlmClient() = default;
+  virtual LlmResponse complete(const LlmRequest& request) = 0;
+  virtual const std::string& model() const = 0;
+};
+
+struct RetryPolicy {
+  int max_retries = 4;            // further attempts after the first
+  double timeout_s = 120.0;       // per request
+  double backoff_base_s = 1.0;    // delay before retry i: base * 2^i, scaled by jitter in [0.5, 1]
+  double backoff_max_s = 60.0;
+  double retry_after_max_s = 300.0;  // a server's Retry-After is honoured up to this
+};
+
+// Client for the model's protocol (OpenAI chat completions or Anthropic Messages) with
+// retries on 429, 5xx, resets, timeouts and malformed bodies. `api_key` may be empty for
+// servers that need none. `sleep` is replaceable so tests can observe back-off delays.
+std::unique_ptr<LlmClient> make_http_client(const ModelSpec& spec, std::string api_key, RetryPolicy policy,
+                                            std::function<void(double)> sleep = {});
+
+// The request body as sent to `spec`'s protocol, and the list of parameters dropped or
+// changed on the way (reasoning models: temperature dropped, max_completion_tokens; extended
+// thinking: temperature fixed to 1). Exposed for tests.
+json build_request_body(const ModelSpec& spec, const LlmRequest& request, std::vector<std::string>* dropped);
+
+// Parses a 200 body of `protocol` into `out` (text, tokens, finish reason, refusal, empty).
+void parse_response_body(ApiProtocol protocol, const std::string& body, LlmResponse& out);
+
+// Delay in seconds named by a Retry-After header (delta seconds or HTTP date); nullopt if unreadable.
+std::optional<double> parse_retry_after(const std::string& value);
+
+}  // namespace braid::llm

@@ -1,0 +1,101 @@
+#include "braid/llm/model_spec.hpp"
+
+#include "braid/util/error.hpp"
+
+namespace braid::llm {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+std::string strip_slash(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string ModelSpec::endpoint() const {
+  if (provider == "azure") {
+    std::string url = base_url + "/openai/deployments/" + model + "/chat/completions";
+    if (!api_version.empty()) url += "?api-version=" + api_version;
+    return url;
+  }
+  return base_url + (protocol == ApiProtocol::AnthropicMessages ? "/messages" : "/chat/completions");
+}
+
+bool ModelSpec::is_reasoning_model() const {
+  if (protocol != ApiProtocol::OpenAiChat) return false;
+  // OpenRouter names carry a vendor prefix ("openai/o3-mini").
+  std::string_view m = model;
+  if (auto slash = m.rfind('/'); slash != std::string_view::npos) m = m.substr(slash + 1);
+  return starts_with(m, "o1") || starts_with(m, "o3") || starts_with(m, "o4") || starts_with(m, "gpt-5") ||
+         starts_with(m, "deepseek-reasoner");
+}
+
+ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_override, const std::string& file) {
+  ModelSpec spec;
+  spec.text = std::string(text);
+  std::string_view rest = text;
+  auto colon = rest.find(':');
+  // "http://..." inside a bare name must not be read as a provider prefix.
+  if (colon != std::string_view::npos && rest.substr(0, colon).find('@') == std::string_view::npos) {
+    spec.provider = std::string(rest.substr(0, colon));
+    rest = rest.substr(colon + 1);
+  } else {
+    spec.provider = starts_with(rest, "claude") ? "anthropic" : "openai";
+  }
+  std::string location;
+  if (auto at = rest.find('@'); at != std::string_view::npos) {
+    location = std::string(rest.substr(at + 1));
+    rest = rest.substr(0, at);
+  }
+  spec.model = std::string(rest);
+  if (spec.model.empty()) throw UserError(file, "model string '" + spec.text + "' names no model");
+
+  if (spec.provider == "openai") {
+    spec.base_url = "https://api.openai.com/v1";
+    spec.key_env = "OPENAI_API_KEY";
+  } else if (spec.provider == "anthropic") {
+    spec.base_url = "https://api.anthropic.com/v1";
+    spec.key_env = "ANTHROPIC_API_KEY";
+    spec.protocol = ApiProtocol::AnthropicMessages;
+  } else if (spec.provider == "deepseek") {
+    spec.base_url = "https://api.deepseek.com/v1";
+    spec.key_env = "DEEPSEEK_API_KEY";
+  } else if (spec.provider == "openrouter") {
+    spec.base_url = "https://openrouter.ai/api/v1";
+    spec.key_env = "OPENROUTER_API_KEY";
+  } else if (spec.provider == "azure") {
+    spec.key_env = "AZURE_OPENAI_API_KEY";
+    if (location.empty())
+      throw UserError(file, "model string '" + spec.text + "': azure needs <deployment>@<endpoint>?api-version=...");
+  } else if (spec.provider == "local") {
+    spec.key_env = "LOCAL_LLM_API_KEY";
+    spec.key_optional = true;
+    if (location.empty())
+      throw UserError(file, "model string '" + spec.text + "': local needs <model>@<base url>, e.g. local:qwen2.5-coder@http://127.0.0.1:8000/v1");
+  } else {
+    throw UserError(file, "model string '" + spec.text + "': unknown provider '" + spec.provider +
+                              "' (openai, anthropic, azure, deepseek, openrouter, local)");
+  }
+  if (!location.empty()) {
+    if (!starts_with(location, "http://") && !starts_with(location, "https://"))
+      throw UserError(file, "model string '" + spec.text + "': '" + location + "' is not an http(s) URL");
+    if (auto q = location.find('?'); q != std::string::npos) {
+      std::string query = location.substr(q + 1);
+      location = location.substr(0, q);
+      const std::string key = "api-version=";
+      if (auto p = query.find(key); p != std::string::npos) {
+        spec.api_version = query.substr(p + key.size());
+        if (auto amp = spec.api_version.find('&'); amp != std::string::npos) spec.api_version.resize(amp);
+      }
+    }
+    spec.base_url = strip_slash(location);
+  }
+  if (spec.provider == "azure" && spec.api_version.empty())
+    throw UserError(file, "model string '" + spec.text + "': azure needs ?api-version=... after the endpoint");
+  if (!key_env_override.empty()) spec.key_env = key_env_override;
+  return spec;
+}
+
+}  // namespace braid::llm
