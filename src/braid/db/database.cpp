@@ -317,7 +317,8 @@ std::vector<ProgramSummary> ProgramDatabase::summaries() const {
   out.reserve(static_cast<std::size_t>(count()));
   Statement st(db_,
                "SELECT id, generation, island_idx, combined_score, correct, failure_kind, "
-               "in_archive, knob_key, archive_cell, embedding FROM programs "
+               "in_archive, knob_key, archive_cell, embedding, parent_id, patch_type, migrated_from "
+               "FROM programs "
                "ORDER BY generation ASC, rowid ASC");
   while (st.step()) {
     ProgramSummary& s = out.emplace_back();
@@ -331,6 +332,9 @@ std::vector<ProgramSummary> ProgramDatabase::summaries() const {
     s.knob_key = st.column_text(7);
     s.archive_cell = st.column_text(8);
     s.embedding = st.column_floats(9);
+    s.parent_id = st.column_text(10);
+    s.patch_type = st.column_text(11);
+    s.migrated_from = st.column_text(12);
   }
   return out;
 }
