@@ -605,7 +605,7 @@ std::string unified_diff(std::string_view before, std::string_view after, int co
         script.emplace_back(Keep, prefix + i);
         ++i;
         ++j;
-      } else if (j < m && (i == n || at(i, j + 1) >= at(i + 1, j))) {
+      } else if (j < m && (i == n || at(i, j + 1) > at(i + 1, j))) {
         script.emplace_back(Add, prefix + j);
         ++j;
       } else {
