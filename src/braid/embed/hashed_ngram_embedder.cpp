@@ -110,7 +110,7 @@ void tokenize(std::string_view code, Emit&& emit) {
     }
     std::size_t length = 1;
     for (std::string_view op : kOperators) {
-      if (code.substr(i, op.size()) == op) {
+      if (op[0] == static_cast<char>(c) && code.substr(i, op.size()) == op) {
         length = op.size();
         break;
       }
@@ -127,7 +127,8 @@ class HashedNgramEmbedder final : public Embedder {
   }
 
   std::vector<float> embed(std::string_view code) override {
-    std::vector<double> sums(static_cast<std::size_t>(dims_), 0.0);
+    // Counts stay exact in float (integers below 2^24).
+    std::vector<float> sums(static_cast<std::size_t>(dims_), 0.0f);
     // The last kMaxN token hashes; an n-gram's feature is the hash of its tokens' hashes,
     // seeded by n so that a unigram and a bigram never share a feature.
     std::array<std::uint64_t, kMaxN> window{};
@@ -135,7 +136,7 @@ class HashedNgramEmbedder final : public Embedder {
     auto add_feature = [&](std::uint64_t h) {
       // Low bits pick the bucket, the top bit the sign: independent enough for xxh3.
       std::size_t bucket = static_cast<std::size_t>(h % static_cast<std::uint64_t>(dims_));
-      sums[bucket] += (h >> 63) ? -1.0 : 1.0;
+      sums[bucket] += (h >> 63) ? -1.0f : 1.0f;
     };
     tokenize(code, [&](std::string_view token) {
       window[0] = window[1];
@@ -149,14 +150,13 @@ class HashedNgramEmbedder final : public Embedder {
       }
     });
     double norm2 = 0.0;
-    for (double v : sums) norm2 += v * v;
-    std::vector<float> out(sums.size(), 0.0f);
+    for (float v : sums) norm2 += double(v) * v;
     // Code without any token (empty, comments only) has no direction: the zero vector,
     // whose cosine with anything is 0.
-    if (norm2 == 0.0) return out;
+    if (norm2 == 0.0) return sums;
     const double scale = 1.0 / std::sqrt(norm2);
-    for (std::size_t k = 0; k < sums.size(); ++k) out[k] = static_cast<float>(sums[k] * scale);
-    return out;
+    for (float& v : sums) v = static_cast<float>(v * scale);
+    return sums;
   }
 
   std::string name() const override { return "hashed-ngram-" + std::to_string(dims_); }
