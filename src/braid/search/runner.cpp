@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "braid/mutate/knob_mutator.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/program/program.hpp"
 #include "braid/search/archive.hpp"
@@ -660,6 +661,11 @@ EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatab
     : impl_(std::make_unique<Impl>(std::move(results_dir), db, std::move(parts))) {
   if (!impl_->parts.embedder) impl_->parts.embedder = make_hashed_ngram_embedder(impl_->cfg.embedding_dims);
   if (!impl_->parts.meta) impl_->parts.meta = std::make_unique<StatsMetaSummarizer>();
+  // The knob mutator steers away from vectors already evaluated or in flight.
+  if (auto* knobs = dynamic_cast<KnobMutator*>(impl_->parts.mutator.get())) {
+    Impl* impl = impl_.get();
+    knobs->set_seen([impl](const std::string& key) { return impl->pop.knob_key_seen(key) || impl->in_flight_knob_keys.count(key) > 0; });
+  }
 }
 
 EvolutionRunner::~EvolutionRunner() {

@@ -1,0 +1,11 @@
+# Writes OUT: a C++ source defining braid::cli::workload_template_files() from the files of DIR.
+file(GLOB files RELATIVE ${DIR} ${DIR}/*)
+list(SORT files)
+set(body "")
+foreach(f ${files})
+  file(READ ${DIR}/${f} content HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," content "${content}")
+  string(APPEND body "  {\"${f}\", std::string({${content}})},\n")
+endforeach()
+file(WRITE ${OUT}.tmp "#include \"braid/cli/templates.hpp\"\nnamespace braid::cli {\nconst std::vector<std::pair<std::string, std::string>>& workload_template_files() {\n  static const std::vector<std::pair<std::string, std::string>> files = {\n${body}  };\n  return files;\n}\n}  // namespace braid::cli\n")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

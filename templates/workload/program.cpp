@@ -1,0 +1,135 @@
+// {{name}}: sum of squares of a float vector (N = 1<<22), on one CPU core.
+//
+// Frozen harness (everything outside the EVOLVE-BLOCK):
+//   program --mode verify|bench --seed S --results_dir D
+// verify: fresh random inputs from the seed, result compared with a double-precision
+//         reference; writes D/correct.json.
+// bench:  median of timed runs against the plain loop, inputs alternating between two sets;
+//         the last timed result is verified; writes D/correct.json and D/metrics.json
+//         (combined_score = speedup over the plain loop).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+// EVOLVE-BLOCK-START kernel
+constexpr int kLanes = 1;    // braid:knob 1|2|4|8|16
+constexpr int kUnroll = 1;   // braid:knob 1|2|4|8
+constexpr bool kBlocked = false;  // braid:knob
+constexpr int kBlock = 1024;  // braid:knob 256|1024|4096|16384
+// braid:require kLanes * kUnroll <= 64
+
+float sum_of_squares(const float* x, long n) {
+  float lanes[kLanes] = {};
+  long step = long(kLanes) * kUnroll;
+  long i = 0;
+  auto body = [&](long lo, long hi) {
+    for (; i + step <= hi; i += step)
+      for (int u = 0; u < kUnroll; ++u)
+        for (int l = 0; l < kLanes; ++l) {
+          float v = x[i + u * kLanes + l];
+          lanes[l] += v * v;
+        }
+    (void)lo;
+  };
+  if constexpr (kBlocked) {
+    for (long b = 0; b < n; b += kBlock) body(b, std::min(n, b + kBlock));
+  } else {
+    body(0, n);
+  }
+  float total = 0.0f;
+  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (; i < n; ++i) total += x[i] * x[i];
+  return total;
+}
+// EVOLVE-BLOCK-END
+
+namespace {
+
+float plain_loop(const float* x, long n) {
+  float s = 0.0f;
+  for (long i = 0; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+double reference(const std::vector<float>& x) {
+  double s = 0.0;
+  for (float v : x) s += double(v) * double(v);
+  return s;
+}
+
+std::vector<float> random_input(unsigned long seed, long n) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> x(std::size_t(n), 0.0f);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+void write_json(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) std::exit(3);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+bool close_enough(float got, double want) { return std::isfinite(got) && std::fabs(got - want) <= 1e-3 * std::fabs(want) + 1e-3; }
+
+template <typename F>
+double time_ms(F&& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = "verify", dir = ".";
+  unsigned long seed = 1;
+  for (int a = 1; a + 1 < argc; a += 2) {
+    std::string k = argv[a];
+    if (k == "--mode") mode = argv[a + 1];
+    else if (k == "--seed") seed = std::stoul(argv[a + 1]);
+    else if (k == "--results_dir") dir = argv[a + 1];
+  }
+  const long n = 1L << 22;
+  auto x0 = random_input(seed, n), x1 = random_input(seed + 1, n);
+  double want0 = reference(x0), want1 = reference(x1);
+  volatile float sink = 0.0f;
+  float got = sum_of_squares(x0.data(), n);
+  if (!close_enough(got, want0)) {
+    write_json(dir + "/correct.json", "{\"correct\": false, \"error\": \"got " + std::to_string(got) + ", expected " +
+                                          std::to_string(want0) + "\"}");
+    return 0;
+  }
+  if (mode == "verify") {
+    write_json(dir + "/correct.json", "{\"correct\": true, \"error\": \"\"}");
+    return 0;
+  }
+  std::vector<double> cand, base;
+  float last = 0.0f;
+  for (int r = 0; r < 15; ++r) {
+    const auto& x = (r % 2) ? x1 : x0;
+    cand.push_back(time_ms([&] { last = sum_of_squares(x.data(), n); }));
+    base.push_back(time_ms([&] { sink = plain_loop(x.data(), n); }));
+  }
+  (void)sink;
+  std::sort(cand.begin(), cand.end());
+  std::sort(base.begin(), base.end());
+  bool ok = close_enough(last, want0);  // r = 14 used x0
+  write_json(dir + "/correct.json", ok ? "{\"correct\": true, \"error\": \"\"}" : "{\"correct\": false, \"error\": \"last timed result wrong\"}");
+  if (!ok) return 0;
+  double speedup = base[7] / cand[7];
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"combined_score\": %.6f, \"public\": {\"ms\": %.4f, \"baseline_ms\": %.4f, \"speedup\": %.4f},"
+                " \"private\": {}, \"text_feedback\": \"median %.3f ms vs plain loop %.3f ms\"}",
+                speedup, cand[7], base[7], speedup, cand[7], base[7]);
+  write_json(dir + "/metrics.json", buf);
+  return 0;
+}
