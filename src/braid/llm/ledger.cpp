@@ -68,8 +68,12 @@ void CostLedger::count_error(const std::string& kind) {
 json CostLedger::totals() const {
   std::lock_guard lock(mu_);
   json errors = json::object();
-  for (auto& [k, n] : errors_) errors[k] = n;
-  return {{"calls", calls_}, {"tokens_in", tokens_in_}, {"tokens_out", tokens_out_}, {"cost_usd", cost_usd_},
+  std::int64_t errors_total = 0;
+  for (auto& [k, n] : errors_) {
+    errors[k] = n;
+    errors_total += n;
+  }
+  return {{"calls", calls_}, {"errors_total", errors_total}, {"tokens_in", tokens_in_}, {"tokens_out", tokens_out_}, {"cost_usd", cost_usd_},
           {"errors", errors}, {"max_api_cost", max_cost_usd_ > 0 ? json(max_cost_usd_) : json(nullptr)}};
 }
 
