@@ -15,7 +15,8 @@
 namespace braid {
 
 enum class Phase { Explore, Exploit };
-std::string_view to_string(Phase p);
+std::string_view to_string(Phase p);              // "explore", "exploit"
+std::optional<Phase> phase_from(std::string_view s);
 
 struct MutationContext {
   std::int64_t generation = 0;

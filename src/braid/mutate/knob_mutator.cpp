@@ -1,0 +1,308 @@
+#include "braid/mutate/knob_mutator.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace braid {
+
+namespace {
+
+using Values = std::map<std::string, std::string>;
+
+// Draws from ctx.rng only, with arithmetic of our own, so that a given RNG state gives the
+// same proposal with any standard library.
+class Draw {
+ public:
+  explicit Draw(std::mt19937_64& rng) : rng_(rng) {}
+  std::size_t below(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(rng_() % n); }
+  double unit() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+  bool chance(double p) { return unit() < p; }
+
+ private:
+  std::mt19937_64& rng_;
+};
+
+std::size_t index_of(const Knob& k, const std::string& value) {
+  auto it = std::find(k.domain.begin(), k.domain.end(), value);
+  return it == k.domain.end() ? 0 : static_cast<std::size_t>(it - k.domain.begin());
+}
+
+// Step of an Exploit move in domain positions: 1, lengthened by temperature (each extra
+// position with probability `temperature`, capped below 1 so the walk ends).
+std::size_t step_length(Draw& draw, double temperature, std::size_t domain_size) {
+  double p = std::clamp(temperature, 0.0, 0.9);
+  std::size_t step = 1;
+  while (step + 1 < domain_size && draw.chance(p)) ++step;
+  return step;
+}
+
+// A different value next to `current` in declared domain order.
+std::string neighbour(Draw& draw, const Knob& k, const std::string& current, double temperature) {
+  std::size_t n = k.domain.size();
+  if (n <= 1) return current;
+  std::size_t at = index_of(k, current);
+  std::size_t step = step_length(draw, temperature, n);
+  std::vector<std::size_t> options;
+  if (at > 0) options.push_back(at >= step ? at - step : 0);
+  if (at + 1 < n) options.push_back(std::min(n - 1, at + step));
+  return k.domain[options[draw.below(options.size())]];
+}
+
+// A different value anywhere in the domain.
+std::string jump(Draw& draw, const Knob& k, const std::string& current) {
+  std::size_t n = k.domain.size();
+  if (n <= 1) return current;
+  std::size_t at = index_of(k, current);
+  std::size_t pick = draw.below(n - 1);
+  return k.domain[pick >= at ? pick + 1 : pick];
+}
+
+// The line of `text` holding byte `offset`, without its newline.
+std::pair<std::size_t, std::size_t> line_around(const std::string& text, std::size_t offset) {
+  std::size_t begin = 0;
+  if (offset > 0) {
+    std::size_t newline = text.rfind('\n', offset - 1);
+    if (newline != std::string::npos) begin = newline + 1;
+  }
+  std::size_t end = text.find('\n', offset);
+  if (end == std::string::npos) end = text.size();
+  if (end > begin && text[end - 1] == '\r') --end;
+  return {begin, end};
+}
+
+struct Sampler {
+  const Program& parent;
+  const MutationContext& ctx;
+  Draw& draw;
+  std::vector<const Knob*> mutable_knobs;  // knobs with more than one value
+  std::vector<Values> cross_sources;       // knob values of the other parents (valid ones only)
+
+  std::string move(const Knob& k, const std::string& current, bool wide) {
+    if (wide || ctx.phase == Phase::Explore) return jump(draw, k, current);
+    return neighbour(draw, k, current, ctx.temperature);
+  }
+
+  // Change 1-2 knobs; Explore favours two.
+  Values diff(bool wide) {
+    Values v = parent.knob_values();
+    std::size_t count = 1;
+    double two = ctx.phase == Phase::Explore ? 0.5 : 0.25 + 0.25 * std::clamp(ctx.temperature, 0.0, 1.0);
+    if (mutable_knobs.size() >= 2 && draw.chance(two)) count = 2;
+    std::vector<const Knob*> pool = mutable_knobs;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::size_t pick = draw.below(pool.size());
+      const Knob* k = pool[pick];
+      pool.erase(pool.begin() + static_cast<long>(pick));
+      v[k->name] = move(*k, v[k->name], wide);
+    }
+    return v;
+  }
+
+  // Resample every knob: uniformly when exploring, around the current value when exploiting.
+  Values full(bool wide) {
+    Values v = parent.knob_values();
+    for (const Knob* k : mutable_knobs) {
+      if (wide || ctx.phase == Phase::Explore) {
+        v[k->name] = k->domain[draw.below(k->domain.size())];
+      } else if (draw.chance(0.5)) {
+        v[k->name] = neighbour(draw, *k, v[k->name], ctx.temperature);
+      }
+    }
+    return v;
+  }
+
+  // Each knob from one parent; late tries also move one knob so that parents that agree
+  // everywhere still yield a new vector.
+  Values cross(bool wide) {
+    Values v = parent.knob_values();
+    for (const Knob* k : mutable_knobs) {
+      std::vector<std::string> options{v[k->name]};
+      for (const auto& source : cross_sources)
+        if (auto it = source.find(k->name); it != source.end()) options.push_back(it->second);
+      v[k->name] = options[draw.below(options.size())];
+    }
+    if (wide) {
+      const Knob* k = mutable_knobs[draw.below(mutable_knobs.size())];
+      v[k->name] = move(*k, v[k->name], false);
+    }
+    return v;
+  }
+
+  Values sample(bool wide) {
+    switch (ctx.patch_type) {
+      case PatchType::Diff: return diff(wide);
+      case PatchType::Full: return full(wide);
+      case PatchType::Cross: return cross(wide);
+    }
+    return diff(wide);
+  }
+};
+
+// Every vector within reach of the patch type (diff: 1-2 changed knobs; full/cross: all), for
+// when random draws keep landing on seen or invalid vectors. Empty when the space is too large.
+std::vector<Values> enumerate_reachable(const Program& parent, const std::vector<const Knob*>& knobs, PatchType type) {
+  constexpr std::size_t kLimit = 200000;
+  std::vector<Values> out;
+  const Values base = parent.knob_values();
+  if (type == PatchType::Diff) {
+    for (std::size_t a = 0; a < knobs.size(); ++a) {
+      for (const auto& va : knobs[a]->domain) {
+        if (va == base.at(knobs[a]->name)) continue;
+        Values one = base;
+        one[knobs[a]->name] = va;
+        out.push_back(one);
+        for (std::size_t b = a + 1; b < knobs.size(); ++b) {
+          for (const auto& vb : knobs[b]->domain) {
+            if (vb == base.at(knobs[b]->name)) continue;
+            Values two = one;
+            two[knobs[b]->name] = vb;
+            out.push_back(std::move(two));
+            if (out.size() > kLimit) return {};
+          }
+        }
+      }
+    }
+    return out;
+  }
+  std::size_t total = 1;
+  for (const Knob* k : knobs) {
+    total *= k->domain.size();
+    if (total > kLimit) return {};
+  }
+  for (std::size_t code = 0; code < total; ++code) {
+    Values v = base;
+    std::size_t rest = code;
+    for (const Knob* k : knobs) {
+      v[k->name] = k->domain[rest % k->domain.size()];
+      rest /= k->domain.size();
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+KnobMutator::KnobMutator(SeenKnobVector seen, int max_tries) : seen_(std::move(seen)), max_tries_(std::max(1, max_tries)) {}
+
+Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx) {
+  Proposal out;
+  out.patch_type = ctx.patch_type;
+  out.model = "knob";
+  if (!parent.ok()) {
+    out.error = "the parent program is invalid: " + parent.error()->message;
+    return out;
+  }
+  if (parent.knobs().empty()) {
+    out.error = "the knob mutator needs knobs: the program declares no braid:knob lines";
+    return out;
+  }
+  if (!ctx.rng) {
+    out.error = "the knob mutator needs a random number generator in its context";
+    return out;
+  }
+  Draw draw(*ctx.rng);
+  Sampler sampler{parent, ctx, draw, {}, {}};
+  for (const auto& k : parent.knobs())
+    if (k.domain.size() > 1) sampler.mutable_knobs.push_back(&k);
+  if (sampler.mutable_knobs.empty()) {
+    out.error = "the knob mutator needs knobs with more than one value; every braid:knob has a single value";
+    return out;
+  }
+  if (ctx.patch_type == PatchType::Cross) {
+    for (const ProgramRecord* record : ctx.cross_parents) {
+      if (!record) continue;
+      Program other = Program::parse(record->code, record->id.empty() ? "<cross parent>" : record->id);
+      if (!other.ok()) continue;
+      Values usable;
+      for (const auto& [name, value] : other.knob_values()) {
+        const Knob* mine = parent.find_knob(name);
+        if (mine && std::find(mine->domain.begin(), mine->domain.end(), value) != mine->domain.end())
+          usable[name] = value;
+      }
+      sampler.cross_sources.push_back(std::move(usable));
+    }
+  }
+
+  // Parents that agree with this one everywhere cannot be mixed into anything new.
+  const Values own = parent.knob_values();
+  bool sources_differ = std::any_of(sampler.cross_sources.begin(), sampler.cross_sources.end(), [&](const Values& s) {
+    return std::any_of(s.begin(), s.end(), [&](const auto& kv) { return own.at(kv.first) != kv.second; });
+  });
+  const bool always_wide = ctx.patch_type == PatchType::Cross && !sources_differ;
+
+  const std::string parent_key = parent.knob_key();
+  int unchanged = 0, violated = 0, seen = 0;
+  std::string last_violation;
+  auto acceptable = [&](const Values& v) {
+    std::string key = knob_key_of(v);
+    if (key == parent_key) {
+      ++unchanged;
+      return false;
+    }
+    if (auto bad = parent.violated_constraint(v)) {
+      ++violated;
+      last_violation = *bad;
+      return false;
+    }
+    if (seen_ && seen_(key)) {
+      ++seen;
+      return false;
+    }
+    return true;
+  };
+
+  std::optional<Values> chosen;
+  for (int attempt = 0; attempt < max_tries_ && !chosen; ++attempt) {
+    // The second half of the tries widens the moves: Exploit's neighbours may all be seen.
+    Values v = sampler.sample(always_wide || attempt >= max_tries_ / 2);
+    if (acceptable(v)) chosen = std::move(v);
+  }
+  if (!chosen) {
+    std::vector<Values> reachable = enumerate_reachable(parent, sampler.mutable_knobs, ctx.patch_type);
+    std::vector<Values> valid;
+    for (auto& v : reachable)
+      if (acceptable(v)) valid.push_back(std::move(v));
+    if (!valid.empty()) chosen = valid[draw.below(valid.size())];
+  }
+  if (!chosen) {
+    out.error = "the knob mutator found no new knob vector in " + std::to_string(max_tries_) + " tries (" +
+                std::to_string(violated) + " violated a braid:require" +
+                (last_violation.empty() ? "" : ", e.g. " + last_violation) + "; " + std::to_string(seen) +
+                " already seen; " + std::to_string(unchanged) + " equal to the parent)";
+    return out;
+  }
+
+  if (ctx.patch_type == PatchType::Diff) {
+    std::vector<std::pair<std::string, std::string>> edits;
+    const std::string& text = parent.text();
+    for (const auto& k : parent.knobs()) {
+      const std::string& value = chosen->at(k.name);
+      if (value == k.value) continue;
+      auto [begin, end] = line_around(text, k.value_offset);
+      std::string old_line = text.substr(begin, end - begin);
+      std::string new_line = old_line;
+      new_line.replace(k.value_offset - begin, k.value.size(), value);
+      edits.emplace_back(std::move(old_line), std::move(new_line));
+    }
+    out.patch = make_diff(edits);
+  } else {
+    EditResult edited = with_knobs(parent, *chosen);
+    if (!edited.ok()) {
+      out.error = "the knob mutator could not edit the program: " + edited.error;
+      return out;
+    }
+    Program child = Program::parse(edited.text, parent.origin());
+    if (!child.ok()) {
+      out.error = "the knob mutator produced an invalid program: " + child.error()->message;
+      return out;
+    }
+    std::vector<std::string> contents;
+    for (std::size_t i = 0; i < child.blocks().size(); ++i) contents.emplace_back(child.block_text(i));
+    out.patch = make_full(parent, contents);
+  }
+  return out;
+}
+
+}  // namespace braid
