@@ -1,0 +1,290 @@
+// LSA all-gather (braid/comm.cuh) against ncclAllGather, shard sizes 1 MiB .. 1 GiB per rank,
+// one process per GPU. Every timed figure is a makespan: per repetition, after a cross-rank
+// barrier, the slowest rank's CUDA-event time; the median over repetitions is reported.
+// Bandwidth = (ranks-1) * shard / time (what each rank receives), as in the reference probe.
+//
+//   bench_allgather [--min_mib 1] [--max_mib 1024] [--reps 15] [--csv FILE]
+//
+// Variants: nccl (ncclAllGather on cudaMalloc buffers, what host-driven programs do), nccl_win
+// (on a symmetric window), nccl_zero_cta (NCCL_CTA_POLICY_ZERO communicator, copy engines),
+// ce_push (cudaMemcpyAsync to peers' LSA addresses), lsa (all_gather_kernel, a sweep of grid,
+// block, unroll and chunk) and lsa_auto (all_gather_auto_config's choice). Each LSA result is
+// checked byte for byte against ncclAllGather's.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "braid/comm.cuh"
+#include "braid/harness.cuh"
+
+using namespace braid::dev;
+
+namespace {
+
+struct Args {
+  size_t min_mib = 1, max_mib = 1024;
+  int reps = 15;
+  std::string csv;
+};
+
+struct LsaConfig {
+  int ctas, threads, unroll;
+  bool tile;  // true: one contiguous tile per CTA; false: 256 KiB chunks round-robin
+};
+
+template <int U>
+void launch_lsa(const LsaConfig& c, ncclDevComm dc, ncclWindow_t win, size_t shard, const void* src, cudaStream_t s) {
+  const size_t chunk = c.tile ? round_up((shard + c.ctas - 1) / c.ctas, 16) : (256u << 10);
+  all_gather_kernel<Issuer::Cta, U><<<c.ctas, c.threads, 0, s>>>(dc, win, 0, shard, src, shard, chunk, 0);
+}
+
+void run_lsa(const LsaConfig& c, ncclDevComm dc, ncclWindow_t win, size_t shard, const void* src, cudaStream_t s) {
+  switch (c.unroll) {
+    case 1: launch_lsa<1>(c, dc, win, shard, src, s); break;
+    case 2: launch_lsa<2>(c, dc, win, shard, src, s); break;
+    case 4: launch_lsa<4>(c, dc, win, shard, src, s); break;
+    default: launch_lsa<8>(c, dc, win, shard, src, s); break;
+  }
+  BRAID_LAUNCHED();
+}
+
+std::string name_of(const LsaConfig& c) {
+  return "lsa_" + std::to_string(c.ctas) + "x" + std::to_string(c.threads) + "_u" + std::to_string(c.unroll) + (c.tile ? "_tile" : "_c256k");
+}
+
+__global__ void count_diff_kernel(const unsigned char* a, const unsigned char* b, size_t n, unsigned long long* bad) {
+  unsigned long long mine = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) mine += a[i] != b[i];
+  if (mine) atomicAdd(bad, mine);
+}
+
+int run_rank(const RankInfo& me, const Args& args) {
+  ncclComm_t comm = init_comm(me);
+  HostBarrier barrier(comm);
+  const int n = me.world;
+  cudaStream_t s = nullptr;
+  BRAID_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  BRAID_CUDA(cudaEventCreate(&e0));
+  BRAID_CUDA(cudaEventCreate(&e1));
+  int dev = 0, sms = 0;
+  BRAID_CUDA(cudaGetDevice(&dev));
+  BRAID_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+
+  std::vector<LsaConfig> configs;
+  for (int ctas : {16, 32, 64, sms, 2 * sms})
+    for (int threads : {512, 1024})
+      for (int unroll : {2, 4, 8})
+        for (bool tile : {true, false}) {
+          if (threads == 1024 && ctas > sms) continue;
+          configs.push_back({ctas, threads, unroll, tile});
+        }
+  // Spinning barriers need co-resident grids.
+  std::vector<LsaConfig> usable;
+  for (const LsaConfig& c : configs) {
+    int resident = 0;
+    switch (c.unroll) {
+      case 2: resident = resident_ctas(all_gather_kernel<Issuer::Cta, 2>, c.threads, 1 << 20); break;
+      case 4: resident = resident_ctas(all_gather_kernel<Issuer::Cta, 4>, c.threads, 1 << 20); break;
+      default: resident = resident_ctas(all_gather_kernel<Issuer::Cta, 8>, c.threads, 1 << 20); break;
+    }
+    if (c.ctas <= resident) usable.push_back(c);
+  }
+  uint32_t max_ctas = 0;
+  for (const LsaConfig& c : usable) max_ctas = std::max<uint32_t>(max_ctas, (uint32_t)c.ctas);
+
+  ncclDevCommRequirements reqs;
+  std::memset(&reqs, 0, sizeof(reqs));
+  reqs.lsaBarrierCount = (int)max_ctas;
+  ncclDevComm dc;
+  BRAID_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
+  ZeroCtaComm zero(comm, me.rank);
+
+  const size_t max_shard = args.max_mib << 20;
+  void* win_mem = nullptr;
+  BRAID_NCCL(ncclMemAlloc(&win_mem, max_shard * n));
+  ncclWindow_t win = nullptr;
+  BRAID_NCCL(ncclCommWindowRegister(comm, win_mem, max_shard * n, &win, NCCL_WIN_COLL_SYMMETRIC));
+  void* zero_mem = nullptr;
+  BRAID_NCCL(ncclMemAlloc(&zero_mem, max_shard * n));
+  zero.register_window(zero_mem, max_shard * n);
+  char *plain = nullptr, *ref = nullptr;
+  BRAID_CUDA(cudaMalloc(&plain, max_shard * n));
+  BRAID_CUDA(cudaMalloc(&ref, max_shard * n));
+  unsigned long long* bad = nullptr;
+  BRAID_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
+  char* win_base = static_cast<char*>(win_mem);
+  const std::vector<void*> peers = host_lsa_pointers(win, 0, n, s);
+  double* dmax = nullptr;
+  BRAID_CUDA(cudaMalloc(&dmax, sizeof(double) * 64));
+
+  // Makespan median of `op` over reps (after 3 warm-ups).
+  auto time_op = [&](auto&& op) {
+    std::vector<double> t;
+    for (int r = 0; r < 3 + args.reps; ++r) {
+      barrier.wait();
+      BRAID_CUDA(cudaEventRecord(e0, s));
+      op();
+      BRAID_CUDA(cudaEventRecord(e1, s));
+      BRAID_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      BRAID_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 3) t.push_back(ms);
+    }
+    BRAID_CUDA(cudaMemcpy(dmax, t.data(), sizeof(double) * t.size(), cudaMemcpyHostToDevice));
+    BRAID_NCCL(ncclAllReduce(dmax, dmax, t.size(), ncclFloat64, ncclMax, comm, s));
+    BRAID_CUDA(cudaMemcpyAsync(t.data(), dmax, sizeof(double) * t.size(), cudaMemcpyDeviceToHost, s));
+    BRAID_CUDA(cudaStreamSynchronize(s));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  auto check_against_ref = [&](const void* got, size_t bytes) {
+    BRAID_CUDA(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
+    count_diff_kernel<<<264, 512, 0, s>>>(static_cast<const unsigned char*>(got), reinterpret_cast<const unsigned char*>(ref), bytes, bad);
+    BRAID_LAUNCHED();
+    unsigned long long h = 0;
+    BRAID_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+    BRAID_CUDA(cudaStreamSynchronize(s));
+    return h;
+  };
+
+  FILE* csv = nullptr;
+  if (me.rank == 0 && !args.csv.empty()) {
+    csv = std::fopen(args.csv.c_str(), "w");
+    if (csv) std::fprintf(csv, "shard_bytes,variant,ms,GBps,ok\n");
+  }
+  if (me.rank == 0) {
+    int version = 0;
+    ncclGetVersion(&version);
+    std::printf("allgather bench: %d ranks, NCCL %d, %d SMs, %zu LSA configs, reps %d (median makespan)\n", n, version, sms, usable.size(), args.reps);
+  }
+  struct Row {
+    size_t shard;
+    double nccl, nccl_win, zero_cta, ce, lsa_best, lsa_auto;
+    std::string best_name, auto_name;
+    bool lsa_ok;
+  };
+  std::vector<Row> rows;
+  for (size_t mib = args.min_mib; mib <= args.max_mib; mib *= 2) {
+    const size_t shard = mib << 20;
+    const size_t total = shard * n;
+    const double recv_bytes = (double)(n - 1) * (double)shard;
+    auto gbps = [&](double ms) { return recv_bytes / (ms * 1e-3) / 1e9; };
+    auto emit = [&](const std::string& v, double ms, bool ok) {
+      if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
+    };
+    Row row{shard, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    // Fresh random shard in every source, and the reference.
+    fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
+    BRAID_LAUNCHED();
+    BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+    BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(zero_mem) + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard,
+                               cudaMemcpyDeviceToDevice, s));
+    BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, ref, shard, ncclUint8, comm, s));
+    BRAID_CUDA(cudaStreamSynchronize(s));
+
+    row.nccl = time_op([&] { BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, plain, shard, ncclUint8, comm, s)); });
+    emit("nccl", row.nccl, check_against_ref(plain, total) == 0);
+    row.nccl_win = time_op([&] { BRAID_NCCL(ncclAllGather(win_base + (size_t)me.rank * shard, win_base, shard, ncclUint8, comm, s)); });
+    emit("nccl_win", row.nccl_win, check_against_ref(win_base, total) == 0);
+    row.zero_cta = time_op([&] {
+      zero.all_gather(static_cast<char*>(zero_mem) + (size_t)me.rank * shard, zero_mem, shard, ncclUint8, s);
+    });
+    emit("nccl_zero_cta", row.zero_cta, check_against_ref(zero_mem, total) == 0);
+    row.ce = time_op([&] {
+      for (int k = 1; k < n; ++k) {
+        const int p = (me.rank + k) % n;
+        BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(peers[(size_t)p]) + (size_t)me.rank * shard, win_base + (size_t)me.rank * shard, shard,
+                                   cudaMemcpyDefault, s));
+      }
+    });
+    barrier.wait();
+    emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
+
+    for (const LsaConfig& c : usable) {
+      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA(cudaStreamSynchronize(s));
+      barrier.wait();
+      run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s);
+      BRAID_CUDA(cudaStreamSynchronize(s));
+      barrier.wait();
+      const bool ok = check_against_ref(win_base, total) == 0;
+      const double ms = time_op([&] { run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
+      emit(name_of(c), ms, ok);
+      row.lsa_ok = row.lsa_ok && ok;
+      if (ok && ms < row.lsa_best) {
+        row.lsa_best = ms;
+        row.best_name = name_of(c);
+      }
+    }
+    const AllGatherConfig ac = all_gather_auto_config(shard, sms);
+    const LsaConfig auto_cfg{ac.ctas, ac.threads, ac.unroll, ac.chunk_bytes == 0};
+    row.lsa_auto = time_op([&] { run_lsa(auto_cfg, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
+    row.auto_name = name_of(auto_cfg);
+    emit("lsa_auto", row.lsa_auto, true);
+    rows.push_back(row);
+    if (me.rank == 0) {
+      std::printf("shard %5zu MiB: nccl %7.1f GB/s  nccl_win %7.1f  zero_cta %7.1f  ce_push %7.1f  lsa_best %7.1f (%s)  lsa_auto %7.1f  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.lsa_best), row.best_name.c_str(),
+                  gbps(row.lsa_auto), row.lsa_auto / row.nccl, row.lsa_ok ? "" : "  LSA MISMATCH");
+      std::fflush(stdout);
+    }
+  }
+  if (csv) std::fclose(csv);
+  if (me.rank == 0) {
+    std::printf("\n| shard | ncclAllGather GB/s | LSA auto GB/s | LSA auto / NCCL time | best LSA GB/s | best config | zero-CTA GB/s | CE push GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+      const double rb = (double)(n - 1) * (double)r.shard;
+      auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %s | %.1f | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta), g(r.ce));
+    }
+  }
+  bool all_ok = true;
+  for (const Row& r : rows) all_ok = all_ok && r.lsa_ok;
+  BRAID_CUDA(cudaDeviceSynchronize());
+  barrier.wait();
+  BRAID_NCCL(ncclDevCommDestroy(comm, &dc));
+  BRAID_NCCL(ncclCommWindowDeregister(comm, win));
+  BRAID_NCCL(ncclMemFree(win_mem));
+  cudaFree(plain);
+  cudaFree(ref);
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--min_mib") args.min_mib = std::stoul(next());
+    else if (a == "--max_mib") args.max_mib = std::stoul(next());
+    else if (a == "--reps") args.reps = std::stoi(next());
+    else if (a == "--csv") args.csv = next();
+    else {
+      std::fprintf(stderr, "bench: unknown flag '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (args.reps < 1 || args.reps > 64 || args.min_mib < 1 || args.max_mib < args.min_mib) {
+    std::fprintf(stderr, "bench: need 1 <= reps <= 64 and 1 <= min_mib <= max_mib\n");
+    return 2;
+  }
+  const int gpus = gpu_count_or_skip(2);
+  const int world = std::min(gpus, kMaxLsaPeers);
+  const int failed = spawn_local_ranks(world, [&](const RankInfo& me) { return run_rank(me, args); });
+  return failed ? 1 : 0;
+}

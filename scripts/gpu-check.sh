@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: builds braid's device code (device/, tests/gpu, bench/device) with
+# nvcc + CMake alone, runs every GPU test and the all-gather benchmark, writes logs under $OUT (or
+# ./gpu-check-out), and prints a short table last.
+#
+#   scripts/gpu-check.sh                 # build here, run all
+#   BRAID_GPU_PREBUILT=dir scripts/gpu-check.sh   # use binaries built elsewhere (falls back to
+#                                                 # building when they cannot load)
+#   BRAID_GPU_BENCH_ARGS="--min_mib 1 --max_mib 1024 --reps 15"  (the default)
+#
+# NCCL comes from NCCL_HOME, the CUDA toolkit or the Python wheel (nvidia.nccl). A wheel that ships
+# libnccl.so.2 without nccl_device.h is paired with headers carried in BRAID_NCCL_INCLUDE (default
+# .device-carry/dev-D/nccl-include); their version must match the library's (checked below).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out=${OUT:-$root/gpu-check-out}
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+source scripts/find-cuda.sh
+wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+nccl_lib=""
+for d in "${NCCL_HOME:-}/lib" "$wheel/lib" "$BRAID_NCCL_LIB"; do
+  if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then nccl_lib=$d; break; fi
+done
+nccl_inc=""
+for d in "${BRAID_NCCL_INCLUDE_OVERRIDE:-}" "$wheel/include" "$BRAID_NCCL_INCLUDE" "$root/.device-carry/dev-D/nccl-include"; do
+  if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then nccl_inc=$d; break; fi
+done
+{
+  echo "== machine"; nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
+  echo "nvcc: $BRAID_NVCC  nccl lib: $nccl_lib  nccl include: $nccl_inc  wheel: $wheel"
+  python3 -c 'import importlib.metadata as m; print("nvidia-nccl wheel", m.version("nvidia-nccl-cu13"))' 2>/dev/null || true
+  ls /sys/class/infiniband 2>/dev/null | head -3 | sed 's/^/rdma device: /'
+} 2>&1 | tee "$out/machine.log"
+if [ -z "$nccl_lib" ] || [ -z "$nccl_inc" ]; then note "FAIL: NCCL library ($nccl_lib) or device headers ($nccl_inc) not found"; exit 1; fi
+hdr=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_inc/nccl.h")
+lib=$(strings "$nccl_lib/libnccl.so.2" 2>/dev/null | sed -n 's/^NCCL version \([0-9.]*\).*/\1/p' | head -1)
+note "NCCL headers $hdr, library ${lib:-unknown}"
+# Device-API structs are compiled into our binaries: a header/library mismatch is a build error
+# in spirit, so say it loudly.
+case "$lib" in 2.28.9*) ;; *) [ -n "$lib" ] && note "WARNING: NCCL library $lib differs from headers $hdr";; esac
+export LD_LIBRARY_PATH="$nccl_lib:${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+
+bin=""
+if [ -n "${BRAID_GPU_PREBUILT:-}" ] && [ -x "$BRAID_GPU_PREBUILT/gpu_test_primitives" ]; then
+  if ! ldd "$BRAID_GPU_PREBUILT/gpu_test_primitives" | grep -q "not found"; then bin=$BRAID_GPU_PREBUILT; note "using prebuilt binaries in $bin"; fi
+fi
+if [ -z "$bin" ]; then
+  start=$(date +%s)
+  BRAID_NCCL_INCLUDE=$nccl_inc BRAID_NCCL_LIB=$nccl_lib cmake -S device -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    >"$out/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1
+  rc=$?
+  note "build: rc=$rc in $(( $(date +%s) - start ))s"
+  if [ $rc -ne 0 ]; then tail -30 "$out/build.log"; exit 1; fi
+  bin=$root/build-gpu
+  mkdir -p "$bin"
+  find build-gpu -maxdepth 3 -type f \( -name 'gpu_*' -o -name 'bench_*' \) -perm -u+x -exec cp -f {} "$bin/" \; 2>/dev/null
+fi
+
+run() {  # name timeout command...
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  note "$name: rc=$rc in $(( $(date +%s) - start ))s"
+  return 0
+}
+run test_primitives 150 "$bin/gpu_test_primitives"
+run test_harness 150 "$bin/gpu_test_harness"
+run bench_allgather 240 "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
+
+echo
+echo "== failures"
+grep -h "^FAIL\|SKIP\|error\|Error" "$out"/test_*.log | head -30
+echo "== harness"
+grep -h "^honest\|  -> \|rank 0:" "$out/test_harness.log" | head -12
+grep -h "rank 0:" "$out/test_primitives.log"
+echo "== benchmark"
+grep -h "^|" "$out/bench_allgather.log"
+echo "== summary"
+cat "$summary"
