@@ -113,6 +113,23 @@ TEST(PatchDiff, LaterEditsSeeEarlierOnes) {
   EXPECT_EQ(Program::parse(out.text).find_knob("kCommCtas")->value, "16");
 }
 
+TEST(PatchDiff, UnchangedMarkerLinesAreAnchors) {
+  Program parent = parent_of(kCppProgram);
+  std::string patch = make_diff(
+      {{"// EVOLVE-BLOCK-START pipeline\nconstexpr int kChunks = 4;  // braid:knob 1|2|4|8|16",
+        "// EVOLVE-BLOCK-START pipeline\nconstexpr int kChunks = 2;  // braid:knob 1|2|4|8|16"},
+       {"  return total;\n}\n// EVOLVE-BLOCK-END", "  return total + 1;\n}\n// EVOLVE-BLOCK-END"}});
+  PatchOutcome out = apply_patch(parent, PatchType::Diff, patch);
+  ASSERT_TRUE(out.ok()) << out.error;
+  EXPECT_EQ(out.text, replaced(replaced(kCppProgram, "kChunks = 4;", "kChunks = 2;"), "return total;", "return total + 1;"));
+  // A marker that the edit renames or drops is still rejected.
+  PatchOutcome renamed = apply_patch(parent, PatchType::Diff,
+                                     make_diff({{"// EVOLVE-BLOCK-START pipeline\nconstexpr int kChunks = 4;  // braid:knob 1|2|4|8|16",
+                                                 "// EVOLVE-BLOCK-START fast\nconstexpr int kChunks = 2;  // braid:knob 1|2|4|8|16"}}));
+  ASSERT_FALSE(renamed.ok());
+  EXPECT_NE(renamed.error.find("contains an EVOLVE-BLOCK marker"), std::string::npos) << renamed.error;
+}
+
 TEST(PatchDiff, MissingSearchNamesBlockAndShowsNearestText) {
   Program parent = parent_of(kCppProgram);
   std::string patch =

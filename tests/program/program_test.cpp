@@ -98,6 +98,14 @@ TEST(Program, PythonHashCommentsAndKnobs) {
   EXPECT_TRUE(p.violated_constraint({{"K_CHUNKS", "8"}}).has_value());
 }
 
+TEST(Program, PythonAnnotatedKnob) {
+  Program p = Program::parse("# EVOLVE-BLOCK-START\nK_TILE: int = 64  # braid:knob 32|64\n# EVOLVE-BLOCK-END\n", "w.py");
+  ASSERT_TRUE(p.ok()) << p.error()->message;
+  EXPECT_EQ(p.knobs()[0].name, "K_TILE");
+  EXPECT_EQ(p.knobs()[0].value, "64");
+  EXPECT_EQ(with_knobs(p, {{"K_TILE", "32"}}).text, "# EVOLVE-BLOCK-START\nK_TILE: int = 32  # braid:knob 32|64\n# EVOLVE-BLOCK-END\n");
+}
+
 TEST(Program, BlockCommentMarkersAndKnobs) {
   const std::string text =
       "int frozen = 1;\n"

@@ -279,13 +279,25 @@ std::optional<std::string> apply_edit(std::string& text, const Edit& edit, std::
   const std::string name = "edit " + std::to_string(index + 1);
   BlockScan scan = scan_blocks(text);
   if (scan.error) return name + ": the program's markers are broken before this edit: " + *scan.error;
-  for (const auto& r : edit.replace)
+  std::vector<std::string> search = edit.search;
+  std::vector<std::string> replace = edit.replace;
+  // A marker line quoted unchanged at either end is only an anchor: keep the edit inside it.
+  auto same_marker = [](const std::string& a, const std::string& b) {
+    return parse_marker(a).kind != MarkerKind::None && trim(a) == trim(b);
+  };
+  while (!search.empty() && !replace.empty() && same_marker(search.front(), replace.front())) {
+    search.erase(search.begin());
+    replace.erase(replace.begin());
+  }
+  while (!search.empty() && !replace.empty() && same_marker(search.back(), replace.back())) {
+    search.pop_back();
+    replace.pop_back();
+  }
+  for (const auto& r : replace)
     if (parse_marker(r).kind != MarkerKind::None)
       return name + ": its REPLACE text contains an EVOLVE-BLOCK marker; markers are frozen and may not be added, "
                     "moved or removed";
   std::vector<std::string> lines = lines_of(text);
-  std::vector<std::string> search = edit.search;
-  std::vector<std::string> replace = edit.replace;
   if (strip_blank_ends(search).empty())
     return name + ": its SEARCH part is empty; quote the exact lines to replace";
 

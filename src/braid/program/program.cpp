@@ -116,6 +116,14 @@ std::optional<Problem> parse_knob_declaration(std::string_view code, std::size_t
       "a knob line looks like `constexpr int kName = 4;  // braid:knob 1|2|4` or `K_NAME = 4  # braid:knob 1|2|4`";
   if (eq == std::string_view::npos) return Problem{0, shape};
   std::string_view lhs = trim_right(code.substr(0, eq));
+  // Python annotation `K_CHUNKS: int = 4`: the name precedes a lone ':' (C++ types use "::").
+  for (std::size_t i = 0; i < lhs.size(); ++i) {
+    bool lone_colon = lhs[i] == ':' && (i == 0 || lhs[i - 1] != ':') && (i + 1 == lhs.size() || lhs[i + 1] != ':');
+    if (lone_colon) {
+      lhs = trim_right(lhs.substr(0, i));
+      break;
+    }
+  }
   std::size_t name_start = lhs.size();
   while (name_start > 0 && is_ident_char(lhs[name_start - 1])) --name_start;
   knob.name = std::string(lhs.substr(name_start));
