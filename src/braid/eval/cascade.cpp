@@ -1,0 +1,125 @@
+#include "braid/eval/cascade.hpp"
+
+#include <fmt/format.h>
+
+#include "braid/eval/command_line.hpp"
+#include "braid/eval/diagnostics.hpp"
+#include "braid/eval/work_folder.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+std::map<std::string, std::string> env_from_json(const json& section) {
+  std::map<std::string, std::string> env;
+  if (auto e = section.find("env"); e != section.end())
+    for (auto& [name, value] : e->items()) env[name] = value.get<std::string>();
+  return env;
+}
+
+// The verdict the program wrote, if any: nullopt when correct.json is absent or unreadable.
+struct Verdict {
+  bool correct = false;
+  std::string error;
+};
+std::optional<Verdict> read_verdict(const std::filesystem::path& results) {
+  auto text = try_read_file(results / "correct.json");
+  if (!text) return std::nullopt;
+  json value = json::parse(*text, nullptr, false);
+  if (value.is_discarded() || !value.is_object() || !value.contains("correct") || !value["correct"].is_boolean())
+    return std::nullopt;
+  Verdict v;
+  v.correct = value["correct"].get<bool>();
+  if (value.contains("error") && value["error"].is_string()) v.error = value["error"].get<std::string>();
+  if (!v.correct && v.error.empty()) v.error = "verification failed";
+  return v;
+}
+
+std::string timeout_text(const std::string& step, double limit_s) {
+  return fmt::format("{} timed out (limit {:g} s); the process group was killed", step, limit_s);
+}
+
+}  // namespace
+
+CascadeConfig CascadeConfig::from_json(const json& section, const std::filesystem::path& workload_dir,
+                                       const std::string& program_filename) {
+  CascadeConfig c;
+  c.workload_dir = workload_dir;
+  c.program_filename = program_filename;
+  c.build = section.value("build", std::string());
+  c.run = section.value("run", std::string());
+  c.bench = section.value("bench", std::string());
+  c.build_timeout_s = section.value("build_timeout_s", c.build_timeout_s);
+  c.run_timeout_s = section.value("run_timeout_s", c.run_timeout_s);
+  c.bench_timeout_s = section.value("bench_timeout_s", c.bench_timeout_s);
+  c.env = env_from_json(section);
+  return c;
+}
+
+CascadeEvaluator::CascadeEvaluator(CascadeConfig config) : config_(std::move(config)) {}
+
+std::string CascadeEvaluator::describe() const {
+  return fmt::format("cascade: build `{}`, run `{}`{}", config_.build, config_.run,
+                     config_.bench.empty() ? "" : ", bench `" + config_.bench + "`");
+}
+
+EvalResult CascadeEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
+  EvalResult result;
+  WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
+  auto step = [&](const std::string& name, const std::string& command, double timeout_s) {
+    StepSpec spec{name, command_argv(command, folder.placeholders), folder.dir, timeout_s, config_.env};
+    SubprocessResult run = run_step(spec, folder, request, jobs);
+    result.timings[name] = run.wall_s;
+    return run;
+  };
+  auto fail = [&](FailureKind kind, const std::string& error) {
+    record_failure(result, kind, error);
+    write_failure_contract(folder, result);
+    return result;
+  };
+
+  // L1: build.
+  result.level_reached = 1;
+  SubprocessResult build = step("build", config_.build, config_.build_timeout_s);
+  if (!build.started) return fail(FailureKind::BuildFailed, "build command " + build.describe_end());
+  if (build.timed_out) return fail(FailureKind::Timeout, timeout_text("build", config_.build_timeout_s));
+  if (!build.succeeded()) {
+    std::string errors = trim_compiler_errors(build.stderr_text + build.stdout_text, folder.program.string(),
+                                              config_.program_filename);
+    if (errors.find_first_not_of(" \n\t") == std::string::npos) errors = "build " + build.describe_end();
+    return fail(FailureKind::BuildFailed, errors);
+  }
+
+  // L2: run and verify.
+  result.level_reached = 2;
+  SubprocessResult run = step("run", config_.run, config_.run_timeout_s);
+  if (run.timed_out) return fail(FailureKind::Timeout, timeout_text("run+verify", config_.run_timeout_s));
+  auto verdict = read_verdict(folder.results);
+  // A harness may exit non-zero after reporting a wrong result: the report is the diagnosis.
+  if (verdict && !verdict->correct) return fail(FailureKind::VerifyFailed, verdict->error);
+  if (!run.succeeded()) return fail(FailureKind::RunFailed, describe_crash("run", run));
+  if (!verdict) return fail(FailureKind::RunFailed, "run exited 0 but wrote no valid results/correct.json");
+
+  if (config_.bench.empty()) {
+    read_metrics_contract(folder.results, FailureKind::RunFailed, result);
+    if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
+    return result;
+  }
+
+  // L3: benchmark. The verify run's files are set aside so that only the bench's count.
+  result.level_reached = 3;
+  const std::string verify_verdict = read_file(folder.results / "correct.json");
+  std::filesystem::remove(folder.results / "correct.json");
+  std::filesystem::remove(folder.results / "metrics.json");
+  SubprocessResult bench = step("bench", config_.bench, config_.bench_timeout_s);
+  if (bench.timed_out) return fail(FailureKind::Timeout, timeout_text("bench", config_.bench_timeout_s));
+  auto bench_verdict = read_verdict(folder.results);
+  if (bench_verdict && !bench_verdict->correct) return fail(FailureKind::VerifyFailed, bench_verdict->error);
+  if (!bench.succeeded()) return fail(FailureKind::BenchFailed, describe_crash("bench", bench));
+  if (!bench_verdict) write_file_atomic(folder.results / "correct.json", verify_verdict);
+  read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
+  if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
+  return result;
+}
+
+}  // namespace braid

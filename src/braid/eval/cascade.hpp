@@ -1,0 +1,52 @@
+// The built-in cascade of workload.yaml's `evaluator: {kind: cascade, ...}`:
+//   L1 build  -> build_failed (trimmed compiler errors) or timeout
+//   L2 run    -> the program verifies itself and writes <results_dir>/correct.json;
+//                crash -> run_failed, timeout -> timeout, correct=false -> verify_failed
+//   L3 bench  -> the program writes <results_dir>/metrics.json with combined_score;
+//                failure -> bench_failed (verify_failed if it reports a wrong result)
+// Metrics come only from files in the results folder braid created, never from stdout.
+//
+// Work folder of one evaluation (EvalRequest::work_dir):
+//   <program file>   the candidate (the workload's program file name, e.g. program.cpp)
+//   <stem>.out       {artifact}
+//   results/         {results_dir}: correct.json, metrics.json (braid writes correct.json with
+//                    "failure" itself when the program could not)
+//   logs/            build|run|bench .stdout/.stderr, capped
+#pragma once
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "braid/eval/evaluator.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid {
+
+struct CascadeConfig {
+  std::filesystem::path workload_dir;
+  std::string program_filename = "program.cpp";
+  std::string build;  // command templates with {program} {artifact} {work_dir} {workload_dir}
+  std::string run;    // {seed} {results_dir}; bench may be empty (then run must write
+  std::string bench;  // metrics.json itself)
+  double build_timeout_s = 60.0;
+  double run_timeout_s = 30.0;
+  double bench_timeout_s = 60.0;
+  std::map<std::string, std::string> env;  // added to every command's environment
+
+  // From a validated evaluator section (see load_workload).
+  static CascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,
+                                 const std::string& program_filename);
+};
+
+class CascadeEvaluator : public Evaluator {
+ public:
+  explicit CascadeEvaluator(CascadeConfig config);
+  EvalResult evaluate(const EvalRequest& request, const JobObserver& jobs) override;
+  std::string describe() const override;
+  const CascadeConfig& config() const { return config_; }
+
+ private:
+  CascadeConfig config_;
+};
+
+}  // namespace braid

@@ -1,0 +1,72 @@
+#include "braid/eval/external.hpp"
+
+#include <fmt/format.h>
+
+#include "braid/eval/command_line.hpp"
+#include "braid/eval/work_folder.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+
+ExternalConfig ExternalConfig::from_json(const json& section, const std::filesystem::path& workload_dir,
+                                         const std::string& program_filename) {
+  ExternalConfig c;
+  c.workload_dir = workload_dir;
+  c.program_filename = program_filename;
+  c.command = section.value("command", std::string());
+  c.timeout_s = section.value("timeout_s", c.timeout_s);
+  if (auto e = section.find("env"); e != section.end())
+    for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
+  return c;
+}
+
+ExternalEvaluator::ExternalEvaluator(ExternalConfig config) : config_(std::move(config)) {}
+
+std::string ExternalEvaluator::describe() const { return fmt::format("external: `{}`", config_.command); }
+
+EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
+  EvalResult result;
+  WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
+  std::vector<std::string> argv = command_argv(config_.command, folder.placeholders);
+  argv.insert(argv.end(), {"--program_path", folder.program.string(), "--results_dir", folder.results.string()});
+  StepSpec spec{"external", std::move(argv), std::filesystem::absolute(config_.workload_dir), config_.timeout_s,
+                config_.env};
+  SubprocessResult run = run_step(spec, folder, request, jobs);
+  result.timings["external"] = run.wall_s;
+  auto fail = [&](FailureKind kind, const std::string& error) {
+    record_failure(result, kind, error);
+    write_failure_contract(folder, result);
+    return result;
+  };
+
+  result.level_reached = 1;
+  if (!run.started) return fail(FailureKind::RunFailed, "evaluator " + run.describe_end());
+  if (run.timed_out)
+    return fail(FailureKind::Timeout,
+                fmt::format("evaluator timed out (limit {:g} s); the process group was killed", config_.timeout_s));
+
+  read_metrics_contract(folder.results, FailureKind::RunFailed, result);
+  if (result.failure == FailureKind::Ok) {
+    result.level_reached = 3;
+    return result;
+  }
+  if (result.failure == FailureKind::VerifyFailed) {
+    result.level_reached = 2;
+    // The evaluator may say which stage failed, in braid's words.
+    json verdict = json::parse(try_read_file(folder.results / "correct.json").value_or("{}"), nullptr, false);
+    if (verdict.is_object() && verdict.contains("failure") && verdict["failure"].is_string()) {
+      if (auto kind = failure_kind_from(verdict["failure"].get<std::string>()); kind && *kind != FailureKind::Ok) {
+        result.failure = *kind;
+        if (*kind == FailureKind::BuildFailed) result.level_reached = 1;
+        if (*kind == FailureKind::BenchFailed) result.level_reached = 3;
+      }
+    }
+    return result;
+  }
+  // No usable verdict: say how the evaluator ended.
+  if (!run.succeeded()) result.error_text += "\n" + describe_crash("evaluator", run);
+  write_failure_contract(folder, result);
+  return result;
+}
+
+}  // namespace braid

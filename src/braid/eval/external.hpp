@@ -1,0 +1,40 @@
+// workload.yaml's `evaluator: {kind: external, command: "python3 evaluate.py", timeout_s: 120}`:
+// runs `<command> --program_path P --results_dir D` in the workload folder and reads
+// D/correct.json and D/metrics.json (the CUCo/ShinkaEvolve contract), so an existing
+// evaluate.py works unchanged.
+//
+// Classification: timeout -> timeout; correct=false -> verify_failed, unless correct.json
+// also carries a braid failure kind in "failure" (e.g. "build_failed"), which is then used;
+// no usable metrics -> run_failed (with the exit status and stderr tail).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "braid/eval/evaluator.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid {
+
+struct ExternalConfig {
+  std::filesystem::path workload_dir;
+  std::string program_filename = "program.cpp";
+  std::string command;  // split into words; the same placeholders as the cascade may appear
+  double timeout_s = 300.0;
+  std::map<std::string, std::string> env;
+
+  static ExternalConfig from_json(const json& section, const std::filesystem::path& workload_dir,
+                                  const std::string& program_filename);
+};
+
+class ExternalEvaluator : public Evaluator {
+ public:
+  explicit ExternalEvaluator(ExternalConfig config);
+  EvalResult evaluate(const EvalRequest& request, const JobObserver& jobs) override;
+  std::string describe() const override;
+
+ private:
+  ExternalConfig config_;
+};
+
+}  // namespace braid

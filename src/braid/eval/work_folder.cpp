@@ -1,0 +1,85 @@
+#include "braid/eval/work_folder.hpp"
+
+#include <fmt/format.h>
+
+#include "braid/eval/diagnostics.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+
+const std::vector<std::string>& known_placeholders() {
+  static const std::vector<std::string> names = {"program", "artifact", "work_dir", "workload_dir", "seed", "results_dir"};
+  return names;
+}
+
+WorkFolder prepare_work_folder(const EvalRequest& request, const std::filesystem::path& workload_dir,
+                               const std::string& program_filename) {
+  WorkFolder f;
+  f.dir = std::filesystem::absolute(request.work_dir);
+  f.program = f.dir / program_filename;
+  f.artifact = f.dir / (std::filesystem::path(program_filename).stem().string() + ".out");
+  f.results = f.dir / "results";
+  f.logs = f.dir / "logs";
+  std::filesystem::create_directories(f.results);
+  std::filesystem::create_directories(f.logs);
+  // A folder reused by a retried evaluation must not offer the previous attempt's verdict.
+  std::filesystem::remove(f.results / "correct.json");
+  std::filesystem::remove(f.results / "metrics.json");
+  write_file_atomic(f.program, request.code);
+  f.placeholders = {{"program", f.program.string()},
+                    {"artifact", f.artifact.string()},
+                    {"work_dir", f.dir.string()},
+                    {"workload_dir", std::filesystem::absolute(workload_dir).string()},
+                    {"seed", std::to_string(request.seed)},
+                    {"results_dir", f.results.string()}};
+  return f;
+}
+
+SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const EvalRequest& request,
+                          const JobObserver& jobs) {
+  SubprocessOptions options;
+  options.argv = step.argv;
+  options.cwd = step.cwd;
+  options.env_add = step.env;
+  options.env_add["BRAID_WORK_DIR"] = folder.dir.string();
+  options.env_add["BRAID_RESULTS_DIR"] = folder.results.string();
+  options.env_add["BRAID_WORKLOAD_DIR"] = folder.placeholders.at("workload_dir");
+  options.env_add["BRAID_SEED"] = folder.placeholders.at("seed");
+  options.timeout_s = step.timeout_s;
+  options.stdout_path = folder.logs / (step.name + ".stdout");
+  options.stderr_path = folder.logs / (step.name + ".stderr");
+  const std::string what = request.candidate_id.empty() ? step.name : request.candidate_id + " " + step.name;
+  long started_pgid = 0;
+  if (jobs) {
+    options.on_start = [&](long pgid) {
+      started_pgid = pgid;
+      jobs(pgid, true, what);
+    };
+  }
+  SubprocessResult result = run_subprocess(options);
+  if (jobs && started_pgid != 0) jobs(started_pgid, false, what);
+  return result;
+}
+
+std::string describe_crash(const std::string& what, const SubprocessResult& run) {
+  std::string text = what + ": " + run.describe_end();
+  std::string tail = tail_text(run.stderr_text, 1536);
+  if (tail.find_first_not_of(" \n\t") == std::string::npos) tail = tail_text(run.stdout_text, 1024);
+  if (tail.find_first_not_of(" \n\t") != std::string::npos) text += "\n" + tail;
+  return text;
+}
+
+void record_failure(EvalResult& result, FailureKind kind, const std::string& error) {
+  result.failure = kind;
+  result.correct = false;
+  result.combined_score = 0.0;
+  if (!result.error_text.empty() && !error.empty()) result.error_text += "\n";
+  result.error_text += error;
+}
+
+void write_failure_contract(const WorkFolder& folder, const EvalResult& result) {
+  json verdict = {{"correct", false}, {"error", result.error_text}, {"failure", std::string(to_string(result.failure))}};
+  write_file_atomic(folder.results / "correct.json", verdict.dump(2) + "\n");
+}
+
+}  // namespace braid

@@ -1,0 +1,180 @@
+#include "braid/eval/workload.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "braid/eval/cascade.hpp"
+#include "braid/eval/command_line.hpp"
+#include "braid/eval/external.hpp"
+#include "braid/eval/work_folder.hpp"
+#include "braid/util/error.hpp"
+
+namespace braid {
+namespace {
+
+// Reads one workload.yaml; every problem is a UserError naming the file and the line.
+class WorkloadReader {
+ public:
+  explicit WorkloadReader(std::filesystem::path yaml) : yaml_(std::move(yaml)) {}
+
+  [[noreturn]] void error(const YAML::Node& at, const std::string& problem) const {
+    const auto mark = at.Mark();
+    if (mark.line >= 0 && !at.IsNull()) throw UserError(yaml_.string(), "line " + std::to_string(mark.line + 1) + ": " + problem);
+    throw UserError(yaml_.string(), problem);
+  }
+
+  void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& where) const {
+    for (const auto& entry : map) {
+      const std::string key = entry.first.as<std::string>();
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      error(entry.first, "unknown key '" + key + "'" + where + " (expected one of: " + list + ")");
+    }
+  }
+
+  std::string string_at(const YAML::Node& map, const std::string& key, bool required, const std::string& where) const {
+    const YAML::Node node = map[key];
+    if (!node) {
+      if (required) error(map, "missing key '" + key + "'" + where);
+      return {};
+    }
+    if (!node.IsScalar()) error(node, "'" + key + "'" + where + " must be a string");
+    return node.as<std::string>();
+  }
+
+  std::optional<double> seconds_at(const YAML::Node& map, const std::string& key) const {
+    const YAML::Node node = map[key];
+    if (!node) return std::nullopt;
+    double value = 0.0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value <= 0)
+      error(node, "'" + key + "' must be a positive number of seconds");
+    return value;
+  }
+
+  // A command template: must split into words and use only known placeholders.
+  std::string command_at(const YAML::Node& map, const std::string& key, bool required) const {
+    std::string command = string_at(map, key, required, " in evaluator");
+    if (command.empty()) {
+      if (required) error(map[key], "'" + key + "' in evaluator is empty");
+      return command;
+    }
+    std::string problem;
+    if (!split_command_words(command, &problem)) error(map[key], "evaluator '" + key + "': " + problem);
+    for (const auto& name : placeholders_in(command)) {
+      const auto& known = known_placeholders();
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        error(map[key], "evaluator '" + key + "' uses unknown placeholder {" + name +
+                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir})");
+    }
+    return command;
+  }
+
+  json env_at(const YAML::Node& map) const {
+    json env = json::object();
+    const YAML::Node node = map["env"];
+    if (!node) return env;
+    if (!node.IsMap()) error(node, "'env' in evaluator must be a mapping of variable names to values");
+    for (const auto& entry : node) {
+      if (!entry.second.IsScalar()) error(entry.second, "env '" + entry.first.as<std::string>() + "' must be a string");
+      env[entry.first.as<std::string>()] = entry.second.as<std::string>();
+    }
+    return env;
+  }
+
+  json evaluator(const YAML::Node& root) const {
+    const YAML::Node node = root["evaluator"];
+    if (!node) error(root, "missing key 'evaluator'");
+    if (!node.IsMap()) error(node, "'evaluator' must be a mapping with a 'kind'");
+    const std::string kind = string_at(node, "kind", true, " in evaluator");
+    json section = {{"kind", kind}};
+    if (kind == "cascade") {
+      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "env"},
+                 " in evaluator");
+      section["build"] = command_at(node, "build", true);
+      section["run"] = command_at(node, "run", true);
+      section["bench"] = command_at(node, "bench", false);
+      section["build_timeout_s"] = seconds_at(node, "build_timeout_s").value_or(60.0);
+      section["run_timeout_s"] = seconds_at(node, "run_timeout_s").value_or(30.0);
+      section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
+    } else if (kind == "external") {
+      check_keys(node, {"kind", "command", "timeout_s", "env"}, " in evaluator");
+      section["command"] = command_at(node, "command", true);
+      section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
+    } else {
+      error(node["kind"], "evaluator kind '" + kind + "' is unknown (expected cascade or external)");
+    }
+    section["env"] = env_at(node);
+    return section;
+  }
+
+  std::filesystem::path existing_file(const YAML::Node& root, const std::string& key, const std::filesystem::path& dir,
+                                      bool required) const {
+    const std::string value = string_at(root, key, required, "");
+    if (value.empty()) {
+      if (required) error(root[key], "'" + key + "' is empty");
+      return {};
+    }
+    std::filesystem::path path = std::filesystem::path(value).is_absolute() ? std::filesystem::path(value) : dir / value;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      error(root[key], key + " file '" + value + "' does not exist (looked for " + path.string() + ")");
+    return path.lexically_normal();
+  }
+
+  WorkloadSpec read() const {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(yaml_.string());
+    } catch (const YAML::BadFile&) {
+      throw UserError(yaml_.string(), "cannot be read");
+    } catch (const YAML::Exception& e) {
+      throw UserError(yaml_.string(), "line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    }
+    if (!root.IsMap()) throw UserError(yaml_.string(), "must be a mapping (name, program, evaluator, ...)");
+    try {
+      check_keys(root, {"name", "program", "language", "evaluator", "task", "config"}, "");
+      WorkloadSpec spec;
+      spec.dir = std::filesystem::absolute(yaml_.parent_path()).lexically_normal();
+      spec.name = string_at(root, "name", false, "");
+      if (spec.name.empty()) spec.name = spec.dir.filename().string();
+      spec.program = existing_file(root, "program", spec.dir, true);
+      spec.language = string_at(root, "language", false, "");
+      if (spec.language.empty()) spec.language = "cpp";
+      spec.task = string_at(root, "task", false, "");
+      spec.config = existing_file(root, "config", spec.dir, false);
+      spec.evaluator = evaluator(root);
+      return spec;
+    } catch (const YAML::Exception& e) {
+      // Conversions that yaml-cpp refuses (a key that is not a string, ...).
+      throw UserError(yaml_.string(), "line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    }
+  }
+
+ private:
+  std::filesystem::path yaml_;
+};
+
+}  // namespace
+
+WorkloadSpec load_workload(const std::filesystem::path& dir_or_yaml) {
+  std::error_code ec;
+  std::filesystem::path yaml = dir_or_yaml;
+  if (std::filesystem::is_directory(dir_or_yaml, ec)) yaml = dir_or_yaml / "workload.yaml";
+  if (!std::filesystem::is_regular_file(yaml, ec)) throw UserError(yaml.string(), "no such workload file");
+  return WorkloadReader(std::filesystem::absolute(yaml)).read();
+}
+
+std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
+  const std::string kind = spec.evaluator.value("kind", std::string());
+  const std::string program_filename = spec.program.filename().string();
+  if (kind == "cascade")
+    return std::make_unique<CascadeEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  if (kind == "external")
+    return std::make_unique<ExternalEvaluator>(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' is unknown (expected cascade or external)");
+}
+
+}  // namespace braid
