@@ -142,7 +142,7 @@ struct Sampler {
 // Every vector within reach of the patch type (diff: 1-2 changed knobs; full/cross: all), for
 // when random draws keep landing on seen or invalid vectors. Empty when the space is too large.
 std::vector<Values> enumerate_reachable(const Program& parent, const std::vector<const Knob*>& knobs, PatchType type) {
-  constexpr std::size_t kLimit = 200000;
+  constexpr std::size_t kLimit = 50000;
   std::vector<Values> out;
   const Values base = parent.knob_values();
   if (type == PatchType::Diff) {
@@ -259,15 +259,18 @@ Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx)
     Values v = sampler.sample(always_wide || attempt >= max_tries_ / 2);
     if (acceptable(v)) chosen = std::move(v);
   }
+  std::size_t enumerated = 0;
   if (!chosen) {
     std::vector<Values> reachable = enumerate_reachable(parent, sampler.mutable_knobs, ctx.patch_type);
+    enumerated = reachable.size();
     std::vector<Values> valid;
     for (auto& v : reachable)
       if (acceptable(v)) valid.push_back(std::move(v));
     if (!valid.empty()) chosen = valid[draw.below(valid.size())];
   }
   if (!chosen) {
-    out.error = "the knob mutator found no new knob vector in " + std::to_string(max_tries_) + " tries (" +
+    out.error = "the knob mutator found no new knob vector after " + std::to_string(max_tries_) + " random draws" +
+                (enumerated ? " and " + std::to_string(enumerated) + " enumerated vectors" : std::string()) + " (" +
                 std::to_string(violated) + " violated a braid:require" +
                 (last_violation.empty() ? "" : ", e.g. " + last_violation) + "; " + std::to_string(seen) +
                 " already seen; " + std::to_string(unchanged) + " equal to the parent)";
