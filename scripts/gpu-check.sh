@@ -65,14 +65,14 @@ fi
 run() {  # name timeout command...
   local name=$1 limit=$2; shift 2
   local start=$(date +%s)
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   note "$name: rc=$rc in $(( $(date +%s) - start ))s"
   return 0
 }
-run test_primitives 150 "$bin/gpu_test_primitives"
-run test_harness 150 "$bin/gpu_test_harness"
-run bench_allgather 240 "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
+run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
+run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
+run bench_allgather "${BRAID_GPU_BENCH_TIMEOUT:-120}" "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
 
 echo
 echo "== failures"

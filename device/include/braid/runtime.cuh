@@ -17,6 +17,8 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,6 +207,7 @@ inline int spawn_local_ranks(int n, const std::function<int(const RankInfo&)>& b
     pid_t pid = fork();
     if (pid < 0) throw DeviceError("fork failed");
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed launcher (timeout) takes its ranks with it
       setenv("BRAID_RANK", std::to_string(r).c_str(), 1);
       setenv("BRAID_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("BRAID_LOCAL_RANK", std::to_string(r).c_str(), 1);
