@@ -99,9 +99,22 @@ std::string_view Statement::column_text_view(int col) const {
 std::vector<float> Statement::column_floats(int col) const {
   // Native float32 (little-endian on every host braid targets), as written by bind_blob.
   const void* data = sqlite3_column_blob(stmt_, col);
-  auto bytes = static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col));
-  std::vector<float> out(bytes / sizeof(float));
-  if (data && !out.empty()) std::memcpy(out.data(), data, out.size() * sizeof(float));
+  auto count = static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)) / sizeof(float);
+  if (!data || count == 0) return {};
+  // SQLite gives no alignment guarantee for blobs, and the vector must not be zero-filled
+  // first (summaries() copies ~200 MB for 100k programs): construct it from the bytes.
+  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
+    const auto* first = static_cast<const float*>(data);
+    return std::vector<float>(first, first + count);
+  }
+  std::vector<float> out;
+  out.reserve(count);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < count; ++i) {
+    float value;
+    std::memcpy(&value, bytes + i * sizeof(float), sizeof(float));
+    out.push_back(value);
+  }
   return out;
 }
 
