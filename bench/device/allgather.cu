@@ -118,6 +118,12 @@ int run_rank(const RankInfo& me, const Args& args) {
   BRAID_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
   char* win_base = static_cast<char*>(win_mem);
   const std::vector<void*> peers = host_lsa_pointers(win, 0, n, s);
+  void* flag_mem = nullptr;
+  BRAID_NCCL(ncclMemAlloc(&flag_mem, 1 << 20));
+  BRAID_CUDA(cudaMemset(flag_mem, 0, 1 << 20));
+  ncclWindow_t flag_win = nullptr;
+  BRAID_NCCL(ncclCommWindowRegister(comm, flag_mem, 1 << 20, &flag_win, NCCL_WIN_COLL_SYMMETRIC));
+  int flag_slot = 0;
   double* dmax = nullptr;
   BRAID_CUDA(cudaMalloc(&dmax, sizeof(double) * 64));
 
@@ -163,7 +169,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_kflag, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -176,7 +182,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -203,6 +209,30 @@ int run_rank(const RankInfo& me, const Args& args) {
     });
     barrier.wait();
     emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Signal::StreamWrite);
+      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA(cudaStreamSynchronize(s));
+      barrier.wait();
+      row.ce_sync = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
+      barrier.wait();
+      const bool ok = check_against_ref(win_base, total) == 0;
+      row.lsa_ok = row.lsa_ok && ok;
+      emit("ce_sync", row.ce_sync, ok);
+    }
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Signal::Kernel);
+      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA(cudaStreamSynchronize(s));
+      barrier.wait();
+      row.ce_sync_kflag = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
+      barrier.wait();
+      const bool ok = check_against_ref(win_base, total) == 0;
+      row.lsa_ok = row.lsa_ok && ok;
+      emit("ce_sync_kflag", row.ce_sync_kflag, ok);
+    }
 
     for (const LsaConfig& c : usable) {
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
@@ -223,26 +253,34 @@ int run_rank(const RankInfo& me, const Args& args) {
     }
     const AllGatherConfig ac = all_gather_auto_config(shard, sms);
     const LsaConfig auto_cfg{ac.ctas, ac.threads, ac.unroll, ac.chunk_bytes == 0};
-    row.lsa_auto = time_op([&] { run_lsa(auto_cfg, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
+    BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+    BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+    BRAID_CUDA(cudaStreamSynchronize(s));
+    barrier.wait();
+    row.lsa_auto = time_op([&] { launch_all_gather(ac, dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, 0, s); });
+    barrier.wait();
+    const bool auto_ok = check_against_ref(win_base, total) == 0;
+    row.lsa_ok = row.lsa_ok && auto_ok;
     row.auto_name = name_of(auto_cfg);
-    emit("lsa_auto", row.lsa_auto, true);
+    emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %7.1f GB/s  nccl_win %7.1f  zero_cta %7.1f  ce_push %7.1f  lsa_best %7.1f (%s)  lsa_auto %7.1f  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.lsa_best), row.best_name.c_str(),
-                  gbps(row.lsa_auto), row.lsa_auto / row.nccl, row.lsa_ok ? "" : "  LSA MISMATCH");
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  ce_sync_kflag %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_kflag),
+                  gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
+                  row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
     }
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA auto GB/s | LSA auto / NCCL time | best LSA GB/s | best config | zero-CTA GB/s | CE push GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine (synced) GB/s | CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %s | %.1f | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta), g(r.ce));
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.ce_sync), r.ce_sync / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
     }
   }
   bool all_ok = true;
@@ -252,6 +290,8 @@ int run_rank(const RankInfo& me, const Args& args) {
   BRAID_NCCL(ncclDevCommDestroy(comm, &dc));
   BRAID_NCCL(ncclCommWindowDeregister(comm, win));
   BRAID_NCCL(ncclMemFree(win_mem));
+  BRAID_NCCL(ncclCommWindowDeregister(comm, flag_win));
+  BRAID_NCCL(ncclMemFree(flag_mem));
   cudaFree(plain);
   cudaFree(ref);
   return all_ok ? 0 : 1;

@@ -253,6 +253,27 @@ int run_rank(const RankInfo& me) {
     }
   }
 
+  // CopyEngineAllGather: copy engines + stream flag handshakes, both ways of writing the flags,
+  // three rounds each (epochs advance; fresh data every round).
+  {
+    int instance = 0;
+    for (size_t bytes : sizes) {
+      for (auto signal : {CopyEngineAllGather::Signal::StreamWrite, CopyEngineAllGather::Signal::Kernel}) {
+        const size_t flag_off = 768 * 1024 + (size_t)(instance++) * 64;
+        CopyEngineAllGather ce(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, signal);
+        for (int round = 0; round < 3; ++round) {
+          fresh(bytes, ++salt);
+          BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
+          ce.run(src, bytes, s);
+          finish();
+          const std::string d = compare_device_bytes(recv, ref, bytes * n);
+          check.expect(d.empty(), std::string("CopyEngineAllGather ") + (signal == CopyEngineAllGather::Signal::StreamWrite ? "stream-write " : "kernel-flag ") +
+                                      std::to_string(bytes) + "B round " + std::to_string(round), d);
+        }
+      }
+    }
+  }
+
   // NCCL zero-CTA (copy-engine) collectives.
   void *zs = nullptr, *zr = nullptr;
   {

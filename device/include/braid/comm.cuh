@@ -26,7 +26,8 @@
 //   * Grids that spin on peers must be co-resident: ctas <= occupancy * SMs, same on all ranks.
 //   * Host side: `host_lsa_pointers` hands peers' symmetric addresses to the host so copy
 //     engines can move data (cudaMemcpyAsync); `ZeroCtaComm` runs NCCL's host collectives with
-//     NCCL_CTA_POLICY_ZERO (copy engines, no SMs).
+//     NCCL_CTA_POLICY_ZERO (copy engines, no SMs); `CopyEngineAllGather` is an all-gather that uses
+//     only copy engines and stream memory operations (flags written and waited by the streams).
 //   * Multimem (NVLS) is never used.
 #pragma once
 
@@ -544,12 +545,23 @@ struct AllGatherConfig {
   size_t chunk_bytes = 0;
 };
 
-// A measured default per shard size (bench/device/allgather_bench.cu, two H200 over NVLink).
+// The fastest launch per shard size measured on two NVLink-linked H200 (bench/device/allgather.cu,
+// sweep of grid, block, unroll and chunk): small shards want few CTAs (barrier latency), large
+// ones every SM with 256 KiB chunks dealt round-robin.
 inline AllGatherConfig all_gather_auto_config(size_t shard_bytes, int sm_count) {
   AllGatherConfig c;
-  if (shard_bytes <= (4u << 20)) c.ctas = 32;
-  else if (shard_bytes <= (32u << 20)) c.ctas = 64;
-  else c.ctas = sm_count;
+  if (shard_bytes <= (1u << 20)) {
+    c.ctas = 32;
+    c.unroll = 8;
+  } else if (shard_bytes <= (2u << 20)) {
+    c.ctas = 64;
+    c.unroll = 8;
+  } else if (shard_bytes <= (8u << 20)) {
+    c.ctas = 64;
+  } else {
+    c.ctas = sm_count;
+    c.chunk_bytes = 256u << 10;
+  }
   return c;
 }
 
@@ -648,6 +660,60 @@ inline void copy_engine_all_gather(const std::vector<void*>& peer_recv_bases, in
     if (dst != src) BRAID_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   }
 }
+
+// Copy-engine all-gather ordered by stream memory operations: no SM moves data or waits. Per call,
+// on `stream`: tell every peer we are ready (done with the previous contents), wait until every
+// peer is ready, copy my block into each peer's slot (cudaMemcpyAsync over LSA addresses), tell
+// every peer it is done, wait until every peer's block has landed. Flags are epochs in a zeroed
+// symmetric state region of flag_bytes(lsa_size) bytes, so they are never reset (one region per
+// instance: a new instance restarts its epochs at 1). Signal::Kernel
+// writes the remote flags with a one-thread kernel instead of cuStreamWriteValue32.
+class CopyEngineAllGather {
+ public:
+  enum class Signal { StreamWrite, Kernel };
+  static size_t flag_bytes(int lsa_size) { return 2u * (size_t)lsa_size * sizeof(uint32_t); }
+
+  CopyEngineAllGather(ncclWindow_t recv_win, size_t recv_off, size_t block_stride, ncclWindow_t flag_win, size_t flag_off, int lsa_rank,
+                      int lsa_size, cudaStream_t stream, Signal signal = Signal::StreamWrite)
+      : me_(lsa_rank), n_(lsa_size), stride_(block_stride), signal_(signal) {
+    recv_ = host_lsa_pointers(recv_win, recv_off, lsa_size, stream);
+    flags_ = host_lsa_pointers(flag_win, flag_off, lsa_size, stream);
+  }
+
+  void run(const void* src, size_t bytes, cudaStream_t stream) {
+    ++epoch_;
+    signal_all(0, stream);
+    wait_all(0, stream);
+    for (int k = 0; k < n_; ++k) {
+      const int peer = (me_ + k) % n_;
+      char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_;
+      if (dst != src) BRAID_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    }
+    signal_all(1, stream);
+    wait_all(1, stream);
+  }
+
+ private:
+  uint32_t* flag(int owner, int phase, int source) const { return static_cast<uint32_t*>(flags_[(size_t)owner]) + phase * n_ + source; }
+  void signal_all(int phase, cudaStream_t stream) {
+    for (int p = 0; p < n_; ++p) {
+      if (p == me_) continue;
+      if (signal_ == Signal::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
+      else launch_set_flag(stream, flag(p, phase, me_), epoch_);
+    }
+  }
+  void wait_all(int phase, cudaStream_t stream) {
+    for (int q = 0; q < n_; ++q)
+      if (q != me_) memops_.wait_geq(stream, flag(me_, phase, q), epoch_);
+  }
+
+  int me_, n_;
+  size_t stride_;
+  Signal signal_;
+  uint32_t epoch_ = 0;
+  std::vector<void*> recv_, flags_;
+  StreamMemOps memops_;
+};
 
 // NCCL's host collectives with NCCL_CTA_POLICY_ZERO: a communicator split from `parent` that uses
 // copy engines and no SMs where it can. Buffers passed to its collectives should be registered

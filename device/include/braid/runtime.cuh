@@ -5,7 +5,8 @@
 //     BRAID_LOCAL_RANK (braid's local launcher), OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (mpirun),
 //     SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun). No variable set means a single rank.
 //   * `init_comm(rank)` selects GPU local_rank % device_count, sets NCCL_NVLS_ENABLE=0 (NVLink
-//     multicast stays off), and exchanges the ncclUniqueId through a file in BRAID_EVAL_DIR
+//     multicast stays off) and CUDA_MODULE_LOADING=EAGER (no lazy-load stalls between concurrent
+//     kernels), and exchanges the ncclUniqueId through a file in BRAID_EVAL_DIR
 //     (default: the working directory): rank 0 writes it atomically (rename), the others poll.
 //   * BRAID_CUDA / BRAID_NCCL check a call and throw `DeviceError` with file:line and the
 //     library's message. Frozen harness code turns that into a failed verification record.
@@ -156,6 +157,9 @@ inline int& comm_sequence() {
 inline ncclComm_t init_comm(const RankInfo& r) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+  // Lazy module loading can stall a kernel launch behind a running kernel that spins on it (a
+  // consumer waiting for a producer on another stream): load every kernel when CUDA starts.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   int ndev = 0;
   BRAID_CUDA(cudaGetDeviceCount(&ndev));
   if (ndev < 1) throw DeviceError("no CUDA device");
