@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -487,6 +488,59 @@ TEST_F(DatabaseTest, ConcurrentReadersWhileWriting) {
   EXPECT_GT(reads.load(), 2);
   EXPECT_EQ(writer.count(), kRows);
   EXPECT_EQ(writer.integrity_check(), "ok");
+}
+
+TEST_F(DatabaseTest, ThreadsShareOneConnection) {
+  // Each insert is a multi-statement transaction; the connection lock keeps one thread's
+  // BEGIN from landing inside another thread's transaction.
+  ProgramDatabase db(db_path());
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < 40; ++i) {
+          int n = t * 1000 + i;
+          db.insert(make_record(n));
+          db.set_in_archive({make_record(n).id}, {});
+          db.insert_attempt(AttemptRecord{n, "", "diff", "", "patch", "", 0.0});
+        }
+      } catch (const std::exception&) {
+        ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(db.count(), 160);
+  EXPECT_EQ(db.attempts().size(), 160u);
+  for (const auto& s : db.summaries()) EXPECT_TRUE(s.in_archive);
+}
+
+TEST_F(DatabaseTest, IntegrityCheckReportsCorruption) {
+  {
+    ProgramDatabase db(db_path());
+    std::vector<ProgramRecord> batch;
+    for (int i = 0; i < 300; ++i) batch.push_back(make_record(i, 3000));
+    db.insert_batch(batch);
+    EXPECT_EQ(db.integrity_check(), "ok");
+  }  // the last connection checkpoints the WAL into the main file
+  ASSERT_FALSE(fs::exists(db_path().string() + "-wal"));
+  auto size = fs::file_size(db_path());
+  ASSERT_GT(size, 64u * 4096u);
+  {
+    // Garbage over pages in the middle of the file: b-tree pages of programs.
+    std::FILE* f = std::fopen(db_path().c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::string garbage(8 * 4096, '\xA5');
+    std::fseek(f, static_cast<long>(size / 2 / 4096 * 4096), SEEK_SET);
+    std::fwrite(garbage.data(), 1, garbage.size(), f);
+    std::fclose(f);
+  }
+  ProgramDatabase db(db_path());
+  std::string report = db.integrity_check();
+  EXPECT_NE(report, "ok");
+  EXPECT_FALSE(report.empty());
 }
 
 TEST_F(DatabaseTest, ConcurrentWritersInTwoProcesses) {

@@ -473,12 +473,21 @@ std::vector<std::tuple<long, std::string, std::string>> ProgramDatabase::jobs() 
 
 std::string ProgramDatabase::integrity_check() const {
   sql::ConnectionLock lock(db_);
-  Statement st(db_, "PRAGMA integrity_check");
+  // Corruption is the finding this reports, so SQLite refusing to read a damaged page
+  // (SQLITE_CORRUPT instead of a report row) is returned as the report, not thrown.
+  sqlite3_stmt* st = nullptr;
   std::string out;
-  while (st.step()) {
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA integrity_check", -1, &st, nullptr);
+  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (!out.empty()) out += '\n';
-    out += st.column_text_view(0);
+    out += reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    rc = SQLITE_OK;
   }
+  if (rc != SQLITE_DONE) {
+    if (!out.empty()) out += '\n';
+    out += sqlite3_errmsg(db_);
+  }
+  sqlite3_finalize(st);
   return out;
 }
 
