@@ -1,0 +1,706 @@
+#include "braid/report/run_reader.hpp"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "braid/db/sqlite_statement.hpp"
+#include "braid/program/patch.hpp"
+#include "braid/program/program.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid::report {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Columns stored as JSON text; shown parsed so the UI can lay them out.
+bool is_json_column(std::string_view name) {
+  return name == "parent_ids" || name == "timings" || name == "public_metrics" || name == "private_metrics";
+}
+
+// Cascade level a candidate reached, from its failure kind: L1 build, L2 run + verify, L3 bench.
+int level_reached(std::string_view failure) {
+  if (failure == "rejected") return 0;
+  if (failure == "build_failed") return 1;
+  if (failure == "run_failed" || failure == "timeout" || failure == "verify_failed") return 2;
+  return 3;
+}
+
+// The last `cap` bytes of a log, cut at a line start, so the end of a long log (where errors
+// are) is what is shown.
+std::string log_tail(const std::string& text, std::size_t cap) {
+  if (text.size() <= cap) return text;
+  std::size_t start = text.size() - cap;
+  std::size_t nl = text.find('\n', start);
+  if (nl != std::string::npos && nl + 1 < text.size()) start = nl + 1;
+  return "[... " + std::to_string(start) + " bytes before ...]\n" + text.substr(start);
+}
+
+bool looks_binary(const std::string& text) {
+  std::size_t probe = std::min<std::size_t>(text.size(), 4096);
+  return std::memchr(text.data(), '\0', probe) != nullptr;
+}
+
+}  // namespace
+
+RunReader::RunReader(const std::filesystem::path& results_dir) : dir_(results_dir) {
+  db_path_ = dir_ / "evolution.db";
+  if (!std::filesystem::is_directory(dir_))
+    throw UserError(dir_.string(), "not a folder (expected a results folder of `braid evolve`)");
+  if (!std::filesystem::exists(db_path_)) throw UserError(db_path_.string(), "no such database (has the run started?)");
+  // Read-only: the UI never writes a run's database, even by accident.
+  int rc = sqlite3_open_v2(db_path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "cannot open";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw SystemError(db_path_.string() + ": " + msg);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  {
+    sql::Statement check(db_, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='programs'");
+    bool has_programs = check.step() && check.column_int(0) == 1;
+    if (!has_programs) {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      throw UserError(db_path_.string(), "not a braid database (no programs table)");
+    }
+  }
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+}
+
+RunReader::~RunReader() {
+  if (db_) sqlite3_close(db_);
+}
+
+std::string RunReader::name() const {
+  auto abs = std::filesystem::absolute(dir_).lexically_normal();
+  std::string n = abs.filename().string();
+  if (n.empty()) n = abs.parent_path().filename().string();
+  return n;
+}
+
+bool RunReader::refresh() {
+  std::lock_guard lock(mutex_);
+  return refresh_locked();
+}
+
+bool RunReader::refresh_locked() {
+  // data_version changes whenever another connection commits; reading it costs no I/O.
+  sql::Statement version(db_, "PRAGMA data_version");
+  std::int64_t v = version.step() ? version.column_int(0) : 0;
+  bool changed = v != data_version_;
+  data_version_ = v;
+  std::size_t before = nodes_.size();
+  if (changed) {
+    read_new_rows();
+    archive_dirty_ = true;
+  }
+  // Archive membership changes on old rows too and has no index; the scan is throttled to a
+  // small fraction of wall time so 100k-candidate runs stay responsive while live.
+  if (archive_dirty_ && now_seconds() >= archive_checked_at_) refresh_archive_flags();
+  bool grew = nodes_.size() != before;
+  if (changed) ++changes_;
+  return grew;
+}
+
+void RunReader::read_new_rows() {
+  const char* with_ratio =
+      "SELECT rowid, id, parent_id, patch_type, model, archive_cell, generation, island_idx, "
+      "combined_score, correct, failure_kind, created_at, cost_usd, in_archive, "
+      "CASE WHEN json_valid(public_metrics) THEN json_extract(public_metrics, '$.ratio_to_bound') END "
+      "FROM programs WHERE rowid > ? ORDER BY rowid";
+  sql::Statement rows(db_, with_ratio);
+  rows.bind(1, last_rowid_);
+  while (rows.step()) {
+    CandidateNode n;
+    n.rowid = rows.column_int(0);
+    n.id = rows.column_text(1);
+    n.parent_id = rows.column_text(2);
+    n.patch_type = rows.column_text(3);
+    n.model = rows.column_text(4);
+    n.archive_cell = rows.column_text(5);
+    n.generation = rows.column_int(6);
+    n.island = static_cast<int>(rows.column_int(7));
+    n.score = rows.column_double(8);
+    n.correct = rows.column_int(9) != 0;
+    n.failure = rows.column_text(10);
+    n.created_at = rows.column_double(11);
+    n.cost_usd = rows.column_double(12);
+    n.in_archive = rows.column_int(13) != 0;
+    if (!rows.column_is_null(14)) {
+      double r = rows.column_double(14);
+      if (std::isfinite(r)) n.ratio_to_bound = r;
+    }
+    last_rowid_ = std::max(last_rowid_, n.rowid);
+    auto index = static_cast<std::uint32_t>(nodes_.size());
+    if (!n.parent_id.empty()) {
+      if (auto p = index_of(n.parent_id)) {
+        n.parent_index = static_cast<std::int32_t>(*p);
+        nodes_[*p].children.push_back(index);
+      } else {
+        orphans_[n.parent_id].push_back(index);
+      }
+    }
+    by_id_.emplace(n.id, index);
+    if (auto it = orphans_.find(n.id); it != orphans_.end()) {
+      for (auto child : it->second) {
+        nodes_[child].parent_index = static_cast<std::int32_t>(index);
+        n.children.push_back(child);
+      }
+      orphans_.erase(it);
+    }
+    nodes_.push_back(std::move(n));
+  }
+}
+
+void RunReader::refresh_archive_flags() {
+  double started = now_seconds();
+  std::vector<bool> member(nodes_.size(), false);
+  sql::Statement rows(db_, "SELECT rowid, id FROM programs WHERE in_archive = 1");
+  while (rows.step()) {
+    if (auto i = index_of(std::string(rows.column_text_view(1)))) member[*i] = true;
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].in_archive = member[i];
+  double took = now_seconds() - started;
+  archive_checked_at_ = now_seconds() + 20.0 * took;
+  archive_dirty_ = false;
+}
+
+std::optional<std::uint32_t> RunReader::index_of(const std::string& id) const {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+// Best = highest score among correct candidates; ties go to the earliest.
+std::optional<std::uint32_t> RunReader::best_index() const {
+  std::optional<std::uint32_t> best;
+  for (std::uint32_t i = 0; i < nodes_.size(); ++i) {
+    const auto& n = nodes_[i];
+    if (!n.correct) continue;
+    if (!best || n.score > nodes_[*best].score) best = i;
+  }
+  return best;
+}
+
+json RunReader::node_json(const CandidateNode& n) const {
+  json j = {{"id", n.id},
+            {"parent", n.parent_id},
+            {"generation", n.generation},
+            {"island", n.island},
+            {"score", n.score},
+            {"correct", n.correct},
+            {"failure", n.failure},
+            {"patch_type", n.patch_type},
+            {"model", n.model},
+            {"created_at", n.created_at},
+            {"cost_usd", n.cost_usd},
+            {"in_archive", n.in_archive},
+            {"archive_cell", n.archive_cell},
+            {"children", n.children.size()}};
+  j["ratio_to_bound"] = n.ratio_to_bound ? json(*n.ratio_to_bound) : json(nullptr);
+  return j;
+}
+
+std::int64_t RunReader::count() {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  return static_cast<std::int64_t>(nodes_.size());
+}
+
+json RunReader::status() {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::int64_t max_gen = -1;
+  double last_at = 0.0;
+  for (const auto& n : nodes_) {
+    max_gen = std::max(max_gen, n.generation);
+    last_at = std::max(last_at, n.created_at);
+  }
+  json best = nullptr;
+  if (auto b = best_index()) best = node_json(nodes_[*b]);
+  return {{"name", name()}, {"count", nodes_.size()}, {"changes", changes_},
+          {"max_generation", max_gen}, {"last_at", last_at}, {"best", best}};
+}
+
+json RunReader::overview() {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::map<std::string, std::int64_t> failures;
+  std::map<std::string, std::int64_t> models;
+  std::map<std::string, std::int64_t> patch_types;
+  double candidate_cost = 0.0;
+  double first_at = 0.0, last_at = 0.0;
+  std::int64_t max_gen = -1;
+  bool any_ratio = false;
+  for (const auto& n : nodes_) {
+    ++failures[n.failure];
+    if (!n.model.empty()) ++models[n.model];
+    if (!n.patch_type.empty()) ++patch_types[n.patch_type];
+    candidate_cost += n.cost_usd;
+    if (first_at == 0.0 || n.created_at < first_at) first_at = n.created_at;
+    last_at = std::max(last_at, n.created_at);
+    max_gen = std::max(max_gen, n.generation);
+    any_ratio = any_ratio || n.ratio_to_bound.has_value();
+  }
+  json j;
+  j["name"] = name();
+  j["path"] = std::filesystem::absolute(dir_).lexically_normal().string();
+  j["count"] = nodes_.size();
+  j["max_generation"] = max_gen;
+  j["failures"] = failures;
+  j["models"] = models;
+  j["patch_types"] = patch_types;
+  j["started_at"] = first_at;
+  j["last_at"] = last_at;
+  j["elapsed_s"] = last_at - first_at;
+  j["has_ratio_to_bound"] = any_ratio;
+  j["best"] = nullptr;
+  if (auto b = best_index()) j["best"] = node_json(nodes_[*b]);
+  if (auto seed_text = [&]() -> std::optional<std::string> {
+        sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'run_seed'");
+        if (s.step()) return s.column_text(0);
+        return std::nullopt;
+      }())
+    j["run_seed"] = *seed_text;
+
+  // LLM cost: the cost ledger's table when the run used one, else the per-candidate costs.
+  json cost = {{"candidates_usd", candidate_cost}, {"llm_calls", nullptr}, {"llm_calls_usd", nullptr}};
+  {
+    sql::Statement has(db_, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='llm_calls'");
+    if (has.step() && has.column_int(0) == 1) {
+      std::string cost_col;
+      sql::Statement cols(db_, "SELECT name FROM pragma_table_info('llm_calls')");
+      while (cols.step()) {
+        std::string c = cols.column_text(0);
+        if (c == "cost_usd" || (c == "cost" && cost_col.empty())) cost_col = c;
+      }
+      std::string q = "SELECT COUNT(*)" + (cost_col.empty() ? std::string() : ", TOTAL(" + cost_col + ")") + " FROM llm_calls";
+      sql::Statement sum(db_, q);
+      if (sum.step()) {
+        cost["llm_calls"] = sum.column_int(0);
+        if (!cost_col.empty()) cost["llm_calls_usd"] = sum.column_double(1);
+      }
+    }
+  }
+  j["cost"] = cost;
+  std::map<int, json> islands;
+  for (const auto& n : nodes_) {
+    auto& isl = islands[n.island];
+    if (isl.is_null()) isl = {{"island", n.island}, {"count", 0}, {"ok", 0}, {"best_score", nullptr}, {"best_id", nullptr}};
+    isl["count"] = isl["count"].get<std::int64_t>() + 1;
+    if (n.failure == "ok") isl["ok"] = isl["ok"].get<std::int64_t>() + 1;
+    if (n.correct && (isl["best_score"].is_null() || n.score > isl["best_score"].get<double>())) {
+      isl["best_score"] = n.score;
+      isl["best_id"] = n.id;
+    }
+  }
+  j["islands"] = json::array();
+  for (auto& [k, v] : islands) j["islands"].push_back(v);
+  return j;
+}
+
+json RunReader::candidates(const CandidatePageQuery& q) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::vector<std::uint32_t> picked;
+  picked.reserve(nodes_.size());
+  for (std::uint32_t i = 0; i < nodes_.size(); ++i) {
+    const auto& n = nodes_[i];
+    if (q.island && n.island != *q.island) continue;
+    if (q.failure && n.failure != *q.failure) continue;
+    picked.push_back(i);
+  }
+  auto by = [&](std::uint32_t a, std::uint32_t b) {
+    const auto& x = nodes_[a];
+    const auto& y = nodes_[b];
+    if (q.order == "generation") return x.generation != y.generation ? x.generation > y.generation : a > b;
+    if (q.order == "generation_asc") return x.generation != y.generation ? x.generation < y.generation : a < b;
+    if (x.correct != y.correct) return x.correct;
+    return x.score != y.score ? x.score > y.score : a < b;
+  };
+  int limit = std::clamp(q.limit, 1, 500);
+  std::size_t offset = static_cast<std::size_t>(std::max(0, q.offset));
+  std::size_t end = std::min(picked.size(), offset + static_cast<std::size_t>(limit));
+  json items = json::array();
+  if (offset < picked.size()) {
+    // Only the requested page is ordered: partial_sort keeps 100k-row listings cheap.
+    std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(end), picked.end(), by);
+    for (std::size_t k = offset; k < end; ++k) items.push_back(node_json(nodes_[picked[k]]));
+  }
+  return {{"total", picked.size()}, {"offset", offset}, {"limit", limit}, {"order", q.order}, {"items", items}};
+}
+
+std::optional<json> RunReader::candidate(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  sql::Statement row(db_, "SELECT * FROM programs WHERE id = ?");
+  row.bind(1, id);
+  if (!row.step()) return std::nullopt;
+  json rec = json::object();
+  // Column names come from the database itself so columns added later are shown too.
+  sql::Statement names(db_, "SELECT name FROM pragma_table_info('programs') ORDER BY cid");
+  int col = 0;
+  while (names.step()) {
+    std::string name = names.column_text(0);
+    if (name == "embedding") {
+      rec["embedding_dims"] = row.column_floats(col).size();
+    } else if (row.column_is_null(col)) {
+      rec[name] = nullptr;
+    } else if (is_json_column(name)) {
+      std::string text = row.column_text(col);
+      json parsed = json::parse(text, nullptr, false);
+      rec[name] = parsed.is_discarded() ? json(text) : parsed;
+    } else if (name == "code" || name == "id" || name == "parent_id" || name == "text_feedback" ||
+               name == "error_text" || name == "code_diff" || name == "failure_kind" || name == "patch_type" ||
+               name == "model" || name == "knob_key" || name == "archive_cell" || name == "migrated_from" ||
+               name == "system_msg_hash") {
+      rec[name] = row.column_text(col);
+    } else if (name == "combined_score" || name == "cost_usd" || name == "created_at") {
+      rec[name] = row.column_double(col);
+    } else if (name == "run_seed") {
+      rec[name] = std::to_string(static_cast<std::uint64_t>(row.column_int(col)));
+    } else {
+      std::string text = row.column_text(col);
+      char* end = nullptr;
+      long long v = std::strtoll(text.c_str(), &end, 10);
+      rec[name] = (end && *end == '\0' && !text.empty()) ? json(v) : json(text);
+    }
+    ++col;
+  }
+  json j;
+  j["record"] = rec;
+  std::string failure = rec.value("failure_kind", std::string("ok"));
+  int reached = level_reached(failure);
+  j["cascade"] = {{"level_reached", reached},
+                  {"failed", failure != "ok"},
+                  {"failure", failure},
+                  {"levels", json::array({"build", "run+verify", "bench"})},
+                  {"timings", rec.value("timings", json::object())}};
+
+  std::string parent_id = rec.value("parent_id", std::string());
+  j["parent"] = nullptr;
+  j["diff"] = nullptr;
+  if (!parent_id.empty()) {
+    sql::Statement parent(db_, "SELECT code, combined_score, generation FROM programs WHERE id = ?");
+    parent.bind(1, parent_id);
+    if (parent.step()) {
+      j["parent"] = {{"id", parent_id}, {"score", parent.column_double(1)}, {"generation", parent.column_int(2)}};
+      j["diff"] = unified_diff(parent.column_text_view(0), rec.value("code", std::string()));
+    }
+  }
+  // Children, best first, capped: the tree view pages through the rest.
+  j["children"] = json::array();
+  if (auto i = index_of(id)) {
+    auto kids = nodes_[*i].children;
+    std::sort(kids.begin(), kids.end(), [&](auto a, auto b) { return nodes_[a].score > nodes_[b].score; });
+    for (std::size_t k = 0; k < kids.size() && k < 50; ++k) j["children"].push_back(node_json(nodes_[kids[k]]));
+    j["children_total"] = nodes_[*i].children.size();
+    j["node"] = node_json(nodes_[*i]);
+  }
+  // Build and run logs the evaluation left in its work folder (gen_N/), newest text only.
+  j["logs"] = json::array();
+  // Work folders are gen_N/ (seeds: gen_0_island_I/) with logs/ and results/ inside.
+  auto generation = rec.value("generation", std::int64_t{-1});
+  std::filesystem::path work = rec.value("patch_type", std::string()) == "seed"
+                                   ? dir_ / ("gen_0_island_" + std::to_string(rec.value("island_idx", 0)))
+                                   : dir_ / ("gen_" + std::to_string(generation));
+  std::vector<std::filesystem::path> folders = {work / "logs", work / "results", work};
+  std::error_code ec;
+  for (const auto& folder : folders) {
+    if (!std::filesystem::is_directory(folder, ec)) continue;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(folder, ec)) {
+      if (!e.is_regular_file(ec)) continue;
+      auto ext = e.path().extension().string();
+      if (ext == ".log" || ext == ".txt" || ext == ".json" || ext == ".out" || ext == ".err") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      if (j["logs"].size() >= 12) break;
+      auto text = try_read_file(f);
+      if (!text || looks_binary(*text)) continue;
+      j["logs"].push_back({{"name", std::filesystem::relative(f, dir_, ec).string()},
+                           {"bytes", text->size()},
+                           {"text", log_tail(*text, 64 * 1024)}});
+    }
+  }
+  return j;
+}
+
+json RunReader::tree(const TreeQuery& q) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  json out = {{"nodes", json::array()}, {"edges", json::array()}, {"focus", nullptr}, {"total", nodes_.size()}};
+  if (nodes_.empty()) return out;
+  std::optional<std::uint32_t> focus = q.focus.empty() ? best_index() : index_of(q.focus);
+  if (!focus && q.focus.empty()) focus = 0;
+  if (!focus) return out;
+  out["focus"] = nodes_[*focus].id;
+
+  // Walk up to the top ancestor shown; the path down to the focus is always kept.
+  std::set<std::uint32_t> on_path = {*focus};
+  std::uint32_t top = *focus;
+  int up = 0;
+  while (up < std::max(0, q.up) && nodes_[top].parent_index >= 0) {
+    top = static_cast<std::uint32_t>(nodes_[top].parent_index);
+    on_path.insert(top);
+    ++up;
+  }
+  int max_depth = up + std::max(0, q.down);
+  int max_children = std::clamp(q.max_children, 1, 64);
+  std::size_t max_nodes = static_cast<std::size_t>(std::clamp(q.max_nodes, 1, 5000));
+
+  struct Placed {
+    std::uint32_t index;
+    int depth;
+    int parent_slot;  // index into `placed`, -1 for the top
+    std::vector<int> kids;
+    int hidden = 0;
+    double y = 0;
+  };
+  std::vector<Placed> placed;
+  placed.push_back({top, 0, -1, {}, 0, 0});
+  // Breadth first so a node budget cuts the deepest levels, not a whole branch.
+  for (std::size_t cursor = 0; cursor < placed.size(); ++cursor) {
+    auto idx = placed[cursor].index;
+    int depth = placed[cursor].depth;
+    const auto& kids = nodes_[idx].children;
+    if (depth >= max_depth) {
+      placed[cursor].hidden = static_cast<int>(kids.size());
+      continue;
+    }
+    std::vector<std::uint32_t> order(kids.begin(), kids.end());
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
+      bool pa = on_path.count(a), pb = on_path.count(b);
+      if (pa != pb) return pa;
+      if (nodes_[a].correct != nodes_[b].correct) return nodes_[a].correct;
+      return nodes_[a].score > nodes_[b].score;
+    });
+    int shown = 0;
+    for (auto child : order) {
+      if (shown >= max_children || placed.size() >= max_nodes) break;
+      placed.push_back({child, depth + 1, static_cast<int>(cursor), {}, 0, 0});
+      placed[cursor].kids.push_back(static_cast<int>(placed.size() - 1));
+      ++shown;
+    }
+    placed[cursor].hidden = static_cast<int>(kids.size()) - shown;
+  }
+  // Layered layout: leaves take consecutive rows in depth-first order; a parent sits at the
+  // middle of its children.
+  double next_row = 0;
+  std::vector<int> stack = {0};
+  std::vector<int> post;
+  std::vector<std::size_t> next_kid(placed.size(), 0);
+  while (!stack.empty()) {
+    int s = stack.back();
+    auto& p = placed[static_cast<std::size_t>(s)];
+    if (next_kid[static_cast<std::size_t>(s)] < p.kids.size()) {
+      stack.push_back(p.kids[next_kid[static_cast<std::size_t>(s)]++]);
+      continue;
+    }
+    stack.pop_back();
+    if (p.kids.empty()) {
+      p.y = next_row++;
+    } else {
+      p.y = (placed[static_cast<std::size_t>(p.kids.front())].y + placed[static_cast<std::size_t>(p.kids.back())].y) / 2;
+    }
+  }
+  for (const auto& p : placed) {
+    json n = node_json(nodes_[p.index]);
+    n["x"] = p.depth;
+    n["y"] = p.y;
+    n["hidden"] = p.hidden;
+    n["focus"] = p.index == *focus;
+    n["has_parent"] = nodes_[p.index].parent_index >= 0;
+    out["nodes"].push_back(std::move(n));
+    if (p.parent_slot >= 0)
+      out["edges"].push_back({{"from", nodes_[placed[static_cast<std::size_t>(p.parent_slot)].index].id},
+                              {"to", nodes_[p.index].id}});
+  }
+  out["rows"] = next_row;
+  out["depth"] = max_depth;
+  return out;
+}
+
+json RunReader::children(const std::string& id, int offset, int limit) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  json out = {{"id", id}, {"total", 0}, {"items", json::array()}};
+  auto i = index_of(id);
+  if (!i) return out;
+  auto kids = nodes_[*i].children;
+  std::sort(kids.begin(), kids.end(), [&](auto a, auto b) {
+    if (nodes_[a].correct != nodes_[b].correct) return nodes_[a].correct;
+    return nodes_[a].score > nodes_[b].score;
+  });
+  out["total"] = kids.size();
+  std::size_t start = static_cast<std::size_t>(std::max(0, offset));
+  std::size_t end = std::min(kids.size(), start + static_cast<std::size_t>(std::clamp(limit, 1, 500)));
+  for (std::size_t k = start; k < end; ++k) out["items"].push_back(node_json(nodes_[kids[k]]));
+  return out;
+}
+
+json RunReader::islands() {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::map<int, json> by_island;
+  for (const auto& n : nodes_) {
+    auto& isl = by_island[n.island];
+    if (isl.is_null())
+      isl = {{"island", n.island}, {"count", 0}, {"correct", 0}, {"archive", 0}, {"migrants", 0},
+             {"best_score", nullptr}, {"best_id", nullptr}, {"max_generation", 0}, {"failures", json::object()}};
+    isl["count"] = isl["count"].get<std::int64_t>() + 1;
+    if (n.correct) isl["correct"] = isl["correct"].get<std::int64_t>() + 1;
+    if (n.in_archive) isl["archive"] = isl["archive"].get<std::int64_t>() + 1;
+    if (n.patch_type == "migrant") isl["migrants"] = isl["migrants"].get<std::int64_t>() + 1;
+    isl["max_generation"] = std::max(isl["max_generation"].get<std::int64_t>(), n.generation);
+    auto& f = isl["failures"][n.failure];
+    f = f.is_null() ? 1 : f.get<std::int64_t>() + 1;
+    if (n.correct && (isl["best_score"].is_null() || n.score > isl["best_score"].get<double>())) {
+      isl["best_score"] = n.score;
+      isl["best_id"] = n.id;
+    }
+  }
+  json out = json::array();
+  for (auto& [k, v] : by_island) out.push_back(v);
+  return {{"islands", out}};
+}
+
+json RunReader::archive(int offset, int limit) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::vector<std::uint32_t> members;
+  for (std::uint32_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].in_archive) members.push_back(i);
+  std::sort(members.begin(), members.end(), [&](auto a, auto b) { return nodes_[a].score > nodes_[b].score; });
+  std::set<std::string> cells;
+  for (auto m : members) cells.insert(nodes_[m].archive_cell);
+  json items = json::array();
+  std::size_t start = static_cast<std::size_t>(std::max(0, offset));
+  std::size_t end = std::min(members.size(), start + static_cast<std::size_t>(std::clamp(limit, 1, 500)));
+  for (std::size_t k = start; k < end; ++k) items.push_back(node_json(nodes_[members[k]]));
+  return {{"total", members.size()}, {"cells", cells.size()}, {"offset", start}, {"items", items}};
+}
+
+json RunReader::meta() {
+  // Files written by the meta-summarizer every meta_rec_interval generations.
+  static const std::regex meta_name(R"(meta_(\d+)\.txt)");
+  std::vector<std::pair<long, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    std::smatch m;
+    std::string fname = e.path().filename().string();
+    if (std::regex_match(fname, m, meta_name)) found.emplace_back(std::stol(m[1].str()), e.path());
+  }
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  json recs = json::array();
+  for (std::size_t i = 0; i < found.size() && i < 100; ++i) {
+    auto text = try_read_file(found[i].second);
+    struct stat st {};
+    double written_at = ::stat(found[i].second.c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0.0;
+    recs.push_back({{"n", found[i].first}, {"written_at", written_at}, {"text", text ? log_tail(*text, 64 * 1024) : ""}});
+  }
+  json memory = nullptr;
+  if (auto text = try_read_file(dir_ / "meta_memory.json")) {
+    json parsed = json::parse(*text, nullptr, false);
+    memory = parsed.is_discarded() ? json(*text) : parsed;
+  }
+  return {{"total", found.size()}, {"recommendations", recs}, {"memory", memory}};
+}
+
+json RunReader::best_knobs() {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  json out = {{"best", nullptr}, {"knobs", json::array()}};
+  auto b = best_index();
+  if (!b) return out;
+  out["best"] = node_json(nodes_[*b]);
+  sql::Statement code(db_, "SELECT code FROM programs WHERE id = ?");
+  code.bind(1, nodes_[*b].id);
+  if (!code.step()) return out;
+  Program program = Program::parse(code.column_text(0), nodes_[*b].id);
+  if (!program.ok()) {
+    out["error"] = program.error()->message;
+    return out;
+  }
+  for (const auto& k : program.knobs()) out["knobs"].push_back({{"name", k.name}, {"value", k.value}, {"domain", k.domain}});
+  return out;
+}
+
+std::vector<Curve> RunReader::curves(CurveAxis axis, CurveValue value, bool per_island) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  return curves_locked(axis, value, per_island);
+}
+
+std::vector<Curve> RunReader::curves_locked(CurveAxis axis, CurveValue value, bool per_island) const {
+  std::vector<Curve> out;
+  if (nodes_.empty()) return out;
+  double t0 = nodes_.front().created_at;
+  for (const auto& n : nodes_) t0 = std::min(t0, n.created_at);
+  std::map<int, std::size_t> slot;  // island -> curve index (after "all")
+  out.push_back({"all", {}, 0.0});
+  std::vector<std::optional<double>> best_score(1);
+  auto x_of = [&](std::size_t i, const CandidateNode& n) {
+    return axis == CurveAxis::Evaluations ? static_cast<double>(i + 1) : n.created_at - t0;
+  };
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const auto& n = nodes_[i];
+    double x = x_of(i, n);
+    std::vector<std::size_t> targets = {0};
+    if (per_island) {
+      auto [it, inserted] = slot.emplace(n.island, out.size());
+      if (inserted) {
+        out.push_back({"island " + std::to_string(n.island), {}, 0.0});
+        best_score.emplace_back();
+      }
+      targets.push_back(it->second);
+    }
+    for (auto t : targets) {
+      out[t].x_end = std::max(out[t].x_end, x);
+      if (!n.correct) continue;
+      if (best_score[t] && n.score <= *best_score[t]) continue;
+      best_score[t] = n.score;
+      if (value == CurveValue::BestScore) {
+        out[t].points.push_back({x, n.score, n.id});
+      } else if (n.ratio_to_bound) {
+        out[t].points.push_back({x, *n.ratio_to_bound, n.id});
+      }
+    }
+  }
+  // Every curve runs to the end of the run (the best holds until now).
+  double x_end = 0;
+  for (const auto& c : out) x_end = std::max(x_end, c.x_end);
+  for (auto& c : out) c.x_end = x_end;
+  return out;
+}
+
+std::vector<CandidateNode> RunReader::top_candidates(int limit) {
+  std::lock_guard lock(mutex_);
+  refresh_locked();
+  std::vector<std::uint32_t> idx;
+  for (std::uint32_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].correct) idx.push_back(i);
+  std::size_t n = std::min(idx.size(), static_cast<std::size_t>(std::max(0, limit)));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(),
+                    [&](auto a, auto b) { return nodes_[a].score != nodes_[b].score ? nodes_[a].score > nodes_[b].score : a < b; });
+  std::vector<CandidateNode> out;
+  for (std::size_t k = 0; k < n; ++k) out.push_back(nodes_[idx[k]]);
+  return out;
+}
+
+}  // namespace braid::report

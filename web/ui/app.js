@@ -1,0 +1,409 @@
+// braid web UI: plain ES module, no framework. Every value from a run (code, feedback, ids,
+// model text) reaches the page through text nodes or attribute setters, never as markup.
+// Routes: #/run/R (overview), #/run/R/candidates, #/run/R/tree[/ID], #/run/R/c/ID,
+// #/run/R/islands, #/run/R/meta, #/compare.
+
+const main = document.getElementById('main');
+const SVG_NS = 'http://www.w3.org/2000/svg';
+let runs = [];
+let lastChanges = null;
+let renderSeq = 0;
+const treeView = { colour: 'score', transform: { x: 0, y: 0, k: 1 }, key: '', drag: null };
+window.addEventListener('pointerup', () => { treeView.drag = null; });
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'onclick' || k === 'onchange') node.addEventListener(k.slice(2), v);
+    else if (k === 'className') node.className = v;
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function svgEl(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+async function api(path) {
+  const res = await fetch(path, { cache: 'no-store' });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+const fmt = (v, digits = 4) => (v === null || v === undefined ? '-' : typeof v === 'number' ? Number(v.toPrecision(digits)).toString() : String(v));
+const short = (id) => (id ? id.slice(0, 10) : '-');
+const when = (t) => (t ? new Date(t * 1000).toISOString().replace('T', ' ').slice(0, 19) : '-');
+
+function route() {
+  const parts = location.hash.replace(/^#\/?/, '').split('?')[0].split('/').filter(Boolean).map(decodeURIComponent);
+  const query = new URLSearchParams(location.hash.split('?')[1] || '');
+  if (parts[0] === 'compare') return { view: 'compare', run: 0, query };
+  const run = parts[0] === 'run' ? Number(parts[1]) || 0 : 0;
+  const view = parts[2] || 'overview';
+  return { view, run, arg: parts[3], query };
+}
+
+function link(text, hash) { return el('a', { href: hash }, text); }
+function candLink(run, id) { return link(short(id), `#/run/${run}/c/${encodeURIComponent(id)}`); }
+
+function setNav(r) {
+  const nav = document.getElementById('nav');
+  nav.replaceChildren();
+  const items = [['overview', 'Overview'], ['candidates', 'Candidates'], ['tree', 'Lineage'], ['islands', 'Islands & archive'], ['meta', 'Meta']];
+  for (const [view, label] of items) {
+    const a = link(label, `#/run/${r.run}/${view}`);
+    if (r.view === view || (view === 'candidates' && r.view === 'c')) a.className = 'active';
+    nav.append(a);
+  }
+  if (runs.length > 1) {
+    const a = link('Compare', '#/compare');
+    if (r.view === 'compare') a.className = 'active';
+    nav.append(a);
+  }
+  const sel = document.getElementById('run-select');
+  if (sel.options.length !== runs.length) {
+    sel.replaceChildren(...runs.map((x) => el('option', { value: x.index }, x.name)));
+    sel.onchange = () => { location.hash = `#/run/${sel.value}/${route().view === 'compare' ? 'overview' : route().view}`; };
+  }
+  sel.value = String(r.run);
+}
+
+function table(headers, rows, onRow) {
+  const t = el('table', {}, el('tr', {}, headers.map((h) => el('th', {}, h))));
+  rows.forEach((cells, i) => {
+    const tr = el('tr', onRow ? { className: 'clickable' } : {}, cells.map((c) => el('td', {}, c)));
+    if (onRow) tr.addEventListener('click', (e) => { if (e.target.tagName !== 'A') onRow(i); });
+    t.append(tr);
+  });
+  return t;
+}
+
+function kvTable(obj) {
+  if (!obj || typeof obj !== 'object' || Object.keys(obj).length === 0) return el('p', { className: 'muted' }, 'none');
+  return table(['key', 'value'], Object.entries(obj).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)]));
+}
+
+function plot(src, alt) {
+  // SVG plots are rendered by braid and shown as images: they can never run script.
+  return el('img', { src: `${src}?t=${lastChanges ?? 0}`, alt });
+}
+
+function candidateRows(run, items) {
+  return items.map((c) => [candLink(run, c.id), fmt(c.score), c.ratio_to_bound === null ? '-' : fmt(c.ratio_to_bound), c.generation, c.island,
+    c.failure, c.patch_type, c.model, c.parent ? candLink(run, c.parent) : '-', c.children]);
+}
+const candidateHeaders = ['id', 'score', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
+
+async function viewOverview(r) {
+  const base = `/api/runs/${r.run}`;
+  const [ov, top] = await Promise.all([api(`${base}/overview`), api(`${base}/candidates?order=score&limit=10`)]);
+  const cost = ov.cost.llm_calls_usd ?? ov.cost.candidates_usd;
+  const kpi = (label, value) => el('div', { className: 'kpi' }, label, el('b', {}, value));
+  const best = ov.best;
+  return [
+    el('h1', {}, `Run ${ov.name}`),
+    el('p', { className: 'muted' }, ov.path),
+    el('div', { className: 'kpis' },
+      kpi('candidates', ov.count), kpi('generations', ov.max_generation + 1),
+      kpi('best score', best ? fmt(best.score) : '-'),
+      kpi('best ratio to bound', best && best.ratio_to_bound !== null ? fmt(best.ratio_to_bound) : '-'),
+      kpi('wall time', `${Math.round(ov.elapsed_s)} s`),
+      kpi('LLM cost', `$${cost.toFixed(4)}`),
+      kpi('LLM calls', ov.cost.llm_calls ?? '-')),
+    best ? el('p', {}, 'Best: ', candLink(r.run, best.id), ` (generation ${best.generation}, island ${best.island})`) : null,
+    el('div', { className: 'plots' },
+      plot(`${base}/plots/best_by_eval.svg`, 'best score over evaluations'),
+      plot(`${base}/plots/best_by_time.svg`, 'best score over wall time'),
+      ov.has_ratio_to_bound ? plot(`${base}/plots/ratio_by_eval.svg`, 'ratio to bound of the best') : null,
+      plot(`${base}/plots/failures.svg`, 'candidates by outcome')),
+    el('h2', {}, 'Islands'),
+    table(['island', 'candidates', 'ok', 'best score', 'best'], ov.islands.map((i) => [i.island, i.count, i.ok, fmt(i.best_score), i.best_id ? candLink(r.run, i.best_id) : '-'])),
+    el('h2', {}, 'Models and patch types'),
+    el('div', { className: 'two' }, table(['model', 'candidates'], Object.entries(ov.models)), table(['patch', 'candidates'], Object.entries(ov.patch_types))),
+    el('h2', {}, 'Best candidates'),
+    table(candidateHeaders, candidateRows(r.run, top.items), (i) => { location.hash = `#/run/${r.run}/c/${encodeURIComponent(top.items[i].id)}`; }),
+  ];
+}
+
+async function viewCandidates(r) {
+  const q = r.query;
+  const order = q.get('order') || 'score';
+  const offset = Number(q.get('offset') || 0);
+  const limit = 50;
+  const params = new URLSearchParams({ order, offset, limit });
+  if (q.get('island')) params.set('island', q.get('island'));
+  if (q.get('failure')) params.set('failure', q.get('failure'));
+  const [page, ov] = await Promise.all([api(`/api/runs/${r.run}/candidates?${params}`), api(`/api/runs/${r.run}/overview`)]);
+  const go = (changes) => {
+    const p = new URLSearchParams(q);
+    for (const [k, v] of Object.entries(changes)) { if (v === '' || v === null) p.delete(k); else p.set(k, v); }
+    location.hash = `#/run/${r.run}/candidates?${p}`;
+  };
+  const select = (label, value, options, key) => el('label', {}, `${label} `,
+    (() => {
+      const s = el('select', { onchange: (e) => go({ [key]: e.target.value, offset: 0 }) }, options.map(([v, t]) => el('option', { value: v }, t)));
+      s.value = value;
+      return s;
+    })());
+  return [
+    el('h1', {}, `Candidates (${page.total})`),
+    el('div', {},
+      select('order', order, [['score', 'best score'], ['generation', 'newest'], ['generation_asc', 'oldest']], 'order'),
+      select('island', q.get('island') || '', [['', 'all'], ...ov.islands.map((i) => [String(i.island), `island ${i.island}`])], 'island'),
+      select('outcome', q.get('failure') || '', [['', 'all'], ...Object.keys(ov.failures).map((f) => [f, f])], 'failure')),
+    pager(page, (o) => go({ offset: o })),
+    table(candidateHeaders, candidateRows(r.run, page.items), (i) => { location.hash = `#/run/${r.run}/c/${encodeURIComponent(page.items[i].id)}`; }),
+    pager(page, (o) => go({ offset: o })),
+  ];
+}
+
+function pager(page, goto) {
+  const last = Math.max(0, Math.ceil(page.total / page.limit) - 1);
+  const cur = Math.floor(page.offset / page.limit);
+  return el('div', { className: 'pager' },
+    el('button', { onclick: () => goto(0), disabled: cur === 0 }, '« first'),
+    el('button', { onclick: () => goto(Math.max(0, page.offset - page.limit)), disabled: cur === 0 }, '‹ prev'),
+    `page ${cur + 1} of ${last + 1}`,
+    el('button', { onclick: () => goto(page.offset + page.limit), disabled: cur >= last }, 'next ›'),
+    el('button', { onclick: () => goto(last * page.limit), disabled: cur >= last }, 'last »'));
+}
+
+function diffView(text) {
+  const pre = el('pre', { className: 'diff' });
+  for (const line of text.split('\n')) {
+    let cls = 'ctx';
+    if (line.startsWith('+++') || line.startsWith('---') || line.startsWith('@@')) cls = 'hunk';
+    else if (line.startsWith('+')) cls = 'add';
+    else if (line.startsWith('-')) cls = 'del';
+    pre.append(el('span', { className: cls }, line || ' '));
+  }
+  return pre;
+}
+
+async function viewCandidate(r) {
+  const id = r.arg;
+  const d = await api(`/api/runs/${r.run}/candidates/${encodeURIComponent(id)}`);
+  const rec = d.record;
+  const c = d.cascade;
+  const levels = c.levels.map((name, i) => {
+    const level = i + 1;
+    let cls = '';
+    if (level < c.level_reached || (level === c.level_reached && !c.failed)) cls = 'passed';
+    else if (level === c.level_reached && c.failed) cls = 'failed';
+    const t = c.timings && typeof c.timings === 'object' ? c.timings[['build', 'run', 'bench'][i]] : undefined;
+    return el('span', { className: cls }, `L${level} ${name}${t !== undefined ? ` ${fmt(t, 3)} s` : ''}`);
+  });
+  return [
+    el('h1', { 'data-candidate': rec.id }, `Candidate ${rec.id}`),
+    el('p', {}, `generation ${rec.generation} · island ${rec.island_idx} · ${rec.patch_type} by ${rec.model} · `,
+      `created ${when(rec.created_at)} · parent `, d.parent ? candLink(r.run, d.parent.id) : '-', ' · ',
+      link('show in lineage', `#/run/${r.run}/tree/${encodeURIComponent(rec.id)}`)),
+    el('div', { className: 'kpis' },
+      el('div', { className: 'kpi' }, 'score', el('b', {}, fmt(rec.combined_score))),
+      el('div', { className: 'kpi' }, 'correct', el('b', {}, rec.correct ? 'yes' : 'no')),
+      el('div', { className: 'kpi' }, 'outcome', el('b', {}, rec.failure_kind)),
+      el('div', { className: 'kpi' }, 'cost', el('b', {}, `$${fmt(rec.cost_usd, 3)}`))),
+    el('h2', {}, 'Cascade'), el('div', { className: 'cascade', id: 'cascade' }, levels),
+    rec.error_text ? [el('h2', {}, 'Error'), el('pre', { className: 'error' }, rec.error_text)] : null,
+    el('div', { className: 'two' },
+      el('div', {}, el('h2', {}, 'Public metrics'), kvTable(rec.public_metrics)),
+      el('div', {}, el('h2', {}, 'Private metrics'), kvTable(rec.private_metrics)),
+      el('div', {}, el('h2', {}, 'Knobs and cell'), kvTable({ knob_key: rec.knob_key, archive_cell: rec.archive_cell, in_archive: rec.in_archive }))),
+    el('h2', {}, 'Feedback'), rec.text_feedback ? el('pre', { id: 'feedback' }, rec.text_feedback) : el('p', { className: 'muted' }, 'none'),
+    el('h2', {}, d.parent ? `Diff against parent ${short(d.parent.id)} (score ${fmt(d.parent.score)})` : 'Diff'),
+    d.diff !== null ? el('div', { id: 'diff' }, diffView(d.diff)) : el('p', { className: 'muted' }, 'a seed: no parent'),
+    rec.code_diff ? el('details', {}, el('summary', {}, 'Patch as proposed'), el('pre', {}, rec.code_diff)) : null,
+    el('h2', {}, 'Code'), el('pre', { id: 'code' }, rec.code),
+    el('h2', {}, `Logs (${d.logs.length})`),
+    d.logs.length ? d.logs.map((l) => el('details', {}, el('summary', {}, `${l.name} (${l.bytes} bytes)`), el('pre', {}, l.text)))
+      : el('p', { className: 'muted' }, 'no log files kept for this generation'),
+    el('h2', {}, `Children (${d.children_total ?? 0})`),
+    d.children.length ? table(candidateHeaders, candidateRows(r.run, d.children)) : el('p', { className: 'muted' }, 'none'),
+  ];
+}
+
+// Island colours match the server's plots (Okabe-Ito).
+const palette = ['#000000', '#E69F00', '#56B4E9', '#009E73', '#F0E442', '#0072B2', '#D55E00', '#CC79A7', '#999999'];
+function scoreColour(s, lo, hi) {
+  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  const t = hi > lo ? Math.min(1, Math.max(0, (s - lo) / (hi - lo))) : 1;
+  const pos = t * 4, k = Math.min(3, Math.floor(pos)), f = pos - k;
+  return `rgb(${stops[k].map((a, i) => Math.round(a + (stops[k + 1][i] - a) * f)).join(',')})`;
+}
+
+async function viewTree(r) {
+  const focus = r.arg || '';
+  const up = Number(r.query.get('up') || 4), down = Number(r.query.get('down') || 2);
+  const t = await api(`/api/runs/${r.run}/tree?${new URLSearchParams({ focus, up, down, max_children: 8 })}`);
+  const key = `${r.run}/${t.focus}`;
+  if (treeView.key !== key) { treeView.key = key; treeView.transform = { x: 0, y: 0, k: 1 }; }
+  const side = el('div', { className: 'side', id: 'tree-side' }, el('p', { className: 'muted' }, 'Click a node for details; "+N" opens hidden children. Wheel zooms, drag pans.'));
+  const colourSel = el('select', { onchange: (e) => { treeView.colour = e.target.value; draw(); } },
+    el('option', { value: 'score' }, 'colour by score'), el('option', { value: 'island' }, 'colour by island'));
+  colourSel.value = treeView.colour;
+  const svg = svgEl('svg', { id: 'tree-svg' });
+  const g = svgEl('g');
+  svg.append(g);
+  const colW = 150, rowH = 26;
+  const scores = t.nodes.filter((n) => n.correct).map((n) => n.score);
+  const lo = Math.min(...scores), hi = Math.max(...scores);
+  const pos = new Map(t.nodes.map((n) => [n.id, [40 + n.x * colW, 30 + n.y * rowH]]));
+
+  function showNode(n) {
+    side.replaceChildren(
+      el('h2', {}, `Candidate ${short(n.id)}`),
+      kvTable({ id: n.id, score: n.score, correct: n.correct, outcome: n.failure, generation: n.generation, island: n.island,
+        patch: n.patch_type, model: n.model, children: n.children, ratio_to_bound: n.ratio_to_bound }),
+      el('p', {}, link('open candidate page', `#/run/${r.run}/c/${encodeURIComponent(n.id)}`)),
+      el('p', {}, link('focus the tree here', `#/run/${r.run}/tree/${encodeURIComponent(n.id)}`)));
+  }
+
+  function draw() {
+    g.replaceChildren();
+    for (const e of t.edges) {
+      const [x1, y1] = pos.get(e.from), [x2, y2] = pos.get(e.to), m = (x1 + x2) / 2;
+      g.append(svgEl('path', { d: `M${x1},${y1} C${m},${y1} ${m},${y2} ${x2},${y2}`, fill: 'none', stroke: '#bbb' }));
+    }
+    for (const n of t.nodes) {
+      const [x, y] = pos.get(n.id);
+      const fill = treeView.colour === 'island' ? palette[n.island % palette.length] : n.correct ? scoreColour(n.score, lo, hi) : '#ccc';
+      const circle = svgEl('circle', { cx: x, cy: y, r: n.focus ? 8 : 6, fill, stroke: n.focus ? '#d00' : '#333', 'stroke-width': n.focus ? 2.5 : 0.8,
+        class: 'node', 'data-id': n.id });
+      circle.append(svgEl('title', {}, `${n.id} score ${fmt(n.score)} ${n.failure}`));
+      circle.addEventListener('click', (ev) => { ev.stopPropagation(); showNode(n); });
+      g.append(circle);
+      g.append(svgEl('text', { x: x + 10, y: y + 4, 'font-size': 10, fill: '#333' }, `${short(n.id)} ${n.correct ? fmt(n.score, 3) : n.failure}`));
+      if (n.hidden > 0) {
+        const more = svgEl('text', { x: x + 10, y: y + 15, class: 'more', 'data-more': n.id }, `+${n.hidden} more`);
+        more.addEventListener('click', (ev) => { ev.stopPropagation(); location.hash = `#/run/${r.run}/tree/${encodeURIComponent(n.id)}?up=1&down=2`; });
+        g.append(more);
+      }
+    }
+    const { x, y, k } = treeView.transform;
+    g.setAttribute('transform', `translate(${x},${y}) scale(${k})`);
+  }
+  draw();
+  // Zoom around the pointer; pan by dragging.
+  svg.addEventListener('wheel', (ev) => {
+    ev.preventDefault();
+    const tr = treeView.transform, rect = svg.getBoundingClientRect();
+    const px = ev.clientX - rect.left, py = ev.clientY - rect.top;
+    const f = ev.deltaY < 0 ? 1.15 : 1 / 1.15;
+    const k = Math.min(8, Math.max(0.1, tr.k * f));
+    tr.x = px - (px - tr.x) * (k / tr.k); tr.y = py - (py - tr.y) * (k / tr.k); tr.k = k;
+    g.setAttribute('transform', `translate(${tr.x},${tr.y}) scale(${tr.k})`);
+  }, { passive: false });
+  svg.addEventListener('pointerdown', (ev) => { treeView.drag = [ev.clientX, ev.clientY, treeView.transform.x, treeView.transform.y]; });
+  svg.addEventListener('pointermove', (ev) => {
+    const drag = treeView.drag;
+    if (!drag) return;
+    treeView.transform.x = drag[2] + ev.clientX - drag[0]; treeView.transform.y = drag[3] + ev.clientY - drag[1];
+    g.setAttribute('transform', `translate(${treeView.transform.x},${treeView.transform.y}) scale(${treeView.transform.k})`);
+  });
+  const focusNode = t.nodes.find((n) => n.focus);
+  if (focusNode) showNode(focusNode);
+  return [
+    el('h1', {}, `Lineage around ${short(t.focus)} (${t.nodes.length} of ${t.total} candidates shown)`),
+    el('div', {}, colourSel, ' ',
+      focusNode && focusNode.has_parent ? link('↑ more ancestors', `#/run/${r.run}/tree/${encodeURIComponent(t.focus)}?up=${up + 4}&down=${down}`) : null, ' ',
+      link('↓ deeper', `#/run/${r.run}/tree/${encodeURIComponent(t.focus)}?up=${up}&down=${down + 2}`), ' ',
+      link('best candidate', `#/run/${r.run}/tree`)),
+    el('div', { className: 'tree-wrap' }, svg, side),
+  ];
+}
+
+async function viewIslands(r) {
+  const offset = Number(r.query.get('offset') || 0);
+  const [isl, arch] = await Promise.all([api(`/api/runs/${r.run}/islands`), api(`/api/runs/${r.run}/archive?offset=${offset}&limit=50`)]);
+  return [
+    el('h1', {}, 'Islands'),
+    table(['island', 'candidates', 'correct', 'in archive', 'migrants', 'max gen', 'best score', 'best', 'outcomes'],
+      isl.islands.map((i) => [i.island, i.count, i.correct, i.archive, i.migrants, i.max_generation, fmt(i.best_score),
+        i.best_id ? candLink(r.run, i.best_id) : '-', Object.entries(i.failures).map(([k, v]) => `${k}: ${v}`).join(', ')])),
+    el('h2', {}, `Archive (${arch.total} candidates in ${arch.cells} cells)`),
+    pager({ ...arch, limit: 50 }, (o) => { location.hash = `#/run/${r.run}/islands?offset=${o}`; }),
+    table(['id', 'score', 'island', 'gen', 'cell', 'patch'], arch.items.map((c) => [candLink(r.run, c.id), fmt(c.score), c.island, c.generation, c.archive_cell, c.patch_type])),
+  ];
+}
+
+async function viewMeta(r) {
+  const m = await api(`/api/runs/${r.run}/meta`);
+  return [
+    el('h1', {}, `Meta recommendations (${m.total})`),
+    m.recommendations.length === 0 ? el('p', { className: 'muted' }, 'none written yet (meta_N.txt appear every meta_rec_interval generations)') : null,
+    m.recommendations.map((x) => el('div', {}, el('h2', {}, `meta_${x.n}.txt`, el('span', { className: 'muted' }, ` written ${when(x.written_at)}`)), el('pre', {}, x.text))),
+    el('h2', {}, 'meta_memory.json'),
+    m.memory === null ? el('p', { className: 'muted' }, 'none') : el('pre', {}, typeof m.memory === 'string' ? m.memory : JSON.stringify(m.memory, null, 2)),
+  ];
+}
+
+async function viewCompare() {
+  const k = await api('/api/compare/knobs');
+  return [
+    el('h1', {}, `Comparison of ${runs.length} runs`),
+    el('div', { className: 'plots' }, plot('/api/compare/plots/best_by_eval.svg', 'best so far, per run'), plot('/api/compare/plots/best_by_time.svg', 'best so far over time, per run')),
+    el('h2', {}, 'Best candidates'),
+    table(['run', 'best', 'score', 'generation'], k.runs.map((x, i) => [x.name, x.best ? candLink(i, x.best.id) : '-', x.best ? fmt(x.best.score) : '-', x.best ? x.best.generation : '-'])),
+    el('h2', {}, 'Knob choices of each best'),
+    k.knobs.length ? table(['knob', ...k.runs.map((x) => x.name)], k.knobs.map((row) => [row.name, ...row.values.map((v) => v ?? '-')]))
+      : el('p', { className: 'muted' }, 'the bests declare no knobs'),
+  ];
+}
+
+const views = { overview: viewOverview, candidates: viewCandidates, c: viewCandidate, tree: viewTree, islands: viewIslands, meta: viewMeta, compare: viewCompare };
+
+async function render() {
+  const seq = ++renderSeq;
+  const r = route();
+  setNav(r);
+  const view = views[r.view] || viewOverview;
+  main.dataset.ready = '';
+  try {
+    const content = await view(r);
+    if (seq !== renderSeq) return;
+    main.replaceChildren(...[content].flat(2).filter((x) => x instanceof Node));
+  } catch (err) {
+    if (seq !== renderSeq) return;
+    main.replaceChildren(el('p', { className: 'error' }, `Error: ${err.message}`));
+  }
+  main.dataset.view = r.view;
+  main.dataset.ready = String(seq);
+}
+
+// Live view: a cheap status poll; views that summarise the run re-render when it grew.
+async function poll() {
+  try {
+    const r = route();
+    const st = await api(`/api/runs/${r.run}/status`);
+    const liveEl = document.getElementById('live');
+    liveEl.textContent = `${st.count} candidates · best ${st.best ? fmt(st.best.score) : '-'}`;
+    liveEl.dataset.count = st.count;
+    if (lastChanges !== null && st.changes !== lastChanges && ['overview', 'candidates', 'islands', 'meta', 'compare', 'tree'].includes(r.view)) {
+      lastChanges = st.changes;
+      await render();
+    }
+    lastChanges = st.changes;
+  } catch (err) {
+    document.getElementById('live').textContent = `offline: ${err.message}`;
+  }
+  setTimeout(poll, 2000);
+}
+
+async function start() {
+  runs = (await api('/api/runs')).runs;
+  window.addEventListener('hashchange', render);
+  await render();
+  poll();
+}
+
+start();
