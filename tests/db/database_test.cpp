@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "braid/util/error.hpp"
@@ -151,6 +152,27 @@ TEST_F(DatabaseTest, RoundTripsEveryField) {
   auto again = reopened.get(r.id);
   ASSERT_TRUE(again.has_value());
   expect_same(*again, r);
+}
+
+TEST_F(DatabaseTest, NonFiniteNumbersRoundTrip) {
+  // A broken evaluator can report NaN or infinity; storing it must not fail the run.
+  ProgramDatabase db(db_path());
+  ProgramRecord nan_score = make_record(1);
+  nan_score.combined_score = std::numeric_limits<double>::quiet_NaN();
+  nan_score.cost_usd = std::numeric_limits<double>::infinity();
+  db.insert(nan_score);
+  ProgramRecord finite = make_record(2);
+  db.insert(finite);
+  auto back = db.get(nan_score.id);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(std::isnan(back->combined_score));
+  EXPECT_EQ(back->cost_usd, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(db.summaries()[0].combined_score));
+  ProgramQuery best;
+  best.order_by = "score";
+  auto ranked = db.query(best);
+  ASSERT_EQ(ranked.size(), 2u);
+  EXPECT_EQ(ranked[0].id, finite.id);  // NaN ranks last
 }
 
 TEST_F(DatabaseTest, DefaultRecordRoundTrips) {

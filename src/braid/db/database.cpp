@@ -16,6 +16,7 @@ namespace {
 
 using sql::Statement;
 
+// REAL columns are nullable because SQLite stores NaN as NULL; NULL reads back as NaN.
 // Column order matters for summaries(): SQLite reads a row's payload front to back, so the
 // compact summary columns and the embedding come first and the large texts (code, diff)
 // last, where a summary scan never has to walk their overflow pages.
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS programs (
   id              TEXT PRIMARY KEY,
   generation      INTEGER NOT NULL,
   island_idx      INTEGER NOT NULL,
-  combined_score  REAL NOT NULL,
+  combined_score  REAL,
   correct         INTEGER NOT NULL,
   failure_kind    TEXT NOT NULL,
   in_archive      INTEGER NOT NULL DEFAULT 0,
@@ -39,8 +40,8 @@ CREATE TABLE IF NOT EXISTS programs (
   parent_ids      TEXT NOT NULL,
   patch_type      TEXT NOT NULL,
   model           TEXT NOT NULL,
-  cost_usd        REAL NOT NULL,
-  created_at      REAL NOT NULL,
+  cost_usd        REAL,
+  created_at      REAL,
   run_seed        INTEGER NOT NULL,
   migrated_from   TEXT NOT NULL,
   system_msg_hash TEXT NOT NULL,
@@ -63,7 +64,7 @@ CREATE TABLE IF NOT EXISTS attempts (
   patch_text TEXT NOT NULL,
   reason     TEXT NOT NULL,
   error      TEXT NOT NULL,
-  created_at REAL NOT NULL
+  created_at REAL
 );
 CREATE INDEX IF NOT EXISTS attempts_generation ON attempts (generation);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -147,7 +148,7 @@ ProgramRecord read_program(const Statement& st) {
   r.id = st.column_text(0);
   r.generation = st.column_int(1);
   r.island_idx = static_cast<int>(st.column_int(2));
-  r.combined_score = st.column_double(3);
+  r.combined_score = st.column_real(3);
   r.correct = st.column_int(4) != 0;
   r.failure = failure_column(st.column_text_view(5));
   r.in_archive = st.column_int(6) != 0;
@@ -159,8 +160,8 @@ ProgramRecord read_program(const Statement& st) {
   if (parents.is_array()) r.parent_ids = parents.get<std::vector<std::string>>();
   r.patch_type = st.column_text(12);
   r.model = st.column_text(13);
-  r.cost_usd = st.column_double(14);
-  r.created_at = st.column_double(15);
+  r.cost_usd = st.column_real(14);
+  r.created_at = st.column_real(15);
   r.run_seed = static_cast<std::uint64_t>(st.column_int(16));
   r.migrated_from = st.column_text(17);
   r.system_msg_hash = st.column_text(18);
@@ -328,7 +329,7 @@ std::vector<ProgramSummary> ProgramDatabase::summaries() const {
     s.id = st.column_text(0);
     s.generation = st.column_int(1);
     s.island_idx = static_cast<int>(st.column_int(2));
-    s.combined_score = st.column_double(3);
+    s.combined_score = st.column_real(3);
     s.correct = st.column_int(4) != 0;
     s.failure = failure_column(st.column_text_view(5));
     s.in_archive = st.column_int(6) != 0;
@@ -426,7 +427,7 @@ std::vector<AttemptRecord> ProgramDatabase::attempts(std::int64_t since_generati
     a.patch_text = st.column_text(3);
     a.reason = st.column_text(4);
     a.error = st.column_text(5);
-    a.created_at = st.column_double(6);
+    a.created_at = st.column_real(6);
   }
   return out;
 }

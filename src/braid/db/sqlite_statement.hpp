@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,10 @@ class Statement {
   void reset();
 
   std::int64_t column_int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double column_double(int col) const { return sqlite3_column_double(stmt_, col); }
+  // SQLite turns a bound NaN into NULL; reading NULL as NaN makes doubles round-trip.
+  double column_real(int col) const {
+    return column_is_null(col) ? std::numeric_limits<double>::quiet_NaN() : sqlite3_column_double(stmt_, col);
+  }
   bool column_is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   std::string column_text(int col) const;
   std::string_view column_text_view(int col) const;  // valid until the next step()
