@@ -53,8 +53,11 @@ int do_top(const std::filesystem::path& results, int n) {
   ProgramQuery q;
   q.correct = true;
   q.order_by = "score";
-  q.limit = n;
-  auto rows = db->query(q);
+  q.limit = n * 4;  // migrants are copies of programs already listed: skipped below
+  auto all = db->query(q);
+  std::vector<ProgramRecord> rows;
+  for (auto& r : all)
+    if (r.patch_type != "migrant" && int(rows.size()) < n) rows.push_back(std::move(r));
   std::printf("%-4s %-16s %5s %6s %-7s %12s  %s\n", "rank", "id", "gen", "island", "patch", "score", "knobs");
   int rank = 1;
   for (const auto& r : rows)

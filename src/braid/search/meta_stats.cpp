@@ -50,6 +50,8 @@ MetaUpdate StatsMetaSummarizer::summarize(const std::vector<ProgramRecord>& rece
   u.scratchpad = memory.contains("scratchpad") && memory["scratchpad"].is_object() ? memory["scratchpad"] : json::object();
   auto& tried = u.scratchpad["patch_types_tried"];
   auto& failures = u.scratchpad["failure_kinds"];
+  if (!tried.is_object()) tried = json::object();
+  if (!failures.is_object()) failures = json::object();
   for (auto& [k, v] : by_type) tried[k] = tried.value(k, 0) + v;
   for (auto& [k, v] : by_failure) failures[k] = failures.value(k, 0) + v;
 
