@@ -41,6 +41,7 @@ class Statement {
   void reset();
 
   std::int64_t column_int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double column_double(int col) const { return sqlite3_column_double(stmt_, col); }  // NULL -> 0
   // SQLite turns a bound NaN into NULL; reading NULL as NaN makes doubles round-trip.
   double column_real(int col) const {
     return column_is_null(col) ? std::numeric_limits<double>::quiet_NaN() : sqlite3_column_double(stmt_, col);
