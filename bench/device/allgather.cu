@@ -95,6 +95,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   uint32_t max_ctas = 0;
   for (const LsaConfig& c : usable) max_ctas = std::max<uint32_t>(max_ctas, (uint32_t)c.ctas);
+  max_ctas = std::max<uint32_t>(max_ctas, (uint32_t)(2 * sms));
 
   ncclDevCommRequirements reqs;
   std::memset(&reqs, 0, sizeof(reqs));
@@ -169,7 +170,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_kflag, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -182,7 +183,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -210,7 +211,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     barrier.wait();
     emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
     {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Signal::StreamWrite);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::StreamWrite);
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
@@ -222,7 +223,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       emit("ce_sync", row.ce_sync, ok);
     }
     {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Signal::Kernel);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::KernelFlag);
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
@@ -232,6 +233,18 @@ int run_rank(const RankInfo& me, const Args& args) {
       const bool ok = check_against_ref(win_base, total) == 0;
       row.lsa_ok = row.lsa_ok && ok;
       emit("ce_sync_kflag", row.ce_sync_kflag, ok);
+    }
+    {
+      CopyEngineAllGather ce(win, 0, shard, dc, 0, s);
+      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA(cudaStreamSynchronize(s));
+      barrier.wait();
+      row.ce_bar = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
+      barrier.wait();
+      const bool ok = check_against_ref(win_base, total) == 0;
+      row.lsa_ok = row.lsa_ok && ok;
+      emit("ce_barrier", row.ce_bar, ok);
     }
 
     for (const LsaConfig& c : usable) {
@@ -251,6 +264,31 @@ int run_rank(const RankInfo& me, const Args& args) {
         row.best_name = name_of(c);
       }
     }
+    // TMA bulk-copy variant (one issuing thread per CTA).
+    for (int ctas : {32, 64, sms, 2 * sms})
+      for (bool tile : {true, false}) {
+        const size_t chunk = tile ? round_up((shard + ctas - 1) / ctas, 16) : (256u << 10);
+        auto launch = [&] {
+          all_gather_bulk_kernel<><<<ctas, 32, 0, s>>>(dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, chunk, 0);
+          BRAID_LAUNCHED();
+        };
+        BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
+        BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
+        BRAID_CUDA(cudaStreamSynchronize(s));
+        barrier.wait();
+        launch();
+        BRAID_CUDA(cudaStreamSynchronize(s));
+        barrier.wait();
+        const bool ok = check_against_ref(win_base, total) == 0;
+        const double ms = time_op(launch);
+        const std::string name = "bulk_" + std::to_string(ctas) + (tile ? "_tile" : "_c256k");
+        emit(name, ms, ok);
+        row.lsa_ok = row.lsa_ok && ok;
+        if (ok && ms < row.lsa_best) {
+          row.lsa_best = ms;
+          row.best_name = name;
+        }
+      }
     const AllGatherConfig ac = all_gather_auto_config(shard, sms);
     const LsaConfig auto_cfg{ac.ctas, ac.threads, ac.unroll, ac.chunk_bytes == 0};
     BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
@@ -265,8 +303,8 @@ int run_rank(const RankInfo& me, const Args& args) {
     emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  ce_sync_kflag %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_kflag),
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
                   gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
                   row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
@@ -274,13 +312,14 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine (synced) GB/s | CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.ce_sync), r.ce_sync / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
+      const double ce_best = std::min(r.ce_sync, r.ce_bar);
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.ce_sync), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
     }
   }
   bool all_ok = true;

@@ -211,6 +211,21 @@ int run_rank(const RankInfo& me) {
       }
     }
 
+    // Bulk-copy (TMA) all-gather: 16-byte multiples only.
+    if (bytes % 16 == 0) {
+      for (int ctas : {8, 64}) {
+        fresh(bytes, ++salt);
+        BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
+        BRAID_CUDA(cudaStreamSynchronize(s));
+        barrier.wait();
+        all_gather_bulk_kernel<><<<ctas, 32, 0, s>>>(dc, win, 0, bytes, src, bytes, round_up((bytes + ctas - 1) / ctas, 16), 0);
+        BRAID_LAUNCHED();
+        finish();
+        const std::string d = compare_device_bytes(recv, ref, bytes * n);
+        check.expect(d.empty(), "all_gather_bulk_kernel " + sz + " " + std::to_string(ctas) + " CTAs", d);
+      }
+    }
+
     // Peer get (pull) needs the source in a window: every rank's block sits at its second half.
     for (const IssuerConfig& ic : kIssuers) {
       const size_t chunk = tile_for(ic, bytes);
@@ -258,17 +273,19 @@ int run_rank(const RankInfo& me) {
   {
     int instance = 0;
     for (size_t bytes : sizes) {
-      for (auto signal : {CopyEngineAllGather::Signal::StreamWrite, CopyEngineAllGather::Signal::Kernel}) {
+      for (auto sync : {CopyEngineAllGather::Sync::StreamWrite, CopyEngineAllGather::Sync::KernelFlag, CopyEngineAllGather::Sync::Barrier}) {
         const size_t flag_off = 768 * 1024 + (size_t)(instance++) * 64;
-        CopyEngineAllGather ce(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, signal);
+        CopyEngineAllGather ce = sync == CopyEngineAllGather::Sync::Barrier
+                                     ? CopyEngineAllGather(win, 0, bytes, dc, 0, s)
+                                     : CopyEngineAllGather(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, sync);
+        const char* how = sync == CopyEngineAllGather::Sync::StreamWrite ? "stream-write " : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag " : "barrier-kernel ";
         for (int round = 0; round < 3; ++round) {
           fresh(bytes, ++salt);
           BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
           ce.run(src, bytes, s);
           finish();
           const std::string d = compare_device_bytes(recv, ref, bytes * n);
-          check.expect(d.empty(), std::string("CopyEngineAllGather ") + (signal == CopyEngineAllGather::Signal::StreamWrite ? "stream-write " : "kernel-flag ") +
-                                      std::to_string(bytes) + "B round " + std::to_string(round), d);
+          check.expect(d.empty(), std::string("CopyEngineAllGather ") + how + std::to_string(bytes) + "B round " + std::to_string(round), d);
         }
       }
     }

@@ -45,6 +45,9 @@
 
 namespace braid::dev {
 
+constexpr int kMaxLsaPeers = 8;
+constexpr int kMaxPeersBulk = kMaxLsaPeers;
+
 enum class Backend { Lsa, Gin };
 enum class Issuer { Thread, Warp, Cta };
 enum class Placement { SeparateKernel, FusedPrologue, FusedEpilogue, PerTile, SpecializedWarps, SecondStream };
@@ -497,6 +500,66 @@ __global__ void __launch_bounds__(1024) reduce_scatter_kernel(ncclDevComm dc, nc
   bar.sync(cuda::memory_order_acq_rel);
 }
 
+// All-gather push through the Hopper bulk-copy engine (TMA, sm_90): per CTA one thread streams
+// its chunks through shared memory, cp.async.bulk global->shared (local shard) then
+// shared->global (every peer's slot), kBulkBuffers pieces of kBulkPiece bytes in flight.
+// Pointers and sizes must be 16-byte multiples. Same barriers and indices as all_gather_kernel.
+constexpr int kBulkPiece = 15 * 1024;  // three pieces and their mbarriers fit the 48 KiB static shared memory
+constexpr int kBulkBuffers = 3;
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+template <int kUnused = 0>
+__global__ void __launch_bounds__(128) all_gather_bulk_kernel(ncclDevComm dc, ncclWindow_t recv_win, size_t recv_off, size_t block_stride,
+                                                              const void* src, size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ alignas(128) unsigned char buf[kBulkBuffers][kBulkPiece];
+  __shared__ alignas(8) uint64_t full[kBulkBuffers];
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < kBulkBuffers; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(&full[b])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const int me = dc.lsaRank, n = dc.lsaSize;
+    const size_t my_off = recv_off + (size_t)me * block_stride;
+    char* dsts[kMaxPeersBulk];
+    int ndst = 0;
+    for (int k = 0; k < n && ndst < kMaxPeersBulk; ++k) {
+      char* d = static_cast<char*>(ncclGetLsaPointer(recv_win, my_off, (me + k) % n));
+      if (d != static_cast<const char*>(src)) dsts[ndst++] = d;
+    }
+    uint32_t piece = 0;
+    const size_t nchunks = chunk_count(bytes, chunk_bytes);
+    for (size_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+      const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
+      for (size_t pos = r.begin; pos < r.end; pos += kBulkPiece, ++piece) {
+        const uint32_t size = (uint32_t)min((size_t)kBulkPiece, r.end - pos);
+        const int b = (int)(piece % kBulkBuffers);
+        // The store that last read buffer b must be done reading it.
+        if (piece >= kBulkBuffers) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kBulkBuffers - 1) : "memory");
+        const uint32_t sb = smem_address(buf[b]), mb = smem_address(&full[b]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(size) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(sb), "l"(static_cast<const char*>(src) + pos), "r"(size), "r"(mb) : "memory");
+        const uint32_t parity = (piece / kBulkBuffers) & 1u;
+        uint32_t done = 0;
+        while (!done)
+          asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                       : "=r"(done) : "r"(mb), "r"(parity) : "memory");
+        for (int k = 0; k < ndst; ++k)
+          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dsts[k] + pos), "r"(sb), "r"(size) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    }
+    // Writes complete, then ordered before the generic-proxy release of the exit barrier.
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+  __syncthreads();
+  bar.sync(cuda::memory_order_acq_rel);
+#endif
+}
+
 // Pipelined all-gather: each chunk is published on its own ready flag as soon as it is pushed, so
 // a consumer (another kernel or stream) can start on chunk c before the rest has landed. The
 // caller guarantees peers are done with the previous round (e.g. a barrier in the consumer).
@@ -661,55 +724,75 @@ inline void copy_engine_all_gather(const std::vector<void*>& peer_recv_bases, in
   }
 }
 
-// Copy-engine all-gather ordered by stream memory operations: no SM moves data or waits. Per call,
-// on `stream`: tell every peer we are ready (done with the previous contents), wait until every
-// peer is ready, copy my block into each peer's slot (cudaMemcpyAsync over LSA addresses), tell
-// every peer it is done, wait until every peer's block has landed. Flags are epochs in a zeroed
-// symmetric state region of flag_bytes(lsa_size) bytes, so they are never reset (one region per
-// instance: a new instance restarts its epochs at 1). Signal::Kernel
-// writes the remote flags with a one-thread kernel instead of cuStreamWriteValue32.
+// One CTA meets the same index on every LSA peer (acq_rel): a stream-ordered cross-GPU barrier.
+template <int kUnused = 0>
+__global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamTagLsa(), index);
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+}
+
+// Copy-engine all-gather: copy engines move the data (cudaMemcpyAsync over LSA addresses), so no
+// SM copies. Per call, on `stream`: every peer is ready (done with the previous contents), my
+// block is copied into each peer's slot, every peer's block has landed. How the two handshakes
+// are made:
+//   Sync::StreamWrite  flags written with cuStreamWriteValue32, waited with cuStreamWaitValue32:
+//                      no SM at all;
+//   Sync::KernelFlag   flags written by a one-thread kernel, waited with cuStreamWaitValue32;
+//   Sync::Barrier      a one-CTA LSA barrier kernel before and after the copies (needs the
+//                      devComm and one barrier index, `barrier_index`).
+// Flags are epochs in a zeroed symmetric state region of flag_bytes(lsa_size) bytes, so they are
+// never reset (one region per instance: a new instance restarts its epochs at 1).
 class CopyEngineAllGather {
  public:
-  enum class Signal { StreamWrite, Kernel };
+  enum class Sync { StreamWrite, KernelFlag, Barrier };
   static size_t flag_bytes(int lsa_size) { return 2u * (size_t)lsa_size * sizeof(uint32_t); }
 
   CopyEngineAllGather(ncclWindow_t recv_win, size_t recv_off, size_t block_stride, ncclWindow_t flag_win, size_t flag_off, int lsa_rank,
-                      int lsa_size, cudaStream_t stream, Signal signal = Signal::StreamWrite)
-      : me_(lsa_rank), n_(lsa_size), stride_(block_stride), signal_(signal) {
+                      int lsa_size, cudaStream_t stream, Sync sync = Sync::StreamWrite)
+      : me_(lsa_rank), n_(lsa_size), stride_(block_stride), sync_(sync) {
     recv_ = host_lsa_pointers(recv_win, recv_off, lsa_size, stream);
     flags_ = host_lsa_pointers(flag_win, flag_off, lsa_size, stream);
+  }
+  // Sync::Barrier form: no flag region; barrier index `barrier_index` of dc.
+  CopyEngineAllGather(ncclWindow_t recv_win, size_t recv_off, size_t block_stride, ncclDevComm const& dc, uint32_t barrier_index,
+                      cudaStream_t stream)
+      : me_(dc.lsaRank), n_(dc.lsaSize), stride_(block_stride), sync_(Sync::Barrier), dc_(dc), barrier_index_(barrier_index) {
+    recv_ = host_lsa_pointers(recv_win, recv_off, n_, stream);
   }
 
   void run(const void* src, size_t bytes, cudaStream_t stream) {
     ++epoch_;
-    signal_all(0, stream);
-    wait_all(0, stream);
+    handshake(0, stream);
     for (int k = 0; k < n_; ++k) {
       const int peer = (me_ + k) % n_;
       char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_;
       if (dst != src) BRAID_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
     }
-    signal_all(1, stream);
-    wait_all(1, stream);
+    handshake(1, stream);
   }
 
  private:
   uint32_t* flag(int owner, int phase, int source) const { return static_cast<uint32_t*>(flags_[(size_t)owner]) + phase * n_ + source; }
-  void signal_all(int phase, cudaStream_t stream) {
+  void handshake(int phase, cudaStream_t stream) {
+    if (sync_ == Sync::Barrier) {
+      lsa_barrier_kernel<><<<1, 32, 0, stream>>>(dc_, barrier_index_);
+      BRAID_LAUNCHED();
+      return;
+    }
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
-      if (signal_ == Signal::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
+      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
       else launch_set_flag(stream, flag(p, phase, me_), epoch_);
     }
-  }
-  void wait_all(int phase, cudaStream_t stream) {
     for (int q = 0; q < n_; ++q)
       if (q != me_) memops_.wait_geq(stream, flag(me_, phase, q), epoch_);
   }
 
   int me_, n_;
   size_t stride_;
-  Signal signal_;
+  Sync sync_;
+  ncclDevComm dc_{};
+  uint32_t barrier_index_ = 0;
   uint32_t epoch_ = 0;
   std::vector<void*> recv_, flags_;
   StreamMemOps memops_;
@@ -758,6 +841,5 @@ inline int resident_ctas(Kernel kernel, int threads, int cap) {
   return most < cap ? most : cap;
 }
 
-constexpr int kMaxLsaPeers = 8;
 
 }  // namespace braid::dev
