@@ -234,6 +234,20 @@ TEST(Subprocess, ConcurrentRunsKeepTheirOwnOutput) {
   }
 }
 
+TEST(Subprocess, ThrowingOnStartLeavesNoChild) {
+  long pgid = 0;
+  SubprocessOptions options;
+  options.argv = {"sleep", "30"};
+  options.on_start = [&](long g) {
+    pgid = g;
+    throw std::runtime_error("database is locked");
+  };
+  EXPECT_THROW(run_subprocess(options), std::runtime_error);
+  ASSERT_NE(pgid, 0);
+  EXPECT_TRUE(process_gone(static_cast<pid_t>(pgid)));
+  EXPECT_EQ(process_start_marker(pgid), "");  // reaped, not a zombie
+}
+
 TEST(Subprocess, SignalNames) {
   EXPECT_EQ(signal_name(SIGABRT), "SIGABRT");
   EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "braid/eval/diagnostics.hpp"
+#include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
 namespace braid {
@@ -14,6 +15,7 @@ const std::vector<std::string>& known_placeholders() {
 
 WorkFolder prepare_work_folder(const EvalRequest& request, const std::filesystem::path& workload_dir,
                                const std::string& program_filename) {
+  if (request.work_dir.empty()) throw SystemError("evaluation of " + request.candidate_id + " has no work folder");
   WorkFolder f;
   f.dir = std::filesystem::absolute(request.work_dir);
   f.program = f.dir / program_filename;

@@ -279,7 +279,18 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
     return result;
   }
   result.started = true;
-  if (options.on_start) options.on_start(static_cast<long>(pid));
+  if (options.on_start) {
+    try {
+      options.on_start(static_cast<long>(pid));
+    } catch (...) {
+      // Nobody would wait for the child otherwise.
+      ::kill(-pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      throw;
+    }
+  }
 
   CappedBuffer out_buf(options.output_cap_bytes), err_buf(options.output_cap_bytes);
   const bool has_deadline = options.timeout_s > 0;
