@@ -121,10 +121,10 @@ LlmResponse TrackedClient::complete(const LlmRequest& request) {
   std::int64_t seq = recorder_ ? recorder_->next_seq() : 0;
   if (replay_) {
     response = replay_->answer(request, seq);
-    if (response.model.empty()) response.model = model_;
   } else {
     response = inner_->complete(request);
   }
+  response.model = model_;  // the run's name for the model, the same in a replay
   if (recorder_) recorder_->append(seq, request, response);
   if (ledger_) ledger_->record(request, response, seq);
   return response;

@@ -1,0 +1,356 @@
+// The LLM operators (mutator, feedback, meta-summary, novelty judge, make_llm_operators)
+// driven through the loopback server, with patches applied by the real apply_patch.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "braid/db/database.hpp"
+#include "braid/llm/operators.hpp"
+#include "braid/llm/secrets.hpp"
+#include "braid/mutate/llm_agents.hpp"
+#include "braid/mutate/llm_mutator.hpp"
+#include "braid/mutate/llm_runtime.hpp"
+#include "braid/program/patch.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "loopback_llm_server.hpp"
+
+namespace braid {
+namespace {
+
+using testing::Fault;
+using testing::LoopbackLlmServer;
+
+const char* kProgram = R"(#include <cstdio>
+enum class Order { A, B };
+// EVOLVE-BLOCK-START kernel
+constexpr int kTile = 4;  // braid:knob 1|2|4|8
+constexpr Order kOrder = Order::A;  // braid:knob Order::A|Order::B
+int work(int x) { return x * kTile; }
+// EVOLVE-BLOCK-END
+int main() { std::printf("%d\n", work(2)); }
+)";
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("braid_llmops_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+ProgramRecord seed_record() {
+  ProgramRecord r;
+  r.id = "0000000000000001";
+  r.code = kProgram;
+  r.patch_type = "seed";
+  r.correct = true;
+  r.combined_score = 1.0;
+  r.public_metrics = {{"time_ms", 2.5}};
+  return r;
+}
+
+struct Fixture {
+  LoopbackLlmServer server;
+  std::filesystem::path dir;
+  std::unique_ptr<ProgramDatabase> db;
+  std::shared_ptr<LlmRuntime> rt;
+  ProgramRecord parent_rec = seed_record();
+  Program parent = Program::parse(kProgram, "test");
+  std::mt19937_64 rng{1};
+
+  explicit Fixture(const std::string& name, LlmSettings s = {}) {
+    dir = temp_dir(name);
+    db = std::make_unique<ProgramDatabase>(dir / "evolution.db");
+    s.retry_backoff_s = 0.0;
+    s.retry_backoff_max_s = 0.0;
+    s.prices = {{"coder", {1.0, 2.0}}};
+    LlmRuntimeOptions opt;
+    opt.sleep = [](double) {};
+    rt = make_llm_runtime(s, "local:coder@" + server.base_url(), db->handle(), dir, "Make work() fast.", "cpp", opt);
+  }
+  ~Fixture() { std::filesystem::remove_all(dir); }
+
+  MutationContext ctx(PatchType t, std::int64_t g = 1) {
+    MutationContext c;
+    c.generation = g;
+    c.patch_type = t;
+    c.temperature = 0.5;
+    c.system_message = "Make work() fast.";
+    c.parent = &parent_rec;
+    c.rng = &rng;
+    return c;
+  }
+};
+
+TEST(LlmMutator, DiffFullAndCrossPatchesApply) {
+  Fixture f("patches");
+  LlmMutator m(f.rt);
+  for (PatchType t : {PatchType::Diff, PatchType::Full, PatchType::Cross}) {
+    auto c = f.ctx(t, static_cast<int>(t) + 1);
+    ProgramRecord other = seed_record();
+    other.id = "0000000000000002";
+    other.code = std::string(kProgram).replace(std::string(kProgram).find("Order::A;"), 9, "Order::B;");
+    if (t == PatchType::Cross) c.cross_parents = {&other};
+    Proposal p = m.propose(f.parent, c);
+    ASSERT_TRUE(p.ok()) << p.error;
+    EXPECT_EQ(p.patch_type, t);
+    EXPECT_EQ(p.model, "local:coder@" + f.server.base_url());
+    EXPECT_GT(p.cost_usd, 0.0);
+    PatchOutcome out = apply_patch(f.parent, p.patch_type, p.patch);
+    ASSERT_TRUE(out.ok()) << to_string(t) << ": " << out.error << "\n" << p.patch;
+    EXPECT_NE(out.text, f.parent.text());
+  }
+  auto kinds = f.server.answers_by_kind();
+  EXPECT_EQ(kinds["diff"], 1);
+  EXPECT_EQ(kinds["full"], 1);
+  EXPECT_EQ(kinds["cross"], 1);
+  auto reqs = f.server.requests();
+  // The prompt carries the system context, the parent with its metrics, and the format.
+  const auto& body = reqs[0].body;
+  std::string system = body["messages"][0]["content"];
+  std::string user = body["messages"][1]["content"];
+  EXPECT_NE(system.find("Make work() fast."), std::string::npos);
+  EXPECT_NE(system.find("## Hardware"), std::string::npos);
+  EXPECT_NE(system.find("Strategies that have paid off for LSA"), std::string::npos);
+  EXPECT_NE(user.find("constexpr int kTile = 4;"), std::string::npos);
+  EXPECT_NE(user.find("time_ms"), std::string::npos);
+  EXPECT_NE(user.find("<<<<<<< SEARCH"), std::string::npos);
+  EXPECT_NE(user.find("- kTile = 4 (1|2|4|8)"), std::string::npos);
+  EXPECT_EQ(body["temperature"], 0.5);
+  std::string full_user = reqs[1].body["messages"][1]["content"];
+  EXPECT_NE(full_user.find("// EVOLVE-BLOCK-START kernel"), std::string::npos);
+  std::string cross_user = reqs[2].body["messages"][1]["content"];
+  EXPECT_NE(cross_user.find("Program to combine 1"), std::string::npos);
+}
+
+TEST(LlmMutator, PromptShowsInspirationsFailuresAndRecommendations) {
+  Fixture f("context");
+  LlmMutator m(f.rt);
+  ProgramRecord top = seed_record();
+  top.id = "00000000000000aa";
+  top.combined_score = 1.7;
+  ProgramRecord failed = seed_record();
+  failed.id = "00000000000000bb";
+  failed.correct = false;
+  failed.failure = FailureKind::BuildFailed;
+  failed.patch_type = "diff";
+  failed.error_text = "program.cpp:5:1: error: 'foo' was not declared in this scope";
+  failed.code_diff = "<<<<<<< SEARCH\nint x;\n=======\nint x = foo;\n>>>>>>> REPLACE";
+  auto c = f.ctx(PatchType::Diff);
+  c.top_k_inspirations = {&top};
+  c.archive_inspirations = {&top};
+  c.failed_neighbours = {&failed};
+  c.meta_recommendations = "1. Raise kTile";
+  c.best = &top;
+  std::string user = m.user_message(f.parent, c);
+  EXPECT_NE(user.find("# Best programs so far"), std::string::npos);
+  EXPECT_NE(user.find("# Diverse programs from the archive"), std::string::npos);
+  EXPECT_NE(user.find("'foo' was not declared"), std::string::npos);
+  EXPECT_NE(user.find("int x = foo;"), std::string::npos);
+  EXPECT_NE(user.find("1. Raise kTile"), std::string::npos);
+  EXPECT_NE(user.find("Best program so far: 00000000000000aa"), std::string::npos);
+  EXPECT_EQ(user.find("previous attempt"), std::string::npos);
+}
+
+TEST(LlmMutator, ResampleShowsTheExactErrorAndPreviousAnswer) {
+  Fixture f("resample");
+  LlmMutator m(f.rt);
+  auto c = f.ctx(PatchType::Diff, 7);
+  Proposal first = m.propose(f.parent, c);
+  ASSERT_TRUE(first.ok());
+  c.previous_error = "edit 1: SEARCH text not found in block 'kernel'";
+  Proposal second = m.propose(f.parent, c);
+  ASSERT_TRUE(second.ok()) << second.error;
+  auto reqs = f.server.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  auto msgs = reqs[1].body["messages"];
+  ASSERT_EQ(msgs.size(), 4u);  // system, user, assistant (previous answer), user (error)
+  EXPECT_EQ(msgs[2]["role"], "assistant");
+  EXPECT_EQ(msgs[2]["content"], reqs.size() ? f.server.answer_for(reqs[0].body["messages"][0]["content"],
+                                                                  {{"user", reqs[0].body["messages"][1]["content"]}})
+                                            : "");
+  std::string retry = msgs[3]["content"];
+  EXPECT_NE(retry.find("SEARCH text not found in block 'kernel'"), std::string::npos);
+  // Replay keys number the attempts of a generation.
+  auto lines = read_file(f.dir / llm::kExchangeFile);
+  EXPECT_NE(lines.find("\"mutate/g7/a0\""), std::string::npos);
+  EXPECT_NE(lines.find("\"mutate/g7/a1\""), std::string::npos);
+}
+
+TEST(LlmMutator, FaultsBecomeCountedErrors) {
+  Fixture f("faults");
+  LlmMutator m(f.rt);
+  f.server.push_faults({Fault::NoPatch});
+  Proposal p = m.propose(f.parent, f.ctx(PatchType::Diff, 1));
+  EXPECT_FALSE(p.ok());
+  EXPECT_EQ(p.error.rfind("no_patch: ", 0), 0u) << p.error;
+  f.server.push_faults({Fault::Empty});
+  p = m.propose(f.parent, f.ctx(PatchType::Full, 2));
+  EXPECT_EQ(p.error.rfind("llm empty: ", 0), 0u) << p.error;
+  f.server.push_faults({Fault::Refusal});
+  p = m.propose(f.parent, f.ctx(PatchType::Full, 3));
+  EXPECT_EQ(p.error.rfind("llm refusal: ", 0), 0u) << p.error;
+  f.server.push_faults({Fault::RateLimit, Fault::ServerError});
+  p = m.propose(f.parent, f.ctx(PatchType::Diff, 4));
+  EXPECT_TRUE(p.ok()) << p.error;
+  json t = f.rt->ledger->totals();
+  EXPECT_EQ(t["calls"], 4);
+  EXPECT_EQ(t["errors"]["no_patch"], 1);
+  EXPECT_EQ(t["errors"]["empty"], 1);
+  EXPECT_EQ(t["errors"]["refusal"], 1);
+  EXPECT_EQ(t["errors"]["rate_limited"], 1);
+  EXPECT_EQ(t["errors"]["server_error"], 1);
+  // The database holds the same picture, and the cost.
+  json db_totals = llm_totals_from_db(*f.db);
+  EXPECT_EQ(db_totals["calls"], 4);
+  EXPECT_EQ(db_totals["errors"]["no_patch"], 1);
+  EXPECT_EQ(db_totals["errors"]["rate_limited"], 1);
+  EXPECT_NEAR(db_totals["cost_usd"].get<double>(), t["cost_usd"].get<double>(), 1e-12);
+  EXPECT_GT(t["cost_usd"].get<double>(), 0.0);
+}
+
+TEST(ExtractPatch, FencesProseAndFormSwitch) {
+  std::string why;
+  auto d = extract_patch(PatchType::Diff, "Idea.\n```\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n```\nThanks!", &why);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->text, "<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n");
+  auto f = extract_patch(PatchType::Diff, "// EVOLVE-BLOCK-START\nx\n// EVOLVE-BLOCK-END\n", &why);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->type, PatchType::Full);
+  auto s = extract_patch(PatchType::Cross, "<<<< SEARCH\na\n==== REPLACE\nb\n>>>>\n", &why);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->type, PatchType::Diff);
+  EXPECT_FALSE(extract_patch(PatchType::Full, "just words", &why));
+  EXPECT_NE(why.find("EVOLVE-BLOCK-START"), std::string::npos);
+}
+
+TEST(LlmAgents, FeedbackMetaAndNovelty) {
+  Fixture f("agents");
+  LlmFeedbackAgent fb(f.rt);
+  ProgramRecord cand = seed_record();
+  cand.id = "00000000000000cc";
+  cand.model = f.rt->mutation_models[0];
+  cand.correct = false;
+  cand.failure = FailureKind::BuildFailed;
+  cand.error_text = "program.cpp:4:15: error: 'braid_x' was not declared in this scope";
+  cand.code_diff = "<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE";
+  cand.public_metrics = {{"level_reached", 1}};
+  std::string text = fb.diagnose(cand, &f.parent_rec);
+  EXPECT_NE(text.find("build_failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("'braid_x' was not declared"), std::string::npos) << text;
+  auto stats = f.rt->selector->stats();
+  EXPECT_EQ(stats[0]["rewards"], 1);
+
+  LlmMetaSummarizer meta(f.rt);
+  std::vector<ProgramRecord> recent = {cand, seed_record()};
+  json memory = {{"scratchpad", {{"tried", {"old idea"}}}}, {"recommendations", {"old rec"}}};
+  MetaUpdate u = meta.summarize(recent, &f.parent_rec, memory, 10);
+  EXPECT_EQ(u.summary, "2 recent candidates, 1 failed.");
+  ASSERT_EQ(u.recommendations.size(), 3u);
+  EXPECT_EQ(u.scratchpad["won"][0], "larger blocks");
+  std::string meta_prompt = f.server.requests().back().body["messages"][1]["content"];
+  EXPECT_NE(meta_prompt.find("old idea"), std::string::npos);
+  EXPECT_NE(meta_prompt.find("1. old rec"), std::string::npos);
+
+  // A meta answer that is prose still gives a summary and recommendations.
+  MetaUpdate prose = parse_meta_answer("Things went well.\n1. Try A\n2) Try B\n- Try C", memory);
+  EXPECT_EQ(prose.recommendations, (std::vector<std::string>{"Try A", "Try B", "Try C"}));
+  EXPECT_EQ(prose.scratchpad["tried"][0], "old idea");
+
+  LlmSettings s;
+  s.use_novelty_judge = true;
+  Fixture g("novelty", s);
+  EXPECT_TRUE(judge_novelty(*g.rt, kProgram, {kProgram}));
+  g.server.set_fixed_answer("DUPLICATE\nOnly a comment changed.");
+  EXPECT_FALSE(judge_novelty(*g.rt, kProgram, {kProgram}));
+  g.server.push_faults({Fault::ServerError, Fault::ServerError, Fault::ServerError, Fault::ServerError, Fault::ServerError});
+  EXPECT_TRUE(judge_novelty(*g.rt, kProgram, {kProgram}));  // a failed call never rejects
+}
+
+TEST(MakeLlmOperators, KeysTotalsReplayAndSecrets) {
+  LoopbackLlmServer server;
+  const std::string key = "sk-operators-secret-31337";
+  server.require_key(key);
+  auto dir = temp_dir("ops");
+  LlmSettings s;
+  s.models = {"openai:gpt-4.1-mini@" + server.base_url()};
+  s.api_key_env = "BRAID_OPS_TEST_KEY";
+  s.retry_backoff_s = 0;
+  s.prices = {{"gpt-4.1-mini", {0.4, 1.6}}};
+  s.max_api_cost = 1000;
+  {
+    ProgramDatabase db(dir / "a.db");
+    ::unsetenv("BRAID_OPS_TEST_KEY");
+    try {
+      make_llm_operators(s, "", db, dir / "run1", "task", "cpp");
+      FAIL() << "missing key accepted";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("BRAID_OPS_TEST_KEY: is not set", 0), 0u) << e.what();
+    }
+    ::setenv("BRAID_OPS_TEST_KEY", key.c_str(), 1);
+    LlmOperators ops = make_llm_operators(s, "", db, dir / "run1", "task", "cpp");
+    EXPECT_EQ(std::getenv("BRAID_OPS_TEST_KEY"), nullptr);
+    ASSERT_TRUE(ops.mutator && ops.feedback && ops.meta);
+    EXPECT_FALSE(ops.novelty_judge);
+    EXPECT_FALSE(ops.embed);
+    ProgramRecord parent = seed_record();
+    Program prog = Program::parse(kProgram, "t");
+    std::mt19937_64 rng(3);
+    MutationContext c;
+    c.patch_type = PatchType::Diff;
+    c.parent = &parent;
+    c.rng = &rng;
+    for (int g = 1; g <= 3; ++g) {
+      c.generation = g;
+      Proposal p = ops.mutator->propose(prog, c);
+      ASSERT_TRUE(p.ok()) << p.error;
+    }
+    json t = ops.totals();
+    EXPECT_EQ(t["calls"], 3);
+    EXPECT_GT(t["cost_usd"].get<double>(), 0.0);
+    EXPECT_EQ(t["models"][0]["picks"], 3);
+    EXPECT_FALSE(ops.budget_exhausted());
+    std::string why;
+    EXPECT_TRUE(ops.island_runnable(0, &why));
+  }
+  // Replay: same answers, no network, no key needed.
+  std::vector<std::string> recorded;
+  for (auto& line : [&] {
+         std::vector<std::string> v;
+         std::istringstream in(read_file(dir / "run1" / llm::kExchangeFile));
+         for (std::string l; std::getline(in, l);) v.push_back(l);
+         return v;
+       }())
+    recorded.push_back(json::parse(line)["response"]["text"]);
+  ASSERT_EQ(recorded.size(), 3u);
+  std::size_t served = server.request_count();
+  {
+    ProgramDatabase db(dir / "b.db");
+    LlmSettings none;
+    LlmOperators ops = make_llm_operators(none, "replay:" + (dir / "run1").string(), db, dir / "run2", "task", "cpp");
+    ProgramRecord parent = seed_record();
+    Program prog = Program::parse(kProgram, "t");
+    std::mt19937_64 rng(3);
+    MutationContext c;
+    c.patch_type = PatchType::Diff;
+    c.parent = &parent;
+    c.rng = &rng;
+    for (int g = 1; g <= 3; ++g) {
+      c.generation = g;
+      Proposal p = ops.mutator->propose(prog, c);
+      ASSERT_TRUE(p.ok()) << p.error;
+      EXPECT_NE(recorded[g - 1].find(p.patch.substr(0, 20)), std::string::npos);
+    }
+    EXPECT_EQ(ops.totals()["replay_diverged"], 0);
+  }
+  EXPECT_EQ(server.request_count(), served);
+  // No written file holds the key.
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) EXPECT_EQ(read_file(e.path()).find(key), std::string::npos) << e.path();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,400 @@
+#include "loopback_llm_server.hpp"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <regex>
+#include <sstream>
+
+namespace braid::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kProbe = "static_assert(braid_probe_undeclared > 0, \"probe\");";
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::uint64_t fnv(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The first ```<language> fence after `heading` in `text`: the code a prompt shows.
+std::string code_after(const std::string& text, const std::string& heading) {
+  auto at = text.find(heading);
+  if (at == std::string::npos) return "";
+  auto lines = split_lines(text.substr(at));
+  std::string code;
+  bool in = false;
+  for (auto& l : lines) {
+    if (!in) {
+      if (l.size() > 3 && l.rfind("```", 0) == 0 && std::isalpha(static_cast<unsigned char>(l[3]))) in = true;
+      continue;
+    }
+    if (l.rfind("```", 0) == 0) break;
+    code += l + "\n";
+  }
+  return code;
+}
+
+struct Knob {
+  std::size_t line = 0;
+  std::string name, value;
+  std::vector<std::string> domain;
+};
+
+std::vector<Knob> knobs_of(const std::vector<std::string>& lines) {
+  static const std::regex re(R"(^\s*constexpr\s+[\w:<>]+\s+(\w+)\s*=\s*([^;]+);\s*//\s*braid:knob\s*(.*)$)");
+  std::vector<Knob> out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::smatch m;
+    if (!std::regex_match(lines[i], m, re)) continue;
+    Knob k{i, m[1], trim(m[2]), {}};
+    std::stringstream d(trim(m[3]));
+    for (std::string v; std::getline(d, v, '|');)
+      if (!trim(v).empty()) k.domain.push_back(trim(v));
+    if (k.domain.empty()) k.domain = {"true", "false"};
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::string with_value(const std::string& line, const std::string& old_value, const std::string& new_value) {
+  std::string out = line;
+  auto p = out.find("= " + old_value + ";");
+  if (p != std::string::npos) out.replace(p + 2, old_value.size(), new_value);
+  return out;
+}
+
+std::string first_error_line(const std::string& text) {
+  for (auto& l : split_lines(text))
+    if (l.find("error") != std::string::npos) return trim(l);
+  auto lines = split_lines(trim(text));
+  return lines.empty() ? "" : lines.front();
+}
+
+std::string section(const std::string& text, const std::string& heading) {
+  auto at = text.find(heading);
+  if (at == std::string::npos) return "";
+  auto rest = text.substr(at + heading.size());
+  auto fence = rest.find("```");
+  if (fence == std::string::npos) return "";
+  auto start = rest.find('\n', fence);
+  auto end = rest.find("\n```", start);
+  if (start == std::string::npos || end == std::string::npos) return "";
+  return rest.substr(start + 1, end - start - 1);
+}
+
+}  // namespace
+
+struct LoopbackLlmServer::Impl {
+  httplib::Server server;
+};
+
+LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
+  auto chat = [this](const httplib::Request& req, httplib::Response& res) {
+    ReceivedRequest rec;
+    rec.path = req.path;
+    for (auto& [k, v] : req.headers) {
+      std::string name = k;
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      rec.headers[name] = v;
+    }
+    rec.raw_body = req.body;
+    rec.body = json::parse(req.body, nullptr, false);
+    {
+      std::lock_guard lock(mu_);
+      requests_.push_back(rec);
+    }
+    if (!key_.empty()) {
+      std::string given;
+      if (auto it = rec.headers.find("authorization"); it != rec.headers.end()) given = it->second.substr(7);
+      if (auto it = rec.headers.find("x-api-key"); it != rec.headers.end()) given = it->second;
+      if (auto it = rec.headers.find("api-key"); it != rec.headers.end()) given = it->second;
+      if (given != key_) {
+        // Like real services, the message quotes the key it got: clients must redact it.
+        res.status = 401;
+        res.set_content(json{{"error", {{"message", "Incorrect API key provided: " + given}}}}.dump(), "application/json");
+        return;
+      }
+    }
+    const bool anthropic = req.path.find("/messages") != std::string::npos;
+    const bool embeddings = req.path.find("/embeddings") != std::string::npos;
+    Fault fault = next_fault();
+    switch (fault) {
+      case Fault::RateLimit:
+        res.status = 429;
+        res.set_header("Retry-After", retry_after_);
+        res.set_content(R"({"error":{"message":"Rate limit reached"}})", "application/json");
+        return;
+      case Fault::ServerError:
+        res.status = 500;
+        res.set_content(R"({"error":{"message":"internal error"}})", "application/json");
+        return;
+      case Fault::Stall:
+        std::this_thread::sleep_for(std::chrono::duration<double>(stall_s_));
+        break;
+      case Fault::Malformed:
+        res.status = 200;
+        res.set_content("<html><body>502 Bad Gateway</body></html>", "text/html");
+        return;
+      case Fault::Drop:
+        // Headers promise a body that never comes: the client sees the connection end early.
+        res.set_content_provider(
+            4096, "application/json", [](std::size_t, std::size_t, httplib::DataSink&) { return false; });
+        return;
+      default:
+        break;
+    }
+    if (embeddings) {
+      std::string input = rec.body.is_object() ? rec.body.value("input", "") : "";
+      json vec = json::array();
+      std::uint64_t h = fnv(input);
+      for (int i = 0; i < 8; ++i) vec.push_back(double((h >> (i * 8)) & 0xff) / 255.0 + 0.01);
+      res.set_content(json{{"data", {{{"embedding", vec}, {"index", 0}}}}, {"usage", {{"prompt_tokens", input.size() / 4}}}}.dump(),
+                      "application/json");
+      return;
+    }
+    std::string system;
+    std::vector<std::pair<std::string, std::string>> messages;
+    if (rec.body.is_object() && rec.body.contains("messages")) {
+      if (anthropic) system = rec.body.value("system", "");
+      for (auto& m : rec.body["messages"]) {
+        if (m.value("role", "") == "system") system = m.value("content", "");
+        else messages.emplace_back(m.value("role", ""), m.value("content", ""));
+      }
+    }
+    std::string text;
+    if (fault == Fault::Empty) text = "";
+    else if (fault == Fault::NoPatch) text = "The program looks fine to me; I would keep it as it is.";
+    else if (fault == Fault::Refusal) text = "";
+    else text = fixed_answer_.empty() ? answer_for(system, messages) : fixed_answer_;
+    std::size_t prompt_chars = system.size();
+    for (auto& m : messages) prompt_chars += m.second.size();
+    json usage_in = prompt_chars / 4 + 1, usage_out = text.size() / 4 + 1;
+    json body;
+    if (anthropic) {
+      body = {{"id", "msg_loopback"},
+              {"type", "message"},
+              {"role", "assistant"},
+              {"model", rec.body.value("model", "")},
+              {"content", fault == Fault::Refusal ? json::array() : json::array({{{"type", "text"}, {"text", text}}})},
+              {"stop_reason", fault == Fault::Refusal ? "refusal" : "end_turn"},
+              {"usage", {{"input_tokens", usage_in}, {"output_tokens", usage_out}}}};
+    } else {
+      json message = {{"role", "assistant"}, {"content", text}};
+      if (fault == Fault::Refusal) {
+        message["content"] = nullptr;
+        message["refusal"] = "I can't help with that request.";
+      }
+      body = {{"id", "chatcmpl-loopback"},
+              {"object", "chat.completion"},
+              {"model", rec.body.value("model", "")},
+              {"choices", {{{"index", 0}, {"message", message}, {"finish_reason", "stop"}}}},
+              {"usage", {{"prompt_tokens", usage_in}, {"completion_tokens", usage_out}}}};
+    }
+    std::string out = body.dump();
+    if (fault == Fault::Truncated) out = out.substr(0, out.size() / 2);
+    res.status = 200;
+    res.set_content(out, "application/json");
+  };
+  impl_->server.Post("/v1/chat/completions", chat);
+  impl_->server.Post("/v1/messages", chat);
+  impl_->server.Post("/v1/embeddings", chat);
+  impl_->server.Post(R"(/openai/deployments/([^/]+)/chat/completions)", chat);
+  impl_->server.Post(R"(/openai/deployments/([^/]+)/embeddings)", chat);
+  port_ = impl_->server.bind_to_any_port("127.0.0.1");
+  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+  for (int i = 0; i < 200 && !impl_->server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+LoopbackLlmServer::~LoopbackLlmServer() {
+  impl_->server.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string LoopbackLlmServer::base_url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+
+void LoopbackLlmServer::push_faults(const std::vector<Fault>& faults) {
+  std::lock_guard lock(mu_);
+  faults_.insert(faults_.end(), faults.begin(), faults.end());
+}
+
+void LoopbackLlmServer::set_fault_plan(std::function<Fault(std::size_t)> plan) {
+  std::lock_guard lock(mu_);
+  plan_ = std::move(plan);
+}
+
+Fault LoopbackLlmServer::next_fault() {
+  std::lock_guard lock(mu_);
+  std::size_t n = served_++;
+  Fault f = Fault::None;
+  if (!faults_.empty()) {
+    f = faults_.front();
+    faults_.pop_front();
+  } else if (plan_) {
+    f = plan_(n);
+  }
+  static const char* names[] = {"none", "rate_limit", "server_error", "stall", "truncated",
+                                "malformed", "empty", "no_patch", "refusal", "drop"};
+  if (f != Fault::None) ++injected_[names[static_cast<int>(f)]];
+  return f;
+}
+
+std::vector<ReceivedRequest> LoopbackLlmServer::requests() const {
+  std::lock_guard lock(mu_);
+  return requests_;
+}
+
+std::size_t LoopbackLlmServer::request_count() const {
+  std::lock_guard lock(mu_);
+  return requests_.size();
+}
+
+std::map<std::string, int> LoopbackLlmServer::answers_by_kind() const {
+  std::lock_guard lock(mu_);
+  return answers_;
+}
+
+std::map<std::string, int> LoopbackLlmServer::faults_injected() const {
+  std::lock_guard lock(mu_);
+  return injected_;
+}
+
+std::string LoopbackLlmServer::answer_for(const std::string& system,
+                                          const std::vector<std::pair<std::string, std::string>>& messages) {
+  std::string all;
+  for (auto& m : messages) all += m.second + "\n";
+  const std::string first = messages.empty() ? "" : messages.front().second;
+  const std::string last = messages.empty() ? "" : messages.back().second;
+  auto count = [&](const std::string& kind) {
+    std::lock_guard lock(mu_);
+    ++answers_[kind];
+  };
+
+  if (system.find("You review candidates") != std::string::npos) {
+    count("feedback");
+    std::smatch m;
+    std::string outcome = "?", score = "?", parent = "?";
+    static const std::regex out_re(R"(Outcome: (\w+))"), score_re(R"(Score: (\S+) \(parent: ([^)]*)\))");
+    if (std::regex_search(first, m, out_re)) outcome = m[1];
+    if (std::regex_search(first, m, score_re)) {
+      score = m[1];
+      parent = m[2];
+    }
+    if (outcome == "ok")
+      return "Correct. Score " + score + " against the parent's " + parent +
+             "; keep the knob change if it helped and try the neighbouring value next.";
+    std::string err = first_error_line(section(first, "Errors:"));
+    return "The candidate ended with " + outcome + ": " + (err.empty() ? "no diagnostics" : err) +
+           ". Fix that before any tuning.";
+  }
+  if (system.find("You guide an evolutionary search") != std::string::npos) {
+    count("meta");
+    int recent = 0, failed = 0;
+    for (auto& l : split_lines(first)) {
+      if (l.rfind("- ", 0) != 0 || l.find("generation") == std::string::npos) continue;
+      ++recent;
+      if (l.find("failed") != std::string::npos || l.find("0 (") != std::string::npos) ++failed;
+    }
+    json out = {{"summary", std::to_string(recent) + " recent candidates, " + std::to_string(failed) + " failed."},
+                {"scratchpad",
+                 {{"tried", {"knob edits"}}, {"won", {"larger blocks"}}, {"failed", {"undeclared identifiers"}}}},
+                {"recommendations",
+                 {"Try kOrder = LoopOrder::IKJ with kTransposeB = false", "Raise kBK to 64",
+                  "Unroll the inner loop by 4"}}};
+    return "```json\n" + out.dump(2) + "\n```";
+  }
+  if (system.find("You judge whether") != std::string::npos) {
+    count("novelty");
+    return "NOVEL\nIt changes a tuning parameter.";
+  }
+  if (system.find("variation operator") == std::string::npos) {
+    count("other");
+    return "pong: " + last;
+  }
+
+  // A mutation. What is asked comes from the last user message (a retry repeats it).
+  std::string kind = last.find("SEARCH/REPLACE edits") != std::string::npos ? "diff"
+                     : last.find("Combine the current program") != std::string::npos ? "cross"
+                                                                                      : "full";
+  std::string code = code_after(first, "# Current program");
+  auto lines = split_lines(code);
+  auto knobs = knobs_of(lines);
+  if (knobs.empty()) {
+    count("no_knobs");
+    return "I found no knob to change in the program you showed.";
+  }
+  // Seeing the real compiler error about the probe identifier is what teaches the fix.
+  const bool error_seen = all.find("braid_probe_undeclared") != std::string::npos &&
+                          (all.find("not declared") != std::string::npos || all.find("undeclared") != std::string::npos) &&
+                          all.find("error") != std::string::npos;
+  std::size_t probe_line = lines.size();
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].find("braid_probe_undeclared") != std::string::npos) probe_line = i;
+  bool fixing = error_seen && broken_ > 0;
+  bool breaking = false;
+  {
+    std::lock_guard lock(mu_);
+    ++mutations_;
+    breaking = !error_seen && break_every_ > 0 && mutations_ % break_every_ == 1 % break_every_;
+  }
+  if (breaking) ++broken_;
+  if (fixing) ++fixes_;
+
+  std::uint64_t h = fnv(all);
+  const Knob& k = knobs[h % knobs.size()];
+  std::size_t cur = 0;
+  for (std::size_t i = 0; i < k.domain.size(); ++i)
+    if (k.domain[i] == k.value) cur = i;
+  std::string value = k.domain[(cur + 1 + (h / 7) % std::max<std::size_t>(1, k.domain.size() - 1)) % k.domain.size()];
+  if (kind == "cross") {
+    // Take a value from the program to combine where it differs.
+    auto other = knobs_of(split_lines(code_after(first, "# Programs to combine")));
+    for (auto& o : other)
+      if (o.name == k.name && o.value != k.value) value = o.value;
+  }
+  std::vector<std::string> edited = lines;
+  edited[k.line] = with_value(lines[k.line], k.value, value);
+  if (probe_line < lines.size()) edited[probe_line] = "";  // drop the probe: it never compiled
+  if (breaking) edited[k.line] += std::string("\n") + kProbe;
+  count(kind);
+
+  std::string idea = "Set " + k.name + " from " + k.value + " to " + value +
+                     (fixing ? ", without the undeclared identifier the compiler rejected" : "") + ".";
+  if (kind == "diff") {
+    std::string out = idea + "\n\n<<<<<<< SEARCH\n" + lines[k.line] + "\n=======\n" + edited[k.line] + "\n>>>>>>> REPLACE\n";
+    if (probe_line < lines.size())
+      out += "\n<<<<<<< SEARCH\n" + lines[probe_line] + "\n=======\n\n>>>>>>> REPLACE\n";
+    return out;
+  }
+  std::string out = idea + "\n\n```cpp\n";
+  bool in_block = false;
+  for (std::size_t i = 0; i < edited.size(); ++i) {
+    bool start = lines[i].find("EVOLVE-BLOCK-START") != std::string::npos;
+    bool end = lines[i].find("EVOLVE-BLOCK-END") != std::string::npos;
+    if (start) in_block = true;
+    if (in_block && !(i == probe_line && edited[i].empty())) out += edited[i] + "\n";
+    if (end) {
+      in_block = false;
+      out += "\n";
+    }
+  }
+  return out + "```\n";
+}
+
+}  // namespace braid::testing

@@ -1,0 +1,91 @@
+// A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol (also under
+// Azure's deployment path), Anthropic's Messages API and /embeddings, for tests. It answers from
+// the prompt it receives, like a model would: it reads the parent program shown in a mutation
+// prompt and edits one of its knobs (diff, full or cross, as asked), writes feedback from the
+// outcome it is shown, returns meta-summary JSON and novelty verdicts. Faults are injected on
+// request: 429 (with Retry-After), 500, stalls, truncated or malformed JSON, empty answers,
+// answers without a patch, refusals and dropped connections.
+//
+// A share of mutation answers first carry a line that does not compile
+// (`static_assert(braid_probe_undeclared > 0, ...)`); once a later prompt shows the real
+// compiler error about that identifier, the server answers with the corrected edit instead.
+#pragma once
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace braid::testing {
+
+enum class Fault { None, RateLimit, ServerError, Stall, Truncated, Malformed, Empty, NoPatch, Refusal, Drop };
+
+struct ReceivedRequest {
+  std::string path;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  nlohmann::json body;
+  std::string raw_body;
+};
+
+class LoopbackLlmServer {
+ public:
+  LoopbackLlmServer();
+  ~LoopbackLlmServer();
+  LoopbackLlmServer(const LoopbackLlmServer&) = delete;
+  LoopbackLlmServer& operator=(const LoopbackLlmServer&) = delete;
+
+  int port() const { return port_; }
+  std::string base_url() const;  // http://127.0.0.1:<port>/v1
+
+  // Faults consumed one per request, in order, before `fault_plan` is asked.
+  void push_faults(const std::vector<Fault>& faults);
+  // Fault for the n-th request (0-based, all paths); used for fault storms in the e2e test.
+  void set_fault_plan(std::function<Fault(std::size_t n)> plan);
+  void set_retry_after(std::string value) { retry_after_ = std::move(value); }
+  void set_stall_seconds(double s) { stall_s_ = s; }
+  // Required key: requests without it (Authorization: Bearer, x-api-key or api-key) get 401.
+  void require_key(std::string key) { key_ = std::move(key); }
+  // Every n-th mutation answer (n > 0) first breaks the build; 0 = never.
+  void set_break_every(int n) { break_every_ = n; }
+  // Fixed answer text for every chat request (overrides the prompt-driven answer).
+  void set_fixed_answer(std::string text) { fixed_answer_ = std::move(text); }
+
+  std::vector<ReceivedRequest> requests() const;
+  std::size_t request_count() const;
+  int broken_answers() const { return broken_; }
+  int fixes_after_error() const { return fixes_; }
+  std::map<std::string, int> answers_by_kind() const;  // "diff", "full", "cross", "feedback", ...
+  std::map<std::string, int> faults_injected() const;
+
+  // The answer the server would give to these chat messages (exposed for unit tests).
+  std::string answer_for(const std::string& system, const std::vector<std::pair<std::string, std::string>>& messages);
+
+ private:
+  Fault next_fault();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::vector<ReceivedRequest> requests_;
+  std::deque<Fault> faults_;
+  std::function<Fault(std::size_t)> plan_;
+  std::size_t served_ = 0;
+  std::string retry_after_ = "0";
+  double stall_s_ = 2.0;
+  std::string key_;
+  int break_every_ = 0;
+  int mutations_ = 0;
+  std::atomic<int> broken_{0}, fixes_{0};
+  std::string fixed_answer_;
+  std::map<std::string, int> answers_;
+  std::map<std::string, int> injected_;
+};
+
+}  // namespace braid::testing
