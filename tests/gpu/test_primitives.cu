@@ -316,12 +316,7 @@ int run_rank(const RankInfo& me) {
 
   // GIN: only with an RDMA NIC; elsewhere the backend falls back to LSA.
   Platform platform;
-  {
-    FILE* p = popen("ls /sys/class/infiniband 2>/dev/null | head -n 1", "r");
-    char buf[64] = {0};
-    platform.gin = p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr && buf[0] != '\n';
-    if (p) pclose(p);
-  }
+  platform.gin = rdma_device_present();
   check.expect(effective_backend(Backend::Gin, platform) == (platform.gin ? Backend::Gin : Backend::Lsa), "effective_backend maps GIN to LSA without a NIC");
   if (!platform.gin) {
     check.skip("gin_all_gather_kernel", "no RDMA NIC, GIN unavailable on this machine");

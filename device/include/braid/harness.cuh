@@ -435,18 +435,7 @@ class Harness {
   }
 
  private:
-  // GIN needs an RDMA device; without one every devComm asking for GIN fails, so the platform
-  // says "no GIN" and candidates fall back to LSA (effective_backend).
-  static bool gin_possible() {
-    const char* en = std::getenv("NCCL_GIN_ENABLE");
-    if (en != nullptr && std::string(en) == "0") return false;
-    FILE* p = popen("ls /sys/class/infiniband 2>/dev/null | head -n 1", "r");
-    if (p == nullptr) return false;
-    char buf[64] = {0};
-    const bool any = std::fgets(buf, sizeof(buf), p) != nullptr && buf[0] != '\0' && buf[0] != '\n';
-    pclose(p);
-    return any;
-  }
+  static bool gin_possible() { return rdma_device_present(); }
 
   void calibrate_idle_sync() {
     std::vector<double> tails;
