@@ -22,7 +22,7 @@ TEST(Workload, LoadsTheExample) {
   EXPECT_TRUE(std::filesystem::exists(spec.program));
   EXPECT_EQ(spec.language, "cpp");
   EXPECT_NE(spec.task.find("matmul_kernel"), std::string::npos);
-  EXPECT_TRUE(spec.config.empty());
+  EXPECT_EQ(spec.config, testing::example_dir("matmul_cpu") / "config.yaml");
   EXPECT_EQ(spec.evaluator["kind"], "cascade");
   EXPECT_EQ(spec.evaluator["run_timeout_s"], 30.0);
   auto evaluator = make_evaluator(spec);

@@ -5,6 +5,9 @@
 //   L3 bench  -> the program writes <results_dir>/metrics.json with combined_score;
 //                failure -> bench_failed (verify_failed if it reports a wrong result)
 // Metrics come only from files in the results folder braid created, never from stdout.
+// Commands are split into words (no shell) and run in the work folder below, with
+// BRAID_WORK_DIR, BRAID_RESULTS_DIR, BRAID_WORKLOAD_DIR and BRAID_SEED set; files of the
+// workload are named through {workload_dir}.
 //
 // Work folder of one evaluation (EvalRequest::work_dir):
 //   <program file>   the candidate (the workload's program file name, e.g. program.cpp)
