@@ -48,6 +48,9 @@ class Evaluator {
   // Thread-safe: up to max_parallel_jobs calls run at once.
   virtual EvalResult evaluate(const EvalRequest& request, const JobObserver& jobs) = 0;
   virtual std::string describe() const = 0;
+  // A short note for the status line when the evaluator's health changed (GPUs quarantined);
+  // "" when all is well.
+  virtual std::string status_note() const { return {}; }
 };
 
 // Reads <dir>/metrics.json and <dir>/correct.json into `result` (score, metrics, feedback,

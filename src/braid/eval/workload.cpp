@@ -8,6 +8,8 @@
 #include "braid/eval/cascade.hpp"
 #include "braid/eval/command_line.hpp"
 #include "braid/eval/external.hpp"
+#include "braid/eval/gpu_cascade.hpp"
+#include "braid/eval/gpu_toolchain.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 
@@ -84,6 +86,91 @@ class WorkloadReader {
     return env;
   }
 
+  std::optional<long> integer_at(const YAML::Node& map, const std::string& key, long min, long max) const {
+    const YAML::Node node = map[key];
+    if (!node) return std::nullopt;
+    long value = 0;
+    if (!node.IsScalar() || !YAML::convert<long>::decode(node, value) || value < min || value > max)
+      error(node, "'" + key + "' in evaluator must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+    return value;
+  }
+
+  std::optional<bool> bool_at(const YAML::Node& map, const std::string& key) const {
+    const YAML::Node node = map[key];
+    if (!node) return std::nullopt;
+    bool value = false;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) error(node, "'" + key + "' in evaluator must be true or false");
+    return value;
+  }
+
+  json string_list_at(const YAML::Node& map, const std::string& key) const {
+    json list = json::array();
+    const YAML::Node node = map[key];
+    if (!node) return list;
+    if (!node.IsSequence()) error(node, "'" + key + "' in evaluator must be a list of strings");
+    for (const auto& item : node) {
+      if (!item.IsScalar()) error(item, "'" + key + "' in evaluator must be a list of strings");
+      list.push_back(item.as<std::string>());
+    }
+    return list;
+  }
+
+  // Harness arguments: words with known placeholders, like a command without its program.
+  std::string args_at(const YAML::Node& map, const std::string& key) const {
+    std::string args = string_at(map, key, false, " in evaluator");
+    if (args.empty()) return args;
+    std::string problem;
+    if (!split_command_words(args, &problem)) error(map[key], "evaluator '" + key + "': " + problem);
+    for (const auto& name : placeholders_in(args)) {
+      const auto& known = known_placeholders();
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        error(map[key], "evaluator '" + key + "' uses unknown placeholder {" + name +
+                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir})");
+    }
+    return args;
+  }
+
+  void gpu_evaluator(const YAML::Node& node, json& section) const {
+    check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
+                      "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "gpus_per_rank", "gpus",
+                      "health_probe", "launcher_args", "cache_dir", "env"},
+               " in evaluator");
+    section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
+    const std::string launcher = string_at(node, "launcher", false, " in evaluator");
+    if (!launcher.empty() && launcher != "local" && launcher != "mpirun" && launcher != "srun")
+      error(node["launcher"], "evaluator launcher '" + launcher + "' is unknown (expected local, mpirun or srun)");
+    section["launcher"] = launcher.empty() ? "local" : launcher;
+    const std::string arch = string_at(node, "arch", false, " in evaluator");
+    if (!arch.empty() && !resolve_arch(arch, {}))
+      error(node["arch"], "evaluator arch '" + arch + "' is unknown (expected auto, sm_90, sm_90a, ...)");
+    section["arch"] = arch.empty() ? "auto" : arch;
+    if (node["nvcc_flags"]) section["nvcc_flags"] = string_list_at(node, "nvcc_flags");
+    section["includes"] = string_list_at(node, "includes");
+    section["libs"] = string_list_at(node, "libs");
+    section["launcher_args"] = string_list_at(node, "launcher_args");
+    section["args"] = args_at(node, "args");
+    section["bench_args"] = args_at(node, "bench_args");
+    section["build_timeout_s"] = seconds_at(node, "build_timeout_s").value_or(300.0);
+    section["run_timeout_s"] = seconds_at(node, "run_timeout_s").value_or(60.0);
+    section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(180.0);
+    section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
+    section["health_probe"] = bool_at(node, "health_probe").value_or(true);
+    section["gpus_per_rank"] = integer_at(node, "gpus_per_rank", 1, 64).value_or(1);
+    if (const YAML::Node gpus = node["gpus"]) {
+      if (!gpus.IsSequence()) error(gpus, "'gpus' in evaluator must be a list of GPU indices");
+      json list = json::array();
+      for (const auto& g : gpus) {
+        int index = -1;
+        if (!g.IsScalar() || !YAML::convert<int>::decode(g, index) || index < 0)
+          error(g, "'gpus' in evaluator must be a list of GPU indices (0, 1, ...)");
+        list.push_back(index);
+      }
+      section["gpus"] = list;
+    }
+    const std::string cache_dir = string_at(node, "cache_dir", false, " in evaluator");
+    if (!cache_dir.empty()) section["cache_dir"] = cache_dir;
+  }
+
   json evaluator(const YAML::Node& root) const {
     const YAML::Node node = root["evaluator"];
     if (!node) error(root, "missing key 'evaluator'");
@@ -103,8 +190,10 @@ class WorkloadReader {
       check_keys(node, {"kind", "command", "timeout_s", "env"}, " in evaluator");
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
+    } else if (kind == "gpu") {
+      gpu_evaluator(node, section);
     } else {
-      error(node["kind"], "evaluator kind '" + kind + "' is unknown (expected cascade or external)");
+      error(node["kind"], "evaluator kind '" + kind + "' is unknown (expected cascade, external or gpu)");
     }
     section["env"] = env_at(node);
     return section;
@@ -174,7 +263,9 @@ std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
     return std::make_unique<CascadeEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
   if (kind == "external")
     return std::make_unique<ExternalEvaluator>(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename));
-  throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' is unknown (expected cascade or external)");
+  if (kind == "gpu")
+    return std::make_unique<GpuCascadeEvaluator>(GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' is unknown (expected cascade, external or gpu)");
 }
 
 }  // namespace braid

@@ -13,6 +13,8 @@
 //     bench_timeout_s: 60
 //   # ... or an external script with the CUCo/ShinkaEvolve contract:
 //   # evaluator: { kind: external, command: "python3 evaluate.py", timeout_s: 120 }
+//   # ... or the GPU cascade (nvcc, multi-rank launch, GPU pool; see gpu_cascade.hpp):
+//   # evaluator: { kind: gpu, ranks: 2, launcher: local, arch: auto, args: "--size 4096" }
 //   task: |                          # task description shown to LLMs
 //     ...
 //   config: config.yaml              # optional default search config for this workload

@@ -219,6 +219,7 @@ std::string signal_name(int sig) {
 std::string SubprocessResult::describe_end() const {
   if (!started) return "could not start: " + start_error;
   if (timed_out) return fmt::format("timed out after {:.1f} s", wall_s);
+  if (stopped) return fmt::format("stopped by braid after {:.1f} s", wall_s);
   if (term_signal != 0) return fmt::format("killed by signal {} ({})", signal_name(term_signal), ::strsignal(term_signal));
   return fmt::format("exit code {}", exit_code);
 }
@@ -311,8 +312,9 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
         exited = true;
         ::kill(-pid, SIGKILL);  // leftovers of the group (background grandchildren)
         drain_until = now + std::chrono::seconds(1);
-      } else if (has_deadline && !term_sent && now >= deadline) {
-        result.timed_out = true;
+      } else if (!term_sent && ((has_deadline && now >= deadline) || (options.stop && options.stop->load()))) {
+        if (has_deadline && now >= deadline) result.timed_out = true;
+        else result.stopped = true;
         term_sent = true;
         ::kill(-pid, SIGTERM);
         kill_at = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -9,6 +9,7 @@
 // Thread-safe: several threads may run children at once. argv, envp and paths are built
 // before fork; the forked child only makes async-signal-safe calls before exec.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -30,6 +31,8 @@ struct SubprocessOptions {
   std::filesystem::path stdout_path;              // optional: the capped stdout is written here
   std::filesystem::path stderr_path;              // optional: the capped stderr is written here
   std::function<void(long pgid)> on_start;        // called in the parent once the group exists
+  const std::atomic<bool>* stop = nullptr;        // optional: once true, the group is ended as on a
+                                                  // timeout (SIGTERM, grace, SIGKILL), `stopped` set
 };
 
 struct SubprocessResult {
@@ -38,6 +41,7 @@ struct SubprocessResult {
   int exit_code = -1;          // valid when term_signal == 0 and started
   int term_signal = 0;         // signal that ended the child, 0 if it exited
   bool timed_out = false;
+  bool stopped = false;        // ended because SubprocessOptions::stop became true
   double wall_s = 0.0;
   long pgid = 0;
   std::string stdout_text;     // capped: head, a "[... N bytes omitted ...]" line, tail

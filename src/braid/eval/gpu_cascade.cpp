@@ -1,0 +1,297 @@
+#include "braid/eval/gpu_cascade.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+
+#include "braid/eval/command_line.hpp"
+#include "braid/eval/work_folder.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/log.hpp"
+
+namespace braid {
+namespace {
+
+struct Verdict {
+  bool correct = false;
+  std::string error;
+};
+
+std::optional<Verdict> read_verdict(const std::filesystem::path& results) {
+  auto text = try_read_file(results / "correct.json");
+  if (!text) return std::nullopt;
+  json value = json::parse(*text, nullptr, false);
+  if (value.is_discarded() || !value.is_object() || !value.contains("correct") || !value["correct"].is_boolean())
+    return std::nullopt;
+  Verdict v;
+  v.correct = value["correct"].get<bool>();
+  if (value.contains("error") && value["error"].is_string()) v.error = value["error"].get<std::string>();
+  if (!v.correct && v.error.empty()) v.error = "verification failed";
+  return v;
+}
+
+// The frozen harness prints "harness: <what>" on stderr when a rank ends on an exception (a CUDA
+// or NCCL error, a dead peer): the run failed, as opposed to a verification it completed.
+std::optional<std::string> harness_exception_line(const std::string& stderr_text) {
+  std::size_t start = 0;
+  while (start < stderr_text.size()) {
+    std::size_t end = stderr_text.find('\n', start);
+    if (end == std::string::npos) end = stderr_text.size();
+    if (stderr_text.compare(start, 9, "harness: ") == 0) return stderr_text.substr(start, end - start);
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> string_list(const json& section, const char* key) {
+  std::vector<std::string> out;
+  if (auto it = section.find(key); it != section.end() && it->is_array())
+    for (const auto& v : *it) out.push_back(v.get<std::string>());
+  return out;
+}
+
+std::filesystem::path expand_home(const std::string& path) {
+  if (path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    return std::filesystem::path(home ? home : "/tmp") / path.substr(2);
+  }
+  return path;
+}
+
+}  // namespace
+
+std::filesystem::path default_compile_cache_dir() {
+  if (const char* d = std::getenv("BRAID_CACHE_DIR"); d && *d) return std::filesystem::path(d) / "nvcc";
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "braid" / "nvcc";
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home && *home ? home : "/tmp") / ".cache" / "braid" / "nvcc";
+}
+
+GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::filesystem::path& workload_dir,
+                                             const std::string& program_filename) {
+  GpuCascadeConfig c;
+  c.workload_dir = workload_dir;
+  c.program_filename = program_filename;
+  c.ranks = section.value("ranks", c.ranks);
+  c.launcher = parse_launcher_kind(section.value("launcher", std::string("local"))).value_or(LauncherKind::Local);
+  c.arch = section.value("arch", c.arch);
+  if (section.contains("nvcc_flags")) c.nvcc_flags = string_list(section, "nvcc_flags");
+  for (const auto& inc : string_list(section, "includes")) {
+    std::filesystem::path p = expand_home(inc);
+    c.includes.push_back(p.is_absolute() ? p : (workload_dir / p).lexically_normal());
+  }
+  c.libs = string_list(section, "libs");
+  c.args = section.value("args", std::string());
+  c.bench_args = section.value("bench_args", std::string());
+  c.build_timeout_s = section.value("build_timeout_s", c.build_timeout_s);
+  c.run_timeout_s = section.value("run_timeout_s", c.run_timeout_s);
+  c.bench_timeout_s = section.value("bench_timeout_s", c.bench_timeout_s);
+  c.bench_exclusive = section.value("bench_exclusive", c.bench_exclusive);
+  c.gpus_per_rank = section.value("gpus_per_rank", c.gpus_per_rank);
+  if (auto it = section.find("gpus"); it != section.end() && it->is_array())
+    for (const auto& g : *it) c.gpus.push_back(g.get<int>());
+  c.health_probe = section.value("health_probe", c.health_probe);
+  c.launcher_args = string_list(section, "launcher_args");
+  if (auto d = section.value("cache_dir", std::string()); !d.empty()) {
+    std::filesystem::path p = expand_home(d);
+    c.cache_dir = p.is_absolute() ? p : workload_dir / p;
+  }
+  if (auto e = section.find("env"); e != section.end())
+    for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
+  return c;
+}
+
+struct GpuCascadeEvaluator::LevelOutcome {
+  FailureKind failure = FailureKind::Ok;
+  std::string error;
+  double wall_s = 0.0;
+  bool probed = false;
+};
+
+GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std::move(config)) {
+  const std::string yaml = (config_.workload_dir / "workload.yaml").string();
+  std::string why;
+  auto toolchain = find_cuda_toolchain(&why);
+  if (!toolchain) throw UserError(yaml, "evaluator kind gpu needs the CUDA toolkit: " + why);
+  const auto gpus = detect_gpus();
+  std::vector<int> devices = config_.gpus;
+  if (devices.empty())
+    for (const auto& g : gpus) devices.push_back(g.index);
+  const int needed = config_.ranks * config_.gpus_per_rank;
+  if (static_cast<int>(devices.size()) < needed)
+    throw UserError(yaml, fmt::format("evaluator kind gpu needs {} GPU{} ({} ranks x {} per rank); this machine has {} "
+                                      "(nvidia-smi -L, /proc/driver/nvidia/gpus)",
+                                      needed, needed == 1 ? "" : "s", config_.ranks, config_.gpus_per_rank, devices.size()));
+  auto arch = resolve_arch(config_.arch, gpus);
+  if (!arch) throw UserError(yaml, "evaluator arch '" + config_.arch + "' is not auto, sm_90, sm_90a, ...");
+  arch_ = *arch;
+  builder_ = std::make_shared<NvccBuilder>(*toolchain, config_.cache_dir.empty() ? default_compile_cache_dir() : config_.cache_dir);
+  pool_ = std::make_shared<GpuPool>(devices);
+  if (config_.health_probe)
+    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+  log::info("gpu evaluator: {}; GPUs {}; arch {}", builder_->toolchain().describe(), fmt::join(devices, ","), arch_);
+}
+
+GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config, std::shared_ptr<NvccBuilder> builder,
+                                         std::shared_ptr<GpuPool> pool)
+    : config_(std::move(config)), builder_(std::move(builder)), pool_(std::move(pool)) {
+  auto arch = resolve_arch(config_.arch, detect_gpus());
+  if (!arch) throw UserError((config_.workload_dir / "workload.yaml").string(), "evaluator arch '" + config_.arch + "' is not valid");
+  arch_ = *arch;
+  if (config_.health_probe)
+    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+}
+
+std::string GpuCascadeEvaluator::describe() const {
+  std::string text = fmt::format("gpu cascade: {} ranks via {}, {}, {}", config_.ranks, to_string(config_.launcher), arch_,
+                                 builder_->toolchain().describe());
+  if (auto note = pool_->status_line(); !note.empty()) text += "; " + note;
+  return text;
+}
+
+std::string GpuCascadeEvaluator::status_note() const { return pool_->status_line(); }
+
+GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::string& level, const EvalRequest& request,
+                                                                 const std::vector<std::string>& argv, double timeout_s,
+                                                                 bool exclusive, const std::filesystem::path& results,
+                                                                 const std::filesystem::path& work_dir,
+                                                                 const JobObserver& jobs) {
+  LevelOutcome out;
+  const bool bench = level == "bench";
+  const FailureKind crash_kind = bench ? FailureKind::BenchFailed : FailureKind::RunFailed;
+  std::string why;
+  auto lease = pool_->acquire(config_.ranks * config_.gpus_per_rank, exclusive, &why);
+  // No healthy GPUs left ends the run: no candidate could be judged.
+  if (!lease) throw SystemError("gpu evaluator: " + why);
+
+  LaunchSpec spec;
+  spec.kind = config_.launcher;
+  spec.ranks = config_.ranks;
+  spec.argv = argv;
+  spec.cwd = work_dir;
+  spec.env = config_.env;
+  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
+  spec.env["BRAID_RESULTS_DIR"] = results.string();
+  spec.env["BRAID_SEED"] = std::to_string(request.seed);
+  spec.gpus = lease->devices();
+  spec.gpus_per_rank = config_.gpus_per_rank;
+  spec.log_dir = work_dir / "logs" / level;
+  spec.eval_dir = work_dir;
+  spec.timeout_s = timeout_s;
+  spec.peer_grace_s = config_.peer_grace_s;
+  spec.launcher_args = config_.launcher_args;
+  spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  LaunchResult run = launch_ranks(spec, jobs);
+  out.wall_s = run.wall_s;
+
+  const std::string step = bench ? "bench" : "run+verify";
+  auto verdict = read_verdict(results);
+  bool crashed = false;  // the GPUs may be left in a bad state: probe them
+  if (!run.started) {
+    out.failure = crash_kind;
+    out.error = run.describe_failure(step);
+  } else if (run.timed_out) {
+    out.failure = FailureKind::Timeout;
+    out.error = run.describe_failure(step);
+    crashed = true;
+  } else {
+    std::optional<std::string> exception_line;
+    for (const auto& r : run.ranks)
+      if (!exception_line) exception_line = harness_exception_line(r.stderr_text);
+    bool signalled = false;
+    for (const auto& r : run.ranks) signalled = signalled || (r.failed() && r.term_signal != 0);
+    if (signalled || (!run.succeeded() && exception_line) || (!run.succeeded() && !verdict)) {
+      out.failure = crash_kind;
+      out.error = run.describe_failure(step);
+      if (verdict && !verdict->correct && out.error.find(verdict->error) == std::string::npos) out.error += "\nreported: " + verdict->error;
+      crashed = true;
+    } else if (verdict && !verdict->correct) {
+      out.failure = FailureKind::VerifyFailed;
+      out.error = verdict->error;
+    } else if (!verdict) {
+      out.failure = crash_kind;
+      out.error = step + ": every rank exited 0 but none wrote a valid results/correct.json";
+    } else if (!run.succeeded()) {
+      // correct.json says correct but a rank failed: the run is not to be trusted.
+      out.failure = crash_kind;
+      out.error = run.describe_failure(step);
+      crashed = true;
+    }
+  }
+
+  if (crashed && probe_) {
+    out.probed = true;
+    ProbeOutcome health = probe_->check(lease->devices(), jobs);
+    if (!health.healthy) {
+      const std::string reason = fmt::format("health probe failed after a {} of {}", to_string(out.failure), spec.name);
+      pool_->quarantine(lease->devices(), reason);
+      log::warn("GPUs {} quarantined: {}: {}", lease->cuda_visible_devices(), reason, health.detail);
+      out.error += fmt::format("\nGPUs {} failed the health probe and are quarantined for the rest of this run",
+                               lease->cuda_visible_devices());
+    }
+  }
+  return out;
+}
+
+EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
+  EvalResult result;
+  WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
+  auto fail = [&](FailureKind kind, const std::string& error) {
+    record_failure(result, kind, error);
+    write_failure_contract(folder, result);
+    return result;
+  };
+
+  // L1: build.
+  result.level_reached = 1;
+  BuildInput input;
+  input.source = folder.program;
+  input.output = folder.artifact;
+  input.arch = arch_;
+  input.flags = config_.nvcc_flags;
+  input.includes = config_.includes;
+  input.libs = config_.libs;
+  input.timeout_s = config_.build_timeout_s;
+  input.display_name = config_.program_filename;
+  input.log_dir = folder.logs;
+  const std::string who = request.candidate_id.empty() ? std::string() : request.candidate_id + " ";
+  BuildResult build = builder_->build(input, jobs, who + "build");
+  result.timings["build"] = build.wall_s;
+  result.private_metrics["build_cached"] = build.cached;
+  if (!build.ok) return fail(build.timed_out ? FailureKind::Timeout : FailureKind::BuildFailed, build.error);
+
+  auto argv_for = [&](const std::string& mode, const std::string& extra) {
+    std::vector<std::string> argv = {folder.artifact.string(), "--mode", mode, "--seed", std::to_string(request.seed),
+                                     "--results_dir", folder.results.string()};
+    for (const std::string& args : {config_.args, extra}) {
+      if (args.empty()) continue;
+      auto words = command_argv(args, folder.placeholders);
+      argv.insert(argv.end(), words.begin(), words.end());
+    }
+    return argv;
+  };
+
+  // L2: run and verify on a shared lease.
+  result.level_reached = 2;
+  LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false, folder.results,
+                                  folder.dir, jobs);
+  result.timings["run"] = verify.wall_s;
+  if (verify.failure != FailureKind::Ok) return fail(verify.failure, verify.error);
+
+  // L3: benchmark, alone on the node unless configured otherwise. The verify run's files are
+  // set aside so that only the bench's count.
+  result.level_reached = 3;
+  std::filesystem::remove(folder.results / "correct.json");
+  std::filesystem::remove(folder.results / "metrics.json");
+  LevelOutcome bench = run_level("bench", request, argv_for("bench", config_.bench_args), config_.bench_timeout_s,
+                                 config_.bench_exclusive, folder.results, folder.dir, jobs);
+  result.timings["bench"] = bench.wall_s;
+  if (bench.failure != FailureKind::Ok) return fail(bench.failure, bench.error);
+  read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
+  if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
+  return result;
+}
+
+}  // namespace braid
