@@ -12,7 +12,9 @@
 
 #include "braid/cli/command.hpp"
 #include "braid/cli/run_setup.hpp"
+#include "braid/llm/operators.hpp"
 #include "braid/mutate/knob_mutator.hpp"
+#include "braid/search/replay_evaluator.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -52,7 +54,21 @@ std::filesystem::path default_results(const WorkloadSpec& spec) {
 
 }  // namespace
 
+// --llm none: the knob mutator; no --llm: the config's llm_models if it names any.
+bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg) {
+  if (req.llm.empty()) return cfg.llm.contains("llm_models");
+  return req.llm != "none";
+}
+
+// The LLM operators read their keys (and the per-island API types) from one object.
+json llm_config_json(const SearchConfig& cfg) {
+  json j = cfg.llm;
+  if (!cfg.island_api_types.empty()) j["island_api_types"] = cfg.island_api_types;
+  return j;
+}
+
 SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) {
+  register_extra_config_keys(llm_config_keys());
   SearchConfig cfg;
   if (!spec.config.empty()) cfg = load_search_config(spec.config, cfg);
   if (!req.config.empty()) cfg = load_search_config(req.config, cfg);
@@ -63,8 +79,7 @@ SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) 
   return cfg;
 }
 
-RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg,
-                        ProgramDatabase* db, const std::filesystem::path& results) {
+RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
   // Seed programs must parse (markers, knobs in their domains) before anything is written.
   std::vector<std::filesystem::path> seeds;
   if (cfg.init_program_paths_per_island.empty()) seeds.push_back(spec.program);
@@ -75,23 +90,52 @@ RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, cons
     if (!text) throw UserError(path.string(), "cannot read seed program");
     Program prog = Program::parse(*text, path.string());
     if (!prog.ok()) throw UserError("", prog.error()->message);
-    if (auto bad = prog.violated_constraint(prog.knob_values())) throw UserError(path.string(), "seed violates braid:require " + *bad);
     if (prog.knobs().empty()) has_knobs = false;
   }
   RunnerParts parts;
   parts.workload = spec;
   parts.config = cfg;
-  if (req.llm == "none" || req.llm.empty()) {
+  if (uses_llm(req, cfg)) {
+    parse_llm_settings(llm_config_json(cfg), "config");  // bad LLM settings fail before any write
+  } else {
     if (!has_knobs)
       throw UserError(seeds.front().string(), "has no braid:knob lines: the knob mutator needs knobs (or use --llm MODEL)");
     parts.mutator = std::make_unique<KnobMutator>();
-  } else {
-    throw UserError("--llm", "LLM operators are not available in this build: use --llm none");
   }
   parts.evaluator = make_evaluator(spec);
-  (void)db;
-  (void)results;
+  if (req.replay_evals) {
+    if (req.llm.rfind("replay:", 0) != 0) throw UserError("--replay-evals", "needs --llm replay:<results>");
+    parts.evaluator = std::make_unique<ReplayEvaluator>(req.llm.substr(7), std::move(parts.evaluator));
+  }
   return parts;
+}
+
+namespace {
+// Offline embedder replaced by the API embeddings of `embedding_model`.
+class FunctionEmbedder : public Embedder {
+ public:
+  explicit FunctionEmbedder(std::function<std::vector<float>(const std::string&)> f) : f_(std::move(f)) {}
+  std::vector<float> embed(std::string_view code) override { return f_(std::string(code)); }
+  std::string name() const override { return "api"; }
+
+ private:
+  std::function<std::vector<float>(const std::string&)> f_;
+};
+}  // namespace
+
+void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results) {
+  if (!uses_llm(req, parts.config)) return;
+  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), "config");
+  std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
+  LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
+  parts.mutator = std::move(ops.mutator);
+  parts.feedback = std::move(ops.feedback);
+  if (ops.meta) parts.meta = std::move(ops.meta);
+  parts.novelty_judge = std::move(ops.novelty_judge);
+  parts.llm_totals = std::move(ops.totals);
+  parts.budget_exhausted = std::move(ops.budget_exhausted);
+  parts.island_runnable = std::move(ops.island_runnable);
+  if (ops.embed) parts.embedder = std::make_unique<FunctionEmbedder>(std::move(ops.embed));
 }
 
 int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results) {
@@ -144,18 +188,28 @@ int do_evolve(EvolveArgs& a) {
   if (std::filesystem::exists(db_path(results)))
     throw UserError(results.string(), "already holds a run: continue it with `braid resume " + results.string() + "`");
   if (cfg.seed == 0) cfg.seed = std::random_device{}() | (std::uint64_t(std::random_device{}()) << 32);
-  RunnerParts parts = prepare_run(req, spec, cfg, nullptr, results);
-  // Input is valid: from here on we write.
+  RunnerParts parts = prepare_run(req, spec, cfg);
+  // Input is valid: from here on we write. Should the LLM set-up still refuse (a missing API
+  // key), the folder made here is removed again, so bad input leaves nothing behind.
+  bool created = !std::filesystem::exists(results);
   std::filesystem::create_directories(results);
-  ProgramDatabase db(db_path(results));
-  db.set_meta("workload_dir", std::filesystem::absolute(spec.dir).string());
-  db.set_meta("config", cfg.to_json().dump());
-  db.set_meta("run_seed", std::to_string(cfg.seed));
-  db.set_meta("llm", req.llm);
-  db.set_meta("braid_version", BRAID_VERSION);
+  auto db = std::make_unique<ProgramDatabase>(db_path(results));
+  try {
+    attach_llm(parts, req, *db, results);
+  } catch (const UserError&) {
+    db.reset();
+    if (created) std::filesystem::remove_all(results);
+    throw;
+  }
+  db->set_meta("workload_dir", std::filesystem::absolute(spec.dir).string());
+  db->set_meta("config", cfg.to_json().dump());
+  db->set_meta("run_seed", std::to_string(cfg.seed));
+  db->set_meta("llm", req.llm);
+  db->set_meta("replay_evals", req.replay_evals ? "1" : "0");
+  db->set_meta("braid_version", BRAID_VERSION);
   write_file_atomic(results / "config.json", cfg.to_json().dump(2));
   log::info("run seed {}; results in {}", cfg.seed, results.string());
-  EvolutionRunner runner(results, db, std::move(parts));
+  EvolutionRunner runner(results, *db, std::move(parts));
   return run_with_status(runner, results);
 }
 
@@ -175,12 +229,15 @@ int do_resume(ResumeArgs& a) {
   EvolveRequest req;
   req.workload = *workload_dir;
   req.llm = db.meta("llm").value_or("none");
+  req.replay_evals = db.meta("replay_evals").value_or("0") == "1";
   WorkloadSpec spec = load_workload(req.workload);
+  register_extra_config_keys(llm_config_keys());
   SearchConfig cfg = search_config_from_json(json::parse(*config), db_path(a.results).string());
   if (a.generations >= 0) cfg.num_generations = a.generations;
   if (a.parallel > 0) cfg.max_parallel_jobs = a.parallel;
   if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
-  RunnerParts parts = prepare_run(req, spec, cfg, &db, a.results);
+  RunnerParts parts = prepare_run(req, spec, cfg);
+  attach_llm(parts, req, db, a.results);
   db.set_meta("config", cfg.to_json().dump());
   int ended = end_orphaned_jobs(db);
   if (ended) log::warn("ended {} process group(s) left running by the interrupted braid", ended);
@@ -198,7 +255,9 @@ Registrar evolve_reg(10, [](CLI::App& app, Action& action) {
   cmd->add_option("--results,-r", a.req.results, "Results folder (default results/<workload>-<time>)");
   cmd->add_option("--seed,-s", a.seed, "RNG seed of the run (default: random, stored)");
   cmd->add_option("--parallel,-j", a.parallel, "Evaluations in flight (max_parallel_jobs)");
-  cmd->add_option("--llm", a.req.llm, "Variation operator: none (knob mutator), a model string, or replay:<results>")
+  cmd->add_option("--llm", a.req.llm,
+                  "Variation operator: none (knob mutator), config (llm_models of the config), model strings "
+                  "(comma-separated), or replay:<results>")
       ->envname("BRAID_LLM");
   cmd->add_flag("--replay-evals", a.req.replay_evals, "With --llm replay:<results>, replay stored evaluations too");
   cmd->callback([&action] { action = [] { return do_evolve(a); }; });

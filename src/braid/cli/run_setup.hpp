@@ -16,13 +16,17 @@ struct EvolveRequest {
   std::optional<std::uint64_t> seed;
   std::optional<int> parallel;
   std::filesystem::path results;           // optional --results
-  std::string llm = "none";                // --llm
+  std::string llm;                         // --llm ("" = config's llm_models, else knob mutator)
   bool replay_evals = false;
 };
 
 // Validates everything and returns the parts of a run; throws UserError on bad input.
-RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg,
-                        ProgramDatabase* db, const std::filesystem::path& results);
+RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg);
+// The LLM operators need the run's database; a UserError here (missing key) happens before any
+// candidate is evaluated.
+void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results);
+bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg);
+json llm_config_json(const SearchConfig& cfg);
 SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec);
 
 // Runs with a live status line (terminal) or periodic log lines, SIGINT/SIGTERM stop cleanly.

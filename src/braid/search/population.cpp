@@ -4,6 +4,24 @@
 
 namespace braid {
 
+ProgramSummary summary_of(const ProgramRecord& r) {
+  ProgramSummary s;
+  s.id = r.id;
+  s.parent_id = r.parent_id;
+  s.patch_type = r.patch_type;
+  s.migrated_from = r.migrated_from;
+  s.generation = r.generation;
+  s.island_idx = r.island_idx;
+  s.combined_score = r.combined_score;
+  s.correct = r.correct;
+  s.failure = r.failure;
+  s.knob_key = r.knob_key;
+  s.archive_cell = r.archive_cell;
+  s.in_archive = r.in_archive;
+  s.embedding = r.embedding;
+  return s;
+}
+
 void Population::insert_ranked(std::vector<std::size_t>& v, std::size_t idx) {
   // Best first; equal scores keep insertion order, so older programs rank first.
   auto pos = std::upper_bound(v.begin(), v.end(), idx, [this](std::size_t a, std::size_t b) {

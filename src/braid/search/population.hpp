@@ -12,6 +12,9 @@
 
 namespace braid {
 
+// The compact view of a stored record.
+ProgramSummary summary_of(const ProgramRecord& r);
+
 class Population {
  public:
   void add(ProgramSummary s);

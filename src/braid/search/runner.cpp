@@ -50,24 +50,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-ProgramSummary summarize(const ProgramRecord& r) {
-  ProgramSummary s;
-  s.id = r.id;
-  s.parent_id = r.parent_id;
-  s.patch_type = r.patch_type;
-  s.migrated_from = r.migrated_from;
-  s.generation = r.generation;
-  s.island_idx = r.island_idx;
-  s.combined_score = r.combined_score;
-  s.correct = r.correct;
-  s.failure = r.failure;
-  s.knob_key = r.knob_key;
-  s.archive_cell = r.archive_cell;
-  s.in_archive = r.in_archive;
-  s.embedding = r.embedding;
-  return s;
-}
-
 // A candidate ready for evaluation (or already rejected).
 struct Candidate {
   ProgramRecord record;
@@ -104,6 +86,7 @@ struct EvolutionRunner::Impl {
   std::map<long, std::string> running_jobs;  // pgid -> what (for stop)
 
   std::vector<std::string> seed_ids;  // per island
+  std::vector<int> runnable_islands;
   std::vector<std::string> recent_ids;  // since the last meta summary
   std::int64_t last_meta_at = 0;
   std::int64_t last_migration_at = 0;
@@ -204,7 +187,7 @@ struct EvolutionRunner::Impl {
 
   void store(ProgramRecord rec) {
     insert(rec);
-    pop.add(summarize(rec));
+    pop.add(summary_of(rec));
     std::size_t idx = pop.size() - 1;
     ArchiveChange change = archive.offer(pop, idx);
     if (!change.empty()) {
@@ -302,7 +285,7 @@ struct EvolutionRunner::Impl {
   // ---- seeds ----
   void ensure_seeds() {
     std::map<std::string, std::pair<std::string, std::vector<int>>> by_text;  // text -> (origin, islands)
-    for (int i = 0; i < cfg.num_islands; ++i) {
+    for (int i : runnable_islands) {
       if (!seed_ids[std::size_t(i)].empty()) continue;
       std::filesystem::path path = parts.workload.program;
       if (!cfg.init_program_paths_per_island.empty()) path = parts.workload.dir / cfg.init_program_paths_per_island[std::size_t(i)];
@@ -382,6 +365,8 @@ struct EvolutionRunner::Impl {
     auto rng = generation_rng(run_seed, g);
     bool can_cross = pop.ranked_all().size() >= 2;
     GenerationPlan plan = plan_generation(cfg, g, can_cross, rng);
+    if (std::find(runnable_islands.begin(), runnable_islands.end(), plan.island) == runnable_islands.end())
+      plan.island = runnable_islands[std::size_t(g - 1) % runnable_islands.size()];
     const ProgramSummary* parent_s = choose_parent(plan.island, rng);
     if (!parent_s) throw SystemError("no parent program available (seed missing)");
     auto parent_rec = get(parent_s->id);
@@ -593,7 +578,24 @@ struct EvolutionRunner::Impl {
     for (auto& [pgid, what] : running_jobs) ::kill(-pid_t(pgid), SIGKILL);
   }
 
+  void find_runnable_islands() {
+    runnable_islands.clear();
+    std::string skipped;
+    for (int i = 0; i < cfg.num_islands; ++i) {
+      std::string why;
+      if (!parts.island_runnable || parts.island_runnable(i, &why)) {
+        runnable_islands.push_back(i);
+      } else {
+        log::warn("island {} skipped: {}", i, why);
+        skipped += fmt::format("{}island {} skipped ({})", skipped.empty() ? "" : "; ", i, why);
+      }
+    }
+    if (runnable_islands.empty()) throw UserError("", "no island can run on this machine: " + skipped);
+    status.note = skipped;
+  }
+
   RunStatus run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
+    find_runnable_islands();
     load_state();
     {
       std::lock_guard lock(db_mutex);
