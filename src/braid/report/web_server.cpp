@@ -126,6 +126,8 @@ void WebServer::install_routes() {
       res.set_content(std::string(asset->body), std::string(asset->content_type).c_str());
     });
   }
+  // Browsers ask for it on every page; an empty answer keeps their consoles clean.
+  s.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
   s.Get("/api", [](const httplib::Request&, httplib::Response& res) { send_json(res, endpoint_index()); });
   s.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
     json out = json::array();

@@ -1,0 +1,176 @@
+// Browser test of `braid serve`, driven by tests/report/browser_test.cpp: Debian's chromium,
+// headless, through playwright-core. Exit code 0 = every check passed; prints one JSON line
+// starting with "RESULT " (checks passed, page load times).
+//
+// Environment:
+//   BRAID_URL          base URL of a running `braid serve` (run 0: a real evolve; run 1, when
+//                      present: a run holding a hostile candidate)
+//   BRAID_MODE         "full" (every check) or "measure" (page load times of run 0 only)
+//   BRAID_SHOTS        folder for screenshots
+//   BRAID_LIVE         "1": run 0 is still being written; the page must update by itself
+//   BRAID_HOSTILE_ID   id of the hostile candidate in run 1; BRAID_HOSTILE_CODE_FILE: its code
+//   BRAID_CHROMIUM     browser executable (default /usr/bin/chromium)
+import { chromium } from 'playwright-core';
+import { readFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const base = process.env.BRAID_URL;
+const mode = process.env.BRAID_MODE || 'full';
+const shots = process.env.BRAID_SHOTS || '.';
+mkdirSync(shots, { recursive: true });
+const checks = [];
+const errors = [];
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+  checks.push(what);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.BRAID_CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+// The server's Content-Security-Policy forbids eval, which playwright's waitForFunction needs;
+// bypassing it also proves the UI's own escaping holds without that second defence.
+const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, bypassCSP: true });
+const page = await context.newPage();
+page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+// Nothing but the server itself may be contacted (no CDN at run time).
+page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:') && r.url() !== 'about:blank') errors.push(`external request: ${r.url()}`); });
+
+async function ready(view, timeout = 30000) {
+  await page.waitForFunction((v) => {
+    const m = document.querySelector('#main');
+    return m && m.dataset.ready && m.dataset.view === v;
+  }, view, { timeout });
+}
+
+// Full load of a page (not a hash change), timed until the view has rendered its data.
+async function timedLoad(hash, view) {
+  await page.goto('about:blank');
+  const t0 = Date.now();
+  await page.goto(`${base}/${hash}`);
+  await ready(view);
+  return Date.now() - t0;
+}
+
+async function imagesLoaded() {
+  return page.evaluate(() => [...document.querySelectorAll('#main img')].every((i) => i.complete && i.naturalWidth > 0));
+}
+
+async function shot(name) { await page.screenshot({ path: join(shots, `${name}.png`), fullPage: false }); }
+
+const result = { mode, loads_ms: {} };
+try {
+  if (mode === 'measure') {
+    const runs = await (await fetch(`${base}/api/runs`)).json();
+    const best = runs.runs[0].best.id;
+    const pages = [['overview', '#/run/0/overview', 'overview'], ['candidates', '#/run/0/candidates', 'candidates'],
+      ['candidates_last_page', '#/run/0/candidates?order=generation&offset=' + Math.max(0, runs.runs[0].count - 50), 'candidates'],
+      ['tree', '#/run/0/tree', 'tree'], ['candidate', `#/run/0/c/${best}`, 'c'], ['islands', '#/run/0/islands', 'islands'], ['meta', '#/run/0/meta', 'meta']];
+    for (const [name, hash, view] of pages) {
+      const times = [];
+      for (let i = 0; i < 3; ++i) times.push(await timedLoad(hash, view));
+      times.sort((a, b) => a - b);
+      result.loads_ms[name] = times[1];
+    }
+    result.count = runs.runs[0].count;
+    await page.goto(`${base}/#/run/0/tree`);
+    await ready('tree');
+    await shot(`tree_${result.count}`);
+  } else {
+    // Overview: KPIs, server-rendered plots.
+    result.loads_ms.overview = await timedLoad('#/run/0/overview', 'overview');
+    check((await page.textContent('h1')).startsWith('Run '), 'overview renders');
+    await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
+    check(await imagesLoaded(), 'overview plots load');
+    await shot('overview');
+
+    if (process.env.BRAID_LIVE === '1') {
+      await page.waitForFunction(() => Number(document.querySelector('#live').dataset.count) > 0, null, { timeout: 10000 });
+      const before = Number(await page.getAttribute('#live', 'data-count'));
+      await page.waitForFunction((b) => Number(document.querySelector('#live').dataset.count) > b, before, { timeout: 90000 });
+      const after = Number(await page.getAttribute('#live', 'data-count'));
+      // The overview itself re-rendered with the new count, without a reload.
+      await page.waitForFunction((a) => [...document.querySelectorAll('.kpi b')].some((b) => Number(b.textContent) >= a), after, { timeout: 10000 });
+      check(after > before, `live view updated while the run added candidates (${before} -> ${after})`);
+      result.live = { before, after };
+      await shot('overview_live');
+    }
+
+    // Candidates listing, then a click through to a candidate page.
+    result.loads_ms.candidates = await timedLoad('#/run/0/candidates', 'candidates');
+    const rows = await page.$$('#main table tr.clickable');
+    check(rows.length > 0, 'candidates listing has rows');
+    await shot('candidates');
+
+    // Lineage tree: render, zoom, click a node with a parent, open its candidate page.
+    result.loads_ms.tree = await timedLoad('#/run/0/tree', 'tree');
+    const nodes = await page.$$('#tree-svg circle.node');
+    check(nodes.length > 1, `tree renders ${nodes.length} nodes`);
+    const g = await page.$('#tree-svg > g');
+    const t0 = await g.getAttribute('transform');
+    await page.hover('#tree-svg');
+    await page.mouse.wheel(0, -400);
+    await page.waitForFunction((t) => document.querySelector('#tree-svg > g').getAttribute('transform') !== t, t0);
+    check(true, 'tree zooms on the wheel');
+    await page.mouse.wheel(0, 400);
+    const tree = await (await fetch(`${base}/api/runs/0/tree`)).json();
+    const child = tree.nodes.find((n) => n.parent && tree.nodes.some((m) => m.id === n.parent));
+    check(child, 'tree has an edge');
+    await page.click(`#tree-svg circle.node[data-id="${child.id}"]`);
+    await page.waitForSelector('#tree-side a[href*="/c/"]');
+    check((await page.textContent('#tree-side')).includes(child.id), 'clicking a node shows its details');
+    await shot('tree');
+    await page.click('#tree-side a[href*="/c/"]');
+    await ready('c');
+    check((await page.getAttribute('h1', 'data-candidate')) === child.id, 'the node opens its candidate page');
+    const added = await page.$$('#diff span.add');
+    const removed = await page.$$('#diff span.del');
+    check(added.length + removed.length > 0, `candidate page shows its diff (${added.length} added, ${removed.length} removed lines)`);
+    check((await page.$$('#cascade span.passed, #cascade span.failed')).length > 0, 'cascade levels shown');
+    await shot('candidate');
+
+    result.loads_ms.islands = await timedLoad('#/run/0/islands', 'islands');
+    check((await page.$$('#main table tr')).length > 1, 'islands table');
+    await shot('islands');
+    result.loads_ms.meta = await timedLoad('#/run/0/meta', 'meta');
+    check((await page.textContent('h1')).startsWith('Meta recommendations'), 'meta page');
+    await shot('meta');
+
+    const runs = await (await fetch(`${base}/api/runs`)).json();
+    if (runs.runs.length > 1) {
+      result.loads_ms.compare = await timedLoad('#/compare', 'compare');
+      await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
+      check(await imagesLoaded(), 'comparison plots load');
+      check((await page.$$('#main table')).length >= 2, 'comparison tables (bests, knobs)');
+      await shot('compare');
+    }
+
+    if (process.env.BRAID_HOSTILE_ID) {
+      const id = process.env.BRAID_HOSTILE_ID;
+      const code = readFileSync(process.env.BRAID_HOSTILE_CODE_FILE, 'utf8');
+      await timedLoad(`#/run/1/c/${id}`, 'c');
+      check((await page.textContent('#code')) === code, 'hostile code shown verbatim as text');
+      check((await page.textContent('#feedback')).includes('</pre><script>'), 'hostile feedback shown as text');
+      check(await page.evaluate(() => window.__pwned === undefined), 'no injected script ran');
+      check(await page.evaluate(() => document.scripts.length === 1 && document.querySelectorAll('#main img, #main script').length === 0),
+        'no element injected from candidate text');
+      await shot('hostile_candidate');
+      await timedLoad('#/run/1/candidates', 'candidates');
+      check(await page.evaluate(() => window.__pwned === undefined), 'listing with hostile model name is inert');
+    }
+    check(errors.length === 0, `no page errors or external requests (${errors.join('; ')})`);
+  }
+} catch (e) {
+  result.error = String(e.stack || e);
+  try { await shot('failure'); } catch { /* the page may be gone */ }
+}
+result.checks = checks;
+result.errors = errors;
+await browser.close();
+console.log(`RESULT ${JSON.stringify(result)}`);
+process.exit(result.error ? 1 : 0);
