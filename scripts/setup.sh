@@ -10,7 +10,12 @@ packages=(
   libcurl4-openssl-dev libxxhash-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
+  chromium chromium-driver
 )
+# The web UI's browser tests drive Debian's chromium through playwright-core (npm, web/); a
+# node from elsewhere (e.g. nodesource, which bundles npm) is kept.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +26,13 @@ if ((${#missing[@]})); then
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+web_dir="$(dirname "$0")/../web"
+if [ ! -f "$web_dir/node_modules/playwright-core/package.json" ]; then
+  echo "setup: installing web/ test dependencies (npm ci)"
+  (cd "$web_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    echo "setup: npm ci failed in web/: browser tests will be skipped"
 fi
 
 # CUDA / NCCL discovery (informational here; the build and the Builder use the same order).
