@@ -290,6 +290,7 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   result.timings["bench"] = bench.wall_s;
   if (bench.failure != FailureKind::Ok) return fail(bench.failure, bench.error);
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
+  result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
   if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
   return result;
 }

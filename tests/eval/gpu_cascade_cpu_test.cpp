@@ -1,0 +1,368 @@
+// The GPU cascade's CPU-testable parts: nvcc builds (CUDA code compiles without a GPU), the
+// compile cache and its key, error trimming, the GPU pool, workload validation, and the whole
+// cascade driving a multi-rank program built by nvcc that speaks the harness's results contract
+// (host code only, so it runs on a machine with no GPU).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "braid/eval/gpu_cascade.hpp"
+#include "braid/eval/gpu_pool.hpp"
+#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/eval/nvcc_builder.hpp"
+#include "braid/eval/workload.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "eval_test_support.hpp"
+
+namespace braid {
+namespace {
+
+using testing::TempDir;
+
+// A stand-in for a harness program: ranks from the bootstrap variables, rank 0 writes the
+// verdict (and metrics in bench mode) into --results_dir; `--behave` picks a failure.
+const char* kCandidate = R"(#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+__global__ void never_launched(int* p) { *p = 1; }  // device code compiles without a GPU
+int main(int argc, char** argv) {
+  std::string mode, results, behave = "ok";
+  for (int i = 1; i + 1 < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--mode") mode = argv[++i];
+    else if (a == "--results_dir") results = argv[++i];
+    else if (a == "--behave") behave = argv[++i];
+  }
+  const char* r = std::getenv("BRAID_RANK");
+  const int rank = r ? std::atoi(r) : 0;
+  if (behave == "crash" && rank == 1) std::raise(SIGSEGV);
+  if (behave == "hang" && rank == 0) for (;;) pause();
+  if (behave == "cuda_error" && rank == 1) {
+    std::fprintf(stderr, "harness: rank 1: candidate run: an illegal memory access was encountered\n");
+    return 1;
+  }
+  if (rank != 0) return 0;
+  const bool correct = behave != "wrong";
+  FILE* f = std::fopen((results + "/correct.json").c_str(), "w");
+  std::fprintf(f, "{\"correct\": %s, \"error\": \"%s\"}\n", correct ? "true" : "false",
+               correct ? "" : "rank 1: buffer 'out' differs from the reference at index 7");
+  std::fclose(f);
+  if (mode == "bench" && correct) {
+    f = std::fopen((results + "/metrics.json").c_str(), "w");
+    std::fprintf(f, "{\"combined_score\": 1.25, \"public\": {\"speedup\": 1.25}, \"private\": {}, \"text_feedback\": \"fast\"}\n");
+    std::fclose(f);
+  }
+  return correct ? 0 : 1;
+}
+)";
+
+CudaToolchain toolchain_or_skip() {
+  std::string why;
+  auto tc = find_cuda_toolchain(&why);
+  if (!tc) {
+    ADD_FAILURE() << "nvcc is expected on CI: " << why;
+    return {};
+  }
+  return *tc;
+}
+
+TEST(GpuToolchain, FindsNvccAndNccl) {
+  CudaToolchain tc = toolchain_or_skip();
+  EXPECT_TRUE(std::filesystem::exists(tc.nvcc));
+  EXPECT_NE(tc.nvcc_version.find("Build"), std::string::npos) << tc.nvcc_version;
+  EXPECT_FALSE(tc.device_include.empty());
+  if (tc.nccl) {
+    EXPECT_TRUE(std::filesystem::exists(tc.nccl->include_dir / "nccl.h"));
+    EXPECT_FALSE(tc.nccl->header_version.empty());
+  }
+}
+
+TEST(GpuToolchain, NcclOfAWheelHoldingOnlyTheLibrary) {
+  TempDir wheel("wheel");
+  std::filesystem::create_directories(wheel / "nccl" / "lib");
+  write_file_atomic(wheel / "nccl" / "lib" / "libnccl.so.2", std::string("\x7f" "ELF....NCCL version 2.28.9+cuda13.0\0", 36) + std::string(64, '\0'));
+  std::filesystem::create_directories(wheel / "carried");
+  write_file_atomic(wheel / "carried" / "nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n");
+  EXPECT_FALSE(nccl_install_at(wheel / "nccl", "python wheel"));  // no headers anywhere
+  auto install = nccl_install_at(wheel / "nccl", "python wheel", wheel / "carried");
+  ASSERT_TRUE(install);
+  EXPECT_EQ(install->library.filename(), "libnccl.so.2");
+  EXPECT_EQ(install->header_version, "2.28.9");
+  EXPECT_EQ(install->library_version, "2.28.9+cuda13.0");
+}
+
+TEST(GpuToolchain, ArchitectureFlags) {
+  EXPECT_EQ(resolve_arch("auto", {}), "sm_90");
+  EXPECT_EQ(resolve_arch("auto", {{0, "NVIDIA H200", "9.0"}}), "sm_90");
+  EXPECT_EQ(resolve_arch("auto", {{0, "NVIDIA B200", "10.0"}}), "sm_100");
+  EXPECT_EQ(resolve_arch("sm_90a", {}), "sm_90a");
+  EXPECT_FALSE(resolve_arch("hopper", {}));
+  EXPECT_EQ(arch_flags("sm_90a")->at(0), "-gencode=arch=compute_90a,code=sm_90a");
+  EXPECT_EQ(arch_flags("sm_90")->at(0), "-gencode=arch=compute_90,code=sm_90");
+}
+
+TEST(CompileCacheKey, FollowsIncludedHeaders) {
+  TempDir dir("cache_key");
+  std::filesystem::create_directories(dir / "inc" / "lib");
+  write_file_atomic(dir / "prog.cu", "#include \"local.h\"\n#include <lib/api.h>\n#include <vector>\nint main() {}\n");
+  write_file_atomic(dir / "local.h", "#pragma once\n");
+  write_file_atomic(dir / "inc" / "lib" / "api.h", "#include \"detail.h\"\n");
+  write_file_atomic(dir / "inc" / "lib" / "detail.h", "constexpr int kVersion = 1;\n");
+  auto headers = included_headers(dir / "prog.cu", {dir / "inc"});
+  ASSERT_EQ(headers.size(), 3u);
+  CompileKeyInput input{dir / "prog.cu", {dir / "inc"}, {"-O3"}, "nvcc 13", "2.28.9"};
+  const std::string key = compile_cache_key(input);
+  EXPECT_EQ(key.size(), 32u);
+  EXPECT_EQ(key, compile_cache_key(input));
+  write_file_atomic(dir / "inc" / "lib" / "detail.h", "constexpr int kVersion = 2;\n");
+  const std::string after_header = compile_cache_key(input);
+  EXPECT_NE(after_header, key);
+  input.flags = {"-O2"};
+  EXPECT_NE(compile_cache_key(input), after_header);
+  input.flags = {"-O3"};
+  input.nccl_version = "2.29.0";
+  EXPECT_NE(compile_cache_key(input), after_header);
+}
+
+TEST(NvccBuilder, BuildsCachesAndTrimsErrors) {
+  CudaToolchain tc = toolchain_or_skip();
+  TempDir dir("nvcc");
+  auto builder = std::make_shared<NvccBuilder>(tc, dir / "cache", 2);
+  write_file_atomic(dir / "good.cu", "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nint main() { return 0; }\n");
+  BuildInput in;
+  in.source = dir / "good.cu";
+  in.output = dir / "good.out";
+  in.flags = {"-O0", "-std=c++17"};
+  in.link_nccl = false;
+  in.timeout_s = 240;
+  BuildResult first = builder->build(in);
+  ASSERT_TRUE(first.ok) << first.error;
+  EXPECT_FALSE(first.cached);
+  EXPECT_TRUE(std::filesystem::exists(first.artifact));
+  EXPECT_NE(std::find(first.command.begin(), first.command.end(), "-gencode=arch=compute_90,code=sm_90"), first.command.end());
+
+  in.output = dir / "again.out";
+  BuildResult second = builder->build(in);
+  ASSERT_TRUE(second.ok);
+  EXPECT_TRUE(second.cached);
+  EXPECT_EQ(second.cache_key, first.cache_key);
+  EXPECT_LT(second.wall_s, 1.0);
+  EXPECT_TRUE(std::filesystem::exists(dir / "again.out"));
+
+  write_file_atomic(dir / "work_program.cu",
+                    "#include <vector>\n__global__ void k(float* x) {\n  x[threadIdx.x] = undeclared_name * 2;\n}\n"
+                    "template <class T> void f() { T::missing(); }\nint main() { f<int>(); }\n");
+  in.source = dir / "work_program.cu";
+  in.output = dir / "bad.out";
+  in.display_name = "program.cu";
+  BuildResult bad = builder->build(in);
+  EXPECT_FALSE(bad.ok);
+  EXPECT_FALSE(bad.timed_out);
+  EXPECT_NE(bad.error.find("program.cu(3)"), std::string::npos) << bad.error;
+  EXPECT_NE(bad.error.find("undeclared_name"), std::string::npos) << bad.error;
+  EXPECT_EQ(bad.error.find(dir.path().string()), std::string::npos) << bad.error;
+  BuildResult bad_again = builder->build(in);
+  EXPECT_TRUE(bad_again.cached);
+  EXPECT_EQ(bad_again.error, bad.error);
+}
+
+TEST(GpuPool, DisjointLeasesExclusiveBenchAndQuarantine) {
+  GpuPool pool({0, 1, 2, 3});
+  auto a = pool.acquire(2, false);
+  auto b = pool.acquire(2, false);
+  ASSERT_TRUE(a && b);
+  std::vector<int> all = a->devices();
+  all.insert(all.end(), b->devices().begin(), b->devices().end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(a->cuda_visible_devices(), "0,1");
+
+  // The exclusive lease waits for both, and a shared request behind it waits for it.
+  std::atomic<bool> exclusive_got{false}, shared_got{false};
+  std::thread exclusive([&] {
+    auto lease = pool.acquire(2, true);
+    exclusive_got = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(shared_got);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread shared([&] {
+    auto lease = pool.acquire(1, false);
+    shared_got = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(exclusive_got);
+  a->release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(exclusive_got);  // b still runs
+  b.reset();
+  exclusive.join();
+  shared.join();
+  EXPECT_TRUE(exclusive_got && shared_got);
+
+  pool.quarantine({2, 3}, "health probe failed after a timeout of c1 verify");
+  EXPECT_EQ(pool.healthy(), (std::vector<int>{0, 1}));
+  EXPECT_NE(pool.status_line().find("GPUs 2,3 quarantined (health probe failed"), std::string::npos) << pool.status_line();
+  auto c = pool.acquire(2, false);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->devices(), (std::vector<int>{0, 1}));
+  c->release();
+  std::string why;
+  EXPECT_FALSE(pool.acquire(3, false, &why));
+  EXPECT_NE(why.find("only 2 of 4 are healthy"), std::string::npos) << why;
+}
+
+class GpuCascadeCpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cache_ = new TempDir("gpu_cascade_cache");
+    auto tc = find_cuda_toolchain();
+    if (tc) builder_ = std::make_shared<NvccBuilder>(*tc, cache_->path() / "nvcc", 2);
+  }
+  static void TearDownTestSuite() {
+    builder_.reset();
+    delete cache_;
+  }
+
+  EvalResult evaluate(const std::string& behave, const std::string& id, std::shared_ptr<GpuPool> pool = nullptr) {
+    TempDir workload("gpu_workload");
+    GpuCascadeConfig config;
+    config.workload_dir = workload.path();
+    config.program_filename = "gen0.cu";
+    config.ranks = 2;
+    config.nvcc_flags = {"-O0", "-std=c++17"};
+    config.args = "--behave " + behave + " --size 64";
+    config.run_timeout_s = 2.0;
+    config.bench_timeout_s = 5.0;
+    config.build_timeout_s = 240;
+    config.health_probe = false;  // needs a GPU; proven by tests/gpu/cascade
+    config.peer_grace_s = 1.0;
+    if (!pool) pool = std::make_shared<GpuPool>(std::vector<int>{0, 1});
+    GpuCascadeEvaluator evaluator(config, builder_, pool);
+    TempDir work("gpu_work");
+    EvalRequest request{id, kCandidate, work.path(), 7};
+    EvalResult result = evaluator.evaluate(request, {});
+    last_correct_json_ = try_read_file(work / "results" / "correct.json").value_or("");
+    last_rank_log_ = try_read_file(work / "logs" / "verify" / "rank0.stdout").value_or("") + "|";
+    return result;
+  }
+
+  static TempDir* cache_;
+  static std::shared_ptr<NvccBuilder> builder_;
+  std::string last_correct_json_, last_rank_log_;
+};
+TempDir* GpuCascadeCpu::cache_ = nullptr;
+std::shared_ptr<NvccBuilder> GpuCascadeCpu::builder_;
+
+TEST_F(GpuCascadeCpu, FailureKindsThenACorrectCandidate) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  EvalResult ok = evaluate("ok", "c0");
+  ASSERT_EQ(ok.failure, FailureKind::Ok) << ok.error_text;
+  EXPECT_EQ(ok.level_reached, 3);
+  EXPECT_TRUE(ok.correct);
+  EXPECT_DOUBLE_EQ(ok.combined_score, 1.25);
+  EXPECT_EQ(ok.text_feedback, "fast");
+  EXPECT_FALSE(ok.private_metrics.value("build_cached", true));
+
+  EvalResult wrong = evaluate("wrong", "c1");
+  EXPECT_EQ(wrong.failure, FailureKind::VerifyFailed);
+  EXPECT_NE(wrong.error_text.find("rank 1: buffer 'out' differs"), std::string::npos) << wrong.error_text;
+  EXPECT_TRUE(wrong.private_metrics.value("build_cached", false));  // same source, other args
+
+  EvalResult crash = evaluate("crash", "c2");
+  EXPECT_EQ(crash.failure, FailureKind::RunFailed);
+  EXPECT_NE(crash.error_text.find("rank 1: killed by signal SIGSEGV"), std::string::npos) << crash.error_text;
+  EXPECT_NE(last_correct_json_.find("\"failure\": \"run_failed\""), std::string::npos) << last_correct_json_;
+
+  EvalResult cuda = evaluate("cuda_error", "c3");
+  EXPECT_EQ(cuda.failure, FailureKind::RunFailed);
+  EXPECT_NE(cuda.error_text.find("illegal memory access"), std::string::npos) << cuda.error_text;
+  EXPECT_NE(cuda.error_text.find("rank 1"), std::string::npos) << cuda.error_text;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalResult hang = evaluate("hang", "c4");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(hang.failure, FailureKind::Timeout);
+  EXPECT_NE(hang.error_text.find("rank 0 still running"), std::string::npos) << hang.error_text;
+  EXPECT_LT(took, 10.0);
+
+  EvalResult again = evaluate("ok", "c5");
+  EXPECT_EQ(again.failure, FailureKind::Ok) << again.error_text;
+  EXPECT_NE(last_rank_log_.find("|"), std::string::npos);
+}
+
+TEST_F(GpuCascadeCpu, BuildFailureIsTrimmed) {
+  ASSERT_TRUE(builder_);
+  TempDir workload("gpu_workload_bad");
+  GpuCascadeConfig config;
+  config.workload_dir = workload.path();
+  config.program_filename = "gen0.cu";
+  config.nvcc_flags = {"-O0"};
+  config.health_probe = false;
+  GpuCascadeEvaluator evaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}));
+  TempDir work("gpu_work_bad");
+  EvalResult r = evaluator.evaluate({"b1", "int main() { return missing_symbol; }\n", work.path(), 1}, {});
+  EXPECT_EQ(r.failure, FailureKind::BuildFailed);
+  EXPECT_EQ(r.level_reached, 1);
+  EXPECT_NE(r.error_text.find("gen0.cu(1)"), std::string::npos) << r.error_text;
+  EXPECT_NE(r.error_text.find("missing_symbol"), std::string::npos);
+}
+
+TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
+  TempDir dir("gpu_yaml");
+  write_file_atomic(dir / "gen0.cu", "int main() {}\n");
+  auto load = [&](const std::string& evaluator) {
+    write_file_atomic(dir / "workload.yaml", "name: t\nprogram: gen0.cu\nevaluator:\n" + evaluator);
+    return load_workload(dir.path());
+  };
+  WorkloadSpec spec = load("  kind: gpu\n  ranks: 2\n  launcher: mpirun\n  arch: sm_90a\n  nvcc_flags: [-O3, -std=c++20]\n"
+                           "  args: \"--size 4096 --results_dir {results_dir}\"\n  bench_exclusive: false\n  gpus: [2, 3]\n"
+                           "  includes: [inc]\n  run_timeout_s: 20\n");
+  EXPECT_EQ(spec.evaluator["ranks"], 2);
+  EXPECT_EQ(spec.evaluator["launcher"], "mpirun");
+  EXPECT_EQ(spec.evaluator["bench_timeout_s"], 180.0);
+  GpuCascadeConfig c = GpuCascadeConfig::from_json(spec.evaluator, spec.dir, "gen0.cu");
+  EXPECT_EQ(c.launcher, LauncherKind::Mpirun);
+  EXPECT_EQ(c.arch, "sm_90a");
+  EXPECT_FALSE(c.bench_exclusive);
+  EXPECT_EQ(c.gpus, (std::vector<int>{2, 3}));
+  EXPECT_EQ(c.includes.at(0), spec.dir / "inc");
+  EXPECT_EQ(c.nvcc_flags, (std::vector<std::string>{"-O3", "-std=c++20"}));
+
+  auto problem = [&](const std::string& evaluator) -> std::string {
+    try {
+      load(evaluator);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(problem("  kind: gpu\n  launcher: ssh\n").find("launcher 'ssh' is unknown"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  arch: hopper\n").find("arch 'hopper' is unknown"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  ranks: 0\n").find("'ranks' in evaluator must be a whole number"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  nvcc_flags: -O3\n").find("must be a list of strings"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  args: \"--x {nope}\"\n").find("unknown placeholder {nope}"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  build: make\n").find("unknown key 'build'"), std::string::npos);
+}
+
+TEST(GpuWorkload, NoGpuIsAClearError) {
+  if (!detect_gpus().empty()) GTEST_SKIP() << "this machine has GPUs";
+  TempDir dir("gpu_none");
+  write_file_atomic(dir / "gen0.cu", "int main() {}\n");
+  write_file_atomic(dir / "workload.yaml", "name: t\nprogram: gen0.cu\nevaluator: {kind: gpu, ranks: 2}\n");
+  WorkloadSpec spec = load_workload(dir.path());
+  try {
+    make_evaluator(spec);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 2 GPUs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("workload.yaml"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace braid
