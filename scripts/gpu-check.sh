@@ -84,3 +84,15 @@ echo "== benchmark"
 grep -h "^|" "$out/bench_allgather.log"
 echo "== summary"
 cat "$summary"
+
+# --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
+# followed by a correct one, through braid's own GpuCascadeEvaluator. Needs the braid-built binary
+# (target gpu_cascade_test, carried with its non-system libraries in lib/ beside it).
+cascade_bin=${BRAID_GPU_CASCADE_BIN:-$root/build-gpu-eval/tests/gpu/cascade/gpu_cascade_test}
+if [ -x "$cascade_bin" ]; then
+  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-280}" "$cascade_bin" --source_dir "$root" --out "$out/cascade"
+  echo "== cascade"
+  grep -h "^PASS\|^FAIL\|error:\|quarantined" "$out/gpu_cascade.log" | head -30
+else
+  note "gpu_cascade: skipped (no $cascade_bin; build target gpu_cascade_test)"
+fi

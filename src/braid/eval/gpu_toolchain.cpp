@@ -185,11 +185,15 @@ std::optional<NcclInstall> nccl_install_at(const std::filesystem::path& home, co
   }
   if (install.library.empty()) return std::nullopt;
   // A wheel ships the library without headers: take carried ones.
-  for (const auto& inc : {home / "include", fallback_include})
-    if (is_file(inc / "nccl.h")) {
-      install.include_dir = inc;
-      break;
-    }
+  // Headers with the device API (nccl_device.h) first: a wheel may ship nccl.h without it.
+  for (const char* header : {"nccl_device.h", "nccl.h"}) {
+    for (const auto& inc : {home / "include", fallback_include})
+      if (is_file(inc / header) && is_file(inc / "nccl.h")) {
+        install.include_dir = inc;
+        break;
+      }
+    if (!install.include_dir.empty()) break;
+  }
   if (install.include_dir.empty()) return std::nullopt;
   install.header_version = nccl_header_version(install.include_dir / "nccl.h");
   install.library_version = nccl_library_version(std::filesystem::canonical(install.library));

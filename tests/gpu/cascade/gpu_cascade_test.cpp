@@ -1,0 +1,141 @@
+// GPU test of the evaluation cascade on two GPUs (label `gpu`): a deadlocking candidate (a
+// signal one rank never sends), an illegal address, a NaN result and a wrong result on one rank
+// must each end in the right failure kind within their time limit, and a correct candidate run
+// right after each must pass on the same GPUs. Exit 77 without two GPUs.
+//
+//   gpu_cascade_test --source_dir <repo> [--out <dir>] [--launcher local|mpirun]
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "braid/eval/gpu_cascade.hpp"
+#include "braid/util/fs.hpp"
+
+using namespace braid;
+
+namespace {
+
+struct Case {
+  std::string name;
+  int behavior;
+  FailureKind expected;
+};
+
+std::string with_behavior(const std::string& code, int behavior) {
+  const std::string marker = "constexpr int kBehavior = 0;";
+  auto at = code.find(marker);
+  if (at == std::string::npos) throw std::runtime_error("candidate has no kBehavior line");
+  return code.substr(0, at) + "constexpr int kBehavior = " + std::to_string(behavior) + ";" + code.substr(at + marker.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::filesystem::path source_dir = ".", out_dir;
+  std::string launcher = "local";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--source_dir") source_dir = argv[i + 1];
+    else if (a == "--out") out_dir = argv[i + 1];
+    else if (a == "--launcher") launcher = argv[i + 1];
+  }
+  source_dir = std::filesystem::absolute(source_dir);
+  if (out_dir.empty()) out_dir = std::filesystem::temp_directory_path() / "braid_gpu_cascade";
+  std::filesystem::create_directories(out_dir);
+  if (detect_gpus().size() < 2) {
+    std::printf("SKIPPED: no GPU (%zu found, 2 needed)\n", detect_gpus().size());
+    return 77;
+  }
+  const std::string code = read_file(source_dir / "tests/gpu/cascade/candidates/allgather_scale.cu");
+
+  GpuCascadeConfig config;
+  config.workload_dir = source_dir / "tests/gpu/cascade/candidates";
+  config.program_filename = "allgather_scale.cu";
+  config.ranks = 2;
+  config.launcher = parse_launcher_kind(launcher).value_or(LauncherKind::Local);
+  config.args = "--size 1048576 --rtol 1e-5 --atol 1e-6";
+  config.bench_args = "--warmup 2 --iters 10";
+  config.run_timeout_s = 20;
+  config.bench_timeout_s = 60;
+  config.build_timeout_s = 240;
+  config.cache_dir = out_dir / "nvcc_cache";
+  const auto t_setup = std::chrono::steady_clock::now();
+  GpuCascadeEvaluator evaluator(config);
+  std::printf("evaluator: %s\n", evaluator.describe().c_str());
+
+  const std::vector<Case> failures = {{"deadlock", 1, FailureKind::Timeout},
+                                      {"illegal_address", 2, FailureKind::RunFailed},
+                                      {"nan_result", 3, FailureKind::VerifyFailed},
+                                      {"wrong_rank", 4, FailureKind::VerifyFailed}};
+
+  // Warm the compile cache in parallel (the builds run on the CPUs, no GPU needed).
+  {
+    std::vector<std::future<BuildResult>> builds;
+    for (int behavior = 0; behavior <= 4; ++behavior) {
+      builds.push_back(std::async(std::launch::async, [&, behavior] {
+        auto dir = out_dir / fmt::format("prebuild_{}", behavior);
+        std::filesystem::create_directories(dir);
+        write_file_atomic(dir / config.program_filename, with_behavior(code, behavior));
+        BuildInput in;
+        in.source = dir / config.program_filename;
+        in.output = dir / "candidate.out";
+        in.arch = evaluator.arch();
+        in.flags = config.nvcc_flags;
+        in.timeout_s = config.build_timeout_s;
+        return evaluator.builder().build(in);
+      }));
+    }
+    for (int behavior = 0; behavior <= 4; ++behavior) {
+      BuildResult b = builds[behavior].get();
+      std::printf("build %d: %s in %.1f s\n", behavior, b.ok ? "ok" : ("FAILED\n" + b.error).c_str(), b.wall_s);
+      if (!b.ok) return 1;
+    }
+  }
+  std::printf("setup + parallel builds: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count());
+
+  int failed_checks = 0;
+  json report = json::array();
+  int sequence = 0;
+  auto evaluate = [&](const std::string& name, int behavior, FailureKind expected, double limit_s) {
+    EvalRequest request{fmt::format("{}_{}", sequence, name), with_behavior(code, behavior), out_dir / fmt::format("eval_{}_{}", sequence, name),
+                        static_cast<std::uint64_t>(11 + sequence)};
+    ++sequence;
+    std::filesystem::remove_all(request.work_dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    EvalResult r = evaluator.evaluate(request, {});
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool kind_ok = r.failure == expected;
+    const bool time_ok = took <= limit_s;
+    if (!kind_ok || !time_ok) ++failed_checks;
+    std::printf("%-8s %-16s -> %-13s (expected %-13s) in %6.1f s (limit %4.0f s) score %.3f  build %.1fs run %.1fs bench %.1fs\n",
+                kind_ok && time_ok ? "PASS" : "FAIL", name.c_str(), std::string(to_string(r.failure)).c_str(),
+                std::string(to_string(expected)).c_str(), took, limit_s, r.combined_score, r.timings.value("build", 0.0),
+                r.timings.value("run", 0.0), r.timings.value("bench", 0.0));
+    if (!r.error_text.empty()) std::printf("         error: %s\n", r.error_text.substr(0, 600).c_str());
+    if (r.failure == FailureKind::Ok) std::printf("         feedback: %s\n", r.text_feedback.substr(0, 300).c_str());
+    std::fflush(stdout);
+    report.push_back({{"name", name}, {"failure", to_string(r.failure)}, {"expected", to_string(expected)}, {"seconds", took},
+                      {"score", r.combined_score}, {"timings", r.timings}, {"error", r.error_text.substr(0, 2000)},
+                      {"public", r.public_metrics}});
+  };
+
+  // A correct candidate first (baseline figures), then each failure followed by a correct one.
+  const double probe_and_slack_s = 30 + 20;
+  evaluate("correct", 0, FailureKind::Ok, config.run_timeout_s + config.bench_timeout_s);
+  for (const auto& c : failures) {
+    evaluate(c.name, c.behavior, c.expected, config.run_timeout_s + probe_and_slack_s);
+    evaluate("correct_after_" + c.name, 0, FailureKind::Ok, config.run_timeout_s + config.bench_timeout_s);
+  }
+  const std::string status = evaluator.status_note();
+  std::printf("quarantined: %s\n", status.empty() ? "none" : status.c_str());
+  if (!status.empty()) ++failed_checks;
+  write_file_atomic(out_dir / "gpu_cascade.json", report.dump(2) + "\n");
+  std::printf("%s: %d check(s) failed\n", failed_checks == 0 ? "PASS" : "FAIL", failed_checks);
+  return failed_checks == 0 ? 0 : 1;
+}
