@@ -243,7 +243,7 @@ function scoreColour(s, lo, hi) {
 
 async function viewTree(r) {
   const focus = r.arg || '';
-  const up = Number(r.query.get('up') || 4), down = Number(r.query.get('down') || 2);
+  const up = Number(r.query.get('up') || 6), down = Number(r.query.get('down') || 3);
   const t = await api(`/api/runs/${r.run}/tree?${new URLSearchParams({ focus, up, down, max_children: 8 })}`);
   const key = `${r.run}/${t.focus}`;
   if (treeView.key !== key) { treeView.key = key; treeView.transform = { x: 0, y: 0, k: 1 }; }

@@ -125,7 +125,9 @@ std::string step_chart_svg(const std::vector<Curve>& curves, const ChartOptions&
   s += fmt::format("<text transform=\"translate(14 {:.1f}) rotate(-90)\" text-anchor=\"middle\" fill=\"#222\">{}</text>", top + ph / 2,
                    escape_html(o.y_label));
 
-  for (std::size_t i = 0; i < curves.size(); ++i) {
+  // The first curve (overall, or the first run) is drawn last, on top of the others.
+  for (std::size_t k = 0; k < curves.size(); ++k) {
+    std::size_t i = (k + 1) % curves.size();
     const auto& c = curves[i];
     if (c.points.empty()) continue;
     std::string colour = series_colour(i);
