@@ -11,7 +11,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kProbe = "static_assert(braid_probe_undeclared > 0, \"probe\");";
+// Long enough that the candidate is not rejected as a near-duplicate of its parent.
+constexpr const char* kProbe =
+    "constexpr int kProbeStage = braid_probe_undeclared * 3 + 17 - (kProbeBias << 2) + sizeof(float) * 5 - 1;";
 
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
@@ -340,9 +342,12 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
     return "I found no knob to change in the program you showed.";
   }
   // Seeing the real compiler error about the probe identifier is what teaches the fix.
-  const bool error_seen = all.find("braid_probe_undeclared") != std::string::npos &&
-                          (all.find("not declared") != std::string::npos || all.find("undeclared") != std::string::npos) &&
-                          all.find("error") != std::string::npos;
+  // (g++: "'braid_probe_undeclared' was not declared", clang: "undeclared identifier").
+  bool error_seen = false;
+  for (auto& l : split_lines(all))
+    if (l.find("braid_probe_undeclared") != std::string::npos &&
+        (l.find("was not declared") != std::string::npos || l.find("undeclared identifier") != std::string::npos))
+      error_seen = true;
   std::size_t probe_line = lines.size();
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (lines[i].find("braid_probe_undeclared") != std::string::npos) probe_line = i;

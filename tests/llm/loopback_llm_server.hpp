@@ -6,9 +6,9 @@
 // request: 429 (with Retry-After), 500, stalls, truncated or malformed JSON, empty answers,
 // answers without a patch, refusals and dropped connections.
 //
-// A share of mutation answers first carry a line that does not compile
-// (`static_assert(braid_probe_undeclared > 0, ...)`); once a later prompt shows the real
-// compiler error about that identifier, the server answers with the corrected edit instead.
+// A share of mutation answers first carry a line that does not compile (it uses the undeclared
+// identifier braid_probe_undeclared); once a later prompt shows the real compiler error about
+// that identifier, the server answers with the corrected edit instead.
 #pragma once
 #include <atomic>
 #include <deque>

@@ -1,0 +1,181 @@
+// End to end: `braid evolve` of the CPU example driven by the loopback LLM server through
+// faults, then replayed from its recording with --replay-evals and compared.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "../e2e/e2e_support.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/json.hpp"
+#include "loopback_llm_server.hpp"
+
+namespace braid {
+namespace {
+
+using testing::Fault;
+using testing::LoopbackLlmServer;
+
+struct Row {
+  std::string id, code, patch_type, failure, error, feedback, model;
+  double score = 0;
+  bool operator==(const Row& o) const {
+    return id == o.id && code == o.code && patch_type == o.patch_type && failure == o.failure && score == o.score;
+  }
+};
+
+std::vector<Row> programs(const std::filesystem::path& db_file) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db_file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  std::vector<Row> out;
+  const char* sql =
+      "SELECT id, code, patch_type, failure_kind, error_text, text_feedback, model, combined_score FROM programs "
+      "ORDER BY generation, id";
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  auto text = [&](int c) {
+    auto* p = sqlite3_column_text(st, c);
+    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
+  };
+  while (st && sqlite3_step(st) == SQLITE_ROW)
+    out.push_back({text(0), text(1), text(2), text(3), text(4), text(5), text(6), sqlite3_column_double(st, 7)});
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+json query_json(const std::filesystem::path& db_file, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(db_file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* st = nullptr;
+  json rows = json::array();
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      json row = json::array();
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        auto* p = sqlite3_column_text(st, c);
+        row.push_back(p ? std::string(reinterpret_cast<const char*>(p)) : std::string());
+      }
+      rows.push_back(row);
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rows;
+}
+
+TEST(LlmEvolveE2E, FaultStormFeedbackMetaCostReplayAndSecrets) {
+  const std::string key = "sk-e2e-loopback-secret-8d1f2c";
+  LoopbackLlmServer server;
+  server.require_key(key);
+  server.set_break_every(3);
+  server.set_stall_seconds(1.2);
+  server.set_retry_after("0");
+  server.set_fault_plan([](std::size_t n) {
+    if (n % 9 == 2) return Fault::RateLimit;
+    if (n % 11 == 4) return Fault::ServerError;
+    if (n % 13 == 6) return Fault::Truncated;
+    if (n % 17 == 8) return Fault::NoPatch;
+    if (n % 19 == 10) return Fault::Empty;
+    if (n % 23 == 12) return Fault::Refusal;
+    if (n % 29 == 14) return Fault::Stall;
+    if (n % 31 == 16) return Fault::Drop;
+    if (n % 37 == 18) return Fault::Malformed;
+    return Fault::None;
+  });
+
+  auto root = test::fresh_dir("llm_e2e");
+  std::filesystem::create_directories(root);
+  const std::string model = "openai:gpt-4.1-mini@" + server.base_url();
+  write_file_atomic(root / "config.yaml",
+                    "num_generations: 12\n"
+                    "num_islands: 2\n"
+                    "max_parallel_jobs: 2\n"
+                    "meta_rec_interval: 4\n"
+                    "migration_interval: 6\n"
+                    "llm_prices:\n  gpt-4.1-mini: {input: 0.4, output: 1.6}\n"
+                    "request_timeout_s: 0.6\n"
+                    "max_retries: 3\n"
+                    "retry_backoff_s: 0\n"
+                    "retry_backoff_max_s: 0\n"
+                    "api_type: host\n"
+                    // The server makes one-line edits; the default 0.995 would call most of them duplicates.
+                    "code_embed_sim_threshold: 0.9999\n");
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run1 = root / "run1", run2 = root / "run2";
+
+  ::setenv("OPENAI_API_KEY", key.c_str(), 1);
+  auto first = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                                run1.string(), "--seed", "7", "--llm", model});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_EQ(first.output.find(key), std::string::npos);
+
+  auto rows = programs(run1 / "evolution.db");
+  ASSERT_GE(rows.size(), 13u);  // the seed (per island) and 12 children
+  std::set<std::string> patch_types;
+  int with_feedback = 0, probe_failures = 0;
+  for (auto& r : rows) {
+    patch_types.insert(r.patch_type);
+    if (r.patch_type != "seed" && r.patch_type != "migrant") EXPECT_EQ(r.model, model) << r.id;
+    if (!r.feedback.empty() && r.patch_type != "seed") ++with_feedback;
+    if (r.failure == "build_failed" && r.error.find("braid_probe_undeclared") != std::string::npos) ++probe_failures;
+  }
+  auto kinds = server.answers_by_kind();
+  EXPECT_GE(kinds["diff"] + kinds["full"] + kinds["cross"], 12);
+  EXPECT_GE(patch_types.count("diff") + patch_types.count("full") + patch_types.count("cross"), 2u);
+  EXPECT_GT(kinds["feedback"], 0);
+  EXPECT_GT(with_feedback, 0);
+  // The feedback path: a broken patch failed to build with the real compiler's error, and
+  // the server produced its fix only after a prompt carried that error.
+  EXPECT_GT(server.broken_answers(), 0);
+  EXPECT_GT(probe_failures, 0);
+  EXPECT_GT(server.fixes_after_error(), 0);
+  auto exchanges = read_file(run1 / "llm_exchanges.jsonl");
+  EXPECT_NE(exchanges.find("braid_probe_undeclared"), std::string::npos);
+
+  // Meta-summaries: files in the results, recommendations from the model.
+  ASSERT_TRUE(std::filesystem::exists(run1 / "meta_memory.json"));
+  json memory = json::parse(read_file(run1 / "meta_memory.json"));
+  ASSERT_FALSE(memory["recommendations"].empty());
+  EXPECT_EQ(memory["recommendations"][0], "Try kOrder = LoopOrder::IKJ with kTransposeB = false");
+  bool meta_txt = false;
+  for (auto& e : std::filesystem::directory_iterator(run1))
+    meta_txt = meta_txt || e.path().filename().string().rfind("meta_", 0) == 0 && e.path().extension() == ".txt";
+  EXPECT_TRUE(meta_txt);
+  EXPECT_GT(kinds["meta"], 0);
+
+  // Cost and faults in the database.
+  json totals = query_json(run1 / "evolution.db", "SELECT COUNT(*), SUM(cost_usd), SUM(tokens_in) FROM llm_calls");
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_GT(std::stod(totals[0][0].get<std::string>()), 12);
+  EXPECT_GT(std::stod(totals[0][1].get<std::string>()), 0.0);
+  json kinds_db = query_json(run1 / "evolution.db",
+                             "SELECT error_kind, COUNT(*) FROM llm_calls WHERE error_kind != '' GROUP BY error_kind");
+  json retried = query_json(run1 / "evolution.db", "SELECT retried_errors FROM llm_calls WHERE retried_errors != '[]'");
+  std::string seen = kinds_db.dump() + retried.dump();
+  for (auto k : {"rate_limited", "server_error", "malformed"}) EXPECT_NE(seen.find(k), std::string::npos) << k << seen;
+  auto injected = server.faults_injected();
+  EXPECT_GT(injected["rate_limit"], 0);
+
+  // Secrets: no written file holds the key.
+  for (auto& e : std::filesystem::recursive_directory_iterator(run1))
+    if (e.is_regular_file()) EXPECT_EQ(read_file(e.path()).find(key), std::string::npos) << e.path();
+
+  // Replay with recorded evaluations: no network, identical programs.
+  std::size_t served = server.request_count();
+  auto second = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                                 run2.string(), "--seed", "7", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(server.request_count(), served);
+  auto replayed = programs(run2 / "evolution.db");
+  ASSERT_EQ(replayed.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_TRUE(replayed[i] == rows[i]) << "program " << rows[i].id;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace braid
