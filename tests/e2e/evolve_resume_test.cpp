@@ -123,3 +123,21 @@ TEST(EvolveEndToEnd, ResumeOfAFinishedRunIsANoOp) {
 
 }  // namespace
 }  // namespace braid::test
+
+namespace braid::test {
+namespace {
+
+// The same workload evaluated by a user's Python evaluate.py (CUCo/ShinkaEvolve contract).
+TEST(EvolveEndToEnd, ExternalPythonEvaluator) {
+  auto results = fresh_dir("e2e_external");
+  auto o = run_braid({"evolve", "examples/matmul_cpu_external", "--results", results.string(), "--generations", "3",
+                      "--seed", "4", "-c", "tests/e2e/fast_config.yaml"});
+  ASSERT_EQ(o.code, 0) << o.output;
+  Db db(results / "evolution.db");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) " + kChildren), 3);
+  EXPECT_GE(db.scalar("SELECT COUNT(*) FROM programs WHERE correct=1 AND combined_score > 0"), 1);
+  std::filesystem::remove_all(results);
+}
+
+}  // namespace
+}  // namespace braid::test

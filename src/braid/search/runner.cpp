@@ -187,6 +187,11 @@ struct EvolutionRunner::Impl {
 
   void store(ProgramRecord rec) {
     insert(rec);
+    index(rec);
+  }
+
+  // In-memory bookkeeping of a stored record (main thread only).
+  void index(const ProgramRecord& rec) {
     pop.add(summary_of(rec));
     std::size_t idx = pop.size() - 1;
     ArchiveChange change = archive.offer(pop, idx);
@@ -265,6 +270,9 @@ struct EvolutionRunner::Impl {
     auto dir = work_dir_for(g, cand.record.island_idx, false);
     workers[g] = std::thread([this, rec = std::move(cand.record), dir]() mutable {
       evaluate_into(rec, dir);
+      // Stored here, the moment its evaluation ends, so a kill -9 right after loses nothing;
+      // a run we killed ourselves on stop is not a result.
+      if (!discard_results) insert(rec);
       std::lock_guard lock(q_mutex);
       done_queue.push_back({std::move(rec)});
       q_cv.notify_all();
@@ -279,7 +287,7 @@ struct EvolutionRunner::Impl {
     in_flight.erase(d.record.generation);
     in_flight_knob_keys.erase(d.record.knob_key);
     if (discard_results) return;  // we killed it on stop: not a result
-    store(std::move(d.record));
+    index(d.record);
   }
 
   // ---- seeds ----
