@@ -96,3 +96,18 @@ if [ -x "$cascade_bin" ]; then
 else
   note "gpu_cascade: skipped (no $cascade_bin; build target gpu_cascade_test)"
 fi
+
+# --- GEMM + AllGather workload (workloads/gemm_allgather): a short knob-mutator evolve through
+# braid's GPU cascade, then its evaluations-to-target table. Needs a braid binary (BRAID_BIN, or
+# build/braid) and 2 GPUs; BRAID_GAG_CHECK_EVALS sets the number of evaluations (default 4).
+gag_braid=${BRAID_BIN:-$root/build/braid}
+if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  start=$(date +%s)
+  rm -rf "$out/gemm-allgather-evolve"
+  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-600}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
+    -g "${BRAID_GAG_CHECK_EVALS:-4}" -s 1 -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
+  note "gemm_allgather evolve: rc=$? in $(( $(date +%s) - start ))s"
+  python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
+else
+  note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
+fi
