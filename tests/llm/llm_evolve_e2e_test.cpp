@@ -89,14 +89,16 @@ TEST(LlmEvolveE2E, FaultStormFeedbackMetaCostReplayAndSecrets) {
 
   auto root = test::fresh_dir("llm_e2e");
   std::filesystem::create_directories(root);
-  const std::string model = "openai:gpt-4.1-mini@" + server.base_url();
+  // Two models, one per protocol, taking turns (round robin).
+  const std::string openai = "openai:gpt-4.1-mini@" + server.base_url();
+  const std::string anthropic = "anthropic:claude-sonnet-4-5@" + server.base_url();
   write_file_atomic(root / "config.yaml",
                     "num_generations: 12\n"
                     "num_islands: 2\n"
                     "max_parallel_jobs: 2\n"
                     "meta_rec_interval: 4\n"
                     "migration_interval: 6\n"
-                    "llm_prices:\n  gpt-4.1-mini: {input: 0.4, output: 1.6}\n"
+                    "llm_prices:\n  gpt-4.1-mini: {input: 0.4, output: 1.6}\n  claude-sonnet-4-5: {input: 3, output: 15}\n"
                     "request_timeout_s: 0.6\n"
                     "max_retries: 3\n"
                     "retry_backoff_s: 0\n"
@@ -108,22 +110,31 @@ TEST(LlmEvolveE2E, FaultStormFeedbackMetaCostReplayAndSecrets) {
   const auto run1 = root / "run1", run2 = root / "run2";
 
   ::setenv("OPENAI_API_KEY", key.c_str(), 1);
+  ::setenv("ANTHROPIC_API_KEY", key.c_str(), 1);
   auto first = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
-                                run1.string(), "--seed", "7", "--llm", model});
+                                run1.string(), "--seed", "7", "--llm", openai + "," + anthropic});
   ::unsetenv("OPENAI_API_KEY");
+  ::unsetenv("ANTHROPIC_API_KEY");
   ASSERT_EQ(first.code, 0) << first.output;
   EXPECT_EQ(first.output.find(key), std::string::npos);
 
   auto rows = programs(run1 / "evolution.db");
   ASSERT_GE(rows.size(), 13u);  // the seed (per island) and 12 children
-  std::set<std::string> patch_types;
+  std::set<std::string> patch_types, models_used;
   int with_feedback = 0, probe_failures = 0;
   for (auto& r : rows) {
     patch_types.insert(r.patch_type);
-    if (r.patch_type != "seed" && r.patch_type != "migrant") EXPECT_EQ(r.model, model) << r.id;
+    if (r.patch_type != "seed" && r.patch_type != "migrant") {
+      EXPECT_TRUE(r.model == openai || r.model == anthropic) << r.id << ": " << r.model;
+      models_used.insert(r.model);
+    }
     if (!r.feedback.empty() && r.patch_type != "seed") ++with_feedback;
     if (r.failure == "build_failed" && r.error.find("braid_probe_undeclared") != std::string::npos) ++probe_failures;
   }
+  EXPECT_EQ(models_used.size(), 2u);
+  std::set<std::string> paths;
+  for (auto& r : server.requests()) paths.insert(r.path);
+  EXPECT_EQ(paths, (std::set<std::string>{"/v1/chat/completions", "/v1/messages"}));
   auto kinds = server.answers_by_kind();
   EXPECT_GE(kinds["diff"] + kinds["full"] + kinds["cross"], 12);
   EXPECT_GE(patch_types.count("diff") + patch_types.count("full") + patch_types.count("cross"), 2u);
