@@ -153,6 +153,12 @@ std::string GpuCascadeEvaluator::describe() const {
 
 std::string GpuCascadeEvaluator::status_note() const { return pool_->status_line(); }
 
+void GpuCascadeEvaluator::warm_up() {
+  if (!probe_) return;
+  BuildResult built = probe_->build();
+  if (!built.ok) log::warn("gpu health probe does not build: {}", built.error);
+}
+
 GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::string& level, const EvalRequest& request,
                                                                  const std::vector<std::string>& argv, double timeout_s,
                                                                  bool exclusive, const std::filesystem::path& results,

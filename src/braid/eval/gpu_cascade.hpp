@@ -88,6 +88,8 @@ class GpuCascadeEvaluator : public Evaluator {
   EvalResult evaluate(const EvalRequest& request, const JobObserver& jobs) override;
   std::string describe() const override;
   std::string status_note() const override;
+  // Builds the health probe ahead of need (it is cached); a no-op when probing is off.
+  void warm_up();
 
   const GpuCascadeConfig& config() const { return config_; }
   GpuPool& pool() { return *pool_; }

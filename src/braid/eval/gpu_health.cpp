@@ -59,9 +59,8 @@ GpuHealthProbe::GpuHealthProbe(std::shared_ptr<NvccBuilder> builder, std::filesy
     : builder_(std::move(builder)), work_dir_(std::move(work_dir)), arch_(std::move(arch)), timeout_s_(timeout_s),
       build_timeout_s_(build_timeout_s) {}
 
-ProbeOutcome GpuHealthProbe::check(const std::vector<int>& gpus, const JobObserver& jobs) {
-  std::lock_guard lock(mutex_);
-  ProbeOutcome outcome;
+BuildResult GpuHealthProbe::build(const JobObserver& jobs) {
+  std::lock_guard lock(build_mutex_);
   std::filesystem::create_directories(work_dir_);
   const auto source = work_dir_ / "gpu_probe.cu";
   if (try_read_file(source).value_or("") != gpu_probe_source()) write_file_atomic(source, gpu_probe_source());
@@ -72,7 +71,13 @@ ProbeOutcome GpuHealthProbe::check(const std::vector<int>& gpus, const JobObserv
   input.flags = {"-O2", "-std=c++20"};
   input.timeout_s = build_timeout_s_;
   input.display_name = "gpu_probe.cu";
-  BuildResult built = builder_->build(input, jobs, "gpu health probe build");
+  return builder_->build(input, jobs, "gpu health probe build");
+}
+
+ProbeOutcome GpuHealthProbe::check(const std::vector<int>& gpus, const JobObserver& jobs) {
+  std::lock_guard lock(mutex_);
+  ProbeOutcome outcome;
+  BuildResult built = build(jobs);
   if (!built.ok) {
     // The probe cannot say the GPUs are well: treat as failed (a toolchain problem shows here).
     outcome.detail = "the health probe did not build: " + built.error;

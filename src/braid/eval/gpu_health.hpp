@@ -30,6 +30,8 @@ class GpuHealthProbe {
                  double timeout_s = 30.0, double build_timeout_s = 300.0);
   // Thread-safe; probes run one at a time per probe object's folder.
   ProbeOutcome check(const std::vector<int>& gpus, const JobObserver& jobs = {});
+  // Builds the probe (cached), so that a later check spends its time limit on the GPUs only.
+  BuildResult build(const JobObserver& jobs = {});
 
  private:
   std::shared_ptr<NvccBuilder> builder_;
@@ -38,6 +40,7 @@ class GpuHealthProbe {
   double timeout_s_;
   double build_timeout_s_;
   std::mutex mutex_;
+  std::mutex build_mutex_;
   int sequence_ = 0;
 };
 

@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "braid/eval/diagnostics.hpp"
+#include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
+#include "braid/util/hash.hpp"
 #include "braid/util/subprocess.hpp"
 
 namespace braid {
@@ -20,7 +22,23 @@ const std::vector<std::string>& default_nvcc_flags() {
 
 NvccBuilder::NvccBuilder(CudaToolchain toolchain, std::filesystem::path cache_dir, int max_parallel)
     : toolchain_(std::move(toolchain)), cache_(std::move(cache_dir)),
-      max_parallel_(max_parallel > 0 ? max_parallel : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+      max_parallel_(max_parallel > 0 ? max_parallel : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+  if (!toolchain_.nccl) return;
+  nccl_link_dir_ = toolchain_.nccl->library.parent_path();
+  if (toolchain_.nccl->library.filename() != "libnccl.so") {
+    // A wheel holds only libnccl.so.2, which neither -lnccl finds nor nvcc accepts as an input
+    // file: link through a libnccl.so symlink kept in the cache (the binary records the soname).
+    nccl_link_dir_ = cache_.dir() / ("nccl_link_" + hash_hex(toolchain_.nccl->library.string()));
+    std::filesystem::create_directories(nccl_link_dir_);
+    const auto link = nccl_link_dir_ / "libnccl.so";
+    std::error_code ec;
+    if (std::filesystem::read_symlink(link, ec) != toolchain_.nccl->library) {
+      std::filesystem::remove(link, ec);
+      std::filesystem::create_symlink(toolchain_.nccl->library, link, ec);
+      if (ec && !std::filesystem::exists(link)) throw SystemError("cannot link " + link.string() + ": " + ec.message());
+    }
+  }
+}
 
 std::vector<std::string> NvccBuilder::command_for(const BuildInput& input, const std::filesystem::path& output) const {
   std::vector<std::string> argv = {toolchain_.nvcc.string()};
@@ -34,8 +52,8 @@ std::vector<std::string> NvccBuilder::command_for(const BuildInput& input, const
   argv.push_back(output.string());
   argv.insert(argv.end(), input.libs.begin(), input.libs.end());
   if (input.link_nccl && toolchain_.nccl) {
-    // Linked by full path: a wheel holds only libnccl.so.2, which -lnccl would not find.
-    argv.push_back(toolchain_.nccl->library.string());
+    argv.push_back("-L" + nccl_link_dir_.string());
+    argv.push_back("-lnccl");
     argv.push_back("-Xlinker");
     argv.push_back("-rpath," + toolchain_.nccl->library.parent_path().string());
   }

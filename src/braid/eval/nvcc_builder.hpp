@@ -3,7 +3,7 @@
 //   BuildInput{source, output, flags, includes, libs, arch} -> BuildResult{artifact | error}
 //
 // The command is: nvcc <arch gencode> <flags> -I<braid device headers> -I<NCCL headers>
-// -I<includes> <source> -o <output> <libs> <libnccl> -Xlinker -rpath,<NCCL's folder>.
+// -I<includes> <source> -o <output> <libs> -L<NCCL> -lnccl -Xlinker -rpath,<NCCL's folder>.
 // Builds of different candidates run in parallel, at most `max_parallel` at once (the CPUs);
 // two builds of the same key wait for one another instead of compiling twice. Compiler errors
 // are trimmed (diagnostics.hpp) to what the next mutation needs and stored in the cache.
@@ -66,6 +66,7 @@ class NvccBuilder {
   CudaToolchain toolchain_;
   CompileCache cache_;
   int max_parallel_;
+  std::filesystem::path nccl_link_dir_;  // holds libnccl.so (the library or a symlink to it)
   std::mutex mutex_;
   std::condition_variable slot_free_;
   int running_ = 0;

@@ -48,7 +48,11 @@ Workload make_workload() {
 
 Candidate make_candidate() {
   Candidate c;
-  c.requirements = [](const Problem&) { return Requirements{}; };
+  c.requirements = [](const Problem&) {
+    Requirements r;
+    r.lsa_barriers = 1;
+    return r;
+  };
   c.setup = [](Context& ctx) {
     ctx.alloc("recv", ctx.buffer("out").bytes, Role::Receive, DType::F32);
     ctx.alloc("flag", sizeof(int), Role::State, DType::I32);
