@@ -292,7 +292,7 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
     count("feedback");
     std::smatch m;
     std::string outcome = "?", score = "?", parent = "?";
-    static const std::regex out_re(R"(Outcome: (\w+))"), score_re(R"(Score: (\S+) \(parent: ([^)]*)\))");
+    static const std::regex out_re(R"(Outcome: (\w+))"), score_re(R"(Score: (\S+) \(parent: ([^\n]*)\))");
     if (std::regex_search(first, m, out_re)) outcome = m[1];
     if (std::regex_search(first, m, score_re)) {
       score = m[1];

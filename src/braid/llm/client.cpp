@@ -1,6 +1,7 @@
 #include "braid/llm/client.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -58,9 +59,8 @@ class HttpLlmClient final : public LlmClient {
     LlmResponse out;
     out.model = spec_.text;
     json body = build_request_body(spec_, request, &out.dropped);
-    if (!out.dropped.empty() && !warned_dropped_) {
+    if (!out.dropped.empty() && !warned_dropped_.exchange(true)) {
       // Once per client: the same adjustment applies to every call of this model.
-      warned_dropped_ = true;
       std::string list;
       for (auto& d : out.dropped) list += (list.empty() ? "" : "; ") + d;
       log::info("llm {}: {}", spec_.text, list);
@@ -136,7 +136,7 @@ class HttpLlmClient final : public LlmClient {
   std::string key_;
   RetryPolicy policy_;
   std::function<void(double)> sleep_;
-  bool warned_dropped_ = false;
+  std::atomic<bool> warned_dropped_{false};
 };
 
 }  // namespace
