@@ -7,6 +7,7 @@
 
 #include "braid/cli/command.hpp"
 #include "braid/db/database.hpp"
+#include "braid/llm/operators.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
@@ -29,22 +30,22 @@ std::string short_knobs(const std::string& key, std::size_t width) {
   return s;
 }
 
-// Counts by failure kind and the total LLM cost, straight from SQL (no whole-table load).
+// Counts by failure kind straight from SQL (no whole-table load), and the LLM ledger's totals.
 void print_totals(ProgramDatabase& db) {
   std::map<std::string, long> counts;
-  double cost = 0;
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db.handle(), "SELECT failure_kind, COUNT(*), COALESCE(SUM(cost_usd),0) FROM programs GROUP BY failure_kind",
-                         -1, &st, nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
+  if (sqlite3_prepare_v2(db.handle(), "SELECT failure_kind, COUNT(*) FROM programs GROUP BY failure_kind", -1, &st,
+                         nullptr) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW)
       counts[reinterpret_cast<const char*>(sqlite3_column_text(st, 0))] = sqlite3_column_int64(st, 1);
-      cost += sqlite3_column_double(st, 2);
-    }
   }
   sqlite3_finalize(st);
   std::string line = fmt::format("{} candidates:", db.count());
   for (auto& [k, v] : counts) line += fmt::format(" {} {}", v, k);
-  if (cost > 0) line += fmt::format("; LLM cost ${:.4f}", cost);
+  json llm = llm_totals_from_db(db);
+  if (llm.value("calls", 0) > 0)
+    line += fmt::format("; LLM {} calls, {} + {} tokens, ${:.4f}, {} errors", llm.value("calls", 0), llm.value("tokens_in", 0),
+                        llm.value("tokens_out", 0), llm.value("cost_usd", 0.0), llm.value("errors_total", 0));
   std::printf("%s\n", line.c_str());
 }
 
