@@ -92,6 +92,7 @@ struct EvolutionRunner::Impl {
   std::int64_t last_migration_at = 0;
   std::string meta_recommendations;
   RunStatus status;
+  std::string islands_note, stop_note;  // parts of status.note
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
 
@@ -167,6 +168,10 @@ struct EvolutionRunner::Impl {
     std::int64_t left = cfg.num_generations - status.generations_done;
     status.eta_s = progressed > 0 ? status.elapsed_s / double(progressed) * double(std::max<std::int64_t>(left, 0)) : -1.0;
     if (parts.llm_totals) status.llm_totals = parts.llm_totals();
+    // Skipped islands, quarantined GPUs (the evaluator's note) and why the run is stopping.
+    status.note.clear();
+    for (const std::string& n : {islands_note, parts.evaluator->status_note(), stop_note})
+      if (!n.empty()) status.note += (status.note.empty() ? "" : "; ") + n;
   }
 
   // ---- records ----
@@ -599,7 +604,7 @@ struct EvolutionRunner::Impl {
       }
     }
     if (runnable_islands.empty()) throw UserError("", "no island can run on this machine: " + skipped);
-    status.note = skipped;
+    islands_note = skipped;
   }
 
   RunStatus run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
@@ -625,7 +630,7 @@ struct EvolutionRunner::Impl {
         if (next > cfg.num_generations) break;
         if (parts.budget_exhausted && parts.budget_exhausted()) {
           budget_stop = true;
-          status.note = "stopping: max_api_cost reached";
+          stop_note = "stopping: max_api_cost reached";
           log::warn("LLM budget (max_api_cost) reached: no new candidates are proposed");
           break;
         }
@@ -648,7 +653,7 @@ struct EvolutionRunner::Impl {
         ready.swap(done_queue);
       }
       if (stop.load() && !discard_results) {
-        status.note = "stopping: interrupted";
+        stop_note = "stopping: interrupted";
         stop_jobs();
       }
       for (auto& d : ready) {
