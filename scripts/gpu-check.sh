@@ -28,7 +28,7 @@ for d in "${NCCL_HOME:-}/lib" "$wheel/lib" "$BRAID_NCCL_LIB"; do
   if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then nccl_lib=$d; break; fi
 done
 nccl_inc=""
-for d in "${BRAID_NCCL_INCLUDE_OVERRIDE:-}" "$wheel/include" "$BRAID_NCCL_INCLUDE" "$root/.device-carry/dev-D/nccl-include"; do
+for d in "${BRAID_NCCL_INCLUDE_OVERRIDE:-}" "$wheel/include" "$BRAID_NCCL_INCLUDE" "$root/.device-carry/nccl-include" "$root/.device-carry/dev-D/nccl-include"; do
   if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then nccl_inc=$d; break; fi
 done
 {
@@ -47,6 +47,10 @@ case "$lib" in 2.28.9*) ;; *) [ -n "$lib" ] && note "WARNING: NCCL library $lib 
 export LD_LIBRARY_PATH="$nccl_lib:${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
 
 bin=""
+prebuilt=${BRAID_GPU_PREBUILT:-}
+# scripts/bundle-for-device.sh leaves binaries built elsewhere in .device-carry/bin.
+[ -z "$prebuilt" ] && [ -x "$root/.device-carry/bin/gpu_test_primitives" ] && prebuilt=$root/.device-carry/bin
+BRAID_GPU_PREBUILT=$prebuilt
 if [ -n "${BRAID_GPU_PREBUILT:-}" ] && [ -x "$BRAID_GPU_PREBUILT/gpu_test_primitives" ]; then
   if ! ldd "$BRAID_GPU_PREBUILT/gpu_test_primitives" | grep -q "not found"; then bin=$BRAID_GPU_PREBUILT; note "using prebuilt binaries in $bin"; fi
 fi
@@ -74,6 +78,36 @@ run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
 run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
 run bench_allgather "${BRAID_GPU_BENCH_TIMEOUT:-120}" "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
 
+# --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
+# followed by a correct one, through braid's own GpuCascadeEvaluator. Needs the braid-built binary
+# (target gpu_cascade_test, carried with its non-system libraries in lib/ beside it).
+cascade_bin=${BRAID_GPU_CASCADE_BIN:-$bin/gpu_cascade_test}
+[ -x "$cascade_bin" ] || cascade_bin=$root/build-gpu-eval/tests/gpu/cascade/gpu_cascade_test
+if [ -x "$cascade_bin" ]; then
+  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-200}" "$cascade_bin" --source_dir "$root" --out "$out/cascade"
+  echo "== cascade"
+  grep -h "^PASS\|^FAIL\|error:\|quarantined" "$out/gpu_cascade.log" | head -30
+else
+  note "gpu_cascade: skipped (no $cascade_bin; build target gpu_cascade_test)"
+fi
+
+# --- GEMM + AllGather workload (workloads/gemm_allgather): a short knob-mutator evolve through
+# braid's GPU cascade, then its evaluations-to-target table. Needs a braid binary (BRAID_BIN, or
+# build/braid) and 2 GPUs; BRAID_GAG_CHECK_EVALS sets the number of evaluations (default 4).
+gag_braid=${BRAID_BIN:-$bin/braid}
+[ -x "$gag_braid" ] || gag_braid=$root/build/braid
+if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  start=$(date +%s)
+  rm -rf "$out/gemm-allgather-evolve"
+  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-200}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
+    -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
+  note "gemm_allgather evolve: rc=$? in $(( $(date +%s) - start ))s"
+  python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
+else
+  note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
+fi
+
+# --- The short table, last.
 echo
 echo "== failures"
 grep -h "^FAIL\|SKIP\|error\|Error" "$out"/test_*.log | head -30
@@ -85,29 +119,3 @@ grep -h "^|" "$out/bench_allgather.log"
 echo "== summary"
 cat "$summary"
 
-# --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
-# followed by a correct one, through braid's own GpuCascadeEvaluator. Needs the braid-built binary
-# (target gpu_cascade_test, carried with its non-system libraries in lib/ beside it).
-cascade_bin=${BRAID_GPU_CASCADE_BIN:-$root/build-gpu-eval/tests/gpu/cascade/gpu_cascade_test}
-if [ -x "$cascade_bin" ]; then
-  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-280}" "$cascade_bin" --source_dir "$root" --out "$out/cascade"
-  echo "== cascade"
-  grep -h "^PASS\|^FAIL\|error:\|quarantined" "$out/gpu_cascade.log" | head -30
-else
-  note "gpu_cascade: skipped (no $cascade_bin; build target gpu_cascade_test)"
-fi
-
-# --- GEMM + AllGather workload (workloads/gemm_allgather): a short knob-mutator evolve through
-# braid's GPU cascade, then its evaluations-to-target table. Needs a braid binary (BRAID_BIN, or
-# build/braid) and 2 GPUs; BRAID_GAG_CHECK_EVALS sets the number of evaluations (default 4).
-gag_braid=${BRAID_BIN:-$root/build/braid}
-if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  start=$(date +%s)
-  rm -rf "$out/gemm-allgather-evolve"
-  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-600}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
-    -g "${BRAID_GAG_CHECK_EVALS:-4}" -s 1 -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
-  note "gemm_allgather evolve: rc=$? in $(( $(date +%s) - start ))s"
-  python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
-else
-  note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
-fi
