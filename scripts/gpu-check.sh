@@ -96,6 +96,8 @@ fi
 # build/braid) and 2 GPUs; BRAID_GAG_CHECK_EVALS sets the number of evaluations (default 4).
 gag_braid=${BRAID_BIN:-$bin/braid}
 [ -x "$gag_braid" ] || gag_braid=$root/build/braid
+# The bundle's libraries, for the indirect dependencies too (libcurl's, say).
+export LD_LIBRARY_PATH="$(dirname "$gag_braid")/lib:$LD_LIBRARY_PATH"
 if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   start=$(date +%s)
   rm -rf "$out/gemm-allgather-evolve"
