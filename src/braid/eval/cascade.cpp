@@ -17,23 +17,6 @@ std::map<std::string, std::string> env_from_json(const json& section) {
   return env;
 }
 
-// The verdict the program wrote, if any: nullopt when correct.json is absent or unreadable.
-struct Verdict {
-  bool correct = false;
-  std::string error;
-};
-std::optional<Verdict> read_verdict(const std::filesystem::path& results) {
-  auto text = try_read_file(results / "correct.json");
-  if (!text) return std::nullopt;
-  json value = json::parse(*text, nullptr, false);
-  if (value.is_discarded() || !value.is_object() || !value.contains("correct") || !value["correct"].is_boolean())
-    return std::nullopt;
-  Verdict v;
-  v.correct = value["correct"].get<bool>();
-  if (value.contains("error") && value["error"].is_string()) v.error = value["error"].get<std::string>();
-  if (!v.correct && v.error.empty()) v.error = "verification failed";
-  return v;
-}
 
 std::string timeout_text(const std::string& step, double limit_s) {
   return fmt::format("{} timed out (limit {:g} s); the process group was killed", step, limit_s);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "braid/db/record.hpp"
@@ -55,6 +56,13 @@ class Evaluator {
 
 // Reads <dir>/metrics.json and <dir>/correct.json into `result` (score, metrics, feedback,
 // correct, error). Missing or malformed files become a failure value of kind `on_missing`.
+// The verdict a program wrote in <results>/correct.json; nullopt when absent or unreadable.
+struct Verdict {
+  bool correct = false;
+  std::string error;  // "verification failed" when incorrect and no error was given
+};
+std::optional<Verdict> read_verdict(const std::filesystem::path& results);
+
 void read_metrics_contract(const std::filesystem::path& dir, FailureKind on_missing, EvalResult& result);
 
 }  // namespace braid

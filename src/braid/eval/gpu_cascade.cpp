@@ -14,23 +14,6 @@
 namespace braid {
 namespace {
 
-struct Verdict {
-  bool correct = false;
-  std::string error;
-};
-
-std::optional<Verdict> read_verdict(const std::filesystem::path& results) {
-  auto text = try_read_file(results / "correct.json");
-  if (!text) return std::nullopt;
-  json value = json::parse(*text, nullptr, false);
-  if (value.is_discarded() || !value.is_object() || !value.contains("correct") || !value["correct"].is_boolean())
-    return std::nullopt;
-  Verdict v;
-  v.correct = value["correct"].get<bool>();
-  if (value.contains("error") && value["error"].is_string()) v.error = value["error"].get<std::string>();
-  if (!v.correct && v.error.empty()) v.error = "verification failed";
-  return v;
-}
 
 // The frozen harness prints "harness: <what>" on stderr when a rank ends on an exception (a CUDA
 // or NCCL error, a dead peer): the run failed, as opposed to a verification it completed.

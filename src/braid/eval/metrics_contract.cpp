@@ -65,4 +65,17 @@ void read_metrics_contract(const std::filesystem::path& dir, FailureKind on_miss
   result.combined_score = value;
 }
 
+std::optional<Verdict> read_verdict(const std::filesystem::path& results) {
+  auto text = try_read_file(results / "correct.json");
+  if (!text) return std::nullopt;
+  json value = json::parse(*text, nullptr, false);
+  if (value.is_discarded() || !value.is_object() || !value.contains("correct") || !value["correct"].is_boolean())
+    return std::nullopt;
+  Verdict v;
+  v.correct = value["correct"].get<bool>();
+  if (value.contains("error") && value["error"].is_string()) v.error = value["error"].get<std::string>();
+  if (!v.correct && v.error.empty()) v.error = "verification failed";
+  return v;
+}
+
 }  // namespace braid
