@@ -6,13 +6,6 @@
 namespace braid {
 namespace {
 
-std::optional<std::size_t> sample(const std::vector<std::size_t>& ranked, const std::vector<double>& p,
-                                  std::mt19937_64& rng) {
-  if (ranked.empty()) return std::nullopt;
-  std::discrete_distribution<std::size_t> d(p.begin(), p.end());
-  return ranked[d(rng)];
-}
-
 class PowerLaw : public ParentSelector {
  public:
   explicit PowerLaw(double alpha) : alpha_(alpha) {}
@@ -22,10 +15,6 @@ class PowerLaw : public ParentSelector {
     for (std::size_t r = 0; r < ranked.size(); ++r) sum += p[r] = std::pow(double(r + 1), -alpha_);
     for (double& x : p) x /= sum;
     return p;
-  }
-  std::optional<std::size_t> select(const Population& pop, const std::vector<std::size_t>& ranked,
-                                    std::mt19937_64& rng) const override {
-    return sample(ranked, probabilities(pop, ranked), rng);
   }
 
  private:
@@ -53,10 +42,6 @@ class Weighted : public ParentSelector {
     for (double& x : p) x /= sum;
     return p;
   }
-  std::optional<std::size_t> select(const Population& pop, const std::vector<std::size_t>& ranked,
-                                    std::mt19937_64& rng) const override {
-    return sample(ranked, probabilities(pop, ranked), rng);
-  }
 
  private:
   double lambda_;
@@ -83,6 +68,14 @@ class Beam : public ParentSelector {
 };
 
 }  // namespace
+
+std::optional<std::size_t> ParentSelector::select(const Population& pop, const std::vector<std::size_t>& ranked,
+                                                  std::mt19937_64& rng) const {
+  if (ranked.empty()) return std::nullopt;
+  auto p = probabilities(pop, ranked);
+  std::discrete_distribution<std::size_t> d(p.begin(), p.end());
+  return ranked[d(rng)];
+}
 
 std::unique_ptr<ParentSelector> make_parent_selector(const SearchConfig& c) {
   if (c.parent_selection_strategy == "weighted") return std::make_unique<Weighted>(c.parent_selection_lambda);

@@ -18,9 +18,10 @@ namespace braid {
 class ParentSelector {
  public:
   virtual ~ParentSelector() = default;
-  // Index into the population, or nullopt when `ranked` is empty.
+  // Index into the population, or nullopt when `ranked` is empty. By default a draw from
+  // probabilities().
   virtual std::optional<std::size_t> select(const Population& pop, const std::vector<std::size_t>& ranked,
-                                            std::mt19937_64& rng) const = 0;
+                                            std::mt19937_64& rng) const;
   // Selection probability of each entry of `ranked` (same order); for tests and the UI.
   virtual std::vector<double> probabilities(const Population& pop, const std::vector<std::size_t>& ranked) const = 0;
 };
