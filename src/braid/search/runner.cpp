@@ -199,7 +199,8 @@ struct EvolutionRunner::Impl {
   void index(const ProgramRecord& rec) {
     pop.add(summary_of(rec));
     std::size_t idx = pop.size() - 1;
-    ArchiveChange change = archive.offer(pop, idx);
+    // A migrant is a copy: its original already competes for an archive cell.
+    ArchiveChange change = rec.patch_type == "migrant" ? ArchiveChange{} : archive.offer(pop, idx);
     if (!change.empty()) {
       std::lock_guard lock(db_mutex);
       db.set_in_archive(change.added, change.removed);
