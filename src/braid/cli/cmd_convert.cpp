@@ -1,0 +1,109 @@
+// `braid convert`: the fast path. Analyse a host-driven NCCL program (--explain, --json), convert
+// the collectives that rules handle to device-initiated primitives (-o), check that the result
+// compiles, and with --verify run the gate (original and converted on N local ranks, outputs of
+// every rank compared, times reported) before writing it as accepted.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "braid/cli/command.hpp"
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/gate.hpp"
+#include "braid/convert/transform.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid::cli {
+namespace {
+
+struct ConvertArgs {
+  std::filesystem::path input, output, json_path, work_dir;
+  bool explain = false, verify = false, no_build = false;
+  int ranks = 2;
+  unsigned long long seed = 1;
+  std::string harness_args;
+};
+
+int do_convert(const ConvertArgs& o) {
+  using namespace braid::convert;
+  if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
+  const std::string source = read_file(o.input);
+  const Analysis analysis = analyze(o.input.string(), source);
+  const Conversion conversion = transform(analysis, source);
+  if (o.explain) {
+    std::printf("%s", analysis_to_text(analysis).c_str());
+    std::printf("\n%s", conversion_to_text(conversion).c_str());
+  }
+  if (!o.json_path.empty()) {
+    json j = analysis_to_json(analysis);
+    j["conversion"] = conversion_to_json(conversion);
+    write_file_atomic(o.json_path, j.dump(2) + "\n");
+  }
+  if (o.output.empty()) {
+    if (!o.explain) std::printf("%s", conversion_to_text(conversion).c_str());
+    return 0;
+  }
+  if (conversion.converted_calls == 0) {
+    std::printf("%s", conversion_to_text(conversion).c_str());
+    std::fprintf(stderr, "braid: %s: no NCCL call could be converted by rules; nothing written\n", o.input.string().c_str());
+    return 1;
+  }
+  const std::filesystem::path work = o.work_dir.empty() ? o.output.parent_path() / (o.output.filename().string() + ".work") : o.work_dir;
+  json summary = conversion_to_json(conversion);
+  std::string status = "unchecked";
+  if (!o.no_build) {
+    const BuildResult br = compile_only(conversion.source, work / "compile", "converted", o.input.parent_path(), {});
+    if (!br.ok) {
+      std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n", o.input.string().c_str(), br.error.c_str());
+      return 1;
+    }
+    status = "compiled";
+  }
+  if (o.verify) {
+    GateOptions g;
+    g.work_dir = work / "gate";
+    g.source_dir = o.input.parent_path();
+    g.ranks = o.ranks;
+    g.seed = o.seed;
+    if (!o.harness_args.empty()) g.harness_args = o.harness_args;
+    const GateResult r = run_gate(analysis, source, conversion, g);
+    summary["gate"] = gate_to_json(r);
+    if (!r.passed) {
+      std::fprintf(stderr, "braid: %s: the verification gate failed; nothing written as accepted:\n%s\n", o.input.string().c_str(),
+                   r.failure.c_str());
+      write_file_atomic(work / "gate.json", summary.dump(2) + "\n");
+      return 1;
+    }
+    status = "verified";
+    std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks, r.original_ms, r.converted_ms,
+                r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);
+  }
+  summary["status"] = status;
+  summary["accepted"] = status == "verified";
+  const std::string text = conversion_to_text(conversion) + fmt::format("status: {}\n", status);
+  write_file_atomic(o.output, conversion.source);
+  write_file_atomic(o.output.string() + ".summary.json", summary.dump(2) + "\n");
+  write_file_atomic(o.output.string() + ".summary.txt", text);
+  if (!o.explain) std::printf("%s", text.c_str());
+  std::fprintf(stderr, "wrote %s (%s)\n", o.output.string().c_str(), status.c_str());
+  return 0;
+}
+
+Registrar convert_reg(40, [](CLI::App& app, Action& action) {
+  static ConvertArgs args;
+  auto* cmd = app.add_subcommand("convert", "Convert a host-driven NCCL program to device-initiated primitives (fast path)");
+  cmd->add_option("file", args.input, "Host-driven CUDA/NCCL source (.cu)")->required();
+  cmd->add_flag("--explain", args.explain, "Print the communication dependency graph and the conversion plan");
+  cmd->add_option("--json", args.json_path, "Write the graph and the plan as JSON");
+  cmd->add_option("-o,--output", args.output, "Write the converted source (+ .summary.json, .summary.txt)");
+  cmd->add_flag("--verify", args.verify, "Run the gate on local GPUs before accepting (original vs converted, every rank)");
+  cmd->add_flag("--no-build", args.no_build, "Do not compile the converted program before writing it");
+  cmd->add_option("--ranks", args.ranks, "Ranks for --verify")->default_val(2);
+  cmd->add_option("--seed", args.seed, "Seed of the gate's random inputs")->default_val(1);
+  cmd->add_option("--work", args.work_dir, "Folder for builds and gate runs (default: OUTPUT.work)");
+  cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");
+  cmd->callback([&action] { action = [] { return do_convert(args); }; });
+});
+
+}  // namespace
+}  // namespace braid::cli

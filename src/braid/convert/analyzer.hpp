@@ -1,0 +1,130 @@
+// CudaAnalyzer: the communication dependency graph of a host-driven NCCL program.
+//
+// From the token stream (lexer.hpp) it collects kernels and their launches, streams and events,
+// cuBLAS calls, NCCL calls (and whether they sit inside ncclGroupStart/End or a loop), the
+// buffers each call touches with their sizes where derivable (cudaMalloc, ncclMemAlloc, the
+// harness's ctx.alloc*, constexpr/const integer expressions), `// braid:input|output`
+// annotations, and the order among calls (stream order, event edges, cross-stream buffer use).
+// Constructs it cannot follow are listed with their line (`unsupported`), never guessed.
+// Bad input (not C++/CUDA, no NCCL call, unbalanced groups, a collective on a buffer of unknown
+// size) is a UserError naming file and line.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/convert/lexer.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid::convert {
+
+enum class CallKind { Nccl, Kernel, Cublas, Stream, Event, Memory, Other };
+
+struct Argument {
+  std::string text;            // the argument's source text, whitespace-normalised
+  std::size_t begin = 0, end = 0;  // byte range in the source
+};
+
+struct Buffer {
+  std::string name;                   // variable (or harness buffer variable)
+  std::string element_type;           // "float", "__nv_bfloat16", "" if unknown
+  std::string allocator;              // cudaMalloc | ncclMemAlloc | cudaMallocAsync | harness
+  std::string bytes_expr;             // allocation size as written
+  std::optional<uint64_t> bytes;      // evaluated when every name in it is a known constant
+  int line = 0;
+  std::string harness_name;           // c.buffer("x") / c.alloc("x", ...)
+  std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
+};
+
+struct Call {
+  CallKind kind = CallKind::Other;
+  std::string name;                  // ncclAllReduce, the kernel's name, cublasGemmEx, ...
+  int line = 0;
+  std::vector<Argument> args;
+  std::vector<Argument> launch_config;  // kernels: grid, block, shared, stream
+  std::string stream;                // stream expression ("0" where defaulted, "" if none)
+  std::vector<std::string> buffers;  // buffers among the arguments, by variable name
+  int group = -1;                    // index into groups when inside ncclGroupStart/End
+  int loop = -1;                     // innermost enclosing loop, index into loops
+  std::string function;              // enclosing function
+  std::size_t stmt_begin = 0, stmt_end = 0;  // the whole statement (wrapper macro included, ';' included)
+  std::size_t call_begin = 0, call_end = 0;  // name .. ')' of the call itself
+};
+
+struct Group {
+  int start_line = 0, end_line = 0;
+  std::size_t start_call = 0, end_call = 0;  // indices of ncclGroupStart / ncclGroupEnd
+  std::vector<std::size_t> members;          // NCCL calls inside
+};
+
+struct Loop {
+  std::string kind;  // for | while | do
+  int line = 0;
+  std::string header;  // loop header text
+};
+
+struct Annotation {
+  std::string kind;    // input | output
+  std::string buffer;  // variable name after the marker
+  int line = 0;
+  std::size_t begin = 0, end = 0;  // the comment's byte range
+};
+
+struct Issue {
+  int line = 0;
+  std::string construct;
+  std::string reason;
+};
+
+struct Edge {
+  std::size_t from = 0, to = 0;  // call indices
+  std::string reason;            // "stream s", "event e: s1 -> s2", "buffer x across streams"
+};
+
+struct Analysis {
+  std::string file;
+  std::vector<Call> calls;
+  std::map<std::string, Buffer> buffers;
+  std::vector<std::string> kernels;  // __global__ functions defined in the file
+  std::vector<std::string> streams;
+  std::vector<std::string> events;
+  std::vector<Group> groups;
+  std::vector<Loop> loops;
+  std::vector<Annotation> annotations;
+  std::vector<Issue> unsupported;
+  std::vector<Edge> edges;
+  std::map<std::string, int64_t> constants;
+  bool uses_harness = false;  // harness_main(...) with a Candidate
+
+  std::vector<std::size_t> nccl_collectives() const;  // indices of data-moving NCCL calls
+  const Buffer* buffer_of_argument(const std::string& arg_text) const;
+};
+
+// The variable an argument expression designates: `buf`, `buf + off`, `(void*)buf`,
+// `&buf[i]`, `static_cast<T*>(buf)`, `a.ptr` -> "a". "" when there is none.
+std::string base_variable(const std::string& arg_text);
+
+// Data-moving NCCL calls and the position of their arguments.
+struct NcclSignature {
+  const char* name;
+  int arity;
+  int send = -1, recv = -1, count = -1, dtype = -1, op = -1, root = -1, peer = -1, comm = -1, stream = -1;
+};
+const NcclSignature* nccl_signature(const std::string& name);
+
+// Analyses `source` (named `file` in messages). Throws UserError on bad input.
+Analysis analyze(const std::string& file, const std::string& source);
+
+// Evaluates an integer expression over known constants (+ - * / % << >> parentheses, sizeof of
+// the arithmetic and CUDA element types); nullopt when any part is unknown.
+std::optional<int64_t> evaluate_integer(const std::string& expr, const std::map<std::string, int64_t>& constants);
+
+std::size_t element_size(const std::string& type);  // 0 if unknown
+
+json analysis_to_json(const Analysis& a);
+std::string analysis_to_text(const Analysis& a);
+const char* call_kind_name(CallKind k);
+
+}  // namespace braid::convert

@@ -1,0 +1,52 @@
+// Verification gate of `braid convert`: the converted program must compile and, on N local
+// ranks, produce the original's outputs on every rank before it is accepted.
+//
+// Annotated programs (`// braid:input x`, `// braid:output y`): both versions are instrumented
+// (transform.hpp: instrument_for_gate), built with nvcc, run on the same seeded random inputs,
+// and every output of every rank is compared (integers exactly, float32 to 1e-5 relative,
+// bfloat16 to 1e-2 relative); the time from inputs ready to outputs ready is reported.
+// Harness programs: both run `--mode bench` at the given size; the harness verifies every element
+// on every rank itself (correct.json), and its candidate median time is compared.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/transform.hpp"
+#include "braid/eval/nvcc_builder.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid::convert {
+
+struct GateOptions {
+  std::filesystem::path work_dir;              // both builds and runs live here
+  std::filesystem::path source_dir;            // the original's folder: -I for its own headers
+  std::vector<std::string> flags;              // nvcc flags; default_nvcc_flags() when empty
+  int ranks = 2;
+  unsigned long long seed = 1;
+  double run_timeout_s = 120.0;
+  std::string harness_args = "--size 4096 --warmup 2 --iters 10 --input_sets 2 --rtol 0.02 --atol 0.02";
+  bool run = true;                             // false: compile both, do not run
+};
+
+struct GateResult {
+  bool built = false;          // both versions compiled
+  bool ran = false;            // both ran on every rank
+  bool passed = false;         // outputs matched on every rank
+  std::string failure;         // why not, one paragraph
+  double original_ms = 0.0, converted_ms = 0.0;
+  json details = json::object();
+};
+
+// Builds (and runs, with options.run) both versions. Expected failures are values.
+GateResult run_gate(const Analysis& analysis, const std::string& original_source, const Conversion& conversion,
+                    const GateOptions& options);
+
+// nvcc -c only (no link): the check that a conversion compiles, for CI without GPUs.
+BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
+                         const std::filesystem::path& source_dir, const std::vector<std::string>& flags);
+
+json gate_to_json(const GateResult& g);
+
+}  // namespace braid::convert

@@ -1,0 +1,302 @@
+#include "braid/convert/transform.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace braid::convert {
+namespace {
+
+struct Edit {
+  std::size_t begin = 0, end = 0;  // replaced byte range
+  std::string text;
+};
+
+std::string apply_edits(const std::string& src, std::vector<Edit> edits) {
+  std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.begin > b.begin; });
+  std::string out = src;
+  for (const Edit& e : edits) out.replace(e.begin, e.end - e.begin, e.text);
+  return out;
+}
+
+// After the last #include line (the prelude needs NCCL and braid's headers declared first).
+std::size_t prelude_position(const std::string& source) {
+  LexResult lr = lex(source);
+  std::size_t pos = 0;
+  for (const Token& t : lr.tokens)
+    if (t.kind == TokenKind::Preprocessor && t.text.find("include") != std::string::npos) pos = t.end;
+  return pos;
+}
+
+bool literal_in(const std::string& text, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (text == n) return true;
+  return false;
+}
+
+const std::map<std::string, std::string> kReplacement = {
+    {"ncclAllGather", "all_gather"}, {"ncclAllReduce", "all_reduce"}, {"ncclReduceScatter", "reduce_scatter"},
+    {"ncclBroadcast", "broadcast"},  {"ncclBcast", "bcast"},          {"ncclAlltoAll", "all_to_all"},
+    {"ncclSend", "send"},            {"ncclRecv", "recv"}};
+
+const std::map<std::string, std::string> kRuleWhy = {
+    {"ncclAllGather", "LSA push all-gather (launch_all_gather, auto-configured per shard size) into the receive window"},
+    {"ncclAllReduce", "one kernel: reduce_scatter_pull of this rank's slice from every send window, then all_gather_push of it"},
+    {"ncclReduceScatter", "reduce_scatter_kernel pulling this rank's slice from every peer's send window"},
+    {"ncclBroadcast", "every rank pulls the root's send window with copy_range between two LSA barriers"},
+    {"ncclBcast", "in-place broadcast: every rank pulls the root's window"},
+    {"ncclAlltoAll", "all_to_all_kernel pushing block p into rank p's receive window"},
+    {"ncclSend", "grouped send: pushed by p2p_kernel into the receiver's window at the offset its mailbox names"},
+    {"ncclRecv", "grouped receive: published in the mailbox, filled by the sender's push"}};
+
+}  // namespace
+
+Conversion transform(const Analysis& a, const std::string& source) {
+  Conversion conv;
+  conv.file = a.file;
+  std::vector<Edit> edits;
+  std::set<std::string> symmetric;  // buffers that must live in windows
+  std::map<int, int> group_site;    // group -> site of its group_end
+  int next_site = 0;
+
+  // Groups: p2p members must share a stream text and sit inside the group (lone p2p stays host).
+  std::set<int> p2p_groups_ok;
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    std::set<std::string> streams;
+    bool has_p2p = false;
+    for (std::size_t m : a.groups[g].members) {
+      const Call& c = a.calls[m];
+      if (c.name == "ncclSend" || c.name == "ncclRecv") {
+        has_p2p = true;
+        streams.insert(c.stream);
+      }
+    }
+    if (has_p2p && streams.size() == 1) p2p_groups_ok.insert((int)g);
+    else if (has_p2p)
+      conv.left.push_back(Unconverted{a.groups[g].start_line, "ncclGroupStart..ncclGroupEnd",
+                                      "send/recv of one group on several streams: no rule (one p2p kernel runs on one stream)"});
+  }
+
+  for (std::size_t ci : a.nccl_collectives()) {
+    const Call& c = a.calls[ci];
+    ++conv.nccl_calls;
+    const NcclSignature* sig = nccl_signature(c.name);
+    auto rep = kReplacement.find(c.name);
+    std::string reason;
+    if ((int)c.args.size() != sig->arity) reason = "arguments could not be split";
+    else if (rep == kReplacement.end()) reason = "no rule for " + c.name + " (rooted reduction/gather/scatter)";
+    else if (c.name == "ncclAllReduce" || c.name == "ncclReduceScatter") {
+      const std::string& dt = c.args[(std::size_t)sig->dtype].text;
+      const std::string& op = c.args[(std::size_t)sig->op].text;
+      if (!literal_in(dt, {"ncclFloat", "ncclFloat32", "ncclBfloat16"}))
+        reason = "data type `" + dt + "` is not a float32/bfloat16 literal (the device reduction is typed)";
+      else if (op != "ncclSum")
+        reason = "reduction `" + op + "` is not ncclSum";
+    } else if (c.name == "ncclSend" || c.name == "ncclRecv") {
+      if (c.group < 0) reason = "point-to-point call outside ncclGroupStart/End: both sides must meet in one group kernel";
+      else if (!p2p_groups_ok.count(c.group)) reason = "its group's send/recv use several streams";
+    }
+    if (!reason.empty()) {
+      conv.left.push_back(Unconverted{c.line, c.name, reason});
+      continue;
+    }
+    int site;
+    if (c.name == "ncclSend" || c.name == "ncclRecv") {
+      auto it = group_site.find(c.group);
+      if (it == group_site.end()) it = group_site.emplace(c.group, next_site++).first;
+      site = it->second;
+    } else {
+      site = next_site++;
+    }
+    const std::string after = fmt::format("braid_converted::{}<{}>", rep->second, site);
+    edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
+    conv.changes.push_back(Change{c.line, "B", rep->second, c.name, after,
+                                  kRuleWhy.at(c.name) + (c.loop >= 0 ? " (inside a loop: same site, same barrier indices each trip)" : "")});
+    ++conv.converted_calls;
+    for (int idx : {sig->send, sig->recv})
+      if (idx >= 0) {
+        const std::string v = base_variable(c.args[(std::size_t)idx].text);
+        if (!v.empty()) symmetric.insert(v);
+      }
+  }
+  // Group brackets around converted p2p.
+  for (auto& [g, site] : group_site) {
+    const Group& grp = a.groups[(std::size_t)g];
+    const Call& start = a.calls[grp.start_call];
+    const Call& end = a.calls[grp.end_call];
+    edits.push_back(Edit{start.call_begin, start.call_begin + start.name.size(), "braid_converted::group_start"});
+    const std::string end_name = fmt::format("braid_converted::group_end<{}>", site);
+    edits.push_back(Edit{end.call_begin, end.call_begin + end.name.size(), end_name});
+    conv.changes.push_back(Change{start.line, "B", "group", "ncclGroupStart", "braid_converted::group_start",
+                                  "collects the group's sends and receives"});
+    conv.changes.push_back(Change{end.line, "B", "group", "ncclGroupEnd", end_name,
+                                  "launches the group's sends/receives as one p2p_kernel (mailbox of destinations, LSA pushes)"});
+  }
+  conv.call_sites = next_site;
+
+  // Stage A: allocation and release of the buffers the converted calls touch.
+  if (conv.converted_calls > 0) {
+    for (std::size_t i = 0; i < a.calls.size(); ++i) {
+      const Call& c = a.calls[i];
+      if (c.args.empty()) continue;
+      const std::string v = base_variable(c.args[0].text);
+      std::string after, why;
+      if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && symmetric.count(v) && a.buffers.at(v).alloc_call == i) {
+        after = c.name == "cudaMalloc" ? "braid_converted::sym_malloc" : "braid_converted::sym_nccl_alloc";
+        why = "symmetric memory (ncclMemAlloc); registered as an NCCL window on the communicator's first converted call";
+      } else if ((c.name == "cudaFree" || c.name == "ncclMemFree") && symmetric.count(v)) {
+        after = c.name == "cudaFree" ? "braid_converted::sym_free" : "braid_converted::sym_nccl_free";
+        why = "window deregistered (if still registered) before ncclMemFree";
+      } else if (c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize") {
+        after = c.name == "ncclCommDestroy" ? "braid_converted::comm_destroy" : "braid_converted::comm_finalize";
+        why = "device communicator destroyed and windows deregistered before the communicator goes";
+      } else if (c.name == "ncclCommWindowRegister" || c.name == "ncclDevCommCreate") {
+        conv.left.push_back(Unconverted{c.line, c.name, "the program manages windows itself: its registrations are kept as written"});
+        continue;
+      } else {
+        continue;
+      }
+      edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
+      conv.changes.push_back(Change{c.line, "A", "infrastructure", c.name, after, why});
+    }
+    for (const std::string& v : symmetric) {
+      const Buffer& b = a.buffers.at(v);
+      if (b.allocator == "cudaMallocAsync" || b.allocator == "cudaMallocManaged")
+        conv.left.push_back(Unconverted{b.line, b.allocator, "buffer `" + v + "` cannot move to symmetric memory by rule: converted calls on it fall back to host NCCL at run time"});
+    }
+  }
+
+  // Harness programs: c.alloc -> c.alloc_window for touched buffers, adopt/release hooks.
+  if (a.uses_harness && conv.converted_calls > 0) {
+    std::set<std::string> harness_names;
+    for (const std::string& v : symmetric) {
+      const Buffer& b = a.buffers.at(v);
+      if (!b.harness_name.empty()) harness_names.insert(b.harness_name);
+    }
+    const std::vector<Token> toks = code_tokens(lex(source).tokens);
+    for (std::size_t i = 0; i + 3 < toks.size(); ++i) {
+      if ((toks[i].text == "." || toks[i].text == "->") && toks[i + 1].text == "alloc" && toks[i + 2].text == "(" &&
+          toks[i + 3].kind == TokenKind::String && harness_names.count(toks[i + 3].text.substr(1, toks[i + 3].text.size() - 2))) {
+        edits.push_back(Edit{toks[i + 1].offset, toks[i + 1].end, "alloc_window"});
+        conv.changes.push_back(Change{toks[i].line, "A", "infrastructure", "alloc", "alloc_window",
+                                      "the harness allocates the buffer symmetric and registers its window"});
+      }
+      // Function bodies `run(Context& c, ...) {` and `teardown(Context& c) {`.
+      const bool is_run = toks[i].text == "run", is_teardown = toks[i].text == "teardown";
+      if ((is_run || is_teardown) && toks[i + 1].text == "(" && i > 0 && toks[i - 1].text == "void") {
+        std::size_t j = i + 2;
+        std::string ctx;
+        int depth = 1;
+        for (; j < toks.size() && depth > 0; ++j) {
+          if (toks[j].text == "(") ++depth;
+          if (toks[j].text == ")") --depth;
+          if (ctx.empty() && toks[j].text == "&" && j + 1 < toks.size() && toks[j + 1].kind == TokenKind::Identifier) ctx = toks[j + 1].text;
+        }
+        if (j < toks.size() && toks[j].text == "{" && !ctx.empty()) {
+          const std::string hook = std::string(is_run ? "\n  braid_converted::adopt_harness(" : "\n  braid_converted::release_harness(") + ctx + ");";
+          edits.push_back(Edit{toks[j].end, toks[j].end, hook});
+          conv.changes.push_back(Change{toks[j].line, "A", "infrastructure", "", hook.substr(3),
+                                        is_run ? "the replacements find the harness's windows" : "device communicator destroyed before the harness frees its windows"});
+        }
+      }
+    }
+  }
+  for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
+  if (conv.converted_calls > 0) {
+    const std::size_t at = prelude_position(source);
+    edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness)});
+  }
+  std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });
+  std::sort(conv.left.begin(), conv.left.end(), [](const Unconverted& x, const Unconverted& y) { return x.line < y.line; });
+  conv.source = apply_edits(source, edits);
+  return conv;
+}
+
+std::string instrument_for_gate(const Analysis& a, const std::string& source) {
+  static const char* const kGate = R"GATE(
+// ==== braid convert: verification gate instrumentation (generated) ====
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+namespace braid_gate {
+inline std::chrono::steady_clock::time_point& clock_start() { static std::chrono::steady_clock::time_point t; return t; }
+inline bool& started() { static bool s = false; return s; }
+inline int env_rank() { const char* r = std::getenv("BRAID_RANK"); return r ? std::atoi(r) : 0; }
+template <typename T> inline const char* kind() { return sizeof(T) == 2 ? "b16" : (T(0.5f) == T(0) ? "int" : "f32"); }
+template <typename T>
+inline void input(T* p, size_t bytes, const char* name) {
+  const char* seed = std::getenv("BRAID_GATE_SEED");
+  std::mt19937_64 rng((seed ? std::strtoull(seed, nullptr, 10) : 1) * 1000003ull + (unsigned long long)env_rank() * 7919ull + std::string(name).size());
+  std::vector<T> h(bytes / sizeof(T));
+  for (auto& x : h) x = T((float)((long long)(rng() % 9) - 4));  // small integers: sums are exact in any order
+  cudaDeviceSynchronize();
+  cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+  if (!started()) { started() = true; clock_start() = std::chrono::steady_clock::now(); }
+}
+template <typename T>
+inline void clear(T* p, size_t bytes) { cudaMemset(p, 0, bytes); cudaDeviceSynchronize(); }
+template <typename T>
+inline void output(T* p, size_t bytes, const char* name) {
+  cudaDeviceSynchronize();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - clock_start()).count();
+  std::vector<char> h(bytes);
+  cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
+  const char* dir = std::getenv("BRAID_GATE_DIR");
+  const std::string base = std::string(dir ? dir : ".") + "/" + name + ".rank" + std::to_string(env_rank());
+  if (FILE* f = std::fopen((base + ".bin").c_str(), "wb")) { std::fwrite(h.data(), 1, h.size(), f); std::fclose(f); }
+  if (FILE* f = std::fopen((base + ".meta").c_str(), "w")) { std::fprintf(f, "%s %zu %.6f\n", kind<T>(), sizeof(T), ms); std::fclose(f); }
+}
+}  // namespace braid_gate
+// ==== end of gate instrumentation ====
+)GATE";
+  std::vector<Edit> edits;
+  std::set<std::string> inputs;
+  for (const Annotation& an : a.annotations)
+    if (an.kind == "input") inputs.insert(an.buffer);
+  bool first_input = true;
+  for (const Annotation& an : a.annotations) {
+    const Buffer& b = a.buffers.at(an.buffer);
+    std::string text = fmt::format("braid_gate::{}({}, {}, \"{}\");", an.kind, an.buffer, b.bytes_expr, an.buffer);
+    if (an.kind == "input" && first_input) {
+      first_input = false;
+      // Outputs that are not inputs start from zeros, so bytes a program never writes compare equal.
+      for (const Annotation& o : a.annotations)
+        if (o.kind == "output" && !inputs.count(o.buffer))
+          text = fmt::format("braid_gate::clear({}, {}); ", o.buffer, a.buffers.at(o.buffer).bytes_expr) + text;
+    }
+    edits.push_back(Edit{an.begin, an.end, text});
+  }
+  const std::size_t at = prelude_position(source);
+  edits.push_back(Edit{at, at, kGate});
+  return apply_edits(source, edits);
+}
+
+json conversion_to_json(const Conversion& c) {
+  json changes = json::array();
+  for (const Change& ch : c.changes)
+    changes.push_back({{"line", ch.line}, {"stage", ch.stage}, {"rule", ch.rule}, {"before", ch.before}, {"after", ch.after}, {"why", ch.why}});
+  json left = json::array();
+  for (const Unconverted& u : c.left) left.push_back({{"file", c.file}, {"line", u.line}, {"construct", u.construct}, {"reason", u.reason}});
+  return json{{"file", c.file},          {"nccl_calls", c.nccl_calls}, {"converted_calls", c.converted_calls},
+              {"call_sites", c.call_sites}, {"complete", c.complete()}, {"changes", changes},
+              {"unconverted", left}};
+}
+
+std::string conversion_to_text(const Conversion& c) {
+  std::string out = fmt::format("{}: {} of {} NCCL calls converted by rules{}\n", c.file, c.converted_calls, c.nccl_calls,
+                                c.complete() ? " (complete)" : "");
+  for (const Change& ch : c.changes)
+    out += fmt::format("  line {:<4} stage {} {:<15} {} -> {}\n             {}\n", ch.line, ch.stage, ch.rule, ch.before.empty() ? "(insert)" : ch.before,
+                       ch.after, ch.why);
+  if (!c.left.empty()) out += "left for the LLM loop:\n";
+  for (const Unconverted& u : c.left) out += fmt::format("  {}:{}: {}: {}\n", c.file, u.line, u.construct, u.reason);
+  return out;
+}
+
+}  // namespace braid::convert

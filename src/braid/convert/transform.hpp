@@ -1,0 +1,61 @@
+// Transformer: rules that turn a host-driven NCCL program into a device-initiated one.
+//
+// Stage A (infrastructure): buffers that converted calls touch move to symmetric memory
+// (cudaMalloc/ncclMemAlloc -> braid_converted::sym_malloc/sym_nccl_alloc, frees alike; harness
+// buffers: ctx.alloc -> ctx.alloc_window), windows are registered and one device communicator
+// created on first use, teardown runs before ncclCommDestroy/Finalize (or the harness teardown).
+// Stage B (collectives): each convertible NCCL call is renamed to a drop-in replacement with the
+// same arguments (braid_converted::all_gather<SITE>, all_reduce, reduce_scatter, broadcast,
+// bcast, all_to_all; send/recv inside groups with group_start/group_end<SITE>), implemented in
+// the inserted prelude from device/include/braid/comm.cuh. SITE gives each call site its own
+// barrier indices, so collectives on different streams never share one.
+// What no rule handles stays a host NCCL call (still correct) and is listed with its line.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/util/json.hpp"
+
+namespace braid::convert {
+
+struct Change {
+  int line = 0;
+  std::string stage;  // "A" or "B"
+  std::string rule;   // symmetric-allocation, all-gather, ...
+  std::string before, after;
+  std::string why;
+};
+
+struct Unconverted {
+  int line = 0;
+  std::string construct;
+  std::string reason;
+};
+
+struct Conversion {
+  std::string file;
+  std::string source;  // converted text
+  std::vector<Change> changes;
+  std::vector<Unconverted> left;
+  int call_sites = 0;
+  int converted_calls = 0;
+  int nccl_calls = 0;
+  bool complete() const { return left.empty() && converted_calls == nccl_calls; }
+};
+
+Conversion transform(const Analysis& analysis, const std::string& source);
+
+// For the verification gate: `// braid:input x` becomes a call that fills x with seeded random
+// values (small integers, so sums are exact in any order) and starts the clock; `// braid:output x`
+// stops it and writes x of this rank to $BRAID_GATE_DIR. Applied to the original and the converted
+// program alike.
+std::string instrument_for_gate(const Analysis& analysis, const std::string& source);
+
+// The prelude text inserted after the includes (prelude.cpp).
+std::string converted_prelude(int call_sites, bool harness);
+
+json conversion_to_json(const Conversion& c);
+std::string conversion_to_text(const Conversion& c);
+
+}  // namespace braid::convert
