@@ -52,7 +52,7 @@ int do_convert(const ConvertArgs& o) {
   json summary = conversion_to_json(conversion);
   std::string status = "unchecked";
   if (!o.no_build) {
-    const BuildResult br = compile_only(conversion.source, work / "compile", "converted", o.input.parent_path(), {});
+    const BuildResult br = compile_only(conversion.source, work / "compile", "converted", std::filesystem::absolute(o.input).parent_path(), {});
     if (!br.ok) {
       std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n", o.input.string().c_str(), br.error.c_str());
       return 1;
@@ -62,7 +62,7 @@ int do_convert(const ConvertArgs& o) {
   if (o.verify) {
     GateOptions g;
     g.work_dir = work / "gate";
-    g.source_dir = o.input.parent_path();
+    g.source_dir = std::filesystem::absolute(o.input).parent_path();
     g.ranks = o.ranks;
     g.seed = o.seed;
     if (!o.harness_args.empty()) g.harness_args = o.harness_args;

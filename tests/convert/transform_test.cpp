@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "braid/convert/transform.hpp"
+#include "braid/util/fs.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+std::filesystem::path corpus(const std::string& name) { return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name; }
+
+Conversion convert_file(const std::filesystem::path& p) {
+  const std::string src = braid::read_file(p);
+  return transform(analyze(p.filename().string(), src), src);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Transform, EveryCorpusProgramConvertsCompletely) {
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"allreduce_after_kernel.cu", {"braid_converted::all_reduce<0>(grad, sum"}},
+      {"ring_sendrecv.cu", {"braid_converted::group_start()", "braid_converted::send<0>(mine", "braid_converted::recv<0>(incoming",
+                            "braid_converted::group_end<0>()"}},
+      {"alltoallv_counts.cu", {"braid_converted::send<0>(sendbuf + send_disp[p]", "braid_converted::group_end<0>()"}},
+      {"grouped_collectives.cu", {"braid_converted::all_reduce<0>(weights", "braid_converted::all_reduce<1>(bias", "braid_converted::all_gather<2>(shard"}},
+      {"two_streams.cu", {"braid_converted::all_gather<0>(shard, gathered, kShard, ncclFloat, comm, comm_stream)"}},
+      {"loop_reduce_scatter.cu", {"braid_converted::reduce_scatter<0>(full, shard", "braid_converted::all_gather<1>(shard, full"}},
+      {"broadcast_root.cu", {"braid_converted::broadcast<0>(params, local"}},
+      {"alltoall_tokens.cu", {"braid_converted::all_to_all<0>(dispatch, received"}},
+  };
+  for (const auto& [name, parts] : expected) {
+    SCOPED_TRACE(name);
+    Conversion c = convert_file(corpus(name));
+    EXPECT_TRUE(c.complete()) << conversion_to_text(c);
+    EXPECT_EQ(c.converted_calls, c.nccl_calls);
+    for (const std::string& p : parts) EXPECT_TRUE(contains(c.source, p)) << p;
+    // Stage A: symmetric allocation, teardown before the communicator goes, the prelude.
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&"));
+    EXPECT_TRUE(contains(c.source, "braid_converted::comm_destroy(comm)"));
+    EXPECT_TRUE(contains(c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) + "; }"));
+    EXPECT_FALSE(contains(c.source, "BRAID_NCCL(ncclAllReduce(") || contains(c.source, "BRAID_NCCL(ncclAllGather("));
+    // Annotations stay for the gate.
+    EXPECT_TRUE(contains(c.source, "// braid:input"));
+    braid::json j = conversion_to_json(c);
+    EXPECT_TRUE(j["complete"].get<bool>());
+    EXPECT_TRUE(j["unconverted"].empty());
+  }
+}
+
+TEST(Transform, HarnessSeedGetsWindowsAndHooks) {
+  Conversion c = convert_file(std::filesystem::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/seed.cu");
+  EXPECT_TRUE(c.complete());
+  EXPECT_TRUE(contains(c.source, "c.alloc_window(\"gathered\""));
+  EXPECT_TRUE(contains(c.source, "braid_converted::adopt_harness(c);"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::release_harness(c);"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<0>(a.ptr, gathered.ptr, a.count, ncclBfloat16, c.comm, s)"));
+}
+
+TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float* x; float* y;\n"
+      "  cudaMalloc(&x, 1024);\n"
+      "  cudaMalloc(&y, 1024);\n"
+      "  ncclAllReduce(x, y, 256, ncclFloat, ncclMax, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
+      "  ncclSend(x, 256, ncclFloat, 1, comm, 0);\n"
+      "  ncclAllReduce(x, y, 256, dtype, ncclSum, comm, 0);\n"
+      "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
+      "  cudaFree(y);\n"
+      "}\n";
+  Conversion c = transform(analyze("p.cu", src), src);
+  EXPECT_EQ(c.nccl_calls, 5);
+  EXPECT_EQ(c.converted_calls, 1);
+  ASSERT_EQ(c.left.size(), 4u);
+  EXPECT_EQ(c.left[0].line, 6);
+  EXPECT_EQ(c.left[0].reason, "reduction `ncclMax` is not ncclSum");
+  EXPECT_EQ(c.left[1].line, 7);
+  EXPECT_TRUE(contains(c.left[1].reason, "no rule for ncclReduce"));
+  EXPECT_EQ(c.left[2].line, 8);
+  EXPECT_TRUE(contains(c.left[2].reason, "outside ncclGroupStart/End"));
+  EXPECT_EQ(c.left[3].line, 9);
+  EXPECT_TRUE(contains(c.left[3].reason, "`dtype` is not a float32/bfloat16 literal"));
+  // The converted all-gather's buffers became symmetric; left calls keep their host NCCL form.
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<0>(x, y, 64"));
+  EXPECT_TRUE(contains(c.source, "  ncclReduce(x, y"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 1024)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(y)"));
+  EXPECT_FALSE(c.complete());
+  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:7: ncclReduce: no rule for ncclReduce"));
+}
+
+TEST(Transform, GateInstrumentationReplacesAnnotations) {
+  const auto p = corpus("two_streams.cu");
+  const std::string src = braid::read_file(p);
+  Analysis a = analyze("two_streams.cu", src);
+  const std::string g = instrument_for_gate(a, src);
+  EXPECT_TRUE(contains(g, "braid_gate::clear(gathered, kShard * kMaxRanks * sizeof(float)); braid_gate::input(shard, kShard * sizeof(float), \"shard\");"));
+  EXPECT_TRUE(contains(g, "braid_gate::input(local, 1024 * sizeof(float), \"local\");"));
+  EXPECT_TRUE(contains(g, "braid_gate::output(gathered, kShard * kMaxRanks * sizeof(float), \"gathered\");"));
+  EXPECT_FALSE(contains(g, "// braid:output"));
+}
