@@ -121,3 +121,46 @@ grep -h "^|" "$out/bench_allgather.log"
 echo "== summary"
 cat "$summary"
 
+
+# --- braid convert: the fast path's verification gate on 2 GPUs. Every corpus program
+# (tests/convert/corpus) and the gemm_allgather seed are converted by rules, the original and the
+# conversion are built and run on 2 local ranks with the same random inputs, every rank's outputs
+# compared; the table gives converted/original time (inputs ready -> outputs ready, or the
+# harness's median candidate time). Runs alone too:
+#   bash <(sed -n '/^# --- braid convert:/,/^# --- end of braid convert/p' scripts/gpu-check.sh)
+# with BRAID_CONVERT_BIN (a braid with `convert`), BRAID_NCCL_INCLUDE and OUT set.
+cv_root=${root:-$(pwd)}
+cv_out=${out:-${OUT:-$cv_root/gpu-check-out}}/convert
+cv_braid=${BRAID_CONVERT_BIN:-${bin:+$bin/braid}}
+[ -x "$cv_braid" ] || cv_braid=$cv_root/build/braid
+cv_inc=${nccl_inc:-${BRAID_NCCL_INCLUDE:-}}
+if [ -x "$cv_braid" ] && "$cv_braid" convert --help >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  rm -rf "$cv_out"
+  mkdir -p "$cv_out"
+  cv_start=$(date +%s)
+  # Builds dominate: the programs go through the gate side by side (runs take seconds each).
+  for f in "$cv_root"/tests/convert/corpus/*.cu "$cv_root"/workloads/gemm_allgather/seed.cu; do
+    n=$(basename "$f" .cu)
+    ( BRAID_NCCL_INCLUDE=$cv_inc timeout -k 10 "${BRAID_CONVERT_CHECK_TIMEOUT:-200}" "$cv_braid" convert "$f" -o "$cv_out/$n.cu" --verify \
+        --work "$cv_out/$n.work" >"$cv_out/$n.log" 2>&1; echo "$n $?" >>"$cv_out/rc.txt" ) &
+  done
+  wait
+  echo "== convert gate ($(( $(date +%s) - cv_start ))s)"
+  echo "| program | result | original ms | converted ms | ratio |"
+  echo "|---|---|---|---|---|"
+  for f in "$cv_root"/tests/convert/corpus/*.cu "$cv_root"/workloads/gemm_allgather/seed.cu; do
+    n=$(basename "$f" .cu)
+    line=$(grep -h "^gate:" "$cv_out/$n.log" 2>/dev/null)
+    if [ -n "$line" ]; then
+      echo "$line" | sed -E "s/gate: outputs match on ([0-9]+) ranks; original ([0-9.]+) ms, converted ([0-9.]+) ms, ratio ([0-9.]+)/| $n | PASS (\1 ranks) | \2 | \3 | \4 |/"
+    else
+      echo "| $n | FAIL: $(grep -h "braid:" "$cv_out/$n.log" | head -1 | cut -c1-160) | | | |"
+    fi
+  done
+  for f in "$cv_out"/*.work/gate/converted/rank0.stderr; do
+    [ -f "$f" ] && grep -h "braid_converted:" "$f" | sed "s|^|$(basename "$(dirname "$(dirname "$(dirname "$f")")")"): |"
+  done
+else
+  echo "convert gate: skipped (no braid with \`convert\` at $cv_braid, or fewer than 2 GPUs)"
+fi
+# --- end of braid convert

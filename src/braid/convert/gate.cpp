@@ -138,12 +138,9 @@ GateResult run_gate(const Analysis& a, const std::string& original_source, const
     return g;
   }
   const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
-  std::string conv_text = conv.source;
-  if (!harness) {
-    // The converted text keeps the annotations: analyse it again to place the gate calls.
-    Analysis ca = analyze(a.file, conv.source);
-    conv_text = instrument_for_gate(ca, conv.source);
-  }
+  // The converted side is the same rules applied to the instrumented original (the prelude's own
+  // NCCL calls would not survive a second analysis); both sides then differ only by the rules.
+  const std::string conv_text = harness ? conv.source : transform(analyze(a.file, orig_text), orig_text).source;
   struct Side {
     const char* name;
     const std::string* text;
