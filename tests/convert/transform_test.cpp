@@ -26,7 +26,8 @@ TEST(Transform, EveryCorpusProgramConvertsCompletely) {
       {"ring_sendrecv.cu", {"braid_converted::group_start()", "braid_converted::send<0>(mine", "braid_converted::recv<0>(incoming",
                             "braid_converted::group_end<0>()"}},
       {"alltoallv_counts.cu", {"braid_converted::send<0>(sendbuf + send_disp[p]", "braid_converted::group_end<0>()"}},
-      {"grouped_collectives.cu", {"braid_converted::all_reduce<0>(weights", "braid_converted::all_reduce<1>(bias", "braid_converted::all_gather<2>(shard"}},
+      {"grouped_collectives.cu", {"braid_converted::group_start()", "braid_converted::all_reduce<0>(weights", "braid_converted::all_reduce<2>(bias",
+                                  "braid_converted::all_gather<3>(shard", "braid_converted::group_end<1>()"}},
       {"two_streams.cu", {"braid_converted::all_gather<0>(shard, gathered, kShard, ncclFloat, comm, comm_stream)"}},
       {"loop_reduce_scatter.cu", {"braid_converted::reduce_scatter<0>(full, shard", "braid_converted::all_gather<1>(shard, full"}},
       {"broadcast_root.cu", {"braid_converted::broadcast<0>(params, local"}},
@@ -93,6 +94,25 @@ TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(y)"));
   EXPECT_FALSE(c.complete());
   EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:7: ncclReduce: no rule for ncclReduce"));
+}
+
+TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float* x; float* y;\n"
+      "  cudaMalloc(&x, 1024);\n"
+      "  cudaMalloc(&y, 1024);\n"
+      "  ncclGroupStart();\n"
+      "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  Conversion c = transform(analyze("g.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0);
+  ASSERT_EQ(c.left.size(), 2u);
+  EXPECT_TRUE(contains(c.left[0].reason, "its group (line 6) has members without a rule"));
+  EXPECT_EQ(c.source, src);  // nothing converted: no prelude, no renamed brackets
 }
 
 TEST(Transform, GateInstrumentationReplacesAnnotations) {

@@ -419,19 +419,18 @@ inline ncclResult_t flush_p2p(int site) {
   return ncclSuccess;
 }
 
+// No NCCL group is opened: window registration and device-communicator creation (first use)
+// must not run inside one, and every member of a converted group is a device launch already
+// (a run-time fallback runs as a plain host call, in the same order on every rank).
 inline ncclResult_t group_start() {
   ++state().group_depth;
-  return ncclGroupStart();  // host collectives that fall back still form their group
+  return ncclSuccess;
 }
 template <int SITE>
 inline ncclResult_t group_end() {
   State& s = state();
-  if (--s.group_depth == 0) {
-    const ncclResult_t r = flush_p2p(SITE);
-    const ncclResult_t e = ncclGroupEnd();
-    return r != ncclSuccess ? r : e;
-  }
-  return ncclGroupEnd();
+  if (s.group_depth > 0 && --s.group_depth == 0) return flush_p2p(SITE);
+  return ncclSuccess;
 }
 template <int SITE>
 inline ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {

@@ -73,11 +73,24 @@ Conversion transform(const Analysis& a, const std::string& source) {
         streams.insert(c.stream);
       }
     }
-    if (has_p2p && streams.size() == 1) p2p_groups_ok.insert((int)g);
-    else if (has_p2p)
+    if (has_p2p && streams.size() > 1)
       conv.left.push_back(Unconverted{a.groups[g].start_line, "ncclGroupStart..ncclGroupEnd",
                                       "send/recv of one group on several streams: no rule (one p2p kernel runs on one stream)"});
+    else p2p_groups_ok.insert((int)g);
   }
+  // A group converts whole or not at all: its brackets leave NCCL (first-use window registration
+  // must not run inside an open NCCL group), so a host member left in it would lose its group.
+  auto has_rule = [&](const Call& c) -> bool {
+    const NcclSignature* sig = nccl_signature(c.name);
+    if ((int)c.args.size() != sig->arity || !kReplacement.count(c.name)) return false;
+    if (c.name == "ncclAllReduce" || c.name == "ncclReduceScatter")
+      return literal_in(c.args[(std::size_t)sig->dtype].text, {"ncclFloat", "ncclFloat32", "ncclBfloat16"}) &&
+             c.args[(std::size_t)sig->op].text == "ncclSum";
+    return true;
+  };
+  for (std::size_t g = 0; g < a.groups.size(); ++g)
+    for (std::size_t m : a.groups[g].members)
+      if (!has_rule(a.calls[m])) p2p_groups_ok.erase((int)g);
 
   for (std::size_t ci : a.nccl_collectives()) {
     const Call& c = a.calls[ci];
@@ -96,8 +109,10 @@ Conversion transform(const Analysis& a, const std::string& source) {
         reason = "reduction `" + op + "` is not ncclSum";
     } else if (c.name == "ncclSend" || c.name == "ncclRecv") {
       if (c.group < 0) reason = "point-to-point call outside ncclGroupStart/End: both sides must meet in one group kernel";
-      else if (!p2p_groups_ok.count(c.group)) reason = "its group's send/recv use several streams";
     }
+    if (reason.empty() && c.group >= 0 && !p2p_groups_ok.count(c.group))
+      reason = "its group (line " + std::to_string(a.groups[(std::size_t)c.group].start_line) +
+               ") has members without a rule or send/recv on several streams: the group stays host NCCL";
     if (!reason.empty()) {
       conv.left.push_back(Unconverted{c.line, c.name, reason});
       continue;
@@ -109,6 +124,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
       site = it->second;
     } else {
       site = next_site++;
+      if (c.group >= 0 && !group_site.count(c.group)) group_site.emplace(c.group, next_site++);
     }
     const std::string after = fmt::format("braid_converted::{}<{}>", rep->second, site);
     edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
@@ -130,9 +146,9 @@ Conversion transform(const Analysis& a, const std::string& source) {
     const std::string end_name = fmt::format("braid_converted::group_end<{}>", site);
     edits.push_back(Edit{end.call_begin, end.call_begin + end.name.size(), end_name});
     conv.changes.push_back(Change{start.line, "B", "group", "ncclGroupStart", "braid_converted::group_start",
-                                  "collects the group's sends and receives"});
+                                  "collects the group's sends and receives; no NCCL group is opened (members are device launches)"});
     conv.changes.push_back(Change{end.line, "B", "group", "ncclGroupEnd", end_name,
-                                  "launches the group's sends/receives as one p2p_kernel (mailbox of destinations, LSA pushes)"});
+                                  "launches the group's sends/receives (if any) as one p2p_kernel (mailbox of destinations, LSA pushes)"});
   }
   conv.call_sites = next_site;
 
