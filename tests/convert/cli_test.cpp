@@ -1,0 +1,91 @@
+// `braid convert` through the binary: --explain/--json, -o with its summaries, and bad input
+// (one line naming file and line, exit code 2, nothing written).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "braid/util/fs.hpp"
+#include "braid/util/json.hpp"
+#include "braid/util/subprocess.hpp"
+
+namespace {
+
+struct Ran {
+  int code;
+  std::string out, err;
+};
+
+Ran braid_convert(const std::vector<std::string>& args) {
+  braid::SubprocessOptions o;
+  o.argv = {BRAID_BIN, "convert"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.timeout_s = 60;
+  braid::SubprocessResult r = braid::run_subprocess(o);
+  return {r.exit_code, r.stdout_text, r.stderr_text};
+}
+
+std::filesystem::path corpus(const std::string& name) { return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name; }
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("braid-convert-cli-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST(ConvertCli, ExplainPrintsTheGraphAndWritesJson) {
+  const auto dir = fresh_dir("explain");
+  Ran r = braid_convert({corpus("two_streams.cu").string(), "--explain", "--json", (dir / "g.json").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ncclAllGather on comm_stream touches shard,gathered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(event gathered_ready: comm_stream -> compute)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 of 1 NCCL calls converted by rules (complete)"), std::string::npos);
+  braid::json j = braid::json::parse(braid::read_file(dir / "g.json"));
+  EXPECT_EQ(j["streams"].size(), 2u);
+  EXPECT_EQ(j["buffers"]["gathered"]["bytes"].get<long>(), 1048576L * 8 * 4);
+  EXPECT_TRUE(j["conversion"]["complete"].get<bool>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, OutputWritesSourceAndSummaries) {
+  const auto dir = fresh_dir("out");
+  const auto out = dir / "ring.cu";
+  Ran r = braid_convert({corpus("ring_sendrecv.cu").string(), "-o", out.string(), "--no-build"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(braid::read_file(out).find("braid_converted::send<0>(mine"), std::string::npos);
+  braid::json s = braid::json::parse(braid::read_file(out.string() + ".summary.json"));
+  EXPECT_EQ(s["status"], "unchecked");
+  EXPECT_FALSE(s["accepted"].get<bool>());
+  EXPECT_EQ(s["converted_calls"].get<int>(), 2);
+  EXPECT_NE(braid::read_file(out.string() + ".summary.txt").find("stage B send"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
+  const auto dir = fresh_dir("bad");
+  braid::write_file_atomic(dir / "notes.cu", "Remember to buy milk.\n");
+  braid::write_file_atomic(dir / "plain.cu", "#include <cstdio>\nint main() { return 0; }\n");
+  braid::write_file_atomic(dir / "open.cu", "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
+                                            "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
+  braid::write_file_atomic(dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
+  const std::map<std::string, std::string> expected = {
+      {"notes.cu", "notes.cu: is not C++/CUDA source"},
+      {"plain.cu", "plain.cu: has no NCCL collective or point-to-point call"},
+      {"open.cu", "open.cu:5: ncclGroupStart without a matching ncclGroupEnd"},
+      {"nosize.cu", "nosize.cu:4: ncclAllGather on buffer `p` whose size cannot be derived"},
+      {"missing.cu", "missing.cu: no such file"},
+  };
+  for (const auto& [name, message] : expected) {
+    SCOPED_TRACE(name);
+    const auto out = dir / (name + ".out.cu");
+    Ran r = braid_convert({(dir / name).string(), "-o", out.string(), "--json", (dir / (name + ".json")).string()});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    EXPECT_FALSE(std::filesystem::exists(dir / (name + ".json")));
+  }
+  std::filesystem::remove_all(dir);
+}
