@@ -190,3 +190,45 @@ TEST(Analyzer, BadInputNamesFileAndLine) {
   EXPECT_EQ(bad_input("#include <nccl.h>\nint main() {\n  /* never closed\n"), "bad.cu:3: not C++/CUDA: unterminated /* comment");
   EXPECT_EQ(bad_input(std::string("\x7f" "ELF\0\1\1", 7)), "bad.cu: is not C++/CUDA source (binary data)");
 }
+
+TEST(Analyzer, NestedTemplatesClosingWithThreeBracketsAreNotLaunches) {
+  const std::string src =
+      "#include <vector>\n#include <nccl.h>\n"
+      "std::vector<std::vector<std::vector<int>>> table;\n"
+      "template <int N> __global__ void k(float* x) {}\n"
+      "int main() {\n"
+      "  float* x;\n"
+      "  cudaMalloc(&x, 64 * sizeof(float));\n"
+      "  k<4><<<1, 32>>>(x);\n"
+      "  ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n";
+  Analysis a = analyze("t.cu", src);
+  ASSERT_EQ(a.calls.size(), 3u);
+  EXPECT_EQ(a.calls[1].kind, CallKind::Kernel);
+  EXPECT_EQ(a.calls[1].name, "k");
+  EXPECT_EQ(a.calls[1].stream, "0");  // default stream: the launch names none
+  EXPECT_EQ(a.calls[1].buffers, std::vector<std::string>{"x"});
+  EXPECT_TRUE(a.unsupported.empty());
+}
+
+TEST(Analyzer, ConstructsItDoesNotFollowAreListedWithTheirLines) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float* x;\n"
+      "  cudaMalloc(&x, 256);\n"
+      "  ncclCommSplit(comm, 0, 0, &sub, nullptr);\n"
+      "  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
+      "  ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(x, x, 64, ncclFloat, ncclSum, sub, s);\n"
+      "}\n";
+  Analysis a = analyze("u.cu", src);
+  ASSERT_EQ(a.unsupported.size(), 3u);
+  EXPECT_EQ(a.unsupported[0].line, 5);
+  EXPECT_EQ(a.unsupported[0].construct, "ncclCommSplit");
+  EXPECT_EQ(a.unsupported[1].line, 6);
+  EXPECT_EQ(a.unsupported[1].construct, "cudaStreamBeginCapture");
+  EXPECT_EQ(a.unsupported[2].construct, "communicators comm, sub");
+  EXPECT_EQ(a.unsupported[2].line, 8);
+  for (const Analysis& b : {analyze_file(corpus("two_streams.cu")), analyze_file(corpus("ring_sendrecv.cu"))}) EXPECT_TRUE(b.unsupported.empty());
+}

@@ -626,6 +626,39 @@ Analysis analyze(const std::string& file, const std::string& source) {
   a.streams.assign(stream_set.begin(), stream_set.end());
   a.events.assign(event_set.begin(), event_set.end());
 
+  // Constructs whose effect on ordering or on the communicator the rules do not model.
+  static const std::map<std::string, std::string> kNotFollowed = {
+      {"ncclCommSplit", "a second communicator: device replacements serve the first communicator that reaches them, calls on others run as host NCCL"},
+      {"ncclCommInitAll", "single-process multi-GPU communicators: the rules assume one rank per process"},
+      {"ncclCommShrink", "a derived communicator: calls on it run as host NCCL"},
+      {"cudaStreamBeginCapture", "CUDA graph capture: first-use window registration must not be captured"},
+      {"cudaGraphLaunch", "CUDA graph launch: the graph's contents are not visible to the analysis"},
+      {"cudaLaunchKernel", "kernel launched through the runtime API: its buffers and stream are not followed"},
+      {"cudaLaunchCooperativeKernel", "kernel launched through the runtime API: its buffers and stream are not followed"},
+      {"ncclCommRegister", "user buffer registration: kept as written, the rules register windows themselves"}};
+  {
+    const std::vector<Token>& all = toks;
+    for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+      auto it = kNotFollowed.find(all[i].text);
+      if (it != kNotFollowed.end() && all[i + 1].text == "(") a.unsupported.push_back(Issue{all[i].line, it->first, it->second});
+    }
+  }
+  {
+    std::set<std::string> comms;
+    int second_line = 0;  // where a second communicator first appears
+    for (std::size_t ci : a.nccl_collectives()) {
+      const Call& c = a.calls[ci];
+      const NcclSignature* sig = nccl_signature(c.name);
+      if ((int)c.args.size() != sig->arity) continue;
+      if (comms.insert(c.args[(std::size_t)sig->comm].text).second && comms.size() == 2) second_line = c.line;
+    }
+    if (comms.size() > 1) {
+      std::string list;
+      for (auto& c : comms) list += (list.empty() ? "" : ", ") + c;
+      a.unsupported.push_back(Issue{second_line, "communicators " + list,
+                                    "collectives on several communicators: device replacements serve the first one used, the others run as host NCCL"});
+    }
+  }
   const auto collectives = a.nccl_collectives();
   if (collectives.empty()) throw UserError(file, "has no NCCL collective or point-to-point call (nothing to convert)");
   for (std::size_t ci : collectives) {
