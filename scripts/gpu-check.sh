@@ -131,10 +131,13 @@ cat "$summary"
 # with BRAID_CONVERT_BIN (a braid with `convert`), BRAID_NCCL_INCLUDE and OUT set.
 cv_root=${root:-$(pwd)}
 cv_out=${out:-${OUT:-$cv_root/gpu-check-out}}/convert
-cv_braid=${BRAID_CONVERT_BIN:-${bin:+$bin/braid}}
-[ -x "$cv_braid" ] || cv_braid=$cv_root/build/braid
+# The first braid that has `convert`: BRAID_CONVERT_BIN, the prebuilt bundle's, build/, build-convert/.
+cv_braid=""
+for c in "${BRAID_CONVERT_BIN:-}" "${bin:+$bin/braid}" "$cv_root/build/braid" "$cv_root/build-convert/braid"; do
+  if [ -n "$c" ] && [ -x "$c" ] && "$c" convert --help >/dev/null 2>&1; then cv_braid=$c; break; fi
+done
 cv_inc=${nccl_inc:-${BRAID_NCCL_INCLUDE:-}}
-if [ -x "$cv_braid" ] && "$cv_braid" convert --help >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+if [ -n "$cv_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   rm -rf "$cv_out"
   mkdir -p "$cv_out"
   cv_start=$(date +%s)
@@ -161,6 +164,6 @@ if [ -x "$cv_braid" ] && "$cv_braid" convert --help >/dev/null 2>&1 && [ "$(nvid
     [ -f "$f" ] && grep -h "braid_converted:" "$f" | sed "s|^|$(basename "$(dirname "$(dirname "$(dirname "$f")")")"): |"
   done
 else
-  echo "convert gate: skipped (no braid with \`convert\` at $cv_braid, or fewer than 2 GPUs)"
+  echo "convert gate: skipped (no braid with \`convert\`, or fewer than 2 GPUs)"
 fi
 # --- end of braid convert
