@@ -109,19 +109,6 @@ else
   note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
 fi
 
-# --- The short table, last.
-echo
-echo "== failures"
-grep -h "^FAIL\|SKIP\|error\|Error" "$out"/test_*.log | head -30
-echo "== harness"
-grep -h "^honest\|  -> \|rank 0:" "$out/test_harness.log" | head -12
-grep -h "rank 0:" "$out/test_primitives.log"
-echo "== benchmark"
-grep -h "^|" "$out/bench_allgather.log"
-echo "== summary"
-cat "$summary"
-
-
 # --- braid convert: the fast path's verification gate on 2 GPUs. Every corpus program
 # (tests/convert/corpus) and the gemm_allgather seed are converted by rules, the original and the
 # conversion are built and run on 2 local ranks with the same random inputs, every rank's outputs
@@ -167,3 +154,15 @@ else
   echo "convert gate: skipped (no braid with \`convert\`, or fewer than 2 GPUs)"
 fi
 # --- end of braid convert
+
+# --- The short table, last.
+echo
+echo "== failures"
+grep -h "^FAIL\|SKIP\|error\|Error" "$out"/test_*.log | head -30
+echo "== harness"
+grep -h "^honest\|  -> \|rank 0:" "$out/test_harness.log" | head -12
+grep -h "rank 0:" "$out/test_primitives.log"
+echo "== benchmark"
+grep -h "^|" "$out/bench_allgather.log"
+echo "== summary"
+cat "$summary"
