@@ -1,3 +1,4 @@
+#include "braid/util/text.hpp"
 #include "braid/llm/client.hpp"
 
 #include <algorithm>
@@ -16,13 +17,6 @@
 
 namespace braid::llm {
 namespace {
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
 
 std::string shorten(const std::string& s, std::size_t n = 400) {
   return s.size() <= n ? s : s.substr(0, n) + "...";
@@ -92,7 +86,7 @@ class HttpLlmClient final : public LlmClient {
                : http.status >= 500 ? "server_error"
                : http.status == 408 ? "timeout"
                                     : "http_error";
-        message = "HTTP " + std::to_string(http.status) + ": " + shorten(trim(http.body));
+        message = "HTTP " + std::to_string(http.status) + ": " + shorten(trimmed(http.body));
         if (auto it = http.headers.find("retry-after"); it != http.headers.end())
           retry_after = parse_retry_after(it->second);
       }
@@ -278,12 +272,12 @@ void parse_response_body(ApiProtocol protocol, const std::string& body, LlmRespo
     if (!refusal.empty()) {
       out.error_kind = "refusal";
       out.error = "model refused: " + shorten(refusal, 200);
-    } else if (trim(out.text).empty()) {
+    } else if (trimmed(out.text).empty()) {
       out.error_kind = "empty";
       out.error = "model returned no text (finish_reason '" + out.finish_reason + "')";
-    } else if (looks_like_refusal(trim(out.text))) {
+    } else if (looks_like_refusal(trimmed(out.text))) {
       out.error_kind = "refusal";
-      out.error = "model refused: " + shorten(trim(out.text), 200);
+      out.error = "model refused: " + shorten(trimmed(out.text), 200);
     }
   } catch (const std::exception& e) {
     out.error_kind = "malformed";
@@ -292,7 +286,7 @@ void parse_response_body(ApiProtocol protocol, const std::string& body, LlmRespo
 }
 
 std::optional<double> parse_retry_after(const std::string& value) {
-  std::string v = trim(value);
+  std::string v = trimmed(value);
   if (v.empty()) return std::nullopt;
   try {
     std::size_t used = 0;

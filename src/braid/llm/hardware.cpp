@@ -1,3 +1,4 @@
+#include "braid/util/text.hpp"
 #include "braid/llm/hardware.hpp"
 
 #include <cstdio>
@@ -20,13 +21,6 @@ std::string run_capture(const std::string& cmd) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   ::pclose(p);
   return out;
-}
-
-std::string trim(std::string s) {
-  auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
 }
 
 // nvidia-smi does not report SMs; these are the published counts of the usual data-centre parts.
@@ -108,10 +102,10 @@ HardwareFacts probe_hardware(const std::filesystem::path& cache_file) {
   h.source = "none";
   std::istringstream gpus(run_capture("nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"));
   for (std::string line; std::getline(gpus, line);) {
-    if (trim(line).empty()) continue;
+    if (trimmed(line).empty()) continue;
     std::vector<std::string> cols;
     std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) cols.push_back(trim(c));
+    for (std::string c; std::getline(ls, c, ',');) cols.push_back(trimmed(c));
     if (cols.empty() || cols[0].find("NVIDIA-SMI") != std::string::npos) continue;
     if (h.gpu_count++ == 0) {
       h.gpu_name = cols[0];
@@ -126,7 +120,7 @@ HardwareFacts probe_hardware(const std::filesystem::path& cache_file) {
     for (std::string line; std::getline(links, line);) {
       auto colon = line.find(':');
       if (line.find("Link") == std::string::npos || colon == std::string::npos) continue;
-      std::string rate = trim(line.substr(colon + 1));
+      std::string rate = trimmed(line.substr(colon + 1));
       if (rate.find("GB/s") == std::string::npos) continue;  // "<inactive>"
       ++h.nvlink_links;
       h.nvlink_gb_s += std::atof(rate.c_str());

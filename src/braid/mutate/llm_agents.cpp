@@ -1,3 +1,4 @@
+#include "braid/util/text.hpp"
 #include "braid/mutate/llm_agents.hpp"
 
 #include <fmt/format.h>
@@ -11,15 +12,8 @@
 namespace braid {
 namespace {
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
 std::string first_line(const std::string& s) {
-  std::string t = trim(s);
+  std::string t = trimmed(s);
   auto nl = t.find('\n');
   return nl == std::string::npos ? t : t.substr(0, nl);
 }
@@ -34,7 +28,7 @@ std::string render_list(const json& items) {
   if (items.is_array())
     for (auto& it : items)
       if (it.is_string()) out += fmt::format("{}. {}\n", i++, it.get<std::string>());
-  return trim(out);
+  return trimmed(out);
 }
 
 }  // namespace
@@ -56,8 +50,8 @@ std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const Pro
       {"score", score_text(candidate)},
       {"parent_score", parent ? score_text(*parent) : "none (seed)"},
       {"metrics", metrics.empty() ? "" : elide(metrics.dump(), 1500)},
-      {"error", elide(trim(candidate.error_text), 2500)},
-      {"change", candidate.code_diff.empty() ? "(none: seed program)" : elide(trim(candidate.code_diff), 3000)},
+      {"error", elide(trimmed(candidate.error_text), 2500)},
+      {"change", candidate.code_diff.empty() ? "(none: seed program)" : elide(trimmed(candidate.code_diff), 3000)},
   };
   llm::LlmRequest req;
   req.purpose = "feedback";
@@ -70,7 +64,7 @@ std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const Pro
   req.messages = {{"user", rt_->prompts->render("feedback.md", vars)}};
   llm::LlmResponse resp = rt_->client(rt_->feedback_model).complete(req);
   if (!resp.ok()) return "";  // counted in the ledger; a candidate without feedback is fine
-  return elide(trim(resp.text), 1500);
+  return elide(trimmed(resp.text), 1500);
 }
 
 LlmMetaSummarizer::LlmMetaSummarizer(std::shared_ptr<LlmRuntime> runtime) : rt_(std::move(runtime)) {}
@@ -88,14 +82,14 @@ MetaUpdate parse_meta_answer(const std::string& answer, const json& previous_mem
         u.scratchpad = j["scratchpad"];
       if (j.contains("recommendations") && j["recommendations"].is_array())
         for (auto& r : j["recommendations"])
-          if (r.is_string() && !trim(r.get<std::string>()).empty()) u.recommendations.push_back(trim(r.get<std::string>()));
+          if (r.is_string() && !trimmed(r.get<std::string>()).empty()) u.recommendations.push_back(trimmed(r.get<std::string>()));
       if (!u.summary.empty() || !u.recommendations.empty()) return u;
     }
   }
   // Not the JSON asked for: keep the prose as the summary and its list lines as recommendations.
   std::istringstream in(answer);
   for (std::string line; std::getline(in, line);) {
-    std::string t = trim(line);
+    std::string t = trimmed(line);
     std::size_t skip = 0;
     if (t.size() > 2 && (t[0] == '-' || t[0] == '*') && t[1] == ' ') skip = 2;
     else {
@@ -103,9 +97,9 @@ MetaUpdate parse_meta_answer(const std::string& answer, const json& previous_mem
       if (skip == 0 || skip + 1 >= t.size() || (t[skip] != '.' && t[skip] != ')')) skip = 0;
       else skip += 1;
     }
-    if (skip > 0) u.recommendations.push_back(trim(t.substr(skip)));
+    if (skip > 0) u.recommendations.push_back(trimmed(t.substr(skip)));
   }
-  u.summary = elide(trim(answer), 2000);
+  u.summary = elide(trimmed(answer), 2000);
   return u;
 }
 
@@ -132,9 +126,9 @@ MetaUpdate LlmMetaSummarizer::summarize(const std::vector<ProgramRecord>& recent
   json scratch = mem.value("scratchpad", json::object());
   llm::PromptVars vars = {
       {"generation", std::to_string(generation)},
-      {"recent", table.empty() ? "(none)" : trim(table)},
+      {"recent", table.empty() ? "(none)" : trimmed(table)},
       {"best", best_text},
-      {"summaries", trim(summaries)},
+      {"summaries", trimmed(summaries)},
       {"scratchpad", scratch.empty() ? "(empty)" : scratch.dump(2)},
       {"recommendations", render_list(mem.value("recommendations", json::array()))},
   };
@@ -177,7 +171,7 @@ bool judge_novelty(LlmRuntime& rt, const std::string& candidate_code, const std:
   req.system = rt.prompts->render("novelty_system.md", {{"language", rt.language}});
   req.messages = {{"user", rt.prompts->render("novelty.md", {{"language", rt.language},
                                                              {"candidate", elide(candidate_code, 12000)},
-                                                             {"similar", trim(similar)}})}};
+                                                             {"similar", trimmed(similar)}})}};
   llm::LlmResponse resp = rt.client(rt.novelty_model).complete(req);
   if (!resp.ok()) return true;
   std::string verdict = first_line(resp.text);

@@ -1,3 +1,4 @@
+#include "braid/util/text.hpp"
 #include "braid/mutate/llm_mutator.hpp"
 
 #include <fmt/format.h>
@@ -8,15 +9,6 @@
 
 namespace braid {
 namespace {
-
-std::string_view phase_name(Phase p) { return p == Phase::Explore ? "explore" : "exploit"; }
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
 
 std::string status_of(const ProgramRecord& r) {
   if (r.correct) return fmt::format("score {:.6g}, correct", r.combined_score);
@@ -34,7 +26,7 @@ std::string metrics_line(const json& m) {
 std::string program_section(const ProgramRecord& r, const std::string& language, const std::string& title) {
   std::string s = fmt::format("## {} (id {}, generation {}, {})\n", title, r.id, r.generation, status_of(r));
   if (auto m = metrics_line(r.public_metrics); !m.empty()) s += "Metrics: " + m + "\n";
-  if (!r.text_feedback.empty()) s += "Feedback: " + trim(r.text_feedback) + "\n";
+  if (!r.text_feedback.empty()) s += "Feedback: " + trimmed(r.text_feedback) + "\n";
   s += "```" + language + "\n" + r.code + (r.code.empty() || r.code.back() == '\n' ? "" : "\n") + "```\n";
   return s;
 }
@@ -42,9 +34,9 @@ std::string program_section(const ProgramRecord& r, const std::string& language,
 std::string failed_section(const ProgramRecord& r) {
   std::string s = fmt::format("## {} (generation {}, {} patch, {})\n", r.id, r.generation, r.patch_type,
                               to_string(r.failure));
-  if (!r.text_feedback.empty()) s += "Feedback: " + trim(r.text_feedback) + "\n";
-  if (!r.error_text.empty()) s += "Error:\n```\n" + elide(trim(r.error_text), 1500) + "\n```\n";
-  if (!r.code_diff.empty()) s += "Change that produced it:\n```\n" + elide(trim(r.code_diff), 2000) + "\n```\n";
+  if (!r.text_feedback.empty()) s += "Feedback: " + trimmed(r.text_feedback) + "\n";
+  if (!r.error_text.empty()) s += "Error:\n```\n" + elide(trimmed(r.error_text), 1500) + "\n```\n";
+  if (!r.code_diff.empty()) s += "Change that produced it:\n```\n" + elide(trimmed(r.code_diff), 2000) + "\n```\n";
   return s;
 }
 
@@ -68,10 +60,10 @@ std::string block_markers(const Program& parent) {
   std::string out;
   std::istringstream in(parent.text());
   for (std::string line; std::getline(in, line);) {
-    if (line.find("EVOLVE-BLOCK-START") != std::string::npos) out += trim(line) + "\n...\n";
-    else if (line.find("EVOLVE-BLOCK-END") != std::string::npos) out += trim(line) + "\n\n";
+    if (line.find("EVOLVE-BLOCK-START") != std::string::npos) out += trimmed(line) + "\n...\n";
+    else if (line.find("EVOLVE-BLOCK-END") != std::string::npos) out += trimmed(line) + "\n\n";
   }
-  return trim(out);
+  return trimmed(out);
 }
 
 }  // namespace
@@ -121,11 +113,11 @@ LlmMutator::LlmMutator(std::shared_ptr<LlmRuntime> runtime) : rt_(std::move(runt
 std::string LlmMutator::system_message(const MutationContext& ctx) const {
   const std::string& api = rt_->settings.api_type_of(ctx.island);
   llm::PromptVars vars = {
-      {"task_message", trim(ctx.system_message.empty() ? rt_->task_message : ctx.system_message)},
+      {"task_message", trimmed(ctx.system_message.empty() ? rt_->task_message : ctx.system_message)},
       {"language", ctx.language.empty() ? rt_->language : ctx.language},
       {"api_type", api},
-      {"backend_context", trim(rt_->backend_context(api))},
-      {"hardware", trim(rt_->hardware.describe())},
+      {"backend_context", trimmed(rt_->backend_context(api))},
+      {"hardware", trimmed(rt_->hardware.describe())},
   };
   return rt_->prompts->render("system.md", vars);
 }
@@ -153,7 +145,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
   if (ctx.best && ctx.best->id != p.id)
     status += fmt::format("\nBest program so far: {} with score {:.6g}", ctx.best->id, ctx.best->combined_score);
 
-  llm::PromptVars patch_vars = {{"phase", std::string(phase_name(ctx.phase))},
+  llm::PromptVars patch_vars = {{"phase", std::string(to_string(ctx.phase))},
                                 {"language", language},
                                 {"block_markers", block_markers(parent)}};
   std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
@@ -161,23 +153,23 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
                                                                : "patch_cross.md";
   llm::PromptVars vars = {
       {"generation", std::to_string(ctx.generation)},
-      {"phase", std::string(phase_name(ctx.phase))},
+      {"phase", std::string(to_string(ctx.phase))},
       {"patch_type", std::string(to_string(ctx.patch_type))},
       {"language", language},
       {"parent_id", p.id},
       {"parent_status", status},
-      {"parent_feedback", trim(p.text_feedback)},
-      {"parent_error", p.correct ? "" : elide(trim(p.error_text), 3000)},
+      {"parent_feedback", trimmed(p.text_feedback)},
+      {"parent_error", p.correct ? "" : elide(trimmed(p.error_text), 3000)},
       {"parent_code", parent.text().empty() || parent.text().back() != '\n' ? parent.text() : parent.text().substr(0, parent.text().size() - 1)},
-      {"knobs", trim(knobs)},
-      {"cross_programs", trim(cross)},
-      {"top_k", trim(top_k)},
-      {"inspirations", trim(inspirations)},
-      {"failed", trim(failed)},
-      {"recommendations", trim(ctx.meta_recommendations)},
+      {"knobs", trimmed(knobs)},
+      {"cross_programs", trimmed(cross)},
+      {"top_k", trimmed(top_k)},
+      {"inspirations", trimmed(inspirations)},
+      {"failed", trimmed(failed)},
+      {"recommendations", trimmed(ctx.meta_recommendations)},
       // A failed call (timeout, 429 storm) is no lesson for the model; a rejected answer is.
-      {"previous_error", ctx.previous_error.rfind("llm ", 0) == 0 ? "" : trim(ctx.previous_error)},
-      {"patch_instructions", trim(rt_->prompts->render(patch_file, patch_vars))},
+      {"previous_error", ctx.previous_error.rfind("llm ", 0) == 0 ? "" : trimmed(ctx.previous_error)},
+      {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))},
   };
   return rt_->prompts->render("mutate.md", vars);
 }
@@ -210,14 +202,14 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
     // Continue the conversation: the model sees its own answer and why it failed.
     model = previous->model;
     const std::string language = ctx.language.empty() ? rt_->language : ctx.language;
-    llm::PromptVars patch_vars = {{"phase", std::string(phase_name(ctx.phase))},
+    llm::PromptVars patch_vars = {{"phase", std::string(to_string(ctx.phase))},
                                   {"language", language},
                                   {"block_markers", block_markers(parent)}};
     std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
                              : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                  : "patch_cross.md";
-    llm::PromptVars retry_vars = {{"previous_error", trim(ctx.previous_error)},
-                                  {"patch_instructions", trim(rt_->prompts->render(patch_file, patch_vars))}};
+    llm::PromptVars retry_vars = {{"previous_error", trimmed(ctx.previous_error)},
+                                  {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))}};
     req.messages = {{"user", previous->user},
                     {"assistant", previous->answer},
                     {"user", rt_->prompts->render("retry.md", retry_vars)}};

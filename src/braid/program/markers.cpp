@@ -8,7 +8,6 @@ namespace {
 constexpr std::string_view kStart = "EVOLVE-BLOCK-START";
 constexpr std::string_view kEnd = "EVOLVE-BLOCK-END";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 }  // namespace
 
 std::vector<LineSpan> split_lines(std::string_view text) {
@@ -24,20 +23,6 @@ std::vector<LineSpan> split_lines(std::string_view text) {
   }
   return lines;
 }
-
-std::string_view trim_left(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size() && is_space(s[i])) ++i;
-  return s.substr(i);
-}
-
-std::string_view trim_right(std::string_view s) {
-  std::size_t n = s.size();
-  while (n > 0 && is_space(s[n - 1])) --n;
-  return s.substr(0, n);
-}
-
-std::string_view trim(std::string_view s) { return trim_right(trim_left(s)); }
 
 Marker parse_marker(std::string_view line) {
   Marker m;

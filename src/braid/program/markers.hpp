@@ -10,6 +10,8 @@
 
 #include "braid/program/program.hpp"
 
+#include "braid/util/text.hpp"
+
 namespace braid::program_detail {
 
 struct LineSpan {
@@ -22,9 +24,10 @@ inline std::string_view line_text(std::string_view text, const LineSpan& l) {
   return text.substr(l.begin, l.end - l.begin);
 }
 
-std::string_view trim(std::string_view s);
-std::string_view trim_left(std::string_view s);
-std::string_view trim_right(std::string_view s);
+using braid::is_space;
+using braid::trim;
+using braid::trim_left;
+using braid::trim_right;
 
 enum class MarkerKind { None, Start, End };
 struct Marker {
