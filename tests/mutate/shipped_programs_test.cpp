@@ -1,4 +1,4 @@
-// The annotated programs shipped in examples/ and templates/ must parse, and the knob mutator
+// The annotated programs shipped in examples/, templates/ and workloads/ must parse, and the knob mutator
 // must produce patches that apply to them for every patch type.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@ namespace {
 
 std::vector<fs::path> shipped_programs() {
   std::vector<fs::path> out;
-  for (const char* top : {"examples", "templates"}) {
+  for (const char* top : {"examples", "templates", "workloads"}) {
     fs::path root = fs::path(BRAID_SOURCE_DIR) / top;
     if (!fs::is_directory(root)) continue;
     for (const auto& dir : fs::directory_iterator(root)) {
