@@ -95,9 +95,9 @@ TEST(LlmEvolveE2E, FaultStormFeedbackMetaCostReplayAndSecrets) {
   write_file_atomic(root / "config.yaml",
                     "num_generations: 12\n"
                     "num_islands: 2\n"
-                    // One evaluation at a time: with more, a proposal sees whichever evaluations
-                    // happened to finish first, so a replay cannot repeat it exactly.
-                    "max_parallel_jobs: 1\n"
+                    // Two evaluations in flight: results are indexed in generation order, so
+                    // the replay must still repeat the run exactly.
+                    "max_parallel_jobs: 2\n"
                     "meta_rec_interval: 4\n"
                     "migration_interval: 6\n"
                     "llm_prices:\n  gpt-4.1-mini: {input: 0.4, output: 1.6}\n  claude-sonnet-4-5: {input: 3, output: 15}\n"

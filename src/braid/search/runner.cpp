@@ -80,8 +80,13 @@ struct EvolutionRunner::Impl {
   std::condition_variable q_cv;
   std::deque<Done> done_queue;
   std::map<std::int64_t, std::thread> workers;  // by generation; joined when collected
+  // Generations proposed and not yet indexed in memory: evaluating, or finished and waiting in
+  // `completed` for their turn. Results are indexed in generation order, and generation g is
+  // proposed only once every generation <= g - max_parallel_jobs is indexed, so what a proposal
+  // sees does not depend on which evaluation happened to finish first (a replayed run repeats).
   std::set<std::int64_t> in_flight;
-  std::unordered_set<std::string> in_flight_knob_keys;
+  std::unordered_multiset<std::string> in_flight_knob_keys;
+  std::map<std::int64_t, ProgramRecord> completed;  // stored in the database, not yet indexed
   std::atomic<bool> discard_results{false};
   std::map<long, std::string> running_jobs;  // pgid -> what (for stop)
 
@@ -157,7 +162,7 @@ struct EvolutionRunner::Impl {
     status.generations_done = pop.done_count();
     status.evaluated = std::int64_t(pop.size());
     status.failed = std::int64_t(pop.failures().size());
-    status.in_flight = int(in_flight.size());
+    status.in_flight = int(in_flight.size() - completed.size());
     if (!pop.ranked_all().empty()) {
       const auto& b = pop.at(pop.ranked_all().front());
       status.best_score = b.combined_score;
@@ -285,15 +290,38 @@ struct EvolutionRunner::Impl {
     });
   }
 
+  void forget_pending(std::int64_t g, const std::string& knob_key) {
+    in_flight.erase(g);
+    if (auto it = in_flight_knob_keys.find(knob_key); it != in_flight_knob_keys.end()) in_flight_knob_keys.erase(it);
+  }
+
   void collect(Done d) {
-    if (auto it = workers.find(d.record.generation); it != workers.end()) {
+    std::int64_t g = d.record.generation;
+    if (auto it = workers.find(g); it != workers.end()) {
       it->second.join();
       workers.erase(it);
     }
-    in_flight.erase(d.record.generation);
-    in_flight_knob_keys.erase(d.record.knob_key);
-    if (discard_results) return;  // we killed it on stop: not a result
-    index(d.record);
+    if (discard_results) {  // we killed it on stop: not a result
+      forget_pending(g, d.record.knob_key);
+      return;
+    }
+    completed.emplace(g, std::move(d.record));
+  }
+
+  // Indexes finished generations <= limit in generation order (with the meta summaries and
+  // migrations they trigger). False while one of them is still being evaluated.
+  bool index_through(std::int64_t limit) {
+    while (!in_flight.empty() && *in_flight.begin() <= limit) {
+      auto it = completed.find(*in_flight.begin());
+      if (it == completed.end()) return false;
+      ProgramRecord rec = std::move(it->second);
+      completed.erase(it);
+      forget_pending(rec.generation, rec.knob_key);
+      index(rec);
+      maybe_meta();
+      maybe_migrate();
+    }
+    return true;
   }
 
   // ---- seeds ----
@@ -623,12 +651,14 @@ struct EvolutionRunner::Impl {
     emit();
     std::int64_t next = 1;
     bool budget_stop = false;
+    const std::int64_t lag = cfg.max_parallel_jobs;
     while (true) {
       bool stopping = stop.load() || budget_stop;
-      // Fill the pipeline with the lowest generations not yet done.
-      while (!stopping && int(in_flight.size()) < cfg.max_parallel_jobs) {
+      // Propose the lowest generations not yet done while the pipeline has room.
+      while (!stopping) {
         while (next <= cfg.num_generations && (pop.generation_done(next) || in_flight.count(next))) ++next;
         if (next > cfg.num_generations) break;
+        if (!index_through(next - lag) || std::int64_t(in_flight.size()) >= lag) break;
         if (parts.budget_exhausted && parts.budget_exhausted()) {
           budget_stop = true;
           stop_note = "stopping: max_api_cost reached";
@@ -637,16 +667,20 @@ struct EvolutionRunner::Impl {
         }
         Candidate c = propose(next);
         if (c.rejected) {
-          store(std::move(c.record));
-          maybe_meta();
-          maybe_migrate();
-          emit();
+          insert(c.record);
+          in_flight.insert(next);
+          completed.emplace(next, std::move(c.record));
         } else {
           launch(std::move(c));
         }
+        emit();
         if (stop.load()) break;
       }
+      // Nothing more to propose: index what has finished, in order.
+      if (!discard_results && (next > cfg.num_generations || budget_stop)) index_through(cfg.num_generations);
       if (in_flight.empty()) break;
+      // All finished: go round to index them or propose more (a stop goes on to end the jobs).
+      if (in_flight.size() == completed.size() && !stop.load() && !budget_stop) continue;
       std::deque<Done> ready;
       {
         std::unique_lock lock(q_mutex);
@@ -656,14 +690,11 @@ struct EvolutionRunner::Impl {
       if (stop.load() && !discard_results) {
         stop_note = "stopping: interrupted";
         stop_jobs();
+        // Finished results are already in the database; `resume` indexes them.
+        for (auto& [g, rec] : completed) forget_pending(g, rec.knob_key);
+        completed.clear();
       }
-      for (auto& d : ready) {
-        collect(std::move(d));
-        if (!discard_results) {
-          maybe_meta();
-          maybe_migrate();
-        }
-      }
+      for (auto& d : ready) collect(std::move(d));
       emit();
     }
     for (auto& [g, t] : workers) t.join();
