@@ -143,8 +143,9 @@ void bind_program(Statement& st, const ProgramRecord& r) {
       .bind(26, r.code);
 }
 
-ProgramRecord read_program(const Statement& st) {
-  ProgramRecord r;
+// Columns 0-10 (id .. parent_id) come first in both the full and the summary SELECT.
+template <typename Row>
+void read_common_columns(const Statement& st, Row& r) {
   r.id = st.column_text(0);
   r.generation = st.column_int(1);
   r.island_idx = static_cast<int>(st.column_int(2));
@@ -156,6 +157,11 @@ ProgramRecord read_program(const Statement& st) {
   r.archive_cell = st.column_text(8);
   r.embedding = st.column_floats(9);
   r.parent_id = st.column_text(10);
+}
+
+ProgramRecord read_program(const Statement& st) {
+  ProgramRecord r;
+  read_common_columns(st, r);
   json parents = parse_json_column(st.column_text_view(11), r.id, "parent_ids");
   if (parents.is_array()) r.parent_ids = parents.get<std::vector<std::string>>();
   r.patch_type = st.column_text(12);
@@ -326,17 +332,7 @@ std::vector<ProgramSummary> ProgramDatabase::summaries() const {
                "FROM programs ORDER BY rowid");
   while (st.step()) {
     ProgramSummary& s = out.emplace_back();
-    s.id = st.column_text(0);
-    s.generation = st.column_int(1);
-    s.island_idx = static_cast<int>(st.column_int(2));
-    s.combined_score = st.column_real(3);
-    s.correct = st.column_int(4) != 0;
-    s.failure = failure_column(st.column_text_view(5));
-    s.in_archive = st.column_int(6) != 0;
-    s.knob_key = st.column_text(7);
-    s.archive_cell = st.column_text(8);
-    s.embedding = st.column_floats(9);
-    s.parent_id = st.column_text(10);
+    read_common_columns(st, s);
     s.patch_type = st.column_text(11);
     s.migrated_from = st.column_text(12);
   }
