@@ -184,6 +184,7 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
     if (fault == Fault::Empty) text = "";
     else if (fault == Fault::NoPatch) text = "The program looks fine to me; I would keep it as it is.";
     else if (fault == Fault::Refusal) text = "";
+    else if (std::optional<std::string> scripted = responder_ ? responder_(system, messages) : std::nullopt) text = *scripted;
     else text = fixed_answer_.empty() ? answer_for(system, messages) : fixed_answer_;
     std::size_t prompt_chars = system.size();
     for (auto& m : messages) prompt_chars += m.second.size();

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,12 @@ class LoopbackLlmServer {
   void set_break_every(int n) { break_every_ = n; }
   // Fixed answer text for every chat request (overrides the prompt-driven answer).
   void set_fixed_answer(std::string text) { fixed_answer_ = std::move(text); }
+  // Scripted answers (the convert rewrite loop's tests): asked first for every chat request with
+  // its system text and messages; an empty optional falls back to the behaviour above. Set it
+  // before the first request.
+  using Responder = std::function<std::optional<std::string>(const std::string& system,
+                                                             const std::vector<std::pair<std::string, std::string>>& messages)>;
+  void set_responder(Responder r) { responder_ = std::move(r); }
 
   std::vector<ReceivedRequest> requests() const;
   std::size_t request_count() const;
@@ -84,6 +91,7 @@ class LoopbackLlmServer {
   int mutations_ = 0;
   std::atomic<int> broken_{0}, fixes_{0};
   std::string fixed_answer_;
+  Responder responder_;
   std::map<std::string, int> answers_;
   std::map<std::string, int> injected_;
 };

@@ -279,7 +279,67 @@ const Buffer* Analysis::buffer_of_argument(const std::string& arg_text) const {
   return it == buffers.end() ? nullptr : &it->second;
 }
 
-Analysis analyze(const std::string& file, const std::string& source) {
+StatementRange statement_of(const std::vector<Token>& code, std::size_t name_token, std::size_t close_token) {
+  auto is_control = [&](std::size_t open_paren) {
+    if (open_paren == 0) return false;
+    const std::string& k = code[open_paren - 1].text;
+    return k == "if" || k == "while" || k == "for" || k == "switch";
+  };
+  auto open_of = [&](std::size_t close) {  // the '(' matching the ')' at `close`
+    int depth = 0;
+    for (std::size_t j = close + 1; j-- > 0;) {
+      if (code[j].text == ")") ++depth;
+      else if (code[j].text == "(" && --depth == 0) return j;
+    }
+    return code.size();
+  };
+  StatementRange r;
+  int open_wrappers = 0;  // '(' of wrapper macros (BRAID_NCCL(...)) before the call
+  std::size_t first = 0;
+  for (std::size_t j = name_token; j-- > 0;) {
+    const std::string& x = code[j].text;
+    if (x == ";" || x == "{" || x == "}" || x == ":") {
+      first = j + 1;
+      break;
+    }
+    if (x == "else" || x == "do") {
+      first = j + 1;
+      r.control_body = true;
+      break;
+    }
+    if (x == ")") {
+      const std::size_t open = open_of(j);
+      if (open >= code.size()) return {};
+      if (is_control(open)) {  // the body of an unbraced if/for/while
+        first = j + 1;
+        r.control_body = true;
+        break;
+      }
+      j = open;  // a cast or a parenthesised operand: part of this statement
+      continue;
+    }
+    if (x == "(") {
+      if (is_control(j)) return {};  // the call sits in a condition, not a statement of its own
+      ++open_wrappers;
+    }
+  }
+  int depth = open_wrappers;
+  for (std::size_t k = close_token + 1; k < code.size(); ++k) {
+    const std::string& x = code[k].text;
+    if (x == "{" || x == "}") return {};  // a lambda or an initializer list: not a plain statement
+    if (x == "(") ++depth;
+    else if (x == ")") --depth;
+    else if (x == ";") {
+      if (depth != 0) return {};
+      r.begin = code[first].offset;
+      r.end = code[k].end;
+      return r;
+    }
+  }
+  return {};
+}
+
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective) {
   Analysis a;
   a.file = file;
   if (source.find('\0') != std::string::npos) throw UserError(file, "is not C++/CUDA source (binary data)");
@@ -660,7 +720,8 @@ Analysis analyze(const std::string& file, const std::string& source) {
     }
   }
   const auto collectives = a.nccl_collectives();
-  if (collectives.empty()) throw UserError(file, "has no NCCL collective or point-to-point call (nothing to convert)");
+  if (collectives.empty() && require_collective)
+    throw UserError(file, "has no NCCL collective or point-to-point call (nothing to convert)");
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     const NcclSignature* sig = nccl_signature(c.name);
@@ -713,6 +774,21 @@ Analysis analyze(const std::string& file, const std::string& source) {
       if (lt != last_touch.end() && lt->second.second != c.stream)
         a.edges.push_back(Edge{lt->second.first, i, fmt::format("buffer {} across streams {} -> {}", b, lt->second.second, c.stream)});
       last_touch[b] = {i, c.stream};
+    }
+  }
+  // Statement ranges, for tools that insert code after a call (diagnostic_rerun.hpp).
+  {
+    std::map<std::size_t, std::size_t> token_at;  // byte offset -> code token index
+    for (std::size_t k = 0; k < toks.size(); ++k) token_at[toks[k].offset] = k;
+    for (Call& c : a.calls) {
+      auto name = token_at.find(c.call_begin);
+      if (name == token_at.end() || c.call_end == 0) continue;
+      auto close = token_at.find(c.call_end - 1);
+      if (close == token_at.end()) continue;
+      const StatementRange r = statement_of(toks, name->second, close->second);
+      c.stmt_begin = r.begin;
+      c.stmt_end = r.end;
+      c.stmt_is_body = r.control_body;
     }
   }
   return a;

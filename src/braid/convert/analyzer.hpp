@@ -49,7 +49,10 @@ struct Call {
   int group = -1;                    // index into groups when inside ncclGroupStart/End
   int loop = -1;                     // innermost enclosing loop, index into loops
   std::string function;              // enclosing function
-  std::size_t stmt_begin = 0, stmt_end = 0;  // the whole statement (wrapper macro included, ';' included)
+  std::size_t stmt_begin = 0, stmt_end = 0;  // the whole statement (wrapper macro included, ';' included);
+                                             // both 0 when the call is not a statement of its own
+                                             // (a condition, a lambda argument)
+  bool stmt_is_body = false;                 // the unbraced body of if/else/for/while/do
   std::size_t call_begin = 0, call_end = 0;  // name .. ')' of the call itself
 };
 
@@ -114,8 +117,19 @@ struct NcclSignature {
 };
 const NcclSignature* nccl_signature(const std::string& name);
 
+// The statement a call forms, in code tokens (code_tokens()): `name_token` is the call's name,
+// `close_token` its closing ')'. Wrapper macros (BRAID_NCCL(...)), assignments and casts belong
+// to it; begin == end == 0 when the call is no statement of its own (inside a condition, a lambda).
+struct StatementRange {
+  std::size_t begin = 0, end = 0;  // byte range, ';' included
+  bool control_body = false;       // the unbraced body of if/else/for/while/do
+};
+StatementRange statement_of(const std::vector<Token>& code, std::size_t name_token, std::size_t close_token);
+
 // Analyses `source` (named `file` in messages). Throws UserError on bad input.
-Analysis analyze(const std::string& file, const std::string& source);
+// `require_collective` false: a program without NCCL collectives is analysed too (a rewrite whose
+// communication is all device code).
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective = true);
 
 // Evaluates an integer expression over known constants (+ - * / % << >> parentheses, sizeof of
 // the arithmetic and CUDA element types); nullopt when any part is unknown.

@@ -25,11 +25,15 @@ struct Instrumented {
   std::vector<InstrumentedStep> steps;
 };
 
-// Inserts after every kernel launch / NCCL / cuBLAS / memcpy statement (Call::stmt_end) a
-// `braid_diag_step(N, line)` that synchronises the device, checks cudaGetLastError and prints a
-// marker line "BRAID_DIAG step N line L ok" (or "... failed: <error>" and exits) to stderr.
-// Calls inside ncclGroupStart/End are checked after the group's end (synchronising inside a
-// group would deadlock).
+// Inserts after every kernel launch / NCCL / cuBLAS / memcpy statement and every call of the
+// converted replacements (braid_converted::...) a `braid_diag::step(N, line, comm)` that
+// synchronises the device, checks cudaGetLastError (and the communicator's asynchronous NCCL
+// error) and prints "BRAID_DIAG step N line L ok" or "BRAID_DIAG step N line L failed: <error>"
+// (then exits 86) to stderr. Calls inside ncclGroupStart/End are checked after the group's end
+// (synchronising inside an open group would deadlock); calls inside the generated prelude and
+// gate code are not instrumented. An unbraced if/else/loop body gets braces around it.
+// `analysis`: analyze() of an original program or analyze_converted() of a converted one (the
+// generated prelude's calls are then not steps).
 Instrumented instrument_for_diagnosis(const Analysis& analysis, const std::string& source);
 
 struct DiagnosticReport {
@@ -40,9 +44,8 @@ struct DiagnosticReport {
   std::string text;         // "the failing step: line N `call(...)`: error" or why not located
 };
 
-// Reads the markers of every rank's stderr text (index = rank).
-DiagnosticReport locate_failing_step(const Instrumented& inst, const std::vector<std::string>& rank_stderr,
-                                     const std::vector<int>& rank_exit_codes);
+// Reads the markers in every rank's stderr (index = rank) and how each rank ended.
+DiagnosticReport locate_failing_step(const Instrumented& inst, const std::vector<SubprocessResult>& ranks);
 
 // Builds the instrumented `source` and runs it on options.ranks local ranks (gate machinery),
 // then locates the failing step. Expected failures (build fails, nothing located) are values.

@@ -36,34 +36,6 @@ BuildResult build(NvccBuilder& builder, const std::filesystem::path& src, const 
   return builder.build(in);
 }
 
-struct RankRun {
-  SubprocessResult result;
-};
-
-std::vector<SubprocessResult> run_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args, int ranks,
-                                        const std::filesystem::path& dir, unsigned long long seed, double timeout_s) {
-  std::vector<SubprocessResult> out((std::size_t)ranks);
-  std::vector<std::thread> threads;
-  const std::string run_id = fmt::format("gate{}_{}", (long)::getpid(), dir.filename().string());
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      SubprocessOptions o;
-      o.argv = {exe.string()};
-      o.argv.insert(o.argv.end(), args.begin(), args.end());
-      o.cwd = dir;
-      o.env_add = {{"BRAID_RANK", std::to_string(r)},        {"BRAID_WORLD_SIZE", std::to_string(ranks)},
-                   {"BRAID_LOCAL_RANK", std::to_string(r)},  {"BRAID_EVAL_DIR", dir.string()},
-                   {"BRAID_RUN_ID", run_id},                 {"BRAID_GATE_DIR", dir.string()},
-                   {"BRAID_GATE_SEED", std::to_string(seed)}, {"NCCL_NVLS_ENABLE", "0"}};
-      o.timeout_s = timeout_s;
-      o.stdout_path = dir / fmt::format("rank{}.stdout", r);
-      o.stderr_path = dir / fmt::format("rank{}.stderr", r);
-      out[(std::size_t)r] = run_subprocess(o);
-    });
-  for (auto& t : threads) t.join();
-  return out;
-}
-
 float bf16_to_float(uint16_t v) {
   uint32_t u = (uint32_t)v << 16;
   float f;
@@ -117,6 +89,30 @@ std::string rank_failures(const std::vector<SubprocessResult>& runs, const std::
 
 }  // namespace
 
+std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args, int ranks,
+                                        const std::filesystem::path& dir, unsigned long long seed, double timeout_s) {
+  std::vector<SubprocessResult> out((std::size_t)ranks);
+  std::vector<std::thread> threads;
+  const std::string run_id = fmt::format("gate{}_{}", (long)::getpid(), dir.filename().string());
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      SubprocessOptions o;
+      o.argv = {exe.string()};
+      o.argv.insert(o.argv.end(), args.begin(), args.end());
+      o.cwd = dir;
+      o.env_add = {{"BRAID_RANK", std::to_string(r)},        {"BRAID_WORLD_SIZE", std::to_string(ranks)},
+                   {"BRAID_LOCAL_RANK", std::to_string(r)},  {"BRAID_EVAL_DIR", dir.string()},
+                   {"BRAID_RUN_ID", run_id},                 {"BRAID_GATE_DIR", dir.string()},
+                   {"BRAID_GATE_SEED", std::to_string(seed)}, {"NCCL_NVLS_ENABLE", "0"}};
+      o.timeout_s = timeout_s;
+      o.stdout_path = dir / fmt::format("rank{}.stdout", r);
+      o.stderr_path = dir / fmt::format("rank{}.stderr", r);
+      out[(std::size_t)r] = run_subprocess(o);
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
 BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
                          const std::filesystem::path& source_dir, const std::vector<std::string>& flags) {
   std::filesystem::create_directories(work_dir);
@@ -128,19 +124,17 @@ BuildResult compile_only(const std::string& source, const std::filesystem::path&
   return build(builder, src, work_dir / (name + ".o"), source_dir, f);
 }
 
-GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv, const GateOptions& o) {
+namespace {
+
+const char* const kNotGateable =
+    "the program neither runs through the braid harness nor marks buffers with // braid:input and // braid:output";
+
+// Builds, runs and compares the two gate-ready texts (instrumented or harness programs).
+GateResult gate_texts(const Analysis& a, bool harness, const std::string& orig_text, const std::string& conv_text,
+                      const GateOptions& o) {
   GateResult g;
   std::filesystem::create_directories(o.work_dir);
   NvccBuilder builder = make_builder(o.work_dir);
-  const bool harness = a.uses_harness && a.annotations.empty();
-  if (!harness && a.annotations.empty()) {
-    g.failure = "the program neither runs through the braid harness nor marks buffers with // braid:input and // braid:output";
-    return g;
-  }
-  const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
-  // The converted side is the same rules applied to the instrumented original (the prelude's own
-  // NCCL calls would not survive a second analysis); both sides then differ only by the rules.
-  const std::string conv_text = harness ? conv.source : transform(analyze(a.file, orig_text), orig_text).source;
   struct Side {
     const char* name;
     const std::string* text;
@@ -176,7 +170,7 @@ GateResult run_gate(const Analysis& a, const std::string& original_source, const
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> side_args = args;
     if (harness) side_args.insert(side_args.end(), {"--results_dir", sides[i].dir.string()});
-    runs[i] = run_ranks(sides[i].exe, side_args, o.ranks, sides[i].dir, o.seed, o.run_timeout_s);
+    runs[i] = run_local_ranks(sides[i].exe, side_args, o.ranks, sides[i].dir, o.seed, o.run_timeout_s);
     const std::string why = rank_failures(runs[i], sides[i].dir);
     if (!why.empty()) {
       g.failure = fmt::format("{} failed on {} ranks:\n{}", sides[i].name, o.ranks, why);
@@ -240,6 +234,42 @@ GateResult run_gate(const Analysis& a, const std::string& original_source, const
   }
   g.passed = true;
   return g;
+}
+
+}  // namespace
+
+BuildResult build_program(const std::string& source, const std::filesystem::path& dir, const GateOptions& o) {
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir / "program.cu", source);
+  NvccBuilder builder = make_builder(o.work_dir);
+  return build(builder, dir / "program.cu", dir / "program", o.source_dir, o.flags);
+}
+
+GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv, const GateOptions& o) {
+  const bool harness = a.uses_harness && a.annotations.empty();
+  if (!harness && a.annotations.empty()) {
+    GateResult g;
+    g.failure = kNotGateable;
+    return g;
+  }
+  const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
+  // The converted side is the same rules applied to the instrumented original (the prelude's own
+  // NCCL calls would not survive a second analysis); both sides then differ only by the rules.
+  const std::string conv_text = harness ? conv.source : transform(analyze(a.file, orig_text), orig_text).source;
+  return gate_texts(a, harness, orig_text, conv_text, o);
+}
+
+GateResult run_gate_on_candidate(const Analysis& a, const std::string& original_source, const Analysis& candidate,
+                                 const std::string& candidate_source, const GateOptions& o) {
+  const bool harness = a.uses_harness && a.annotations.empty();
+  if (!harness && a.annotations.empty()) {
+    GateResult g;
+    g.failure = kNotGateable;
+    return g;
+  }
+  const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
+  const std::string cand_text = harness ? candidate_source : instrument_for_gate(candidate, candidate_source);
+  return gate_texts(a, harness, orig_text, cand_text, o);
 }
 
 json gate_to_json(const GateResult& g) {

@@ -16,6 +16,7 @@
 #include "braid/convert/transform.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/util/json.hpp"
+#include "braid/util/subprocess.hpp"
 
 namespace braid::convert {
 
@@ -42,6 +43,23 @@ struct GateResult {
 // Builds (and runs, with options.run) both versions. Expected failures are values.
 GateResult run_gate(const Analysis& analysis, const std::string& original_source, const Conversion& conversion,
                     const GateOptions& options);
+
+// The gate for a whole program written elsewhere (the LLM rewrite loop, rewrite_loop.hpp):
+// `candidate_source` keeps the original's annotations (or harness entry) and is instrumented the
+// same way as the original; `candidate` is its analysis.
+GateResult run_gate_on_candidate(const Analysis& original, const std::string& original_source, const Analysis& candidate,
+                                 const std::string& candidate_source, const GateOptions& options);
+
+// Writes `source` to dir/program.cu and links dir/program with the gate's flags (cache under
+// options.work_dir), for reruns of one side (diagnostic_rerun.hpp).
+BuildResult build_program(const std::string& source, const std::filesystem::path& dir, const GateOptions& options);
+
+// Runs `exe args` on `ranks` local ranks in `dir` with the gate's environment (BRAID_RANK,
+// BRAID_WORLD_SIZE, BRAID_GATE_DIR=dir, BRAID_GATE_SEED=seed, ...); per-rank stdout/stderr files
+// in dir. Index = rank.
+std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                                              int ranks, const std::filesystem::path& dir, unsigned long long seed,
+                                              double timeout_s);
 
 // nvcc -c only (no link): the check that a conversion compiles, for CI without GPUs.
 BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,

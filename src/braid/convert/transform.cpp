@@ -21,15 +21,6 @@ std::string apply_edits(const std::string& src, std::vector<Edit> edits) {
   return out;
 }
 
-// After the last #include line (the prelude needs NCCL and braid's headers declared first).
-std::size_t prelude_position(const std::string& source) {
-  LexResult lr = lex(source);
-  std::size_t pos = 0;
-  for (const Token& t : lr.tokens)
-    if (t.kind == TokenKind::Preprocessor && t.text.find("include") != std::string::npos) pos = t.end;
-  return pos;
-}
-
 bool literal_in(const std::string& text, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (text == n) return true;
@@ -52,6 +43,14 @@ const std::map<std::string, std::string> kRuleWhy = {
     {"ncclRecv", "grouped receive: published in the mailbox, filled by the sender's push"}};
 
 }  // namespace
+
+std::size_t prelude_position(const std::string& source) {
+  LexResult lr = lex(source);
+  std::size_t pos = 0;
+  for (const Token& t : lr.tokens)
+    if (t.kind == TokenKind::Preprocessor && t.text.find("include") != std::string::npos) pos = t.end;
+  return pos;
+}
 
 Conversion transform(const Analysis& a, const std::string& source) {
   Conversion conv;
@@ -291,6 +290,55 @@ inline void output(T* p, size_t bytes, const char* name) {
   const std::size_t at = prelude_position(source);
   edits.push_back(Edit{at, at, kGate});
   return apply_edits(source, edits);
+}
+
+Analysis analyze_converted(const std::string& file, const std::string& source) {
+  static const std::map<std::string, std::string> kInfrastructure = {
+      {"sym_malloc", "cudaMalloc"},          {"sym_nccl_alloc", "ncclMemAlloc"}, {"sym_free", "cudaFree"},
+      {"sym_nccl_free", "ncclMemFree"},      {"comm_destroy", "ncclCommDestroy"}, {"comm_finalize", "ncclCommFinalize"},
+      {"group_start", "ncclGroupStart"},     {"group_end", "ncclGroupEnd"},       {"adopt_harness", ""},
+      {"release_harness", ""}};
+  std::string text = source;
+  const std::vector<Token> toks = code_tokens(lex(source).tokens);
+  // Generated namespaces hold library code (fallback NCCL calls on parameters): blanked, newlines kept.
+  for (std::size_t i = 0; i + 2 < toks.size(); ++i) {
+    const std::string& n = toks[i + 1].text;
+    if (toks[i].text != "namespace" || toks[i + 2].text != "{" ||
+        (n != "braid_converted" && n != "braid_gate" && n != "braid_diag"))
+      continue;
+    int depth = 0;
+    for (std::size_t j = i + 2; j < toks.size(); ++j) {
+      if (toks[j].text == "{") ++depth;
+      else if (toks[j].text == "}" && --depth == 0) {
+        for (std::size_t k = toks[i].offset; k < toks[j].end; ++k)
+          if (text[k] != '\n') text[k] = ' ';
+        i = j;
+        break;
+      }
+    }
+  }
+  // `braid_converted::name<SITE>` -> the NCCL or CUDA name it replaced, padded to the same length.
+  for (std::size_t i = 0; i + 2 < toks.size(); ++i) {
+    if (toks[i].text != "braid_converted" || toks[i + 1].text != "::" || text[toks[i].offset] == ' ') continue;
+    const std::string& name = toks[i + 2].text;
+    std::string original;
+    if (auto it = kInfrastructure.find(name); it != kInfrastructure.end()) original = it->second;
+    for (const auto& [nccl, replacement] : kReplacement)
+      if (replacement == name) original = nccl;
+    if (original.empty() && !kInfrastructure.count(name)) continue;  // the rewrite's own helper: left as written
+    std::size_t end = toks[i + 2].end;
+    if (i + 3 < toks.size() && toks[i + 3].text == "<") {  // <SITE> or <SITE, knobs...>
+      for (std::size_t j = i + 3; j < toks.size() && toks[j].text != "(" && toks[j].text != ";"; ++j)
+        if (toks[j].text == ">") {
+          end = toks[j].end;
+          break;
+        }
+    }
+    std::string padded = original;
+    padded.resize(end - toks[i].offset, ' ');
+    text.replace(toks[i].offset, padded.size(), padded);
+  }
+  return analyze(file, text, /*require_collective=*/false);
 }
 
 json conversion_to_json(const Conversion& c) {

@@ -52,6 +52,16 @@ Conversion transform(const Analysis& analysis, const std::string& source);
 // program alike.
 std::string instrument_for_gate(const Analysis& analysis, const std::string& source);
 
+// Where generated text goes: after the last #include line (it needs NCCL's and braid's headers
+// declared first).
+std::size_t prelude_position(const std::string& source);
+
+// The analysis of a converted program (by the rules or a rewrite): generated namespaces
+// (braid_converted, braid_gate) are read as blank and each `braid_converted::x<SITE>(...)` as the
+// NCCL/CUDA call it replaced, so calls, buffers and annotations are found as in the original; byte
+// positions and lines are the converted program's own. Throws UserError like analyze().
+Analysis analyze_converted(const std::string& file, const std::string& source);
+
 // The prelude text inserted after the includes (prelude.cpp).
 std::string converted_prelude(int call_sites, bool harness);
 

@@ -15,6 +15,7 @@
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
+#include "braid/util/text.hpp"
 
 namespace braid {
 namespace {
@@ -41,31 +42,6 @@ std::string agent_model(const std::string& configured, const std::vector<std::st
 std::filesystem::path device_header_dir() {
   if (const char* env = std::getenv("BRAID_DEVICE_INCLUDE"); env && *env) return env;
   return std::filesystem::path(BRAID_SOURCE_DIR) / "device" / "include" / "braid";
-}
-
-// The contract comment at the top of a header: its leading // lines.
-std::string leading_contract(const std::string& text, std::size_t max_lines) {
-  std::istringstream in(text);
-  std::string out;
-  std::size_t n = 0;
-  bool started = false;
-  for (std::string line; std::getline(in, line) && n < max_lines;) {
-    auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos) {
-      if (started) out += "\n";
-      continue;
-    }
-    if (line.compare(first, 2, "//") != 0) {
-      if (started || line.compare(first, 1, "#") != 0) break;  // skip a leading #pragma once
-      continue;
-    }
-    started = true;
-    std::string body = line.substr(first + 2);
-    if (!body.empty() && body[0] == ' ') body.erase(0, 1);
-    out += body + "\n";
-    ++n;
-  }
-  return out;
 }
 
 }  // namespace
@@ -96,7 +72,7 @@ std::string LlmRuntime::backend_context(const std::string& api_type) {
       if (gin_only && api_type == "lsa") continue;
       auto text = try_read_file(h);
       if (!text) continue;
-      std::string contract = leading_contract(*text, 80);
+      std::string contract = leading_comment(*text, 80);
       if (!contract.empty()) out += "### braid/" + name + "\n" + contract + "\n";
     }
   }

@@ -12,4 +12,8 @@ std::string_view trim(std::string_view s);
 // Owning copy of trim(s).
 inline std::string trimmed(std::string_view s) { return std::string(trim(s)); }
 
+// The comment block at the top of a source file (its leading `//` lines without the markers, a
+// leading #pragma once skipped), at most `max_lines` lines: the contract text of a header.
+std::string leading_comment(const std::string& text, std::size_t max_lines);
+
 }  // namespace braid

@@ -1,0 +1,327 @@
+#include "braid/convert/rewrite_loop.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "braid/convert/diagnostic_rerun.hpp"
+#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/llm/prompt_template.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/log.hpp"
+#include "braid/util/text.hpp"
+
+namespace braid::convert {
+namespace {
+
+struct StageInfo {
+  const char* id;
+  const char* name;
+  const char* goal;
+};
+
+const StageInfo kStages[] = {
+    {"A", "infrastructure",
+     "put the buffers that device-side communication touches in symmetric memory (ncclMemAlloc), register their "
+     "windows and create the device communicator, with teardown before the communicator is destroyed."},
+    {"B", "collectives",
+     "replace the host NCCL calls listed below by device-initiated communication built from braid's primitives "
+     "(or the rules' braid_converted replacements), keeping every rank's results identical to the original's."}};
+
+// The contract comments of braid's device headers: the rewriter must build on these primitives.
+std::string primitive_contracts() {
+  std::string why;
+  const auto tc = find_cuda_toolchain(&why);
+  std::filesystem::path dir;
+  if (tc && !tc->device_include.empty()) dir = tc->device_include / "braid";
+#ifdef BRAID_SOURCE_DIR
+  if (dir.empty()) dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device" / "include" / "braid";
+#endif
+  std::vector<std::filesystem::path> headers;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".cuh") headers.push_back(e.path());
+  std::sort(headers.begin(), headers.end());
+  std::string out;
+  for (const auto& h : headers)
+    if (auto text = try_read_file(h)) {
+      const std::string contract = leading_comment(*text, 80);
+      if (!contract.empty()) out += "### braid/" + h.filename().string() + "\n" + contract + "\n";
+    }
+  if (out.empty()) throw SystemError("braid's device headers (device/include/braid/*.cuh) were not found: the rewrite prompt needs their contracts");
+  return out;
+}
+
+// The statement text at `line` of `source` (one line, shortened), to locate a construct.
+std::string line_text(const std::string& source, int line) {
+  std::istringstream in(source);
+  std::string l;
+  for (int n = 1; std::getline(in, l); ++n)
+    if (n == line) {
+      std::string t = trimmed(l);
+      return t.size() > 160 ? t.substr(0, 157) + "..." : t;
+    }
+  return "";
+}
+
+std::string left_list(const std::vector<Unconverted>& items, const std::string& original) {
+  std::string out;
+  for (const Unconverted& u : items)
+    out += fmt::format("- line {}: {}: {}\n    `{}`\n", u.line, u.construct, u.reason, line_text(original, u.line));
+  return out;
+}
+
+std::string frozen_list(const Analysis& a) {
+  std::string out;
+  for (const Annotation& an : a.annotations) out += fmt::format("    // braid:{} {}   (original line {})\n", an.kind, an.buffer, an.line);
+  if (a.uses_harness) out += "    the harness entry (harness_main and the Candidate's run/teardown)\n";
+  if (out.empty()) out = "    (no annotations)\n";
+  return out;
+}
+
+// Whole lines of the failure text for a prompt: compiler output can be long, the head matters most.
+std::string clip(const std::string& text, std::size_t max_chars = 6000) {
+  if (text.size() <= max_chars) return text;
+  return text.substr(0, max_chars) + fmt::format("\n[... {} more characters]", text.size() - max_chars);
+}
+
+void record_attempt(const std::filesystem::path& dir, const RewriteAttempt& at) {
+  if (dir.empty()) return;
+  const std::string base = fmt::format("stage{}_iter{}", at.stage, at.iteration);
+  write_file_atomic(dir / (base + ".prompt.md"), at.prompt);
+  write_file_atomic(dir / (base + ".answer.md"), at.answer);
+  if (!at.code.empty()) write_file_atomic(dir / (base + ".cu"), at.code);
+  json j{{"stage", at.stage}, {"iteration", at.iteration}, {"outcome", at.outcome}, {"outcome_text", at.outcome_text},
+         {"diagnosis", at.diagnosis}};
+  write_file_atomic(dir / (base + ".outcome.json"), j.dump(2) + "\n");
+}
+
+// Host NCCL calls the stage was to convert that the candidate still makes. A left group stands
+// for its point-to-point calls.
+std::string still_host(const Analysis& candidate, const std::string& candidate_source, const std::vector<Unconverted>& items) {
+  std::set<std::string> names;
+  for (const Unconverted& u : items) {
+    if (nccl_signature(u.construct)) names.insert(u.construct);
+    if (u.construct == "ncclGroupStart..ncclGroupEnd") names.insert({"ncclSend", "ncclRecv"});
+  }
+  std::string out;
+  for (const Call& c : candidate.calls) {
+    if (c.kind != CallKind::Nccl || !names.count(c.name)) continue;
+    // analyze_converted reads braid_converted:: replacements back as NCCL names: those are device calls.
+    if (candidate_source.compare(c.call_begin, 15, "braid_converted") == 0) continue;
+    out += fmt::format("{}line {}: {} is still a host NCCL call", out.empty() ? "" : "; ", c.line, c.name);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string extract_program(const std::string& answer) {
+  // Fences count at the start of a line only; an unterminated block is a truncated answer.
+  std::string best, body, tag;
+  bool open = false;
+  std::istringstream in(answer);
+  for (std::string line; std::getline(in, line);) {
+    const std::string t = trimmed(line);
+    if (t.rfind("```", 0) != 0) {
+      if (open) body += line + "\n";
+      continue;
+    }
+    if (!open) {
+      open = true;
+      tag = trimmed(t.substr(3));
+      body.clear();
+      continue;
+    }
+    open = false;
+    const bool code_tag = tag.empty() || tag == "cuda" || tag == "cpp" || tag == "c++" || tag == "cu" || tag == "c";
+    if (code_tag && body.size() > best.size()) best = body;
+  }
+  return best;
+}
+
+std::string stage_of(const Unconverted& u) {
+  static const std::set<std::string> kInfrastructure = {"cudaMalloc",       "cudaMallocAsync", "cudaMallocManaged",
+                                                        "ncclMemAlloc",     "cudaFree",        "ncclMemFree",
+                                                        "ncclCommWindowRegister", "ncclDevCommCreate", "ncclCommSplit"};
+  if (kInfrastructure.count(u.construct)) return "A";
+  for (const char* word : {"symmetric memory", "window", "communicator"})
+    if (u.reason.find(word) != std::string::npos && !nccl_signature(u.construct)) return "A";
+  return "B";
+}
+
+std::string frozen_parts_problem(const Analysis& original, const std::string& candidate, const std::string& file) {
+  Analysis cand;
+  try {
+    cand = analyze_converted(file, candidate);
+  } catch (const UserError& e) {
+    return std::string("the rewrite cannot be analysed: ") + e.what();
+  }
+  std::multiset<std::pair<std::string, std::string>> kept;
+  for (const Annotation& an : cand.annotations) kept.insert({an.kind, an.buffer});
+  std::string missing;
+  for (const Annotation& an : original.annotations) {
+    auto it = kept.find({an.kind, an.buffer});
+    if (it == kept.end()) {
+      missing += fmt::format("{}`// braid:{} {}` (original line {})", missing.empty() ? "" : ", ", an.kind, an.buffer, an.line);
+      continue;
+    }
+    kept.erase(it);
+  }
+  if (!missing.empty()) return "the rewrite dropped the frozen annotation(s) " + missing;
+  if (original.uses_harness && !cand.uses_harness) return "the rewrite no longer runs through the braid harness (harness_main)";
+  return "";
+}
+
+json RewriteResult::to_json() const {
+  json atts = json::array();
+  for (const RewriteAttempt& a : attempts)
+    atts.push_back({{"stage", a.stage},
+                    {"iteration", a.iteration},
+                    {"outcome", a.outcome},
+                    {"outcome_text", a.outcome_text},
+                    {"diagnosis", a.diagnosis},
+                    {"prompt_chars", a.prompt.size()},
+                    {"answer_chars", a.answer.size()},
+                    {"code_chars", a.code.size()}});
+  json j{{"accepted", accepted}, {"attempts", atts}, {"llm_calls_rewrite", attempts.size()}};
+  if (!failure.empty()) j["failure"] = failure;
+  return j;
+}
+
+RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original_source, const Conversion& rules_conversion,
+                           llm::LlmClient& rewriter, llm::LlmClient& judge, const RewriteOptions& options) {
+  RewriteResult result;
+  result.source = rules_conversion.source;
+  if (options.max_iterations_per_stage < 1) throw UserError("", "max_iterations_per_stage must be at least 1");
+  if (!options.record_dir.empty()) std::filesystem::create_directories(options.record_dir);
+  const llm::PromptLibrary prompts(options.prompts_dir);
+  std::string contracts;  // read on the first LLM call: a finished conversion needs none
+
+  std::string current = rules_conversion.source;
+  std::string stage_done;
+  for (const StageInfo& stage : kStages) {
+    std::vector<Unconverted> items;
+    for (const Unconverted& u : rules_conversion.left)
+      if (stage_of(u) == stage.id) items.push_back(u);
+    if (items.empty()) continue;  // the rules did this stage: no LLM call
+    if (contracts.empty()) contracts = primitive_contracts();
+    const std::string left = left_list(items, original_source);
+    RewriteAttempt previous;
+    bool stage_passed = false;
+    for (int it = 1; it <= options.max_iterations_per_stage && !stage_passed; ++it) {
+      RewriteAttempt at;
+      at.stage = stage.id;
+      at.iteration = it;
+      llm::PromptVars vars{{"stage", stage.id},
+                           {"stage_name", stage.name},
+                           {"stage_goal", stage.goal},
+                           {"stage_done", stage_done},
+                           {"iteration", std::to_string(it)},
+                           {"max_iterations", std::to_string(options.max_iterations_per_stage)},
+                           {"left", left},
+                           {"frozen", frozen_list(analysis)},
+                           {"contracts", contracts},
+                           {"file", analysis.file},
+                           {"original", original_source},
+                           {"program", current},
+                           {"previous_outcome", previous.outcome},
+                           {"previous_text", clip(previous.outcome_text)},
+                           {"diagnosis", previous.diagnosis}};
+      at.prompt = prompts.render("convert_rewrite.md", vars);
+      llm::LlmRequest req;
+      req.messages.push_back({"user", at.prompt});
+      req.max_tokens = options.max_tokens;
+      req.purpose = "convert";
+      req.replay_key = fmt::format("convert/{}/{}", stage.id, it);
+      const llm::LlmResponse resp = rewriter.complete(req);
+      at.answer = resp.text;
+      bool judge_it = false;
+      if (!resp.ok()) {
+        at.outcome = "llm_error";
+        at.outcome_text = resp.error_kind + ": " + resp.error;
+      } else if ((at.code = extract_program(resp.text)).empty()) {
+        at.outcome = "no_code";
+        at.outcome_text =
+            "the answer holds no fenced ```cuda block with the whole program; answer with the complete program in one such block";
+      } else if (const std::string problem = frozen_parts_problem(analysis, at.code, analysis.file); !problem.empty()) {
+        at.outcome = "frozen_changed";
+        at.outcome_text = problem + "; keep every frozen part exactly as in the original";
+      } else {
+        const Analysis cand = analyze_converted(analysis.file, at.code);
+        const std::string host = stage.id == std::string("B") ? still_host(cand, at.code, items) : "";
+        if (!host.empty()) {
+          at.outcome = "not_converted";
+          at.outcome_text = host;
+        } else if (!options.run_gate) {
+          const BuildResult br = compile_only(at.code, options.gate.work_dir, fmt::format("stage{}_iter{}", stage.id, it),
+                                              options.gate.source_dir, options.gate.flags);
+          at.outcome = br.ok ? "compiled" : "build_failed";
+          at.outcome_text = br.ok ? "" : br.error;
+          judge_it = !br.ok;
+        } else {
+          // One work folder for every iteration: the original's build stays in its compile cache.
+          GateOptions go = options.gate;
+          go.run = true;
+          const GateResult g = run_gate_on_candidate(analysis, original_source, cand, at.code, go);
+          judge_it = !g.passed;
+          if (g.passed) {
+            at.outcome = "passed";
+          } else if (!g.built) {
+            // The original always compiled before the loop started, so the candidate is what failed.
+            at.outcome = "build_failed";
+          } else if (!g.ran) {
+            at.outcome = "run_failed";
+          } else {
+            at.outcome = "wrong_output";
+          }
+          at.outcome_text = g.failure;
+          if (at.outcome == "run_failed" && options.diagnostic_rerun) {
+            const DiagnosticReport d = diagnostic_rerun(cand, at.code, go);
+            at.outcome_text += "\ndiagnostic rerun (synchronised after every step): " + d.text;
+          }
+        }
+      }
+      if (judge_it) {
+        llm::PromptVars jv{{"stage", stage.id},        {"stage_name", stage.name}, {"left", left},
+                           {"outcome", at.outcome},    {"outcome_text", clip(at.outcome_text)}, {"code", at.code}};
+        llm::LlmRequest jr;
+        jr.messages.push_back({"user", prompts.render("convert_judge.md", jv)});
+        jr.max_tokens = options.judge_max_tokens;
+        jr.purpose = "convert_judge";
+        jr.replay_key = fmt::format("convert/{}/{}/judge", stage.id, it);
+        const llm::LlmResponse jresp = judge.complete(jr);
+        // The judge writes no code: a fenced block in its answer is cut, its prose kept.
+        if (jresp.ok()) {
+          std::string d = jresp.text;
+          if (const std::size_t fence = d.find("```"); fence != std::string::npos) d = d.substr(0, fence);
+          at.diagnosis = trimmed(d);
+        }
+      }
+      stage_passed = at.outcome == "passed" || at.outcome == "compiled";
+      if (stage_passed) current = at.code;
+      log::info("convert rewrite: stage {} attempt {}: {}", stage.id, it, at.outcome);
+      record_attempt(options.record_dir, at);
+      result.attempts.push_back(at);
+      previous = at;
+    }
+    if (!stage_passed) {
+      result.source = current;
+      result.failure = fmt::format(
+          "stage {} ({}): no rewrite accepted within the bound of {} iterations (max_iterations_per_stage); last outcome: {}{}",
+          stage.id, stage.name, options.max_iterations_per_stage, previous.outcome,
+          previous.outcome_text.empty() ? "" : ": " + clip(previous.outcome_text, 400));
+      return result;
+    }
+    stage_done = stage_done.empty() ? stage.id : stage_done + ", " + stage.id;
+  }
+  result.accepted = true;
+  result.source = current;
+  return result;
+}
+
+}  // namespace braid::convert
