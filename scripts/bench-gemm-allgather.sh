@@ -14,6 +14,8 @@
 #   BRAID_GAG_EVOLVE=N BRAID_GAG_EVOLVE_SEEDS="1 2 3" BRAID_BIN=path/to/braid
 #                                        a knob-mutator evolve of N evaluations per seed, first
 #                                        (its best program is benched beside the others)
+#   BRAID_GAG_EVOLVE_CONFIG=workloads/gemm_allgather/bench/goal.yaml
+#                                        overlay for the evolve: stop at the goal (1.05x bound)
 #   BRAID_GAG_TORCH=0                    skip PyTorch
 #   BRAID_GAG_ITERS=20 BRAID_GAG_WARMUP=3
 # Logs and results go to $OUT (or ./gemm-allgather-out); the table is printed last and saved as
@@ -65,7 +67,7 @@ if [ "${BRAID_GAG_EVOLVE:-0}" -gt 0 ]; then
     rm -rf "$run_dir"
     start=$(date +%s)
     BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_EVOLVE_TIMEOUT:-1800}" "$braid" evolve "$wl" --llm none \
-      -g "$BRAID_GAG_EVOLVE" -s "$seed" -r "$run_dir" >"$out/evolve-seed$seed.log" 2>&1
+      -g "$BRAID_GAG_EVOLVE" -s "$seed" -r "$run_dir" ${BRAID_GAG_EVOLVE_CONFIG:+-c "$BRAID_GAG_EVOLVE_CONFIG"} >"$out/evolve-seed$seed.log" 2>&1
     log "evolve seed $seed: rc=$? in $(( $(date +%s) - start ))s ($BRAID_GAG_EVOLVE evaluations)"
     python3 "$wl/bench/evolve_summary.py" "$run_dir" --target 1.05 >"$out/evolve-seed$seed.md" 2>&1 && tail -2 "$out/evolve-seed$seed.md" | tee -a "$out/bench.log"
     if "$braid" export "$run_dir" -o "$build/evolved_seed$seed.cu" >>"$out/bench.log" 2>&1; then extra="$extra evolved_seed$seed=$build/evolved_seed$seed.cu"; fi

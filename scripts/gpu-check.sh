@@ -77,6 +77,8 @@ run() {  # name timeout command...
 run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
 run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
 run bench_allgather "${BRAID_GPU_BENCH_TIMEOUT:-120}" "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
+# Where an overlapped GEMM + all-gather loses time: split GEMMs, copy-engine traffic, late enqueue.
+run bench_gemm_split "${BRAID_GPU_GEMM_PROBE_TIMEOUT:-90}" "$bin/bench_gemm_split_probe" --reps 15
 
 # --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
 # followed by a correct one, through braid's own GpuCascadeEvaluator. Needs the braid-built binary
@@ -164,5 +166,6 @@ grep -h "^honest\|  -> \|rank 0:" "$out/test_harness.log" | head -12
 grep -h "rank 0:" "$out/test_primitives.log"
 echo "== benchmark"
 grep -h "^|" "$out/bench_allgather.log"
+grep -h "^S=" "$out/bench_gemm_split.log"
 echo "== summary"
 cat "$summary"

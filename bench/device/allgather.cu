@@ -96,10 +96,11 @@ int run_rank(const RankInfo& me, const Args& args) {
   uint32_t max_ctas = 0;
   for (const LsaConfig& c : usable) max_ctas = std::max<uint32_t>(max_ctas, (uint32_t)c.ctas);
   max_ctas = std::max<uint32_t>(max_ctas, (uint32_t)(2 * sms));
+  const uint32_t kStartGateIndex = max_ctas;  // used by no kernel under test
 
   ncclDevCommRequirements reqs;
   std::memset(&reqs, 0, sizeof(reqs));
-  reqs.lsaBarrierCount = (int)max_ctas;
+  reqs.lsaBarrierCount = (int)max_ctas + 1;  // + the start gate's index
   ncclDevComm dc;
   BRAID_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
   ZeroCtaComm zero(comm, me.rank);
@@ -118,7 +119,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   unsigned long long* bad = nullptr;
   BRAID_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
   char* win_base = static_cast<char*>(win_mem);
-  const std::vector<void*> peers = host_lsa_pointers(win, 0, n, s);
+  const std::vector<void*> peers = host_lsa_pointers(win, 0, n, s, me.rank);
   void* flag_mem = nullptr;
   BRAID_NCCL(ncclMemAlloc(&flag_mem, 1 << 20));
   BRAID_CUDA(cudaMemset(flag_mem, 0, 1 << 20));
@@ -128,11 +129,16 @@ int run_rank(const RankInfo& me, const Args& args) {
   double* dmax = nullptr;
   BRAID_CUDA(cudaMalloc(&dmax, sizeof(double) * 64));
 
-  // Makespan median of `op` over reps (after 3 warm-ups).
+  // Makespan median of `op` over reps (after 3 warm-ups). Every repetition starts from a device-side
+  // LSA barrier (one CTA), so the ranks' start events fire within the barrier's exit latency of each
+  // other: a synchronising collective is not charged for the host's skew in releasing the ranks
+  // (several microseconds after the host barrier), which an unsynchronised copy never sees.
   auto time_op = [&](auto&& op) {
     std::vector<double> t;
     for (int r = 0; r < 3 + args.reps; ++r) {
       barrier.wait();
+      lsa_barrier_kernel<><<<1, 32, 0, s>>>(dc, kStartGateIndex);
+      BRAID_LAUNCHED();
       BRAID_CUDA(cudaEventRecord(e0, s));
       op();
       BRAID_CUDA(cudaEventRecord(e1, s));

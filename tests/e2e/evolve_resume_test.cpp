@@ -121,6 +121,33 @@ TEST(EvolveEndToEnd, ResumeOfAFinishedRunIsANoOp) {
   std::filesystem::remove_all(results);
 }
 
+// stop_when: a goal the seed already meets ends the run before any child is proposed, says so,
+// records which candidate met it, and a resume proposes nothing either.
+TEST(EvolveEndToEnd, StopsWhenTheGoalIsMet) {
+  auto results = fresh_dir("e2e_goal");
+  auto cfg = std::filesystem::temp_directory_path() / ("braid_goal_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(cfg);
+    out << "num_islands: 2\nmax_parallel_jobs: 2\nstop_when: {metric: combined_score, at_least: 0.01}\n";
+  }
+  auto o = run_braid({"evolve", "examples/matmul_cpu", "--results", results.string(), "--generations", "20", "--seed", "3", "-c",
+                      cfg.string()});
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_NE(o.output.find("target reached: combined_score"), std::string::npos) << o.output;
+  {
+    Db db(results / "evolution.db");
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) " + kChildren), 0);
+    const std::string met = db.text("SELECT value FROM meta WHERE key='target_reached'");
+    EXPECT_NE(met.find("\"generation\":0"), std::string::npos) << met;
+  }
+  auto again = run_braid({"resume", results.string()});
+  EXPECT_EQ(again.code, 0) << again.output;
+  Db db(results / "evolution.db");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) " + kChildren), 0);
+  std::filesystem::remove(cfg);
+  std::filesystem::remove_all(results);
+}
+
 }  // namespace
 }  // namespace braid::test
 

@@ -243,8 +243,8 @@ int run_rank(const RankInfo& me) {
 
     // Copy engines over host-visible LSA addresses, ordered by stream memory operations, then by
     // the one-thread wait kernel.
-    const std::vector<void*> recv_peers = host_lsa_pointers(win, 0, n, s);
-    const std::vector<void*> flag_peers = host_lsa_pointers(flag_win, 512 * 1024, n, s);
+    const std::vector<void*> recv_peers = host_lsa_pointers(win, 0, n, s, me.rank);
+    const std::vector<void*> flag_peers = host_lsa_pointers(flag_win, 512 * 1024, n, s, me.rank);
     uint32_t* my_flags = reinterpret_cast<uint32_t*>(static_cast<char*>(flag_mem) + 512 * 1024);
     StreamMemOps memops;
     for (int variant = 0; variant < 2; ++variant) {
@@ -287,6 +287,15 @@ int run_rank(const RankInfo& me) {
           const std::string d = compare_device_bytes(recv, ref, bytes * n);
           check.expect(d.empty(), std::string("CopyEngineAllGather ") + how + std::to_string(bytes) + "B round " + std::to_string(round), d);
         }
+        // In place: the block already lies in this rank's own slot (no copy onto itself).
+        fresh(bytes, ++salt);
+        BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
+        char* own = static_cast<char*>(recv) + (size_t)me.rank * bytes;
+        BRAID_CUDA(cudaMemcpyAsync(own, src, bytes, cudaMemcpyDeviceToDevice, s));
+        ce.run(own, bytes, s);
+        finish();
+        const std::string d = compare_device_bytes(recv, ref, bytes * n);
+        check.expect(d.empty(), std::string("CopyEngineAllGather in place ") + how + std::to_string(bytes) + "B", d);
       }
     }
   }

@@ -320,6 +320,36 @@ TEST_F(ConfigFile, WrongTypesAndRangesAreErrors) {
   EXPECT_THROW(load_search_config("/nonexistent/braid.yaml"), UserError);
 }
 
+TEST_F(ConfigFile, StopWhenReadsAGoalOnAMetric) {
+  SearchConfig c = load_search_config(write("stop_when: {metric: max_ratio_to_bound, at_most: 1.05}\n"));
+  ASSERT_TRUE(c.stop_when.enabled());
+  EXPECT_EQ(c.stop_when.describe(), "max_ratio_to_bound <= 1.05");
+  EXPECT_TRUE(c.stop_when.met(0.9, json{{"max_ratio_to_bound", 1.02}}));
+  EXPECT_TRUE(c.stop_when.met(0.9, json{{"max_ratio_to_bound", 1.05}}));
+  EXPECT_FALSE(c.stop_when.met(2.0, json{{"max_ratio_to_bound", 1.08}}));
+  EXPECT_FALSE(c.stop_when.met(2.0, json{{"other", 1.0}}));  // no such metric: not met
+  EXPECT_FALSE(c.stop_when.met(2.0, json{{"max_ratio_to_bound", "1.0"}}));
+  SearchConfig back = search_config_from_json(c.to_json(), "stored");
+  EXPECT_EQ(back.stop_when.describe(), c.stop_when.describe());
+  SearchConfig score = load_search_config(write("stop_when: {metric: combined_score, at_least: 3}\n"));
+  EXPECT_TRUE(score.stop_when.met(3.0, json::object()));
+  EXPECT_FALSE(score.stop_when.met(2.9, json::object()));
+  EXPECT_FALSE(SearchConfig{}.stop_when.met(1e9, json::object()));
+}
+
+TEST_F(ConfigFile, StopWhenErrorsNameTheKey) {
+  for (const char* bad : {"stop_when: 1.05\n", "stop_when: {at_most: 1}\n", "stop_when: {metric: x}\n",
+                          "stop_when: {metric: x, at_most: 1, at_least: 0}\n", "stop_when: {metric: x, at_most: one}\n",
+                          "stop_when: {metric: x, below: 1}\n"}) {
+    try {
+      load_search_config(write(bad));
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("stop_when"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_F(ConfigFile, ExtraKeysRegisteredByOtherModulesAreAccepted) {
   register_extra_config_keys({"test_only_llm_key"});
   SearchConfig c = load_search_config(write("test_only_llm_key: 3\n"));

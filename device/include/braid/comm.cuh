@@ -726,26 +726,34 @@ __global__ void __launch_bounds__(1024) gin_all_gather_kernel(ncclDevComm dc, nc
 template <int kUnused = 0>
 __global__ void lsa_pointers_kernel(ncclWindow_t win, size_t offset, int n, void** out) {
   for (int p = threadIdx.x; p < n; p += blockDim.x) out[p] = ncclGetLsaPointer(win, offset, p);
+  if (threadIdx.x == 0) out[n] = ncclGetLocalPointer(win, offset);
 }
 
 // Every LSA peer's address of (win, offset), as host-usable pointers (ncclGetLsaPointer is
 // device-only). Valid while the window stays registered; cudaMemcpyAsync to/from them moves data
-// with the copy engines, StreamMemOps can wait on or write them.
-inline std::vector<void*> host_lsa_pointers(ncclWindow_t win, size_t offset, int lsa_size, cudaStream_t stream) {
+// with the copy engines, StreamMemOps can wait on or write them. Entry `self` (this rank's LSA
+// rank, when given) is the local address of the buffer: the LSA mapping of one's own segment is a
+// second virtual address of the same memory, so comparing it with a local pointer says nothing
+// and a copy "to self" through it silently copies the block onto itself (measured: an all-gather
+// that did so ran 18% slower).
+inline std::vector<void*> host_lsa_pointers(ncclWindow_t win, size_t offset, int lsa_size, cudaStream_t stream, int self = -1) {
   void** dev = nullptr;
-  BRAID_CUDA(cudaMalloc(&dev, sizeof(void*) * (size_t)lsa_size));
+  BRAID_CUDA(cudaMalloc(&dev, sizeof(void*) * (size_t)(lsa_size + 1)));
   lsa_pointers_kernel<><<<1, 32, 0, stream>>>(win, offset, lsa_size, dev);
   BRAID_LAUNCHED();
-  std::vector<void*> out((size_t)lsa_size);
-  BRAID_CUDA(cudaMemcpyAsync(out.data(), dev, sizeof(void*) * (size_t)lsa_size, cudaMemcpyDeviceToHost, stream));
+  std::vector<void*> out((size_t)lsa_size + 1);
+  BRAID_CUDA(cudaMemcpyAsync(out.data(), dev, sizeof(void*) * out.size(), cudaMemcpyDeviceToHost, stream));
   BRAID_CUDA(cudaStreamSynchronize(stream));
   BRAID_CUDA(cudaFree(dev));
+  if (self >= 0 && self < lsa_size) out[(size_t)self] = out[(size_t)lsa_size];
+  out.pop_back();
   return out;
 }
 
 // Copy-engine all-gather over LSA addresses: my block is copied into every peer's slot with
 // cudaMemcpyAsync. The caller orders it against the peers (a barrier before: peers ready; a
-// barrier or flag after: data complete).
+// barrier or flag after: data complete). peer_recv_bases[me] must be the local address
+// (host_lsa_pointers(..., self = me)) so that an in-place source is recognised.
 inline void copy_engine_all_gather(const std::vector<void*>& peer_recv_bases, int me, size_t block_stride, const void* src,
                                    size_t bytes, cudaStream_t stream) {
   const int n = (int)peer_recv_bases.size();
@@ -782,14 +790,14 @@ class CopyEngineAllGather {
   CopyEngineAllGather(ncclWindow_t recv_win, size_t recv_off, size_t block_stride, ncclWindow_t flag_win, size_t flag_off, int lsa_rank,
                       int lsa_size, cudaStream_t stream, Sync sync = Sync::StreamWrite)
       : me_(lsa_rank), n_(lsa_size), stride_(block_stride), sync_(sync) {
-    recv_ = host_lsa_pointers(recv_win, recv_off, lsa_size, stream);
-    flags_ = host_lsa_pointers(flag_win, flag_off, lsa_size, stream);
+    recv_ = host_lsa_pointers(recv_win, recv_off, lsa_size, stream, lsa_rank);
+    flags_ = host_lsa_pointers(flag_win, flag_off, lsa_size, stream, lsa_rank);
   }
   // Sync::Barrier form: no flag region; barrier index `barrier_index` of dc.
   CopyEngineAllGather(ncclWindow_t recv_win, size_t recv_off, size_t block_stride, ncclDevComm const& dc, uint32_t barrier_index,
                       cudaStream_t stream)
       : me_(dc.lsaRank), n_(dc.lsaSize), stride_(block_stride), sync_(Sync::Barrier), dc_(dc), barrier_index_(barrier_index) {
-    recv_ = host_lsa_pointers(recv_win, recv_off, n_, stream);
+    recv_ = host_lsa_pointers(recv_win, recv_off, n_, stream, me_);
   }
 
   void run(const void* src, size_t bytes, cudaStream_t stream) {

@@ -534,22 +534,18 @@ class Harness {
 
       const int iters = opt_.mode == Mode::Bench ? std::max(1, opt_.iters) : 1;
       const int warmup = opt_.mode == Mode::Bench ? std::max(0, opt_.warmup) : 0;
-      if (opt_.mode == Mode::Bench) {
-        stage = "baseline";
-        durations[1] = time_phase(ctx, wl_.baseline, warmup, iters, nsets, nullptr);
-        stage = "compute alone";
-        durations[2] = time_phase(ctx, wl_.compute_alone, warmup, iters, nsets, nullptr);
-        stage = "communication alone";
-        durations[3] = time_phase(ctx, wl_.comm_alone, warmup, iters, nsets, nullptr);
-      }
-      stage = "candidate run";
       ctx.iteration = 0;
       bool unjoined = false;
       StreamFn candidate_run = [&](Context& c, cudaStream_t s) {
         cand_.run(c, s);
         ++c.iteration;
       };
-      durations[0] = time_phase(ctx, candidate_run, warmup, iters, nsets, &unjoined);
+      // Bench: candidate, baseline, compute alone and communication alone are timed interleaved,
+      // iteration by iteration, so clock and temperature drift (a GPU at its power limit slows
+      // down over a run) falls on all of them alike instead of on whichever phase runs last.
+      std::vector<const StreamFn*> phases{&candidate_run};
+      if (opt_.mode == Mode::Bench) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
+      time_phases(ctx, phases, warmup, iters, nsets, durations, &unjoined, &stage);
       verdict.unjoined_work = unjoined ? 1 : 0;
       stage = "verification";
       verify_outputs(ctx, (warmup + iters - 1) % nsets, verdict);
@@ -639,34 +635,52 @@ class Harness {
   // Per iteration: load the input set and poison (untimed), device idle, barrier, events around
   // fn, join ctx streams, then the device sync. If the device was still busy after the end event
   // (work on a stream the harness does not know), the time until it went idle is added.
-  std::vector<double> time_phase(Context& ctx, const StreamFn& fn, int warmup, int iters, int nsets, bool* unjoined) {
-    std::vector<double> out;
-    if (!fn) return out;
-    for (int it = 0; it < warmup + iters; ++it) {
-      load_set(ctx, it % nsets);
-      BRAID_CUDA(cudaDeviceSynchronize());
-      barrier_->wait();
-      BRAID_CUDA(cudaEventRecord(start_, stream_));
-      fn(ctx, stream_);
-      for (cudaStream_t s : ctx.extra_streams()) {
-        BRAID_CUDA(cudaEventRecord(join_, s));
-        BRAID_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
-      }
-      BRAID_CUDA(cudaEventRecord(end_, stream_));
-      wait_event(end_, comm_);
-      const auto t_end = std::chrono::steady_clock::now();
-      BRAID_CUDA(cudaDeviceSynchronize());
-      const double tail_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
-      float ms = 0;
-      BRAID_CUDA(cudaEventElapsedTime(&ms, start_, end_));
-      double d = ms;
-      if (tail_ms > 3 * idle_tail_ms_ + 0.05) {  // well above an idle sync, well below real work
-        d += tail_ms;
-        if (unjoined != nullptr) *unjoined = true;
-      }
-      if (it >= warmup) out.push_back(d);
+  double time_once(Context& ctx, const StreamFn& fn, int set, bool* unjoined) {
+    load_set(ctx, set);
+    BRAID_CUDA(cudaDeviceSynchronize());
+    barrier_->wait();
+    BRAID_CUDA(cudaEventRecord(start_, stream_));
+    fn(ctx, stream_);
+    for (cudaStream_t s : ctx.extra_streams()) {
+      BRAID_CUDA(cudaEventRecord(join_, s));
+      BRAID_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
     }
-    return out;
+    BRAID_CUDA(cudaEventRecord(end_, stream_));
+    wait_event(end_, comm_);
+    const auto t_end = std::chrono::steady_clock::now();
+    BRAID_CUDA(cudaDeviceSynchronize());
+    const double tail_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    float ms = 0;
+    BRAID_CUDA(cudaEventElapsedTime(&ms, start_, end_));
+    double d = ms;
+    if (tail_ms > 3 * idle_tail_ms_ + 0.05) {  // well above an idle sync, well below real work
+      d += tail_ms;
+      if (unjoined != nullptr) *unjoined = true;
+    }
+    return d;
+  }
+
+  // phases[0] is the candidate; out[p] receives phase p's timed durations. Iteration i runs the
+  // phases in an order rotated by i, except that the candidate runs last in the final iteration:
+  // its outputs are the ones verified. Phases without a function are skipped.
+  void time_phases(Context& ctx, const std::vector<const StreamFn*>& phases, int warmup, int iters, int nsets, std::vector<double>* out,
+                   bool* unjoined, std::string* stage) {
+    static const char* const kNames[] = {"candidate run", "baseline", "compute alone", "communication alone"};
+    const size_t n = phases.size();
+    for (int it = 0; it < warmup + iters; ++it) {
+      std::vector<size_t> order;
+      for (size_t k = 0; k < n; ++k) order.push_back((k + (size_t)it) % n);
+      if (it == warmup + iters - 1) {
+        order.erase(std::find(order.begin(), order.end(), size_t{0}));
+        order.push_back(0);
+      }
+      for (size_t p : order) {
+        if (!*phases[p]) continue;
+        *stage = kNames[p];
+        const double d = time_once(ctx, *phases[p], it % nsets, p == 0 ? unjoined : nullptr);
+        if (it >= warmup) out[p].push_back(d);
+      }
+    }
   }
 
   void verify_outputs(Context& ctx, int set, RankVerdict& v) {
@@ -883,9 +897,11 @@ inline std::string metrics_json(const Report& r, const Options& opt) {
   priv += r.gin_available ? "true" : "false";
   priv += ", \"world\": " + std::to_string(r.world) + ", \"iterations\": " + std::to_string(opt.iters) + ", \"per_size\": [";
   bool any_unjoined = false;
+  double worst_ratio = 0;  // the slowest size against its bound: one number for a goal (stop_when)
   for (size_t i = 0; i < r.sizes.size(); ++i) {
     const SizeReport& s = r.sizes[i];
     const double bound = std::max(s.compute.median_ms, s.comm.median_ms);
+    if (bound > 0 && s.candidate.median_ms > 0) worst_ratio = std::max(worst_ratio, s.candidate.median_ms / bound);
     const double speedup = s.candidate.median_ms > 0 ? s.baseline.median_ms / s.candidate.median_ms : 0;
     pub += std::string(i ? ", " : "") + "{\"size\": " + std::to_string(s.size) + ", \"candidate_ms\": " + json_number(s.candidate.median_ms) +
            ", \"baseline_ms\": " + json_number(s.baseline.median_ms) + ", \"compute_ms\": " + json_number(s.compute.median_ms) +
@@ -904,7 +920,9 @@ inline std::string metrics_json(const Report& r, const Options& opt) {
                   (long long)s.size, s.candidate.median_ms, s.baseline.median_ms, speedup, bound, s.compute.median_ms, s.comm.median_ms);
     feedback += line;
   }
-  pub += "]}";
+  pub += "]";
+  if (worst_ratio > 0) pub += ", \"max_ratio_to_bound\": " + json_number(worst_ratio);
+  pub += "}";
   priv += "]}";
   if (!r.correct) feedback = "incorrect: " + r.error + ". " + feedback;
   if (any_unjoined) feedback += "Work was still running after run() returned (a stream the harness does not join); that time was added. ";

@@ -162,6 +162,24 @@ const std::map<std::string, Setter>& setters() {
          if (x < 0) c.fail("must be >= 0");
          s.seed = std::uint64_t(x);
        }},
+      {"stop_when",
+       [](auto& s, auto& v, auto& c) {
+         if (v.is_null()) {
+           s.stop_when = StopWhen{};
+           return;
+         }
+         if (!v.is_object()) c.fail("expected {metric: NAME, at_most: X} or {metric: NAME, at_least: X}, got " + v.dump());
+         StopWhen w;
+         for (auto it = v.begin(); it != v.end(); ++it) {
+           if (it.key() == "metric") w.metric = as_string(it.value(), c);
+           else if (it.key() == "at_most") w.at_most = as_double(it.value(), c);
+           else if (it.key() == "at_least") w.at_least = as_double(it.value(), c);
+           else c.fail("unknown field '" + it.key() + "' (metric, at_most, at_least)");
+         }
+         if (w.metric.empty()) c.fail("needs a metric name");
+         if (w.at_most.has_value() == w.at_least.has_value()) c.fail("needs exactly one of at_most and at_least");
+         s.stop_when = w;
+       }},
   };
   return table;
 }
@@ -304,8 +322,34 @@ json SearchConfig::to_json() const {
   j["task_sys_msg_per_island"] = task_sys_msg_per_island;
   j["island_api_types"] = island_api_types;
   j["seed"] = seed;
+  if (stop_when.enabled()) {
+    json w = {{"metric", stop_when.metric}};
+    if (stop_when.at_most) w["at_most"] = *stop_when.at_most;
+    if (stop_when.at_least) w["at_least"] = *stop_when.at_least;
+    j["stop_when"] = w;
+  }
   j["llm"] = llm;
   return j;
+}
+
+std::optional<double> StopWhen::value(double combined_score, const json& public_metrics) const {
+  if (metric == "combined_score") return combined_score;
+  if (!public_metrics.is_object()) return std::nullopt;
+  auto it = public_metrics.find(metric);
+  if (it == public_metrics.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+bool StopWhen::met(double combined_score, const json& public_metrics) const {
+  if (!enabled()) return false;
+  auto v = value(combined_score, public_metrics);
+  if (!v) return false;
+  return at_most ? *v <= *at_most : *v >= *at_least;
+}
+
+std::string StopWhen::describe() const {
+  if (!enabled()) return "";
+  return at_most ? fmt::format("{} <= {:g}", metric, *at_most) : fmt::format("{} >= {:g}", metric, *at_least);
 }
 
 }  // namespace braid

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,19 @@ namespace braid {
 struct PhaseSettings {
   std::array<double, 3> patch_type_probs{};
   std::array<double, 3> temperatures{};
+};
+
+// Ends a run early once a correct candidate reaches a goal: `metric` is "combined_score" or a
+// number among the candidate's public metrics (e.g. the harness's max_ratio_to_bound), compared
+// with at_most or at_least. Checked in generation order, so the stopping point is reproducible.
+struct StopWhen {
+  std::string metric;            // "" = never stop early
+  std::optional<double> at_most, at_least;
+  bool enabled() const { return !metric.empty(); }
+  // The metric's value for a candidate, if it has one.
+  std::optional<double> value(double combined_score, const json& public_metrics) const;
+  bool met(double combined_score, const json& public_metrics) const;
+  std::string describe() const;  // "max_ratio_to_bound <= 1.05"
 };
 
 struct SearchConfig {
@@ -58,6 +72,8 @@ struct SearchConfig {
   std::vector<std::string> island_api_types;                // e.g. lsa, gin (informational here)
 
   std::uint64_t seed = 0;   // 0: drawn at start and stored with the run
+
+  StopWhen stop_when;
 
   json llm = json::object();  // keys owned by the LLM operators (llm/operators.hpp)
 

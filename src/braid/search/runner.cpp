@@ -98,6 +98,7 @@ struct EvolutionRunner::Impl {
   std::string meta_recommendations;
   RunStatus status;
   std::string islands_note, stop_note;  // parts of status.note
+  bool target_reached = false;          // config stop_when met by an indexed candidate
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
 
@@ -146,6 +147,13 @@ struct EvolutionRunner::Impl {
       }
     }
     done_at_start = pop.done_count();
+    if (cfg.stop_when.enabled()) {  // resume: a stored candidate may already meet the goal
+      std::vector<std::string> ids;
+      for (std::size_t i = 0; i < pop.size(); ++i)
+        if (pop.at(i).failure == FailureKind::Ok && pop.at(i).patch_type != "migrant") ids.push_back(pop.at(i).id);
+      for (const auto& id : ids)
+        if (auto r = get(id); r && !target_reached) check_target(*r);
+    }
     refresh_status();
   }
 
@@ -215,6 +223,21 @@ struct EvolutionRunner::Impl {
     if (!pop.ranked_all().empty() && pop.at(pop.ranked_all().front()).id == rec.id) write_best(rec);
     log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
               to_string(rec.failure), rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
+    check_target(rec);
+  }
+
+  // stop_when: the first correct candidate (in generation order) that meets the goal ends the run.
+  void check_target(const ProgramRecord& rec) {
+    const StopWhen& w = cfg.stop_when;
+    if (target_reached || !w.enabled() || rec.failure != FailureKind::Ok || rec.patch_type == "migrant") return;
+    if (!w.met(rec.combined_score, rec.public_metrics)) return;
+    target_reached = true;
+    const double v = *w.value(rec.combined_score, rec.public_metrics);
+    stop_note = fmt::format("target reached: {} = {:.4g} ({}) by {} (generation {})", w.metric, v, w.describe(), rec.id, rec.generation);
+    log::info("{}; no new candidates are proposed", stop_note);
+    json info = {{"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
+    std::lock_guard lock(db_mutex);
+    db.set_meta("target_reached", info.dump());
   }
 
   void write_best(const ProgramRecord& rec) {
@@ -653,7 +676,7 @@ struct EvolutionRunner::Impl {
     bool budget_stop = false;
     const std::int64_t lag = cfg.max_parallel_jobs;
     while (true) {
-      bool stopping = stop.load() || budget_stop;
+      bool stopping = stop.load() || budget_stop || target_reached;
       // Propose the lowest generations not yet done while the pipeline has room.
       while (!stopping) {
         while (next <= cfg.num_generations && (pop.generation_done(next) || in_flight.count(next))) ++next;
@@ -665,6 +688,7 @@ struct EvolutionRunner::Impl {
           log::warn("LLM budget (max_api_cost) reached: no new candidates are proposed");
           break;
         }
+        if (target_reached) break;  // indexing above may have met the goal
         Candidate c = propose(next);
         if (c.rejected) {
           insert(c.record);
@@ -677,10 +701,11 @@ struct EvolutionRunner::Impl {
         if (stop.load()) break;
       }
       // Nothing more to propose: index what has finished, in order.
-      if (!discard_results && (next > cfg.num_generations || budget_stop)) index_through(cfg.num_generations);
+      const bool halted = budget_stop || target_reached;
+      if (!discard_results && (next > cfg.num_generations || halted)) index_through(cfg.num_generations);
       if (in_flight.empty()) break;
       // All finished: go round to index them or propose more (a stop goes on to end the jobs).
-      if (in_flight.size() == completed.size() && !stop.load() && !budget_stop) continue;
+      if (in_flight.size() == completed.size() && !stop.load() && !halted) continue;
       std::deque<Done> ready;
       {
         std::unique_lock lock(q_mutex);
