@@ -169,6 +169,58 @@ inline int ctas_for(size_t bytes, size_t min_chunk) {
 }
 inline uint32_t first_barrier(int site) { return (uint32_t)site * kBarriersPerSite; }
 
+// ---- launch shape per call site, the knobs of an annotated program (braid::convert::annotate) ----
+// Every replacement takes a Shape as its template argument after SITE (or one Site type, below);
+// the default Shape<> (Issuer::Cta, 0, 0, Backend::Lsa) takes exactly the rules' launch. ISSUER: the thread group that copies one chunk;
+// barriers stay one index per CTA whatever the issuer, so any issuer fits the site's
+// kBarriersPerSite indices. CTAS: 0 = the rule's count, else capped by the SMs (co-residency of
+// spinning grids) and kBarriersPerSite. CHUNK_BYTES: 0 = the rule's chunking (an even share per
+// issuer group). BACKEND: the converted program's device communicator requests no GIN resources,
+// so Gin runs on LSA (said once on stderr); annotate pins it to Lsa by a braid:require.
+template <Issuer I = Issuer::Cta, int CTAS = 0, size_t CHUNK_BYTES = 0, Backend BACKEND = Backend::Lsa>
+struct Shape {
+  static constexpr Issuer issuer = I;
+  static constexpr int ctas = CTAS;
+  static constexpr size_t chunk_bytes = CHUNK_BYTES;
+  static constexpr Backend backend = BACKEND;
+};
+// A call site with its shape, the one template argument of an annotated call: all_gather<S>(...)
+// with S = Site<0, ...> is all_gather<0, Shape<...>>(...) without a comma, so the call still fits
+// in a one-argument error-check macro (BRAID_NCCL(...)).
+template <int SITE, Issuer I = Issuer::Cta, int CTAS = 0, size_t CHUNK_BYTES = 0, Backend BACKEND = Backend::Lsa>
+struct Site {
+  static constexpr int site = SITE;
+  using shape = Shape<I, CTAS, CHUNK_BYTES, BACKEND>;
+};
+template <Issuer I>
+constexpr size_t groups_per_cta() {
+  return I == Issuer::Cta ? 1 : (I == Issuer::Warp ? (size_t)kThreads / 32 : (size_t)kThreads);
+}
+template <Issuer I, int CTAS, size_t CHUNK_BYTES>
+constexpr bool rule_shape() {
+  return I == Issuer::Cta && CTAS == 0 && CHUNK_BYTES == 0;
+}
+inline int tuned_ctas(int wanted, int rule) {
+  if (wanted <= 0) return rule;
+  const int cap = std::min<int>(state().sms > 0 ? state().sms : 32, (int)kBarriersPerSite);
+  return std::max(1, std::min(wanted, cap));
+}
+// Chunk in bytes, a multiple of `align` (16 B accesses; 8 elements for the reductions).
+template <Issuer I>
+inline size_t tuned_chunk(size_t chunk_bytes, size_t total_bytes, int ctas, size_t align) {
+  if (chunk_bytes > 0) return std::max(align, chunk_bytes / align * align);
+  const size_t groups = (size_t)ctas * groups_per_cta<I>();
+  return std::max(align, ((total_bytes + groups - 1) / groups + align - 1) / align * align);
+}
+template <int SITE, Backend B>
+inline void note_backend() {
+  if constexpr (B == Backend::Gin) {
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "braid_converted: site %d: backend Gin requested; converted collectives have no GIN path, it runs on LSA\n", SITE);
+    said = true;
+  }
+}
+
 // Teardown in the order NCCL needs: device communicator, windows (allocation order), then the
 // communicator; memory is freed by the program's own (converted) frees.
 inline void teardown(ncclComm_t comm) {
@@ -201,38 +253,73 @@ inline ncclResult_t comm_finalize(ncclComm_t comm) {
 // All-reduce (sum) = reduce-scatter pull of my slice from every peer's send window, then an
 // all-gather push of the reduced slice into every peer's receive window. The CTA that reduced a
 // chunk pushes it (same chunk dealing), so one __syncthreads orders the two.
-template <typename T>
+template <typename T, Issuer I = Issuer::Cta>
 __global__ void __launch_bounds__(1024) all_reduce_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, ncclWindow_t recv_win,
                                                           size_t recv_off, T* recv_local, size_t slice, size_t chunk_elems, uint32_t first_index) {
   LsaBarrier<Issuer::Cta> bar(dc, first_index);
   bar.sync(cuda::memory_order_acq_rel);
   T* mine = recv_local + (size_t)dc.lsaRank * slice;
-  reduce_scatter_pull<T, Issuer::Cta>(dc, send_win, send_off, mine, slice, chunk_elems);
+  reduce_scatter_pull<T, I>(dc, send_win, send_off, mine, slice, chunk_elems);
   __syncthreads();
-  all_gather_push<Issuer::Cta>(dc, recv_win, recv_off, slice * sizeof(T), mine, slice * sizeof(T), chunk_elems * sizeof(T));
+  all_gather_push<I>(dc, recv_win, recv_off, slice * sizeof(T), mine, slice * sizeof(T), chunk_elems * sizeof(T));
+  if constexpr (I != Issuer::Cta) __syncthreads();
+  bar.sync(cuda::memory_order_acq_rel);
+}
+
+// Tuned launches: barriers per CTA (LsaBarrier<Cta>), copies by issuer group I.
+template <Issuer I>
+__global__ void __launch_bounds__(1024) tuned_all_gather_kernel(ncclDevComm dc, ncclWindow_t recv_win, size_t recv_off, size_t block_stride,
+                                                                const void* src, size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  all_gather_push<I>(dc, recv_win, recv_off, block_stride, src, bytes, chunk_bytes);
+  __syncthreads();
+  bar.sync(cuda::memory_order_acq_rel);
+}
+template <typename T, Issuer I>
+__global__ void __launch_bounds__(1024) tuned_reduce_scatter_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, T* out,
+                                                                    size_t count, size_t chunk_elems, uint32_t first_index) {
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  reduce_scatter_pull<T, I>(dc, send_win, send_off, out, count, chunk_elems);
+  __syncthreads();
+  bar.sync(cuda::memory_order_acq_rel);
+}
+template <Issuer I>
+__global__ void __launch_bounds__(1024) tuned_all_to_all_kernel(ncclDevComm dc, ncclWindow_t recv_win, size_t recv_off, const void* src,
+                                                                size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  all_to_all_push<I>(dc, recv_win, recv_off, src, bytes, chunk_bytes);
+  __syncthreads();
   bar.sync(cuda::memory_order_acq_rel);
 }
 
 // Broadcast: every rank pulls the root's send window into its own receive buffer.
+template <Issuer I = Issuer::Cta>
 __global__ void __launch_bounds__(1024) broadcast_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, int root, char* recv,
                                                          size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+  using G = IssuerGroup<I>;
   LsaBarrier<Issuer::Cta> bar(dc, first_index);
   bar.sync(cuda::memory_order_acq_rel);
   const char* src = static_cast<const char*>(ncclGetLsaPointer(send_win, send_off, root));
   if (src != recv) {
     const size_t n = chunk_count(bytes, chunk_bytes);
-    for (size_t c = blockIdx.x; c < n; c += gridDim.x) {
+    for (size_t c = G::id(); c < n; c += G::count()) {
       const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
-      copy_range<Issuer::Cta>(recv + r.begin, src + r.begin, r.end - r.begin);
+      copy_range<I>(recv + r.begin, src + r.begin, r.end - r.begin);
     }
   }
+  if constexpr (I != Issuer::Cta) __syncthreads();
   bar.sync(cuda::memory_order_acq_rel);
 }
 
 // Grouped send/recv: receivers publish where each message goes (window, offset) in their
 // mailbox; after a barrier, senders read the peer's mailbox and push into the peer's window.
+template <Issuer I = Issuer::Cta>
 __global__ void __launch_bounds__(1024) p2p_kernel(ncclDevComm dc, ncclWindow_t mail_win, size_t mail_off, P2pPlan plan, size_t chunk_bytes,
                                                    uint32_t first_index) {
+  using G = IssuerGroup<I>;
   LsaBarrier<Issuer::Cta> bar(dc, first_index);
   MailEntry* box = static_cast<MailEntry*>(ncclGetLsaPointer(mail_win, mail_off, dc.lsaRank));
   // Every CTA writes the same entries: a peer's CTA k reads after meeting our CTA k's barrier.
@@ -249,18 +336,24 @@ __global__ void __launch_bounds__(1024) p2p_kernel(ncclDevComm dc, ncclWindow_t 
     char* dst = static_cast<char*>(ncclGetLsaPointer(plan.windows[e.window], e.offset, op.peer));
     const size_t bytes = op.bytes < e.bytes ? op.bytes : e.bytes;
     const size_t n = chunk_count(bytes, chunk_bytes);
-    for (size_t c = blockIdx.x; c < n; c += gridDim.x) {
+    for (size_t c = G::id(); c < n; c += G::count()) {
       const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
-      copy_range<Issuer::Cta>(dst + r.begin, static_cast<const char*>(op.src) + r.begin, r.end - r.begin);
+      copy_range<I>(dst + r.begin, static_cast<const char*>(op.src) + r.begin, r.end - r.begin);
     }
   }
+  if constexpr (I != Issuer::Cta) __syncthreads();
   bar.sync(cuda::memory_order_acq_rel);
 }
 
 // ---- drop-in replacements (NCCL's signatures; SITE picks disjoint barrier indices) ----
 
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t all_gather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   const size_t bytes = count * type_bytes(type);
   size_t off = 0;
   if (!ensure(comm) || window_of(recv, bytes * (size_t)state().nranks, &off) < 0) {
@@ -271,13 +364,25 @@ inline ncclResult_t all_gather(const void* send, void* recv, size_t count, ncclD
   AllGatherConfig cfg = all_gather_auto_config(bytes, s.sms);
   cfg.ctas = std::min<int>(cfg.ctas, (int)kBarriersPerSite);
   ncclWindow_t win = s.allocations[(size_t)window_of(recv, bytes, &off)].win;
-  launch_all_gather(cfg, s.dc, win, off, bytes, send, bytes, first_barrier(SITE), stream);
+  if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
+    launch_all_gather(cfg, s.dc, win, off, bytes, send, bytes, first_barrier(SITE), stream);
+  } else {
+    const int ctas = tuned_ctas(CTAS, cfg.ctas);
+    tuned_all_gather_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, win, off, bytes, send, bytes,
+                                                                   tuned_chunk<ISSUER>(CHUNK_BYTES, bytes, ctas, 16), first_barrier(SITE));
+    BRAID_LAUNCHED();
+  }
   return ncclSuccess;
 }
 
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   const size_t esize = type_bytes(type);
   size_t send_off = 0, recv_off = 0;
   const bool ok_type = (type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum;
@@ -292,22 +397,28 @@ inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclD
   }
   const State& s = state();
   const size_t slice = count / (size_t)s.nranks;
-  const int ctas = ctas_for(slice * esize, 64 * 1024);
-  const size_t chunk = ((slice + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8;
+  const int ctas = tuned_ctas(CTAS, ctas_for(slice * esize, 64 * 1024));
+  const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((slice + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8
+                                                                : tuned_chunk<ISSUER>(CHUNK_BYTES, slice * esize, ctas, 8 * esize) / esize;
   if (type == ncclFloat32)
-    all_reduce_kernel<float><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, s.allocations[(size_t)rw].win,
+    all_reduce_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, s.allocations[(size_t)rw].win,
                                                            recv_off, static_cast<float*>(recv), slice, chunk, first_barrier(SITE));
   else
-    all_reduce_kernel<__nv_bfloat16><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off,
+    all_reduce_kernel<__nv_bfloat16, ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off,
                                                                    s.allocations[(size_t)rw].win, recv_off, static_cast<__nv_bfloat16*>(recv),
                                                                    slice, chunk, first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
 }
 
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                    cudaStream_t stream) {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   const size_t esize = type_bytes(type);
   size_t send_off = 0;
   const bool ok_type = (type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum;
@@ -318,20 +429,36 @@ inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcoun
     return ncclReduceScatter(send, recv, recvcount, type, op, comm, stream);
   }
   const State& s = state();
-  const int ctas = ctas_for(recvcount * esize, 64 * 1024);
-  const size_t chunk = ((recvcount + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8;
-  if (type == ncclFloat32)
-    reduce_scatter_kernel<float, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off,
-                                                                            static_cast<float*>(recv), recvcount, chunk, first_barrier(SITE));
-  else
-    reduce_scatter_kernel<__nv_bfloat16, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(
-        s.dc, s.allocations[(size_t)sw].win, send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
+  if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
+    const int ctas = ctas_for(recvcount * esize, 64 * 1024);
+    const size_t chunk = ((recvcount + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8;
+    if (type == ncclFloat32)
+      reduce_scatter_kernel<float, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off,
+                                                                              static_cast<float*>(recv), recvcount, chunk, first_barrier(SITE));
+    else
+      reduce_scatter_kernel<__nv_bfloat16, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(
+          s.dc, s.allocations[(size_t)sw].win, send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
+  } else {
+    const int ctas = tuned_ctas(CTAS, ctas_for(recvcount * esize, 64 * 1024));
+    const size_t chunk = tuned_chunk<ISSUER>(CHUNK_BYTES, recvcount * esize, ctas, 8 * esize) / esize;
+    if (type == ncclFloat32)
+      tuned_reduce_scatter_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off,
+                                                                               static_cast<float*>(recv), recvcount, chunk, first_barrier(SITE));
+    else
+      tuned_reduce_scatter_kernel<__nv_bfloat16, ISSUER><<<ctas, kThreads, 0, stream>>>(
+          s.dc, s.allocations[(size_t)sw].win, send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
+  }
   BRAID_LAUNCHED();
   return ncclSuccess;
 }
 
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t broadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   const size_t bytes = count * type_bytes(type);
   size_t send_off = 0;
   int sw = -1;
@@ -341,20 +468,26 @@ inline ncclResult_t broadcast(const void* send, void* recv, size_t count, ncclDa
     return ncclBroadcast(send, recv, count, type, root, comm, stream);
   }
   const State& s = state();
-  const int ctas = ctas_for(bytes, 256 * 1024);
-  const size_t chunk = ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
-  broadcast_kernel<<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, root, static_cast<char*>(recv), bytes, chunk,
+  const int ctas = tuned_ctas(CTAS, ctas_for(bytes, 256 * 1024));
+  const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16
+                                                                : tuned_chunk<ISSUER>(CHUNK_BYTES, bytes, ctas, 16);
+  broadcast_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, root, static_cast<char*>(recv), bytes, chunk,
                                                   first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
 }
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t bcast(void* buf, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
-  return broadcast<SITE>(buf, buf, count, type, root, comm, stream);
+  return broadcast<SITE, SHAPE>(buf, buf, count, type, root, comm, stream);
 }
 
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   const size_t bytes = count * type_bytes(type);
   size_t off = 0;
   int rw = -1;
@@ -364,11 +497,45 @@ inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclD
     return ncclAlltoAll(send, recv, count, type, comm, stream);
   }
   const State& s = state();
-  const int ctas = ctas_for(bytes * (size_t)s.nranks, 256 * 1024);
-  const size_t chunk = ((bytes * (size_t)s.nranks + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
-  all_to_all_kernel<Issuer::Cta><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)rw].win, off, send, bytes, chunk, first_barrier(SITE));
+  if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
+    const int ctas = ctas_for(bytes * (size_t)s.nranks, 256 * 1024);
+    const size_t chunk = ((bytes * (size_t)s.nranks + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
+    all_to_all_kernel<Issuer::Cta><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)rw].win, off, send, bytes, chunk, first_barrier(SITE));
+  } else {
+    const int ctas = tuned_ctas(CTAS, ctas_for(bytes * (size_t)s.nranks, 256 * 1024));
+    const size_t chunk = tuned_chunk<ISSUER>(CHUNK_BYTES, bytes * (size_t)s.nranks, ctas, 16);
+    tuned_all_to_all_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)rw].win, off, send, bytes, chunk, first_barrier(SITE));
+  }
   BRAID_LAUNCHED();
   return ncclSuccess;
+}
+
+// The same replacements called with one Site type (annotated programs).
+template <typename S>
+inline ncclResult_t all_gather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  return all_gather<S::site, typename S::shape>(send, recv, count, type, comm, stream);
+}
+template <typename S>
+inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  return all_reduce<S::site, typename S::shape>(send, recv, count, type, op, comm, stream);
+}
+template <typename S>
+inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  return reduce_scatter<S::site, typename S::shape>(send, recv, recvcount, type, op, comm, stream);
+}
+template <typename S>
+inline ncclResult_t broadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  return broadcast<S::site, typename S::shape>(send, recv, count, type, root, comm, stream);
+}
+template <typename S>
+inline ncclResult_t bcast(void* buf, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  return broadcast<S::site, typename S::shape>(buf, buf, count, type, root, comm, stream);
+}
+template <typename S>
+inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  return all_to_all<S::site, typename S::shape>(send, recv, count, type, comm, stream);
 }
 
 inline ncclResult_t host_p2p(const std::vector<PendingP2p>& ops) {
@@ -383,6 +550,7 @@ inline ncclResult_t host_p2p(const std::vector<PendingP2p>& ops) {
 
 // Runs the pending sends and receives of a group as one p2p_kernel (or host NCCL when a buffer
 // is outside the windows, streams differ, or the group is larger than the plan holds).
+template <Issuer ISSUER = Issuer::Cta, int CTAS = 0, size_t CHUNK_BYTES = 0>
 inline ncclResult_t flush_p2p(int site) {
   State& s = state();
   std::vector<PendingP2p> ops;
@@ -412,9 +580,10 @@ inline ncclResult_t flush_p2p(int site) {
   }
   size_t total = 0;
   for (int i = 0; i < plan.nsends; ++i) total += plan.sends[i].bytes;
-  const int ctas = ctas_for(total, 256 * 1024);
+  const int ctas = tuned_ctas(CTAS, ctas_for(total, 256 * 1024));
   const size_t mail_off = sizeof(MailEntry) * kMaxLsaPeers * kMaxP2p * (size_t)site;
-  p2p_kernel<<<ctas, kThreads, 0, ops.front().stream>>>(s.dc, s.mailbox_win, mail_off, plan, 64 * 1024, first_barrier(site));
+  const size_t chunk = CHUNK_BYTES > 0 ? std::max<size_t>(16, CHUNK_BYTES / 16 * 16) : (size_t)64 * 1024;
+  p2p_kernel<ISSUER><<<ctas, kThreads, 0, ops.front().stream>>>(s.dc, s.mailbox_win, mail_off, plan, chunk, first_barrier(site));
   BRAID_LAUNCHED();
   return ncclSuccess;
 }
@@ -426,11 +595,20 @@ inline ncclResult_t group_start() {
   ++state().group_depth;
   return ncclSuccess;
 }
-template <int SITE>
+template <int SITE, typename SHAPE = Shape<>>
 inline ncclResult_t group_end() {
+  constexpr Issuer ISSUER = SHAPE::issuer;
+  constexpr int CTAS = SHAPE::ctas;
+  constexpr size_t CHUNK_BYTES = SHAPE::chunk_bytes;
+  constexpr Backend BACKEND = SHAPE::backend;
+  note_backend<SITE, BACKEND>();
   State& s = state();
-  if (s.group_depth > 0 && --s.group_depth == 0) return flush_p2p(SITE);
+  if (s.group_depth > 0 && --s.group_depth == 0) return flush_p2p<ISSUER, CTAS, CHUNK_BYTES>(SITE);
   return ncclSuccess;
+}
+template <typename S>
+inline ncclResult_t group_end() {
+  return group_end<S::site, typename S::shape>();
 }
 template <int SITE>
 inline ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
