@@ -7,6 +7,12 @@
 set -uo pipefail
 build=${1:?usage: rewrite_gate_test.sh <braid build dir>}
 here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+# A build made elsewhere (a bundle carried to the GPU machine) finds the shipped prompts and the
+# device headers of this checkout.
+export BRAID_PROMPTS_DIR=${BRAID_PROMPTS_DIR:-$root/prompts}
+export BRAID_DEVICE_INCLUDE=${BRAID_DEVICE_INCLUDE:-$root/device/include}
+export NCCL_NVLS_ENABLE=0
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
   echo "SKIPPED: fewer than 2 GPUs"
   exit 77

@@ -47,6 +47,16 @@ inline std::string rewrite_all_ranks_write(const std::string& rules_source) {
   return s;
 }
 
+// Compiles and fails at run time on every rank: the copy is 4096 times too long
+// (cudaErrorInvalidValue, BRAID_CUDA throws).
+inline std::string rewrite_copy_overflows(const std::string& rules_source) {
+  std::string s = with_second_site(rules_source);
+  replace_once(s, kHostReduce,
+               "BRAID_NCCL(braid_converted::all_reduce<1>(loss, loss_scratch, kLoss, ncclFloat, ncclSum, comm, stream));\n"
+               "  BRAID_CUDA(cudaMemcpyAsync(loss_total, loss_scratch, kLoss * sizeof(float) * 4096, cudaMemcpyDeviceToDevice, stream));");
+  return s;
+}
+
 // Does not compile: braid_converted has no rooted reduction.
 inline std::string rewrite_not_compiling(const std::string& rules_source) {
   std::string s = with_second_site(rules_source);

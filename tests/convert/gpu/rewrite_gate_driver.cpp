@@ -2,6 +2,8 @@
 // first rewrites reduce_to_root.cu so that it compiles and runs but writes `loss_total` on every
 // rank; only after the gate's failure text and the judge's diagnosis reach its prompt does it
 // answer with the fix, which must pass the gate on 2 local ranks.
+// Then a rewrite that fails at run time on every rank: the diagnostic rerun must name the failing
+// step (the oversized cudaMemcpyAsync) in the outcome that the next prompt shows.
 // Usage: rewrite_gate_driver <corpus_llm/reduce_to_root.cu> <work dir>. Exit 0 when every check holds.
 #include <cstdio>
 #include <filesystem>
@@ -88,6 +90,34 @@ int main(int argc, char** argv) {
   }
   check(r.source == right, "the accepted program is the fix");
   check(std::filesystem::exists(work / "record" / "stageB_iter2.cu"), "attempts recorded");
+
+  // Run failure: located by the diagnostic rerun, then fixed.
+  const std::string crashing = braid::testing::rewrite_copy_overflows(rules.source);
+  braid::testing::LoopbackLlmServer server2;
+  std::vector<std::string> prompts2;
+  server2.set_responder([&](const std::string&, const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
+    std::lock_guard lock(mu);
+    const std::string& p = m.back().second;
+    if (has(p, "You review one attempt")) return std::string("The copy after the all-reduce is longer than loss_total.");
+    prompts2.push_back(p);
+    if (has(p, "the failing step: line")) return braid::testing::fenced(right, "Copy size fixed; only the root copies.");
+    return braid::testing::fenced(crashing, "All-reduce, then copy.");
+  });
+  auto client2 = braid::llm::make_http_client(braid::llm::parse_model_spec("local:scripted@" + server2.base_url()), "", policy);
+  RewriteOptions o2 = o;
+  o2.gate.work_dir = work / "gate2";
+  o2.gate.run_timeout_s = 60;
+  o2.record_dir = work / "record2";
+  const RewriteResult r2 = rewrite_loop(analysis, source, rules, *client2, *client2, o2);
+  std::printf("%s\n", r2.to_json().dump(2).c_str());
+  check(r2.accepted && r2.attempts.size() == 2, "run failure then fix: accepted in two attempts");
+  if (!r2.attempts.empty()) {
+    const RewriteAttempt& first = r2.attempts[0];
+    check(first.outcome == "run_failed", "crashing rewrite: run_failed (got " + first.outcome + ")");
+    check(has(first.outcome_text, "the failing step: line") && has(first.outcome_text, "cudaMemcpyAsync(loss_total, loss_scratch"),
+          "the diagnostic rerun names the oversized copy: " + first.outcome_text);
+    check(prompts2.size() >= 2 && has(prompts2[1], "the failing step: line"), "the located step reached the next prompt");
+  }
   std::printf("%s\n", failures == 0 ? "REWRITE GATE: PASS" : "REWRITE GATE: FAIL");
   return failures == 0 ? 0 : 1;
 }
