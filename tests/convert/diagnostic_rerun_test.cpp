@@ -165,6 +165,15 @@ TEST(DiagnosticRerun, InstrumentedCorpusCompilesWithNvcc) {
   const auto work = std::filesystem::current_path() / "convert-nvcc" / "diagnostic_reduce_to_root";
   braid::BuildResult r = compile_only(text, work, "instrumented", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
+  // The corpus originals as the rerun would build them (no prelude: quick).
+  for (const char* name : {"reduce_to_root.cu", "split_stream_exchange.cu"}) {
+    const std::string orig = braid::read_file(corpus("corpus_llm", name));
+    const Instrumented oi = instrument_for_diagnosis(analyze(name, orig), orig);
+    EXPECT_GE(oi.steps.size(), 3u) << name;
+    const std::string gated = instrument_for_gate(analyze(name, oi.source), oi.source);
+    braid::BuildResult b = compile_only(gated, work, std::string("original_") + name, path.parent_path(), {"-O0", "-std=c++20"});
+    EXPECT_TRUE(b.ok) << name << ": " << b.error;
+  }
 }
 
 TEST(DiagnosticRerun, KnobbedSitesAreReadAsTheirNcclCalls) {

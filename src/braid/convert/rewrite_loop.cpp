@@ -83,7 +83,7 @@ std::string frozen_list(const Analysis& a) {
   return out;
 }
 
-// Whole lines of the failure text for a prompt: compiler output can be long, the head matters most.
+// Failure text for a prompt: compiler output can be long and its head (the first error) matters most.
 std::string clip(const std::string& text, std::size_t max_chars = 6000) {
   if (text.size() <= max_chars) return text;
   return text.substr(0, max_chars) + fmt::format("\n[... {} more characters]", text.size() - max_chars);
@@ -188,7 +188,7 @@ json RewriteResult::to_json() const {
                     {"prompt_chars", a.prompt.size()},
                     {"answer_chars", a.answer.size()},
                     {"code_chars", a.code.size()}});
-  json j{{"accepted", accepted}, {"attempts", atts}, {"llm_calls_rewrite", attempts.size()}};
+  json j{{"accepted", accepted}, {"attempts", atts}};
   if (!failure.empty()) j["failure"] = failure;
   return j;
 }
@@ -300,6 +300,9 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
           std::string d = jresp.text;
           if (const std::size_t fence = d.find("```"); fence != std::string::npos) d = d.substr(0, fence);
           at.diagnosis = trimmed(d);
+        } else {
+          // The loop goes on without a diagnosis: the outcome text alone still reaches the next prompt.
+          log::warn("convert rewrite: judge call failed ({}: {})", jresp.error_kind, jresp.error);
         }
       }
       stage_passed = at.outcome == "passed" || at.outcome == "compiled";
