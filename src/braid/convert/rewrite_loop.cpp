@@ -268,11 +268,19 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
           GateOptions go = options.gate;
           go.run = true;
           const GateResult g = run_gate_on_candidate(analysis, original_source, cand, at.code, go);
+          if (!g.passed && g.failure.rfind("original ", 0) == 0) {
+            // Nothing a rewrite can fix: the reference itself does not build or run here.
+            at.outcome = "original_failed";
+            at.outcome_text = g.failure;
+            record_attempt(options.record_dir, at);
+            result.attempts.push_back(at);
+            result.failure = "the gate cannot use the original program: " + g.failure;
+            return result;
+          }
           judge_it = !g.passed;
           if (g.passed) {
             at.outcome = "passed";
           } else if (!g.built) {
-            // The original always compiled before the loop started, so the candidate is what failed.
             at.outcome = "build_failed";
           } else if (!g.ran) {
             at.outcome = "run_failed";

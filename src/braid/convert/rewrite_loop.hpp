@@ -33,8 +33,9 @@ struct RewriteAttempt {
   std::string stage;  // "A" infrastructure | "B" collectives
   int iteration = 0;  // 1-based within the stage
   std::string prompt, answer, code;
-  // no_code | llm_error | frozen_changed | build_failed | run_failed | wrong_output | passed |
-  // compiled (CPU-only: gate not run)
+  // no_code | llm_error | frozen_changed | not_converted (a host call the stage was to convert is
+  // still there) | build_failed | run_failed | wrong_output | passed | compiled (CPU-only: gate
+  // not run) | original_failed (the gate could not build or run the original: the loop stops)
   std::string outcome;
   std::string outcome_text;  // compiler text, gate failure, diagnostic rerun's located step
   std::string diagnosis;     // judge's text, no code
