@@ -104,6 +104,29 @@ function candidateRows(run, items) {
 }
 const candidateHeaders = ['id', 'score', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
 
+// `braid run`: the fast path's summary (rules, what was left, LLM rewrite, gate, annotation).
+function conversionSection(c) {
+  if (!c) return null;
+  const gate = c.gate || {};
+  const ann = c.annotation || {};
+  const rows = [
+    ['input', c.input || '-'],
+    ['method', c.method || '-'],
+    ['NCCL calls converted', `${c.converted_calls ?? 0} of ${c.nccl_calls ?? 0}`],
+    ['rule changes', (c.changes || []).length],
+    ['gate', `${gate.status || '-'}${gate.reason ? ` (${gate.reason})` : ''}${gate.failure ? `: ${gate.failure}` : ''}`],
+    ['compiled', c.compiled || '-'],
+    ['annotation', `${ann.method || '-'}: ${(ann.blocks || []).length} blocks, ${ann.knob_count ?? 0} knobs${ann.llm_outcome ? ` (LLM: ${ann.llm_outcome})` : ''}`],
+  ];
+  if (c.rewrite) rows.splice(4, 0, ['LLM rewrite', `${c.rewrite.accepted ? 'accepted' : 'not accepted'} after ${c.rewrite.attempts} attempt(s) ${c.rewrite.failure || ''}`]);
+  const left = c.left || [];
+  return el('div', { className: 'conversion' },
+    el('h2', {}, 'Conversion'),
+    table(['item', 'value'], rows),
+    left.length ? el('h3', {}, 'Left as host NCCL') : null,
+    left.length ? table(['line', 'construct', 'reason'], left.map((l) => [l.line, l.construct, l.reason])) : null);
+}
+
 async function viewOverview(r) {
   const base = `/api/runs/${r.run}`;
   const [ov, top] = await Promise.all([api(`${base}/overview`), api(`${base}/candidates?order=score&limit=10`)]);
@@ -121,6 +144,7 @@ async function viewOverview(r) {
       kpi('LLM cost', `$${cost.toFixed(4)}`),
       kpi('LLM calls', ov.cost.llm_calls ?? '-')),
     best ? el('p', {}, 'Best: ', candLink(r.run, best.id), ` (generation ${best.generation}, island ${best.island})`) : null,
+    conversionSection(ov.conversion),
     el('div', { className: 'plots' },
       plot(`${base}/plots/best_by_eval.svg`, 'best score over evaluations'),
       plot(`${base}/plots/best_by_time.svg`, 'best score over wall time'),

@@ -220,6 +220,7 @@ struct ResumeArgs {
 };
 
 int do_resume(ResumeArgs& a) {
+  if (is_pipeline_run(a.results)) return continue_pipeline(a.results, a.generations, a.parallel);
   if (!std::filesystem::exists(db_path(a.results)))
     throw UserError(a.results.string(), "holds no braid run (no evolution.db)");
   ProgramDatabase db(db_path(a.results));

@@ -32,4 +32,9 @@ SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec);
 // Runs with a live status line (terminal) or periodic log lines, SIGINT/SIGTERM stop cleanly.
 int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results);
 
+// `braid run` folders (cmd_run.cpp): a run_state.json records the finished steps. `braid resume`
+// continues such a folder through the remaining steps (convert .. evolve).
+bool is_pipeline_run(const std::filesystem::path& results);
+int continue_pipeline(const std::filesystem::path& results, std::int64_t generations, int parallel);
+
 }  // namespace braid::cli

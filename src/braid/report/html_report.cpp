@@ -58,6 +58,37 @@ std::string json_table(const json& j) {
   return s + "</table>";
 }
 
+// The fast path's summary of a `braid run` (meta "conversion").
+std::string conversion_html(const json& c) {
+  auto text = [](const json& j, const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string(); };
+  const json gate = c.value("gate", json::object());
+  const json ann = c.value("annotation", json::object());
+  std::string h = "<h2>Conversion</h2><table>";
+  auto row = [&](const std::string& k, const std::string& v) { h += fmt::format("<tr><th>{}</th><td>{}</td></tr>", escape_html(k), escape_html(v)); };
+  row("input", text(c, "input"));
+  row("method", text(c, "method"));
+  row("NCCL calls converted", fmt::format("{} of {}", c.value("converted_calls", 0), c.value("nccl_calls", 0)));
+  row("rule changes", std::to_string(c.value("changes", json::array()).size()));
+  if (c.contains("rewrite"))
+    row("LLM rewrite", fmt::format("{} after {} attempt(s) {}", c["rewrite"].value("accepted", false) ? "accepted" : "not accepted",
+                                   c["rewrite"].value("attempts", 0), text(c["rewrite"], "failure")));
+  row("gate", text(gate, "status") + (text(gate, "reason").empty() ? "" : " (" + text(gate, "reason") + ")") +
+                  (text(gate, "failure").empty() ? "" : ": " + text(gate, "failure")));
+  row("compiled", text(c, "compiled"));
+  row("annotation", fmt::format("{}: {} blocks, {} knobs{}", text(ann, "method"), ann.value("blocks", json::array()).size(),
+                                ann.value("knob_count", 0), text(ann, "llm_outcome").empty() ? "" : " (LLM: " + text(ann, "llm_outcome") + ")"));
+  h += "</table>";
+  const json left = c.value("left", json::array());
+  if (!left.empty()) {
+    h += "<h3>Left as host NCCL</h3><table><tr><th>line</th><th>construct</th><th>reason</th></tr>";
+    for (const auto& l : left)
+      h += fmt::format("<tr><td>{}</td><td><code>{}</code></td><td>{}</td></tr>", l.value("line", 0), escape_html(text(l, "construct")),
+                       escape_html(text(l, "reason")));
+    h += "</table>";
+  }
+  return h;
+}
+
 }  // namespace
 
 std::string render_html_report(RunReader& run, const ReportOptions& options) {
@@ -79,6 +110,8 @@ std::string render_html_report(RunReader& run, const ReportOptions& options) {
   h += fmt::format("<span class=\"kpi\">wall time<b>{:.0f} s</b></span>", ov.at("elapsed_s").get<double>());
   h += fmt::format("<span class=\"kpi\">LLM cost<b>${:.4f}</b></span>", usd);
   h += "</div>";
+
+  if (ov.contains("conversion") && ov.at("conversion").is_object()) h += conversion_html(ov.at("conversion"));
 
   h += "<h2>Progress</h2>";
   for (const char* plot : {"best_by_eval", "best_by_time"}) h += "<figure>" + *run_plot_svg(run, plot) + "</figure>";

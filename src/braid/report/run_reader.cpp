@@ -276,6 +276,13 @@ json RunReader::overview() {
         return std::nullopt;
       }())
     j["run_seed"] = *seed_text;
+  // `braid run`: the fast path's summary (rules, what was left, LLM rewrite, gate, annotation).
+  j["conversion"] = nullptr;
+  {
+    sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'conversion'");
+    if (s.step()) j["conversion"] = json::parse(s.column_text(0), nullptr, false);
+    if (j["conversion"].is_discarded()) j["conversion"] = nullptr;
+  }
 
   // LLM cost: the cost ledger's table when the run used one, else the per-candidate costs.
   json cost = {{"candidates_usd", candidate_cost}, {"llm_calls", nullptr}, {"llm_calls_usd", nullptr}};
