@@ -7,11 +7,14 @@
 #include <filesystem>
 #include <random>
 
+#include "../llm/loopback_llm_server.hpp"
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/annotate.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/eval/gpu_toolchain.hpp"
+#include "braid/llm/client.hpp"
+#include "braid/llm/model_spec.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/util/error.hpp"
@@ -112,9 +115,13 @@ TEST_P(Annotated, DefaultsAreTheConvertedProgram) {
   Program p = Program::parse(c.annotation.source, GetParam());
   ASSERT_TRUE(p.ok());
   for (const Knob& k : p.knobs()) {
-    if (k.name.find("Issuer") != std::string::npos) EXPECT_EQ(k.value, "braid::dev::Issuer::Cta");
-    if (k.name.find("Ctas") != std::string::npos || k.name.find("ChunkBytes") != std::string::npos) EXPECT_EQ(k.value, "0");
-    if (k.name.find("Backend") != std::string::npos) EXPECT_EQ(k.value, "braid::dev::Backend::Lsa");
+    if (k.name.find("Issuer") != std::string::npos) {
+      EXPECT_EQ(k.value, "braid::dev::Issuer::Cta");
+    } else if (k.name.find("Backend") != std::string::npos) {
+      EXPECT_EQ(k.value, "braid::dev::Backend::Lsa");
+    } else {
+      EXPECT_EQ(k.value, "0") << k.name;  // CTAs and chunk bytes: the rule's choice
+    }
   }
   EXPECT_NE(c.converted.find("template <Issuer I = Issuer::Cta, int CTAS = 0, size_t CHUNK_BYTES = 0, Backend BACKEND = Backend::Lsa>\nstruct Shape"), std::string::npos);
   EXPECT_NE(c.converted.find("template <int SITE, typename SHAPE = Shape<>>"), std::string::npos);
@@ -241,4 +248,100 @@ TEST(Annotate, LlmAnswerChecks) {
 TEST(Annotate, NotAConvertedProgramIsAUserError) {
   const std::string original = read_file(program_path("allreduce_after_kernel"));
   EXPECT_THROW(annotate_rules("allreduce_after_kernel.cu", original), UserError);
+}
+
+// ---- LLM-assisted annotation through a real HTTP server on loopback ----
+
+namespace {
+
+std::unique_ptr<llm::LlmClient> loopback_client(const braid::testing::LoopbackLlmServer& server) {
+  llm::RetryPolicy p;
+  p.max_retries = 0;
+  p.timeout_s = 30.0;
+  return llm::make_http_client(llm::parse_model_spec("local:annotator@" + server.base_url()), "", p);
+}
+
+// The rules' annotation the prompt shows (the one ```cuda block).
+std::string shown_program(const std::vector<std::pair<std::string, std::string>>& messages) {
+  const std::string& text = messages.back().second;
+  const std::size_t at = text.find("```cuda\n");
+  const std::size_t end = text.rfind("```");
+  if (at == std::string::npos || end <= at) return "";
+  return text.substr(at + 8, end - at - 8);
+}
+
+AnnotateOptions llm_options(llm::LlmClient& client, const std::string& name) {
+  AnnotateOptions o;
+  o.llm = &client;
+  o.work_dir = std::filesystem::current_path() / "annotate-llm" / name;
+  o.source_dir = program_path(name).parent_path();
+  o.flags = {"-O0", "-std=c++20", "--expt-relaxed-constexpr"};
+  return o;
+}
+
+}  // namespace
+
+// The model adds a knob for the compute launch inside the communication block: parses, keeps the
+// frozen parts, compiles -> taken, and the knob mutator can use it.
+TEST(AnnotateLlm, AcceptedWhenItParsesKeepsFrozenPartsAndCompiles) {
+  if (!find_cuda_toolchain()) GTEST_SKIP() << "no nvcc: an LLM annotation is only taken once it compiles";
+  braid::testing::LoopbackLlmServer server;
+  server.set_responder([](const std::string&, const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
+    std::string program = shown_program(m);
+    const std::string launch = "  scale<<<128, 256, 0, stream>>>(grad, kCount, 2.0f);\n";
+    const std::size_t at = program.find(launch);
+    if (at == std::string::npos) return std::string("no launch found");
+    program.replace(at, launch.size(),
+                    "  constexpr int kScaleBlocks = 128;  // braid:knob 64|128|256\n"
+                    "  scale<<<kScaleBlocks, 256, 0, stream>>>(grad, kCount, 2.0f);\n");
+    return "Here is the annotated program.\n```cuda\n" + program + "```\n";
+  });
+  auto client = loopback_client(server);
+  const Converted c = convert_and_annotate("allreduce_after_kernel");
+  AnnotatedProgram a = annotate("allreduce_after_kernel", c.converted, llm_options(*client, "allreduce_after_kernel"));
+  EXPECT_EQ(a.method, "llm") << a.llm_detail;
+  EXPECT_EQ(a.llm_outcome, "accepted");
+  EXPECT_EQ(a.rules_source, c.annotation.source);
+  Program p = Program::parse(a.source, "llm");
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(p.find_knob("kScaleBlocks"), nullptr);
+  EXPECT_EQ(a.knob_count, c.annotation.knob_count + 1);
+  EXPECT_EQ(a.to_json().at("method"), "llm");
+  ASSERT_EQ(server.request_count(), 1u);
+  EXPECT_NE(server.requests().front().raw_body.find("EVOLVE-BLOCK-START knobs"), std::string::npos) << "the prompt shows the rules' annotation";
+}
+
+TEST(AnnotateLlm, FallsBackToTheRulesWithTheReason) {
+  braid::testing::LoopbackLlmServer server;
+  std::string next;  // what the model answers next
+  server.set_responder([&](const std::string&, const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
+    std::string program = shown_program(m);
+    if (next == "frozen") {
+      // The verification's synchronisation moved into a block.
+      const std::string sync = "  BRAID_CUDA(cudaStreamSynchronize(stream));\n  // braid:output sum\n";
+      const std::size_t at = program.find(sync);
+      const std::string end = "  // EVOLVE-BLOCK-END\n";
+      const std::size_t end_at = program.rfind(end, at);
+      program.erase(end_at, end.size());
+      program.insert(program.find("  // braid:output sum\n"), end);
+      return "```cuda\n" + program + "```";
+    }
+    if (next == "parse") return "```cuda\n// EVOLVE-BLOCK-START x\nint a;\n```";
+    return std::string("I would put the block around the all-reduce.");
+  });
+  auto client = loopback_client(server);
+  const Converted c = convert_and_annotate("allreduce_after_kernel");
+  for (const auto& [answer, outcome] : std::vector<std::pair<std::string, std::string>>{{"prose", "no_code"}, {"parse", "parse_failed"}, {"frozen", "frozen_changed"}}) {
+    next = answer;
+    AnnotatedProgram a = annotate("allreduce_after_kernel", c.converted, llm_options(*client, "allreduce_after_kernel"));
+    EXPECT_EQ(a.method, "rules") << answer;
+    EXPECT_EQ(a.llm_outcome, outcome) << a.llm_detail;
+    EXPECT_FALSE(a.llm_detail.empty());
+    EXPECT_EQ(a.source, c.annotation.source) << "the rules' annotation stays";
+    EXPECT_EQ(a.to_json().at("llm_outcome"), outcome);
+  }
+  server.push_faults({braid::testing::Fault::ServerError});
+  AnnotatedProgram a = annotate("allreduce_after_kernel", c.converted, llm_options(*client, "allreduce_after_kernel"));
+  EXPECT_EQ(a.llm_outcome, "llm_error");
+  EXPECT_EQ(a.source, c.annotation.source);
 }
