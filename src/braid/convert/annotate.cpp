@@ -526,6 +526,7 @@ AnnotatedProgram annotate(const std::string& file, const std::string& converted_
   req.replay_key = "annotate/" + file;
   const llm::LlmResponse resp = options.llm->complete(req);
   if (!options.record_dir.empty()) {
+    std::filesystem::create_directories(options.record_dir);
     write_file_atomic(options.record_dir / "annotate_prompt.md", req.messages.front().content);
     write_file_atomic(options.record_dir / "annotate_answer.md", resp.ok() ? resp.text : "error: " + resp.error);
   }
