@@ -336,9 +336,11 @@ class Pipeline {
       g.work_dir = results_ / "convert/gate";
       g.source_dir = fs::absolute(a_.input).parent_path();
       g.ranks = a_.ranks;
-      Conversion final_conv = rules_;
-      final_conv.source = converted_;
-      const GateResult r = run_gate(analysis_, original_, final_conv, g);
+      // The rules' conversion is gated as `braid convert --verify` does; a rewrite by the LLM is
+      // a whole program of its own (analysed as converted code, instrumented like the original).
+      const GateResult r = converted_ == rules_.source
+                               ? run_gate(analysis_, original_, rules_, g)
+                               : run_gate_on_candidate(analysis_, original_, analyze_converted(a_.input.string(), converted_), converted_, g);
       gate_ = gate_to_json(r);
       gate_["status"] = r.passed ? "verified" : "failed";
       if (!r.passed) {
