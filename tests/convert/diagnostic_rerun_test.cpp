@@ -180,7 +180,7 @@ TEST(DiagnosticRerun, KnobbedSitesAreReadAsTheirNcclCalls) {
   const auto path = corpus("corpus_llm", "reduce_to_root.cu");
   const std::string src = braid::read_file(path);
   std::string conv = transform(analyze("reduce_to_root.cu", src), src).source;
-  braid::testing::replace_once(conv, "braid_converted::all_reduce<0>(", "braid_converted::all_reduce<0, kIssuer, kCtas, kChunk, kBackend>(");
+  braid::testing::replace_once(conv, "braid_converted::all_reduce<0>(", "braid_converted::all_reduce<0, Shape<kIssuer, kCtas, kChunk>>(");
   const Analysis a = analyze_converted("reduce_to_root.cu", conv);
   int all_reduces = 0;
   for (const Call& c : a.calls)

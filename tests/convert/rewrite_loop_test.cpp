@@ -2,6 +2,7 @@
 // it is shown, with real nvcc compilations (CPU only: run_gate = false).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <mutex>
@@ -29,6 +30,22 @@ std::unique_ptr<braid::llm::LlmClient> client_for(const LoopbackLlmServer& serve
   p.max_retries = 0;
   p.timeout_s = 30.0;
   return braid::llm::make_http_client(braid::llm::parse_model_spec("local:" + model + "@" + server.base_url()), "", p);
+}
+
+// The n-th (0-based) ```cuda block of a prompt: 0 is the original, 1 the current program.
+std::string cuda_block(const std::string& prompt, int n) {
+  std::size_t at = 0;
+  for (int i = 0; i <= n; ++i) {
+    at = prompt.find("```cuda\n", at);
+    if (at == std::string::npos) return "";
+    at += 8;
+  }
+  return prompt.substr(at, prompt.find("\n```", at) - at);  // the template adds the newline before the fence
+}
+
+int line_containing(const std::string& text, const std::string& part) {
+  const std::size_t at = text.find(part);
+  return at == std::string::npos ? 0 : 1 + (int)std::count(text.begin(), text.begin() + (long)at, '\n');
 }
 
 bool is_judge(const Messages& m) { return !m.empty() && m.back().second.find("You review one attempt") != std::string::npos; }
@@ -115,7 +132,9 @@ TEST(RewriteLoop, CompilerErrorReachesJudgeAndDiagnosisReachesNextPrompt) {
     }
     rewrite_prompts.push_back(m.back().second);
     const std::string& p = m.back().second;
-    if (p.find("DIAG-7") != std::string::npos) return braid::testing::fenced(good, "Rooted sum through a scratch window.");
+    // Like a model: edit the current program as shown (its generated block folded to one line).
+    if (p.find("DIAG-7") != std::string::npos)
+      return braid::testing::fenced(braid::testing::rewrite_correct(cuda_block(p, 1)), "Rooted sum through a scratch window.");
     if (p.find("no fenced ```cuda block") != std::string::npos) return braid::testing::fenced(broken, "Used a rooted reduction.");
     return std::string("I would use a rooted reduction kernel here.");
   });
@@ -130,12 +149,18 @@ TEST(RewriteLoop, CompilerErrorReachesJudgeAndDiagnosisReachesNextPrompt) {
   EXPECT_EQ(r.attempts[0].outcome, "no_code");
   EXPECT_EQ(r.attempts[1].outcome, "build_failed");
   EXPECT_EQ(r.attempts[2].outcome, "compiled");
-  // The real nvcc error names the missing member; it reached the judge, whose text reached the next prompt.
+  // The real nvcc error names the missing member; it reached the judge (its line counted in the
+  // folded program the judge sees), whose text reached the next prompt.
   const std::string& nvcc_error = r.attempts[1].outcome_text;
-  EXPECT_NE(nvcc_error.find("reduce_to_root"), std::string::npos) << nvcc_error;
+  EXPECT_NE(nvcc_error.find("namespace \"braid_converted\" has no member \"reduce_to_root\""), std::string::npos) << nvcc_error;
   ASSERT_EQ(judge_prompts.size(), 1u);
-  EXPECT_NE(judge_prompts[0].find(nvcc_error.substr(0, std::min<std::size_t>(nvcc_error.size(), 2000))), std::string::npos);
-  EXPECT_EQ(judge_prompts[0].find(good), std::string::npos);
+  EXPECT_NE(judge_prompts[0].find("namespace \"braid_converted\" has no member \"reduce_to_root\""), std::string::npos);
+  const int folded_line = line_containing(fold_prelude(broken).text, "reduce_to_root<1>");
+  const int unfolded_line = line_containing(broken, "reduce_to_root<1>");
+  ASSERT_GT(unfolded_line, folded_line);
+  EXPECT_NE(nvcc_error.find("stageB_iter2.cu(" + std::to_string(unfolded_line) + ")"), std::string::npos) << nvcc_error;
+  EXPECT_NE(judge_prompts[0].find("stageB_iter2.cu(" + std::to_string(folded_line) + ")"), std::string::npos) << judge_prompts[0];
+  EXPECT_NE(judge_prompts[0].find(kFoldMarker), std::string::npos);  // the judge reads the folded candidate
   EXPECT_EQ(r.attempts[1].diagnosis, diagnosis);
   ASSERT_EQ(rewrite_prompts.size(), 3u);
   EXPECT_NE(rewrite_prompts[2].find(diagnosis), std::string::npos);
@@ -152,7 +177,28 @@ TEST(RewriteLoop, CompilerErrorReachesJudgeAndDiagnosisReachesNextPrompt) {
     EXPECT_TRUE(std::filesystem::exists(base.string() + ".outcome.json"));
   }
   EXPECT_EQ(braid::read_file(f.work / "record" / "stageB_iter3.cu"), good);
+  // The answer carried the fold line, not the ~500 generated lines; the loop put them back.
+  EXPECT_NE(r.attempts[2].answer.find(kFoldMarker), std::string::npos);
+  EXPECT_LT(r.attempts[2].answer.size(), good.size() / 2);
+  EXPECT_NE(rewrite_prompts[0].find("inline ncclResult_t all_reduce("), std::string::npos);  // the folded block's interface
   EXPECT_NE(braid::read_file(f.work / "record" / "stageB_iter2.outcome.json").find("build_failed"), std::string::npos);
+}
+
+TEST(RewriteLoop, FoldsTheGeneratedBlockAndPutsItBack) {
+  Fixture f("fold");
+  const FoldedProgram folded = fold_prelude(f.rules.source);
+  ASSERT_FALSE(folded.prelude.empty());
+  EXPECT_EQ(folded.text.find("namespace braid_converted {\nusing namespace"), std::string::npos);
+  EXPECT_NE(folded.text.find(kFoldMarker), std::string::npos);
+  EXPECT_NE(folded.text.find("BRAID_NCCL(braid_converted::all_reduce<0>(grads"), std::string::npos);
+  EXPECT_EQ(unfold_prelude(folded.text, folded), f.rules.source);
+  EXPECT_GT(folded.prelude_lines, 100);
+  for (const char* decl : {"sym_malloc(", "sym_free(", "all_reduce(", "all_gather(", "broadcast(", "group_end(", "comm_destroy("})
+    EXPECT_NE(folded.api.find(decl), std::string::npos) << decl;
+  EXPECT_EQ(folded.api.find("first_barrier("), std::string::npos);  // internals are not its interface
+  // An answer that wrote the block out itself is taken as it is; nothing to fold is left alone.
+  EXPECT_EQ(unfold_prelude(f.rules.source, folded), f.rules.source);
+  EXPECT_TRUE(fold_prelude(f.source).prelude.empty());
 }
 
 TEST(RewriteLoop, IterationBoundEndsTheLoop) {

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -118,6 +120,64 @@ std::string still_host(const Analysis& candidate, const std::string& candidate_s
   return out;
 }
 
+const char* const kPreludeBegin = "// ==== braid convert: device-initiated replacements";
+const char* const kPreludeEnd = "// ==== end of braid convert's replacements ====";
+
+int line_of(const std::string& text, std::size_t pos) { return 1 + (int)std::count(text.begin(), text.begin() + (long)pos, '\n'); }
+
+// The declarations of the replacements a rewrite may call (sym_malloc, all_reduce<SITE>, ...):
+// the folded prelude's interface, so the model knows the signatures without the bodies.
+std::string replacement_api(const std::string& prelude) {
+  static const std::set<std::string> kPublic = {"sym_malloc",     "sym_nccl_alloc", "sym_free",  "sym_nccl_free",  "comm_destroy",
+                                                "comm_finalize",  "all_gather",     "all_reduce", "reduce_scatter", "broadcast",
+                                                "bcast",          "all_to_all",     "send",      "recv",           "group_start",
+                                                "group_end"};
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(prelude);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  std::string out;
+  int depth = 0;  // namespace braid_converted's own level is 1: nested scopes are not its interface
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (depth == 1 && line.rfind("inline ", 0) == 0) {
+      const std::size_t paren = line.find('(');
+      std::size_t name_begin = paren == std::string::npos ? 0 : line.find_last_of(" *&", paren) + 1;
+      const std::string name = paren == std::string::npos ? "" : line.substr(name_begin, paren - name_begin);
+      if (kPublic.count(name)) {
+        std::string decl = (i > 0 && lines[i - 1].rfind("template", 0) == 0) ? lines[i - 1] + "\n" : "";
+        // The signature up to its body's brace (it may continue on the next line).
+        std::string sig = line;
+        for (std::size_t k = i + 1; sig.find('{') == std::string::npos && k < lines.size() && k < i + 4; ++k) sig += "\n" + lines[k];
+        if (const std::size_t brace = sig.find('{'); brace != std::string::npos) sig = trimmed(sig.substr(0, brace));
+        out += decl + sig + ";\n";
+      }
+    }
+    for (char c : line) depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+  }
+  return out;
+}
+
+// Compiler and rerun messages name lines of the unfolded program; the model sees the folded one.
+std::string to_folded_lines(const std::string& text, const FoldedProgram& f) {
+  if (f.prelude.empty()) return text;
+  const int first_after = f.marker_line + f.prelude_lines;  // first unfolded line after the block
+  const int shift = f.prelude_lines - 1;
+  static const std::regex kLineRef(R"((\.cu\(|\.cu:|line )(\d+))");
+  std::string out;
+  auto begin = std::sregex_iterator(text.begin(), text.end(), kLineRef);
+  std::size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    int n = std::stoi(m[2].str());
+    if (n >= first_after) n -= shift;
+    out += text.substr(last, (std::size_t)m.position(0) - last) + m[1].str() + std::to_string(n);
+    last = (std::size_t)(m.position(0) + m.length(0));
+  }
+  return out + text.substr(last);
+}
+
 }  // namespace
 
 std::string extract_program(const std::string& answer) {
@@ -142,6 +202,28 @@ std::string extract_program(const std::string& answer) {
     if (code_tag && body.size() > best.size()) best = body;
   }
   return best;
+}
+
+FoldedProgram fold_prelude(const std::string& program) {
+  FoldedProgram f;
+  f.text = program;
+  const std::size_t b = program.find(kPreludeBegin);
+  if (b == std::string::npos) return f;
+  const std::size_t e = program.find(kPreludeEnd, b);
+  if (e == std::string::npos) return f;
+  const std::size_t end = e + std::strlen(kPreludeEnd);
+  f.prelude = program.substr(b, end - b);
+  f.prelude_lines = (int)std::count(f.prelude.begin(), f.prelude.end(), '\n') + 1;
+  f.marker_line = line_of(program, b);
+  f.api = replacement_api(f.prelude);
+  f.text = program.substr(0, b) + kFoldMarker + program.substr(end);
+  return f;
+}
+
+std::string unfold_prelude(const std::string& program, const FoldedProgram& folded) {
+  const std::size_t at = program.find(kFoldMarker);
+  if (folded.prelude.empty() || at == std::string::npos) return program;  // no fold, or the model wrote it out
+  return program.substr(0, at) + folded.prelude + program.substr(at + std::strlen(kFoldMarker));
 }
 
 std::string stage_of(const Unconverted& u) {
@@ -212,8 +294,10 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
     if (contracts.empty()) contracts = primitive_contracts();
     const std::string left = left_list(items, original_source);
     RewriteAttempt previous;
+    std::string previous_text;  // previous.outcome_text with lines of the folded program
     bool stage_passed = false;
     for (int it = 1; it <= options.max_iterations_per_stage && !stage_passed; ++it) {
+      const FoldedProgram folded = fold_prelude(current);
       RewriteAttempt at;
       at.stage = stage.id;
       at.iteration = it;
@@ -228,9 +312,11 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
                            {"contracts", contracts},
                            {"file", analysis.file},
                            {"original", original_source},
-                           {"program", current},
+                           {"program", folded.text},
+                           {"api", folded.api},
+                           {"fold_marker", folded.prelude.empty() ? "" : kFoldMarker},
                            {"previous_outcome", previous.outcome},
-                           {"previous_text", clip(previous.outcome_text)},
+                           {"previous_text", previous_text},
                            {"diagnosis", previous.diagnosis}};
       at.prompt = prompts.render("convert_rewrite.md", vars);
       llm::LlmRequest req;
@@ -244,7 +330,7 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
       if (!resp.ok()) {
         at.outcome = "llm_error";
         at.outcome_text = resp.error_kind + ": " + resp.error;
-      } else if ((at.code = extract_program(resp.text)).empty()) {
+      } else if ((at.code = unfold_prelude(extract_program(resp.text), folded)).empty()) {
         at.outcome = "no_code";
         at.outcome_text =
             "the answer holds no fenced ```cuda block with the whole program; answer with the complete program in one such block";
@@ -294,9 +380,12 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
           }
         }
       }
+      const FoldedProgram attempt_folded = fold_prelude(at.code);
+      const std::string folded_outcome = clip(to_folded_lines(at.outcome_text, attempt_folded));
       if (judge_it) {
-        llm::PromptVars jv{{"stage", stage.id},        {"stage_name", stage.name}, {"left", left},
-                           {"outcome", at.outcome},    {"outcome_text", clip(at.outcome_text)}, {"code", at.code}};
+        llm::PromptVars jv{{"stage", stage.id},         {"stage_name", stage.name},
+                           {"left", left},              {"outcome", at.outcome},
+                           {"outcome_text", folded_outcome}, {"code", attempt_folded.text}};
         llm::LlmRequest jr;
         jr.messages.push_back({"user", prompts.render("convert_judge.md", jv)});
         jr.max_tokens = options.judge_max_tokens;
@@ -319,6 +408,7 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
       record_attempt(options.record_dir, at);
       result.attempts.push_back(at);
       previous = at;
+      previous_text = folded_outcome;
     }
     if (!stage_passed) {
       result.source = current;

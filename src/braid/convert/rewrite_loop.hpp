@@ -75,6 +75,21 @@ std::string extract_program(const std::string& answer);
 // else one line saying what vanished.
 std::string frozen_parts_problem(const Analysis& original, const std::string& candidate, const std::string& file);
 
+// The rules' generated replacements, folded for prompts: the block between the prelude's markers
+// becomes the one line kFoldMarker (a model need not read or copy ~500 generated lines), its
+// interface (the replacements' declarations) goes into the prompt, and unfold_prelude() puts the
+// block back into an answer that kept the marker line.
+inline constexpr const char* kFoldMarker = "// ==== braid convert's replacements (generated; folded: keep this line as it is) ====";
+struct FoldedProgram {
+  std::string text;        // the program with the block folded ("" prelude: nothing to fold)
+  std::string prelude;     // the folded block
+  std::string api;         // declarations of the replacements a rewrite may call
+  int marker_line = 0;     // line of the marker in `text` (= first line of the block unfolded)
+  int prelude_lines = 0;   // lines of the block
+};
+FoldedProgram fold_prelude(const std::string& program);
+std::string unfold_prelude(const std::string& program, const FoldedProgram& folded);
+
 // Which stage each `left` entry belongs to: "A" for infrastructure constructs (allocation,
 // window, communicator), "B" otherwise.
 std::string stage_of(const Unconverted& u);

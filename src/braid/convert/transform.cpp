@@ -327,12 +327,17 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       if (replacement == name) original = nccl;
     if (original.empty() && !kInfrastructure.count(name)) continue;  // the rewrite's own helper: left as written
     std::size_t end = toks[i + 2].end;
-    if (i + 3 < toks.size() && toks[i + 3].text == "<") {  // <SITE> or <SITE, knobs...>
-      for (std::size_t j = i + 3; j < toks.size() && toks[j].text != "(" && toks[j].text != ";"; ++j)
-        if (toks[j].text == ">") {
+    if (i + 3 < toks.size() && toks[i + 3].text == "<") {  // <SITE>, <SITE, knobs...>, <SITE, Shape<...>>
+      int depth = 0;
+      for (std::size_t j = i + 3; j < toks.size() && toks[j].text != ";"; ++j) {
+        if (toks[j].text == "<") ++depth;
+        else if (toks[j].text == ">") --depth;
+        else if (toks[j].text == ">>") depth -= 2;
+        if (depth <= 0) {
           end = toks[j].end;
           break;
         }
+      }
     }
     std::string padded = original;
     padded.resize(end - toks[i].offset, ' ');
