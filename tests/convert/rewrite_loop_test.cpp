@@ -182,6 +182,8 @@ TEST(RewriteLoop, CompilerErrorReachesJudgeAndDiagnosisReachesNextPrompt) {
   EXPECT_LT(r.attempts[2].answer.size(), good.size() / 2);
   EXPECT_NE(rewrite_prompts[0].find("inline ncclResult_t all_reduce("), std::string::npos);  // the folded block's interface
   EXPECT_NE(braid::read_file(f.work / "record" / "stageB_iter2.outcome.json").find("build_failed"), std::string::npos);
+  EXPECT_EQ(braid::read_file(f.work / "record" / "stageB_iter2.judge.md"), judge_prompts[0]);
+  EXPECT_FALSE(std::filesystem::exists(f.work / "record" / "stageB_iter1.judge.md"));  // no code: no judge
 }
 
 TEST(RewriteLoop, FoldsTheGeneratedBlockAndPutsItBack) {

@@ -97,6 +97,7 @@ void record_attempt(const std::filesystem::path& dir, const RewriteAttempt& at) 
   write_file_atomic(dir / (base + ".prompt.md"), at.prompt);
   write_file_atomic(dir / (base + ".answer.md"), at.answer);
   if (!at.code.empty()) write_file_atomic(dir / (base + ".cu"), at.code);
+  if (!at.judge_prompt.empty()) write_file_atomic(dir / (base + ".judge.md"), at.judge_prompt);
   json j{{"stage", at.stage}, {"iteration", at.iteration}, {"outcome", at.outcome}, {"outcome_text", at.outcome_text},
          {"diagnosis", at.diagnosis}};
   write_file_atomic(dir / (base + ".outcome.json"), j.dump(2) + "\n");
@@ -323,7 +324,7 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
       req.messages.push_back({"user", at.prompt});
       req.max_tokens = options.max_tokens;
       req.purpose = "convert";
-      req.replay_key = fmt::format("convert/{}/{}", stage.id, it);
+      req.replay_key = fmt::format("{}/{}/{}", options.replay_key_prefix, stage.id, it);
       const llm::LlmResponse resp = rewriter.complete(req);
       at.answer = resp.text;
       bool judge_it = false;
@@ -381,16 +382,21 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
         }
       }
       const FoldedProgram attempt_folded = fold_prelude(at.code);
-      const std::string folded_outcome = clip(to_folded_lines(at.outcome_text, attempt_folded));
+      // Compiler and rerun texts name lines of the compiled (unfolded) program; the other outcomes
+      // name the original's lines or none.
+      const bool names_compiled_lines = at.outcome == "build_failed" || at.outcome == "run_failed";
+      const std::string folded_outcome =
+          clip(names_compiled_lines ? to_folded_lines(at.outcome_text, attempt_folded) : at.outcome_text);
       if (judge_it) {
         llm::PromptVars jv{{"stage", stage.id},         {"stage_name", stage.name},
                            {"left", left},              {"outcome", at.outcome},
                            {"outcome_text", folded_outcome}, {"code", attempt_folded.text}};
         llm::LlmRequest jr;
-        jr.messages.push_back({"user", prompts.render("convert_judge.md", jv)});
+        at.judge_prompt = prompts.render("convert_judge.md", jv);
+        jr.messages.push_back({"user", at.judge_prompt});
         jr.max_tokens = options.judge_max_tokens;
         jr.purpose = "convert_judge";
-        jr.replay_key = fmt::format("convert/{}/{}/judge", stage.id, it);
+        jr.replay_key = fmt::format("{}/{}/{}/judge", options.replay_key_prefix, stage.id, it);
         const llm::LlmResponse jresp = judge.complete(jr);
         // The judge writes no code: a fenced block in its answer is cut, its prose kept.
         if (jresp.ok()) {

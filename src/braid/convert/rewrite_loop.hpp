@@ -39,6 +39,7 @@ struct RewriteAttempt {
   std::string outcome;
   std::string outcome_text;  // compiler text, gate failure, diagnostic rerun's located step
   std::string diagnosis;     // judge's text, no code
+  std::string judge_prompt;  // what the judge was shown ("" when it was not asked)
 };
 
 struct RewriteOptions {
@@ -50,6 +51,8 @@ struct RewriteOptions {
   int max_tokens = 16384;        // rewrite answers hold a whole program
   int judge_max_tokens = 800;
   bool diagnostic_rerun = true;  // on run_failed, rerun instrumented to locate the failing step
+  std::string replay_key_prefix = "convert";  // requests are keyed <prefix>/<stage>/<iteration>[/judge]
+                                              // (exchange recording and replay): one prefix per program
 };
 
 struct RewriteResult {
