@@ -32,17 +32,6 @@ std::unique_ptr<braid::llm::LlmClient> client_for(const LoopbackLlmServer& serve
   return braid::llm::make_http_client(braid::llm::parse_model_spec("local:" + model + "@" + server.base_url()), "", p);
 }
 
-// The n-th (0-based) ```cuda block of a prompt: 0 is the original, 1 the current program.
-std::string cuda_block(const std::string& prompt, int n) {
-  std::size_t at = 0;
-  for (int i = 0; i <= n; ++i) {
-    at = prompt.find("```cuda\n", at);
-    if (at == std::string::npos) return "";
-    at += 8;
-  }
-  return prompt.substr(at, prompt.find("\n```", at) - at);  // the template adds the newline before the fence
-}
-
 int line_containing(const std::string& text, const std::string& part) {
   const std::size_t at = text.find(part);
   return at == std::string::npos ? 0 : 1 + (int)std::count(text.begin(), text.begin() + (long)at, '\n');
@@ -134,7 +123,7 @@ TEST(RewriteLoop, CompilerErrorReachesJudgeAndDiagnosisReachesNextPrompt) {
     const std::string& p = m.back().second;
     // Like a model: edit the current program as shown (its generated block folded to one line).
     if (p.find("DIAG-7") != std::string::npos)
-      return braid::testing::fenced(braid::testing::rewrite_correct(cuda_block(p, 1)), "Rooted sum through a scratch window.");
+      return braid::testing::fenced(braid::testing::rewrite_correct(braid::testing::cuda_block(p, 1)), "Rooted sum through a scratch window.");
     if (p.find("no fenced ```cuda block") != std::string::npos) return braid::testing::fenced(broken, "Used a rooted reduction.");
     return std::string("I would use a rooted reduction kernel here.");
   });

@@ -65,6 +65,18 @@ inline std::string rewrite_not_compiling(const std::string& rules_source) {
   return s;
 }
 
+// The n-th (0-based) ```cuda block of a rewrite prompt: 0 is the original, 1 the current program
+// (its generated block folded to one line), which a model edits.
+inline std::string cuda_block(const std::string& prompt, int n) {
+  std::size_t at = 0;
+  for (int i = 0; i <= n; ++i) {
+    at = prompt.find("```cuda\n", at);
+    if (at == std::string::npos) return "";
+    at += 8;
+  }
+  return prompt.substr(at, prompt.find("\n```", at) - at);  // the template adds the newline before the fence
+}
+
 inline std::string fenced(const std::string& program, const std::string& note) {
   return "```cuda\n" + program + "```\n" + note + "\n";
 }

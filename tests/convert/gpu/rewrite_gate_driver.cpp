@@ -39,7 +39,6 @@ int main(int argc, char** argv) {
   const std::string source = braid::read_file(program);
   const Analysis analysis = analyze(program.filename().string(), source);
   const Conversion rules = transform(analysis, source);
-  const std::string wrong = braid::testing::rewrite_all_ranks_write(rules.source);
   const std::string right = braid::testing::rewrite_correct(rules.source);
   const std::string diagnosis =
       "DIAG-GPU: loss_total is written on every rank, but ncclReduce leaves it untouched on non-root ranks; copy the "
@@ -57,8 +56,11 @@ int main(int argc, char** argv) {
       return has(p, "differs on rank 1") ? diagnosis : std::string("The outcome does not say which rank differs.");
     }
     rewrite_prompts.push_back(p);
-    if (has(p, "wrong_output") && has(p, "DIAG-GPU")) return braid::testing::fenced(right, "Only the root copies the sum.");
-    return braid::testing::fenced(wrong, "All-reduce in place of the rooted reduction.");
+    // Like a model: edit the current program as shown (its generated block folded to one line).
+    const std::string shown = braid::testing::cuda_block(p, 1);
+    if (has(p, "wrong_output") && has(p, "DIAG-GPU"))
+      return braid::testing::fenced(braid::testing::rewrite_correct(shown), "Only the root copies the sum.");
+    return braid::testing::fenced(braid::testing::rewrite_all_ranks_write(shown), "All-reduce in place of the rooted reduction.");
   });
   braid::llm::RetryPolicy policy;
   policy.max_retries = 0;
