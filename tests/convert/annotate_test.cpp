@@ -248,6 +248,8 @@ TEST(Annotate, LlmAnswerChecks) {
 TEST(Annotate, NotAConvertedProgramIsAUserError) {
   const std::string original = read_file(program_path("allreduce_after_kernel"));
   EXPECT_THROW(annotate_rules("allreduce_after_kernel.cu", original), UserError);
+  const Converted c = convert_and_annotate("allreduce_after_kernel");
+  EXPECT_THROW(annotate_rules("gen0.cu", c.annotation.source), UserError) << "annotated twice";
 }
 
 // ---- LLM-assisted annotation through a real HTTP server on loopback ----

@@ -226,7 +226,9 @@ class Pipeline {
     for (const auto& step : kSteps) {
       // The evolve step always runs: the search itself resumes from the database (and stops at
       // once when every generation is in), and -g may ask for more.
-      if (!rerun && step != "evolve" && state_.done(step)) {
+      // A gate left unverified earlier runs once it can (a GPU machine, no --no-gate).
+      const bool gate_now_possible = step == "gate" && state_.info(step).value("status", "") == "unverified" && gate_possible().empty();
+      if (!rerun && step != "evolve" && !gate_now_possible && state_.done(step)) {
         say(step, "done earlier (kept)" + kept_note(step));
         load(step);
       } else {

@@ -353,6 +353,9 @@ json AnnotatedProgram::to_json() const {
 AnnotatedProgram annotate_rules(const std::string& file, const std::string& src) {
   const LexResult lexed = lex(src);
   if (!lexed.error.empty()) throw UserError(file, lexed.error);
+  for (const Token& t : lexed.tokens)
+    if (t.kind == TokenKind::Comment && t.text.find("EVOLVE-BLOCK-START") != std::string::npos)
+      throw UserError(file, "line " + std::to_string(t.line) + ": already annotated (EVOLVE-BLOCK markers); evolve it as it is");
   const std::vector<Token> code = code_tokens(lexed.tokens);
   const std::vector<Site> sites = find_sites(code);
   if (sites.empty()) throw UserError(file, "no converted collective (braid_converted::<call><SITE>) to annotate");
