@@ -173,6 +173,10 @@ int run_rank(const RankInfo& me, const Args& args) {
     int version = 0;
     ncclGetVersion(&version);
     std::printf("allgather bench: %d ranks, NCCL %d, %d SMs, %zu LSA configs, reps %d (median makespan)\n", n, version, sms, usable.size(), args.reps);
+    // Why CopyEngineAllGather takes local_recv: NCCL's addresses of one's own slot are aliases.
+    const std::vector<void*> alias = host_lsa_pointers(win, 0, n, s), local = host_lsa_pointers(win, 0, n, s, me.rank);
+    std::printf("own receive buffer: ncclMemAlloc %p, ncclGetLocalPointer %p, ncclGetLsaPointer(self) %p\n", (void*)win_base,
+                local[(size_t)me.rank], alias[(size_t)me.rank]);
   }
   struct Row {
     size_t shard;
@@ -217,7 +221,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     barrier.wait();
     emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
     {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::StreamWrite);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::StreamWrite, win_base);
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
@@ -229,7 +233,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       emit("ce_sync", row.ce_sync, ok);
     }
     {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::KernelFlag);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::KernelFlag, win_base);
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
@@ -241,7 +245,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       emit("ce_sync_kflag", row.ce_sync_kflag, ok);
     }
     {
-      CopyEngineAllGather ce(win, 0, shard, dc, 0, s);
+      CopyEngineAllGather ce(win, 0, shard, dc, 0, s, win_base);
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));

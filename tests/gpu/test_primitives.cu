@@ -276,8 +276,8 @@ int run_rank(const RankInfo& me) {
       for (auto sync : {CopyEngineAllGather::Sync::StreamWrite, CopyEngineAllGather::Sync::KernelFlag, CopyEngineAllGather::Sync::Barrier}) {
         const size_t flag_off = 768 * 1024 + (size_t)(instance++) * 64;
         CopyEngineAllGather ce = sync == CopyEngineAllGather::Sync::Barrier
-                                     ? CopyEngineAllGather(win, 0, bytes, dc, 0, s)
-                                     : CopyEngineAllGather(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, sync);
+                                     ? CopyEngineAllGather(win, 0, bytes, dc, 0, s, recv)
+                                     : CopyEngineAllGather(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, sync, recv);
         const char* how = sync == CopyEngineAllGather::Sync::StreamWrite ? "stream-write " : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag " : "barrier-kernel ";
         for (int round = 0; round < 3; ++round) {
           fresh(bytes, ++salt);

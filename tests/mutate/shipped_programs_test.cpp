@@ -59,3 +59,75 @@ TEST(ShippedPrograms, ParseAndMutate) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+// gemm_allgather's gen0 has one engine (LsaKernel) that frees three more knobs, so most valid
+// vectors use it. Explore resamples must still spread over the engines (decided knob by knob),
+// and a diff that moves kEngine away from LsaKernel must survive the constraints that pin the
+// LsaKernel-only knobs (kCommCtas == 32 elsewhere) by resetting them, not be rejected.
+TEST(ShippedPrograms, GemmAllgatherEnginesAreDrawnEvenlyAndMovesAreRepaired) {
+  const fs::path path = fs::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/gen0.cu";
+  Program parent = Program::parse(read_file(path), path.string());
+  ASSERT_TRUE(parent.ok()) << parent.error()->message;
+  std::mt19937_64 rng(7);
+  ProgramRecord record;
+  record.code = parent.text();
+  KnobMutator mutator;
+  std::map<std::string, int> engines;
+  const int draws = 300;
+  for (int i = 0; i < draws; ++i) {
+    MutationContext ctx;
+    ctx.parent = &record;
+    ctx.rng = &rng;
+    ctx.patch_type = PatchType::Full;
+    ctx.phase = Phase::Explore;
+    Proposal p = mutator.propose(parent, ctx);
+    ASSERT_TRUE(p.ok()) << p.error;
+    PatchOutcome applied = apply_patch(parent, PatchType::Full, p.patch);
+    ASSERT_TRUE(applied.ok()) << applied.error;
+    Program child = Program::parse(applied.text, "child");
+    ASSERT_TRUE(child.ok());
+    EXPECT_FALSE(child.violated_constraint(child.knob_values()).has_value());
+    ++engines[child.find_knob("kEngine")->value];
+  }
+  ASSERT_EQ(engines.size(), 6u);
+  for (const auto& [engine, n] : engines) {
+    EXPECT_GT(n, draws / 6 / 2) << engine;  // 1/6 each, within a factor of two
+    EXPECT_LT(n, draws / 6 * 2) << engine;
+  }
+
+  // From an LsaKernel program with kCommCtas=132, single-knob moves of kEngine land on every other
+  // engine (with kCommCtas repaired to 32), never only on LsaKernel.
+  auto lsa = with_knobs(parent, {{"kSchedule", "Schedule::Overlap"}, {"kEngine", "Engine::LsaKernel"}, {"kCommCtas", "132"}});
+  ASSERT_TRUE(lsa.ok()) << lsa.error;
+  Program lsa_parent = Program::parse(lsa.text, "lsa");
+  ASSERT_TRUE(lsa_parent.ok());
+  ProgramRecord lsa_record;
+  lsa_record.code = lsa.text;
+  std::set<std::string> reached;
+  for (int i = 0; i < 400; ++i) {
+    MutationContext ctx;
+    ctx.parent = &lsa_record;
+    ctx.rng = &rng;
+    ctx.patch_type = PatchType::Diff;
+    ctx.phase = Phase::Explore;
+    Proposal p = mutator.propose(lsa_parent, ctx);
+    ASSERT_TRUE(p.ok()) << p.error;
+    PatchOutcome applied = apply_patch(lsa_parent, PatchType::Diff, p.patch);
+    ASSERT_TRUE(applied.ok()) << applied.error;
+    Program child = Program::parse(applied.text, "child");
+    ASSERT_TRUE(child.ok());
+    EXPECT_FALSE(child.violated_constraint(child.knob_values()).has_value());
+    const std::string engine = child.find_knob("kEngine")->value;
+    if (engine != "Engine::LsaKernel") {
+      reached.insert(engine);
+      EXPECT_EQ(child.find_knob("kCommCtas")->value, "32");
+    }
+  }
+  EXPECT_GE(reached.size(), 4u);  // every other engine but PeerInPlace (Serial only) at least
+}
+
+}  // namespace
+}  // namespace braid

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <functional>
+#include <optional>
 #include <set>
 
 namespace braid {
@@ -77,6 +81,7 @@ struct Sampler {
   Draw& draw;
   std::vector<const Knob*> mutable_knobs;  // knobs with more than one value
   std::vector<Values> cross_sources;       // knob values of the other parents (valid ones only)
+  std::set<std::string> moved;             // knobs the last draw chose to change (kept by repair)
 
   std::string move(const Knob& k, const std::string& current, bool wide) {
     if (wide || ctx.phase == Phase::Explore) return jump(draw, k, current);
@@ -95,13 +100,19 @@ struct Sampler {
       const Knob* k = pool[pick];
       pool.erase(pool.begin() + static_cast<long>(pick));
       v[k->name] = move(*k, v[k->name], wide);
+      moved.insert(k->name);
     }
     return v;
   }
 
-  // Resample every knob: uniformly when exploring, around the current value when exploiting.
+  std::function<std::optional<Values>(const Values&)> structured_draw;  // ValidSpace::sequential
+
+  // Resample every knob: uniformly when exploring (decision by decision when the valid vectors
+  // are known), around the current value when exploiting.
   Values full(bool wide) {
     Values v = parent.knob_values();
+    if ((wide || ctx.phase == Phase::Explore) && structured_draw)
+      if (auto drawn = structured_draw(v)) return *drawn;
     for (const Knob* k : mutable_knobs) {
       if (wide || ctx.phase == Phase::Explore) {
         v[k->name] = k->domain[draw.below(k->domain.size())];
@@ -130,6 +141,7 @@ struct Sampler {
   }
 
   Values sample(bool wide) {
+    moved.clear();
     switch (ctx.patch_type) {
       case PatchType::Diff: return diff(wide);
       case PatchType::Full: return full(wide);
@@ -181,6 +193,104 @@ std::vector<Values> enumerate_reachable(const Program& parent, const std::vector
   }
   return out;
 }
+
+// Every knob vector that satisfies the program's braid:require lines, when the product of the
+// domains is small enough to enumerate. Rejection sampling of independent draws is uniform over
+// these vectors, which over-weights whatever frees the most other knobs (gemm_allgather: the one
+// engine that uses kCommCtas, kDirection and kReadyWait got most draws). With the set at hand the
+// sampler instead decides knob by knob in declaration order, each uniformly among the values that
+// still have a valid completion, and repairs a move that breaks a constraint by changing as few
+// of the other knobs as possible.
+struct ValidSpace {
+  using Vectors = std::vector<std::vector<std::uint16_t>>;
+  std::vector<const Knob*> knobs;         // mutable knobs, declaration order
+  std::shared_ptr<const Vectors> valid;   // value index per knob, for every valid vector
+
+  static constexpr std::size_t kLimit = 200000;
+
+  // Cache key: the knob names, domains and constraints (equal for every program of a run).
+  static std::string key_of(const Program& parent, const std::vector<const Knob*>& knobs) {
+    std::string key;
+    for (const Knob* k : knobs) {
+      key += k->name + "=";
+      for (const auto& d : k->domain) key += d + "|";
+      key += ";";
+    }
+    for (const auto& c : parent.constraints()) key += c.expr + "\n";
+    return key;
+  }
+
+  static std::shared_ptr<const Vectors> enumerate(const Program& parent, const std::vector<const Knob*>& knobs) {
+    std::size_t total = 1;
+    for (const Knob* k : knobs) {
+      total *= k->domain.size();
+      if (total > kLimit) return nullptr;
+    }
+    auto out = std::make_shared<Vectors>();
+    Values v = parent.knob_values();
+    std::vector<std::uint16_t> idx(knobs.size(), 0);
+    for (std::size_t code = 0; code < total; ++code) {
+      std::size_t rest = code;
+      for (std::size_t i = 0; i < knobs.size(); ++i) {
+        idx[i] = static_cast<std::uint16_t>(rest % knobs[i]->domain.size());
+        rest /= knobs[i]->domain.size();
+        v[knobs[i]->name] = knobs[i]->domain[idx[i]];
+      }
+      if (parent.constraints().empty() || !parent.violated_constraint(v)) out->push_back(idx);
+    }
+    return out;
+  }
+
+  Values values_of(const std::vector<std::uint16_t>& idx, Values base) const {
+    for (std::size_t i = 0; i < knobs.size(); ++i) base[knobs[i]->name] = knobs[i]->domain[idx[i]];
+    return base;
+  }
+
+  // Knob by knob, each uniformly among the values some valid vector extends.
+  std::optional<Values> sequential(Draw& draw, const Values& base) const {
+    std::vector<const std::vector<std::uint16_t>*> alive;
+    for (const auto& v : *valid) alive.push_back(&v);
+    if (alive.empty()) return std::nullopt;
+    for (std::size_t i = 0; i < knobs.size(); ++i) {
+      std::set<std::uint16_t> options;
+      for (const auto* v : alive) options.insert((*v)[i]);
+      auto it = options.begin();
+      std::advance(it, static_cast<long>(draw.below(options.size())));
+      const std::uint16_t pick = *it;
+      std::vector<const std::vector<std::uint16_t>*> next;
+      for (const auto* v : alive)
+        if ((*v)[i] == pick) next.push_back(v);
+      alive.swap(next);
+    }
+    return values_of(*alive.front(), base);
+  }
+
+  // The valid vectors that keep `fixed` knobs at their values in `want` and differ from `want`
+  // in the fewest other knobs; one of them at random.
+  std::optional<Values> repair(Draw& draw, const Values& want, const std::set<std::string>& fixed) const {
+    std::vector<std::uint16_t> target(knobs.size());
+    for (std::size_t i = 0; i < knobs.size(); ++i) target[i] = static_cast<std::uint16_t>(index_of(*knobs[i], want.at(knobs[i]->name)));
+    std::size_t best = SIZE_MAX;
+    std::vector<const std::vector<std::uint16_t>*> closest;
+    for (const auto& v : *valid) {
+      std::size_t distance = 0;
+      bool keeps = true;
+      for (std::size_t i = 0; i < knobs.size() && keeps; ++i) {
+        if (v[i] == target[i]) continue;
+        if (fixed.count(knobs[i]->name)) keeps = false;
+        ++distance;
+      }
+      if (!keeps || distance > best) continue;
+      if (distance < best) {
+        best = distance;
+        closest.clear();
+      }
+      closest.push_back(&v);
+    }
+    if (closest.empty()) return std::nullopt;
+    return values_of(*closest[draw.below(closest.size())], want);
+  }
+};
 
 }  // namespace
 
@@ -253,10 +363,23 @@ Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx)
     return true;
   };
 
+  std::optional<ValidSpace> space;
+  {
+    const std::string key = ValidSpace::key_of(parent, sampler.mutable_knobs);
+    std::lock_guard lock(valid_cache_mutex_);
+    auto it = valid_cache_.find(key);
+    if (it == valid_cache_.end()) it = valid_cache_.emplace(key, ValidSpace::enumerate(parent, sampler.mutable_knobs)).first;
+    if (it->second && !it->second->empty()) space = ValidSpace{sampler.mutable_knobs, it->second};
+  }
+  if (space) sampler.structured_draw = [&](const Values& base) { return space->sequential(draw, base); };
+
   std::optional<Values> chosen;
   for (int attempt = 0; attempt < max_tries_ && !chosen; ++attempt) {
     // The second half of the tries widens the moves: Exploit's neighbours may all be seen.
     Values v = sampler.sample(always_wide || attempt >= max_tries_ / 2);
+    // A move that breaks a braid:require keeps the knobs it chose and adjusts the fewest others.
+    if (space && !sampler.moved.empty() && parent.violated_constraint(v))
+      if (auto repaired = space->repair(draw, v, sampler.moved)) v = std::move(*repaired);
     if (acceptable(v)) chosen = std::move(v);
   }
   std::size_t enumerated = 0;
