@@ -9,6 +9,7 @@
 
 #include "braid/convert/gate.hpp"
 #include "braid/convert/lexer.hpp"
+#include "braid/convert/rewrite_loop.hpp"
 #include "braid/eval/gpu_toolchain.hpp"
 #include "braid/llm/client.hpp"
 #include "braid/program/program.hpp"
@@ -312,21 +313,6 @@ bool frozen_only_line(const std::string& line) {
   return false;
 }
 
-std::string extract_fenced_program(const std::string& answer) {
-  std::string best;
-  std::size_t p = 0;
-  while ((p = answer.find("```", p)) != std::string::npos) {
-    const std::size_t body = answer.find('\n', p);
-    if (body == std::string::npos) break;
-    const std::size_t close = answer.find("\n```", body);
-    if (close == std::string::npos) break;
-    std::string code = answer.substr(body + 1, close - body);
-    if (code.size() > best.size()) best = code;
-    p = close + 4;
-  }
-  return best;
-}
-
 void count_parts(AnnotatedProgram& a) {
   Program p = Program::parse(a.source, "annotated");
   a.blocks.clear();
@@ -540,7 +526,7 @@ AnnotatedProgram annotate(const std::string& file, const std::string& converted_
     return a;
   };
   if (!resp.ok()) return fall_back("llm_error", resp.error_kind + ": " + resp.error);
-  const std::string code = extract_fenced_program(resp.text);
+  const std::string code = extract_program(resp.text);
   if (code.empty()) return fall_back("no_code", "the answer holds no fenced program");
   Program parsed = Program::parse(code, file);
   if (!parsed.ok()) return fall_back("parse_failed", parsed.error()->message);
