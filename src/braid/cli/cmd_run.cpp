@@ -188,7 +188,12 @@ class Pipeline {
   json llm_config() const {
     json cfg = json::object();
     if (!a_.config.empty()) {
-      YAML::Node y = YAML::LoadFile(a_.config.string());
+      YAML::Node y;
+      try {
+        y = YAML::LoadFile(a_.config.string());
+      } catch (const YAML::Exception& e) {
+        throw UserError(a_.config.string(), std::string("not readable YAML: ") + e.what());
+      }
       for (const auto& key : llm_config_keys())
         if (y[key]) {
           YAML::Emitter e;
