@@ -15,7 +15,7 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
   echo "SKIPPED: fewer than 2 GPUs"
   exit 77
 fi
-driver="$build/tests/annotate_gate_driver"
+driver=${BRAID_ANNOTATE_DRIVER:-$build/tests/annotate_gate_driver}  # or a bundled one (scripts/bundle-for-device.sh)
 if [ ! -x "$driver" ]; then
   echo "no $driver: build the annotate_gate_driver target"
   exit 1

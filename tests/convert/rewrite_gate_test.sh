@@ -17,7 +17,7 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
   echo "SKIPPED: fewer than 2 GPUs"
   exit 77
 fi
-driver="$build/tests/rewrite_gate_driver"
+driver=${BRAID_REWRITE_GATE_DRIVER:-$build/tests/rewrite_gate_driver}  # or a bundled one (scripts/bundle-for-device.sh)
 if [ ! -x "$driver" ]; then
   echo "no $driver: build the rewrite_gate_driver target"
   exit 1

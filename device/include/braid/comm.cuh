@@ -28,6 +28,8 @@
 //     engines can move data (cudaMemcpyAsync); `ZeroCtaComm` runs NCCL's host collectives with
 //     NCCL_CTA_POLICY_ZERO (copy engines, no SMs); `CopyEngineAllGather` is an all-gather that uses
 //     only copy engines and stream memory operations (flags written and waited by the streams).
+//   * Addresses NCCL gives for one's own slot (ncclGetLocalPointer, ncclGetLsaPointer(self)) alias
+//     the pointer ncclMemAlloc returned: compare user pointers with user pointers only.
 //   * Multimem (NVLS) is never used.
 // What is here:
 //   device blocks  copy_range, copy_range_multi, peer_put/peer_get(_chunked), all_gather_push,
@@ -41,8 +43,9 @@
 //                  resident_ctas, StreamMemOps, launch_wait_flag/launch_set_flag,
 //                  host_lsa_pointers, copy_engine_all_gather, CopyEngineAllGather, ZeroCtaComm
 // Measured on 2 x H200 (NVLink, bench/device/allgather-results.md): all_gather_kernel with the auto
-// launch takes 0.58-0.83 of ncclAllGather's time from 1 MiB to 1 GiB shards, 358 GB/s at 256 MiB;
-// copy engines reach ~389 GB/s but a synchronised copy-engine all-gather only ~320 GB/s.
+// launch takes 0.52-0.83 of ncclAllGather's time from 1 MiB to 1 GiB shards, 358-360 GB/s at
+// 256 MiB (SM stores stop near 365 GB/s); CopyEngineAllGather (copy engines, no SM) reaches 380 GB/s
+// at 256 MiB and 389 at 1 GiB, the better choice from 64 MiB up when SMs are busy computing.
 #pragma once
 
 #include <cuda.h>
@@ -328,8 +331,12 @@ class StreamMemOps {
   void wait_geq(cudaStream_t s, uint32_t* flag, uint32_t value) const {
     check(wait_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
   }
-  void write(cudaStream_t s, uint32_t* flag, uint32_t value) const {
-    check(write_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+  // publishes = false: the flag announces no data written before it (a "ready to receive"
+  // flag), so the memory barrier that orders earlier writes before it can be left out.
+  void write(cudaStream_t s, uint32_t* flag, uint32_t value, bool publishes = true) const {
+    check(write_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value,
+                 publishes ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+          "cuStreamWriteValue32");
   }
 
  private:
@@ -826,7 +833,7 @@ class CopyEngineAllGather {
     }
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
-      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
+      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_, /*publishes=*/phase == 1);
       else launch_set_flag(stream, flag(p, phase, me_), epoch_);
     }
     for (int q = 0; q < n_; ++q)
