@@ -331,12 +331,10 @@ class StreamMemOps {
   void wait_geq(cudaStream_t s, uint32_t* flag, uint32_t value) const {
     check(wait_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
   }
-  // publishes = false: the flag announces no data written before it (a "ready to receive"
-  // flag), so the memory barrier that orders earlier writes before it can be left out.
-  void write(cudaStream_t s, uint32_t* flag, uint32_t value, bool publishes = true) const {
-    check(write_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value,
-                 publishes ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
-          "cuStreamWriteValue32");
+  // Always with the memory barrier: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER is refused
+  // (CUDA_ERROR_INVALID_VALUE) for these flags on H200 with CUDA 13.
+  void write(cudaStream_t s, uint32_t* flag, uint32_t value) const {
+    check(write_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
   }
 
  private:
@@ -833,7 +831,7 @@ class CopyEngineAllGather {
     }
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
-      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_, /*publishes=*/phase == 1);
+      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
       else launch_set_flag(stream, flag(p, phase, me_), epoch_);
     }
     for (int q = 0; q < n_; ++q)
