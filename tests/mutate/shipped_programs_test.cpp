@@ -67,29 +67,37 @@ namespace {
 // vectors use it. Explore resamples must still spread over the engines (decided knob by knob),
 // and a diff that moves kEngine away from LsaKernel must survive the constraints that pin the
 // LsaKernel-only knobs (kCommCtas == 32 elsewhere) by resetting them, not be rejected.
+// One explore proposal of `type` from `parent`, applied and parsed; it must satisfy every
+// braid:require. Empty program (and a recorded failure) when any step fails.
+Program explore_child(KnobMutator& mutator, const Program& parent, std::mt19937_64& rng, PatchType type) {
+  ProgramRecord record;
+  record.code = parent.text();
+  MutationContext ctx;
+  ctx.parent = &record;
+  ctx.rng = &rng;
+  ctx.patch_type = type;
+  ctx.phase = Phase::Explore;
+  Proposal p = mutator.propose(parent, ctx);
+  EXPECT_TRUE(p.ok()) << p.error;
+  PatchOutcome applied = apply_patch(parent, type, p.patch);
+  EXPECT_TRUE(applied.ok()) << applied.error;
+  Program child = Program::parse(applied.text, "child");
+  EXPECT_TRUE(child.ok());
+  if (child.ok()) EXPECT_FALSE(child.violated_constraint(child.knob_values()).has_value());
+  return child;
+}
+
 TEST(ShippedPrograms, GemmAllgatherEnginesAreDrawnEvenlyAndMovesAreRepaired) {
   const fs::path path = fs::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/gen0.cu";
   Program parent = Program::parse(read_file(path), path.string());
   ASSERT_TRUE(parent.ok()) << parent.error()->message;
   std::mt19937_64 rng(7);
-  ProgramRecord record;
-  record.code = parent.text();
   KnobMutator mutator;
   std::map<std::string, int> engines;
   const int draws = 300;
   for (int i = 0; i < draws; ++i) {
-    MutationContext ctx;
-    ctx.parent = &record;
-    ctx.rng = &rng;
-    ctx.patch_type = PatchType::Full;
-    ctx.phase = Phase::Explore;
-    Proposal p = mutator.propose(parent, ctx);
-    ASSERT_TRUE(p.ok()) << p.error;
-    PatchOutcome applied = apply_patch(parent, PatchType::Full, p.patch);
-    ASSERT_TRUE(applied.ok()) << applied.error;
-    Program child = Program::parse(applied.text, "child");
+    Program child = explore_child(mutator, parent, rng, PatchType::Full);
     ASSERT_TRUE(child.ok());
-    EXPECT_FALSE(child.violated_constraint(child.knob_values()).has_value());
     ++engines[child.find_knob("kEngine")->value];
   }
   ASSERT_EQ(engines.size(), 6u);
@@ -104,22 +112,10 @@ TEST(ShippedPrograms, GemmAllgatherEnginesAreDrawnEvenlyAndMovesAreRepaired) {
   ASSERT_TRUE(lsa.ok()) << lsa.error;
   Program lsa_parent = Program::parse(lsa.text, "lsa");
   ASSERT_TRUE(lsa_parent.ok());
-  ProgramRecord lsa_record;
-  lsa_record.code = lsa.text;
   std::set<std::string> reached;
   for (int i = 0; i < 400; ++i) {
-    MutationContext ctx;
-    ctx.parent = &lsa_record;
-    ctx.rng = &rng;
-    ctx.patch_type = PatchType::Diff;
-    ctx.phase = Phase::Explore;
-    Proposal p = mutator.propose(lsa_parent, ctx);
-    ASSERT_TRUE(p.ok()) << p.error;
-    PatchOutcome applied = apply_patch(lsa_parent, PatchType::Diff, p.patch);
-    ASSERT_TRUE(applied.ok()) << applied.error;
-    Program child = Program::parse(applied.text, "child");
+    Program child = explore_child(mutator, lsa_parent, rng, PatchType::Diff);
     ASSERT_TRUE(child.ok());
-    EXPECT_FALSE(child.violated_constraint(child.knob_values()).has_value());
     const std::string engine = child.find_knob("kEngine")->value;
     if (engine != "Engine::LsaKernel") {
       reached.insert(engine);
