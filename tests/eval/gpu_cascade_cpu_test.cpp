@@ -228,7 +228,8 @@ class GpuCascadeCpu : public ::testing::Test {
     delete cache_;
   }
 
-  EvalResult evaluate(const std::string& behave, const std::string& id, std::shared_ptr<GpuPool> pool = nullptr) {
+  EvalResult evaluate(const std::string& behave, const std::string& id, std::shared_ptr<GpuPool> pool = nullptr,
+                      bool verify_in_bench = false) {
     TempDir workload("gpu_workload");
     GpuCascadeConfig config;
     config.workload_dir = workload.path();
@@ -241,6 +242,7 @@ class GpuCascadeCpu : public ::testing::Test {
     config.build_timeout_s = 240;
     config.health_probe = false;  // needs a GPU; proven by tests/gpu/cascade
     config.peer_grace_s = 1.0;
+    config.verify_in_bench = verify_in_bench;
     if (!pool) pool = std::make_shared<GpuPool>(std::vector<int>{0, 1});
     GpuCascadeEvaluator evaluator(config, builder_, pool);
     TempDir work("gpu_work");
@@ -248,12 +250,14 @@ class GpuCascadeCpu : public ::testing::Test {
     EvalResult result = evaluator.evaluate(request, {});
     last_correct_json_ = try_read_file(work / "results" / "correct.json").value_or("");
     last_rank_log_ = try_read_file(work / "logs" / "verify" / "rank0.stdout").value_or("") + "|";
+    ran_verify_level_ = std::filesystem::exists(work / "logs" / "verify");
     return result;
   }
 
   static TempDir* cache_;
   static std::shared_ptr<NvccBuilder> builder_;
   std::string last_correct_json_, last_rank_log_;
+  bool ran_verify_level_ = false;
 };
 TempDir* GpuCascadeCpu::cache_ = nullptr;
 std::shared_ptr<NvccBuilder> GpuCascadeCpu::builder_;
@@ -293,6 +297,29 @@ TEST_F(GpuCascadeCpu, FailureKindsThenACorrectCandidate) {
   EvalResult again = evaluate("ok", "c5");
   EXPECT_EQ(again.failure, FailureKind::Ok) << again.error_text;
   EXPECT_NE(last_rank_log_.find("|"), std::string::npos);
+}
+
+// verify_in_bench: one bench run judges the candidate (no L2 run); its failures keep their kinds,
+// and a crash there is the candidate's run failure, not a bench failure.
+TEST_F(GpuCascadeCpu, VerifyInBenchRunsOnceAndKeepsFailureKinds) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  EvalResult ok = evaluate("ok", "v0", nullptr, true);
+  ASSERT_EQ(ok.failure, FailureKind::Ok) << ok.error_text;
+  EXPECT_EQ(ok.level_reached, 3);
+  EXPECT_DOUBLE_EQ(ok.combined_score, 1.25);
+  EXPECT_FALSE(ran_verify_level_);
+  EXPECT_EQ(ok.timings.count("run"), 0u);
+
+  EvalResult wrong = evaluate("wrong", "v1", nullptr, true);
+  EXPECT_EQ(wrong.failure, FailureKind::VerifyFailed);
+  EXPECT_EQ(wrong.level_reached, 2);
+  EXPECT_NE(wrong.error_text.find("rank 1: buffer 'out' differs"), std::string::npos) << wrong.error_text;
+
+  EvalResult crash = evaluate("crash", "v2", nullptr, true);
+  EXPECT_EQ(crash.failure, FailureKind::RunFailed);
+  EXPECT_NE(crash.error_text.find("run+verify+bench"), std::string::npos) << crash.error_text;
+  EXPECT_NE(crash.error_text.find("rank 1: killed by signal SIGSEGV"), std::string::npos) << crash.error_text;
+  EXPECT_FALSE(ran_verify_level_);
 }
 
 TEST_F(GpuCascadeCpu, BuildFailureIsTrimmed) {

@@ -72,6 +72,7 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   c.run_timeout_s = section.value("run_timeout_s", c.run_timeout_s);
   c.bench_timeout_s = section.value("bench_timeout_s", c.bench_timeout_s);
   c.bench_exclusive = section.value("bench_exclusive", c.bench_exclusive);
+  c.verify_in_bench = section.value("verify_in_bench", c.verify_in_bench);
   c.gpus_per_rank = section.value("gpus_per_rank", c.gpus_per_rank);
   if (auto it = section.find("gpus"); it != section.end() && it->is_array())
     for (const auto& g : *it) c.gpus.push_back(g.get<int>());
@@ -149,7 +150,8 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
                                                                  const JobObserver& jobs) {
   LevelOutcome out;
   const bool bench = level == "bench";
-  const FailureKind crash_kind = bench ? FailureKind::BenchFailed : FailureKind::RunFailed;
+  // Without an earlier verify run, a crash of the bench run is the candidate's run failure.
+  const FailureKind crash_kind = bench && !config_.verify_in_bench ? FailureKind::BenchFailed : FailureKind::RunFailed;
   std::string why;
   auto lease = pool_->acquire(config_.ranks * config_.gpus_per_rank, exclusive, &why);
   // No healthy GPUs left ends the run: no candidate could be judged.
@@ -175,7 +177,7 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
 
-  const std::string step = bench ? "bench" : "run+verify";
+  const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
   auto verdict = read_verdict(results);
   bool crashed = false;  // the GPUs may be left in a bad state: probe them
   if (!run.started) {
@@ -262,22 +264,25 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
     return argv;
   };
 
-  // L2: run and verify on a shared lease.
+  // L2: run and verify on a shared lease (or, with verify_in_bench, in the bench run below).
   result.level_reached = 2;
-  LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false, folder.results,
-                                  folder.dir, jobs);
-  result.timings["run"] = verify.wall_s;
-  if (verify.failure != FailureKind::Ok) return fail(verify.failure, verify.error);
+  if (!config_.verify_in_bench) {
+    LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false, folder.results,
+                                    folder.dir, jobs);
+    result.timings["run"] = verify.wall_s;
+    if (verify.failure != FailureKind::Ok) return fail(verify.failure, verify.error);
+    result.level_reached = 3;
+  }
 
   // L3: benchmark, alone on the node unless configured otherwise. The verify run's files are
   // set aside so that only the bench's count.
-  result.level_reached = 3;
   std::filesystem::remove(folder.results / "correct.json");
   std::filesystem::remove(folder.results / "metrics.json");
   LevelOutcome bench = run_level("bench", request, argv_for("bench", config_.bench_args), config_.bench_timeout_s,
                                  config_.bench_exclusive, folder.results, folder.dir, jobs);
   result.timings["bench"] = bench.wall_s;
   if (bench.failure != FailureKind::Ok) return fail(bench.failure, bench.error);
+  result.level_reached = 3;
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
   result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
   if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);

@@ -14,6 +14,8 @@
 //     run_timeout_s: 60
 //     bench_timeout_s: 180
 //     bench_exclusive: true          # the bench level runs alone on the node
+//     verify_in_bench: false         # true: no separate L2 run; the bench run's own verification
+//                                    # (the harness checks every rank in bench mode) decides
 //     gpus_per_rank: 1
 //     gpus: [0, 1]                   # default: every GPU found
 //     health_probe: true             # probe GPUs after a killed or crashed run
@@ -26,7 +28,9 @@
 //    timeout (which ranks were still running) | run_failed (signal or exit code, CUDA/NCCL text,
 //    which rank) | verify_failed (the harness's report).
 // L3 ranks run `--mode bench ... <bench_args>` under an exclusive lease: timeout | bench_failed |
-//    verify_failed; metrics from D/metrics.json only.
+//    verify_failed; metrics from D/metrics.json only. With verify_in_bench the L2 run is left
+//    out (it repeats process start, communicator set-up and the reference for every candidate)
+//    and a crash of the bench run counts as run_failed.
 // After a timeout or crash the leased GPUs are probed (gpu_health.hpp) before they are released;
 // GPUs that fail are quarantined for the rest of the run.
 #pragma once
@@ -60,6 +64,7 @@ struct GpuCascadeConfig {
   double run_timeout_s = 60.0;
   double bench_timeout_s = 180.0;
   bool bench_exclusive = true;
+  bool verify_in_bench = false;
   int gpus_per_rank = 1;
   std::vector<int> gpus;  // empty: detected
   bool health_probe = true;

@@ -132,7 +132,7 @@ class WorkloadReader {
 
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
-                      "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "gpus_per_rank", "gpus",
+                      "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
                       "health_probe", "launcher_args", "cache_dir", "env"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
@@ -154,6 +154,7 @@ class WorkloadReader {
     section["run_timeout_s"] = seconds_at(node, "run_timeout_s").value_or(60.0);
     section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(180.0);
     section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
+    section["verify_in_bench"] = bool_at(node, "verify_in_bench").value_or(false);
     section["health_probe"] = bool_at(node, "health_probe").value_or(true);
     section["gpus_per_rank"] = integer_at(node, "gpus_per_rank", 1, 64).value_or(1);
     if (const YAML::Node gpus = node["gpus"]) {
