@@ -56,12 +56,7 @@ int main(int argc, char** argv) {
       reps = std::stoi(argv[i + 1]);
     }
   }
-  int gpus = 0;
-  BRAID_CUDA(cudaGetDeviceCount(&gpus));
-  if (gpus < 2) {
-    std::printf("SKIP: needs 2 GPUs\n");
-    return 77;
-  }
+  gpu_count_or_skip(2);  // exits 77 (skipped) with fewer than 2 GPUs
   const int64_t maxS = *std::max_element(sizes.begin(), sizes.end());
   const size_t mat = (size_t)maxS * maxS * 2;
   char* buf[2][2] = {};  // [gpu][0: send shard, 1: receive]
