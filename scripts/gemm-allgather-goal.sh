@@ -4,7 +4,7 @@
 # within 1.05x of its bound (workloads/gemm_allgather/bench/goal.yaml), at most 60 evaluations,
 # then the per-seed tables of workloads/gemm_allgather/bench/evolve_summary.py.
 #   scripts/gemm-allgather-goal.sh [seeds...]        (default: 1 2 3)
-#   BRAID_BIN=path/to/braid  BRAID_GOAL_EVALS=60  BRAID_GOAL_TIMEOUT=560 (seconds per seed; one device call
+#   BRAID_GOAL_RANKS=4 (default: workload.yaml's 2)  BRAID_BIN=path/to/braid  BRAID_GOAL_EVALS=60  BRAID_GOAL_TIMEOUT=560 (seconds per seed; one device call
 #   allows at most 600 s, so run one seed per call there)
 # NCCL as in scripts/gpu-check.sh; results under $OUT (or ./gemm-allgather-goal-out).
 set -uo pipefail
@@ -31,7 +31,8 @@ for seed in $seeds; do
   rm -rf "$dir"
   start=$(date +%s)
   BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GOAL_TIMEOUT:-560}" "$braid" evolve workloads/gemm_allgather --llm none \
-    -g "${BRAID_GOAL_EVALS:-60}" -s "$seed" -r "$dir" -c workloads/gemm_allgather/bench/goal.yaml >"$out/seed$seed.log" 2>&1
+    -g "${BRAID_GOAL_EVALS:-60}" -s "$seed" -r "$dir" ${BRAID_GOAL_RANKS:+--ranks "$BRAID_GOAL_RANKS"} \
+    -c workloads/gemm_allgather/bench/goal.yaml >"$out/seed$seed.log" 2>&1
   rc=$?
   echo "seed $seed: rc=$rc in $(( $(date +%s) - start ))s; $(grep -o 'target reached[^]]*' "$out/seed$seed.log" | tail -1)"
   python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target 1.05 >"$out/seed$seed.md" 2>&1

@@ -103,9 +103,11 @@ export LD_LIBRARY_PATH="$(dirname "$gag_braid")/lib:$LD_LIBRARY_PATH"
 if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   start=$(date +%s)
   rm -rf "$out/gemm-allgather-evolve"
+  # One rank per GPU of this machine (up to 8, the LSA limit of braid's primitives).
+  gag_ranks=${BRAID_GAG_CHECK_RANKS:-$(( $(nvidia-smi -L | wc -l) > 8 ? 8 : $(nvidia-smi -L | wc -l) ))}
   BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-200}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
-    -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
-  note "gemm_allgather evolve: rc=$? in $(( $(date +%s) - start ))s"
+    -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 --ranks "$gag_ranks" -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
+  note "gemm_allgather evolve ($gag_ranks ranks): rc=$? in $(( $(date +%s) - start ))s"
   python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
 else
   note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"

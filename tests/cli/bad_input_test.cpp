@@ -89,6 +89,17 @@ TEST_F(BadInput, UnknownWorkloadKey) {
   expect_refused({}, "workload.yaml", "colour");
 }
 
+// --ranks is for GPU workloads; on one it is applied before the GPUs are counted.
+TEST_F(BadInput, RanksOverride) {
+  expect_refused({"--ranks", "4"}, "workload.yaml", "--ranks applies to workloads whose evaluator is kind gpu");
+  const auto gag_results = root_ / "gag";
+  // 4096 ranks: more GPUs than any machine here has, so the override shows in the refusal.
+  auto o = run_braid({"evolve", "workloads/gemm_allgather", "--results", gag_results.string(), "--ranks", "4096"});
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_NE(o.output.find("needs 4096 GPUs"), std::string::npos) << o.output;
+  EXPECT_FALSE(std::filesystem::exists(gag_results / "evolution.db"));
+}
+
 TEST_F(BadInput, ResumeOfAFolderWithoutARun) {
   std::filesystem::create_directories(results_);
   auto o = run_braid({"resume", results_.string()});

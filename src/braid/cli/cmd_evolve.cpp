@@ -175,14 +175,28 @@ struct EvolveArgs {
   std::int64_t generations = -1;
   std::int64_t seed = -1;
   int parallel = -1;
+  int ranks = -1;
 };
+
+void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks) {
+  if (!ranks) return;
+  const std::string yaml = (spec.dir / "workload.yaml").string();
+  if (spec.evaluator.value("kind", std::string()) != "gpu")
+    throw UserError(yaml, "--ranks applies to workloads whose evaluator is kind gpu (this one is " +
+                              spec.evaluator.value("kind", std::string("?")) + ")");
+  if (*ranks < 1 || *ranks > 4096) throw UserError(yaml, "--ranks must be between 1 and 4096");
+  spec.evaluator["ranks"] = *ranks;
+}
 
 int do_evolve(EvolveArgs& a) {
   EvolveRequest& req = a.req;
   if (a.generations >= 0) req.generations = a.generations;
   if (a.seed >= 0) req.seed = std::uint64_t(a.seed);
   if (a.parallel > 0) req.parallel = a.parallel;
+  if (a.ranks > 0) req.ranks = a.ranks;
+  else if (a.ranks == 0) throw UserError("--ranks", "must be at least 1");
   WorkloadSpec spec = load_workload(req.workload);
+  apply_ranks_override(spec, req.ranks);
   SearchConfig cfg = resolve_config(req, spec);
   auto results = req.results.empty() ? default_results(spec) : req.results;
   if (std::filesystem::exists(db_path(results)))
@@ -207,6 +221,7 @@ int do_evolve(EvolveArgs& a) {
   db->set_meta("llm", req.llm);
   db->set_meta("replay_evals", req.replay_evals ? "1" : "0");
   db->set_meta("braid_version", BRAID_VERSION);
+  if (req.ranks) db->set_meta("evaluator_ranks", std::to_string(*req.ranks));
   write_file_atomic(results / "config.json", cfg.to_json().dump(2));
   log::info("run seed {}; results in {}", cfg.seed, results.string());
   EvolutionRunner runner(results, *db, std::move(parts));
@@ -232,6 +247,8 @@ int do_resume(ResumeArgs& a) {
   req.llm = db.meta("llm").value_or("none");
   req.replay_evals = db.meta("replay_evals").value_or("0") == "1";
   WorkloadSpec spec = load_workload(req.workload);
+  if (auto r = db.meta("evaluator_ranks")) req.ranks = std::stoi(*r);
+  apply_ranks_override(spec, req.ranks);
   register_extra_config_keys(llm_config_keys());
   SearchConfig cfg = search_config_from_json(json::parse(*config), db_path(a.results).string());
   if (a.generations >= 0) cfg.num_generations = a.generations;
@@ -256,6 +273,7 @@ Registrar evolve_reg(10, [](CLI::App& app, Action& action) {
   cmd->add_option("--results,-r", a.req.results, "Results folder (default results/<workload>-<time>)");
   cmd->add_option("--seed,-s", a.seed, "RNG seed of the run (default: random, stored)");
   cmd->add_option("--parallel,-j", a.parallel, "Evaluations in flight (max_parallel_jobs)");
+  cmd->add_option("--ranks", a.ranks, "GPU workloads: ranks per evaluation instead of workload.yaml's (kept for resume)");
   cmd->add_option("--llm", a.req.llm,
                   "Variation operator: none (knob mutator), config (llm_models of the config), model strings "
                   "(comma-separated), or replay:<results>")

@@ -18,7 +18,11 @@ struct EvolveRequest {
   std::filesystem::path results;           // optional --results
   std::string llm;                         // --llm ("" = config's llm_models, else knob mutator)
   bool replay_evals = false;
+  std::optional<int> ranks;                // --ranks: overrides a GPU evaluator's ranks (kept for resume)
 };
+
+// Applies --ranks to a GPU workload's evaluator section; UserError for other evaluator kinds.
+void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks);
 
 // Validates everything and returns the parts of a run; throws UserError on bad input.
 RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg);
