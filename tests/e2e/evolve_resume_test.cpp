@@ -142,6 +142,8 @@ TEST(EvolveEndToEnd, StopsWhenTheGoalIsMet) {
   }
   auto again = run_braid({"resume", results.string()});
   EXPECT_EQ(again.code, 0) << again.output;
+  auto top = run_braid({"top", results.string()});
+  EXPECT_NE(top.output.find("goal combined_score >= 0.01 met by"), std::string::npos) << top.output;
   Db db(results / "evolution.db");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) " + kChildren), 0);
   std::filesystem::remove(cfg);

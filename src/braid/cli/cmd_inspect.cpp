@@ -47,6 +47,17 @@ void print_totals(ProgramDatabase& db) {
     line += fmt::format("; LLM {} calls, {} + {} tokens, ${:.4f}, {} errors", llm.value("calls", 0), llm.value("tokens_in", 0),
                         llm.value("tokens_out", 0), llm.value("cost_usd", 0.0), llm.value("errors_total", 0));
   std::printf("%s\n", line.c_str());
+  // stop_when: which candidate met the run's goal (search/config.hpp).
+  if (auto met = db.meta("target_reached")) {
+    try {
+      json t = json::parse(*met);
+      std::printf("goal %s met by %s (generation %lld, %s = %.4g)\n", t.value("goal", std::string()).c_str(),
+                  t.value("id", std::string()).c_str(), (long long)t.value("generation", 0LL), t.value("metric", std::string()).c_str(),
+                  t.value("value", 0.0));
+    } catch (const json::exception&) {
+      std::printf("goal met (record unreadable: %s)\n", met->c_str());
+    }
+  }
 }
 
 int do_top(const std::filesystem::path& results, int n) {
