@@ -269,3 +269,61 @@ TEST(RewriteLoop, CompleteConversionMakesNoCall) {
   EXPECT_EQ(r.source, c.source);
   EXPECT_EQ(server.request_count(), 0u);
 }
+
+// Stage A through the loop: the rules leave the cudaMallocAsync buffers of the all-reduce (their
+// device all-reduce would fall back to host NCCL), stage B needs nothing. A rewrite that keeps the
+// stream-ordered allocations is not accepted; one that allocates through sym_malloc compiles.
+TEST(RewriteLoop, StageAMovesStreamOrderedBuffersToSymmetricMemory) {
+  if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
+  const auto path = corpus_llm("async_alloc_allreduce.cu");
+  const std::string src = braid::read_file(path);
+  const Analysis a = analyze(path.filename().string(), src);
+  const Conversion rules = transform(a, src);
+  ASSERT_EQ(rules.converted_calls, 1);
+  ASSERT_EQ(rules.left.size(), 2u);
+  for (const auto& u : rules.left) EXPECT_EQ(stage_of(u), "A") << u.construct;
+
+  auto move_buffers = [](std::string program) {
+    for (const char* v : {"acts", "total"}) {
+      braid::testing::replace_once(program, std::string("cudaMallocAsync(&") + v + ", kCount * sizeof(float), stream)",
+                                   std::string("braid_converted::sym_malloc(&") + v + ", kCount * sizeof(float))");
+      braid::testing::replace_once(program, std::string("cudaFreeAsync(") + v + ", stream)", std::string("braid_converted::sym_free(") + v + ")");
+    }
+    return program;
+  };
+  LoopbackLlmServer server;
+  std::vector<std::string> rewrite_prompts;
+  server.set_responder([&](const std::string&, const Messages& m) -> std::optional<std::string> {
+    if (is_judge(m)) return std::string("unused");
+    const std::string& p = m.back().second;
+    rewrite_prompts.push_back(p);
+    const std::string shown = braid::testing::cuda_block(p, 1);
+    if (p.find("still does not come from braid_converted::sym_malloc") != std::string::npos)
+      return braid::testing::fenced(move_buffers(shown), "Symmetric allocations.");
+    return braid::testing::fenced(shown, "The allocations look fine to me.");
+  });
+  auto client = client_for(server, "m");
+  RewriteOptions o;
+  o.run_gate = false;
+  const auto work = std::filesystem::current_path() / "convert-rewrite" / "stage_a";
+  std::filesystem::remove_all(work / "record");
+  o.gate.work_dir = work / "gate";
+  o.gate.source_dir = path.parent_path();
+  o.gate.flags = {"-O0", "-std=c++20", "--expt-relaxed-constexpr"};
+  o.record_dir = work / "record";
+  const RewriteResult r = rewrite_loop(a, src, rules, *client, *client, o);
+
+  ASSERT_EQ(r.attempts.size(), 2u) << r.to_json().dump(2);
+  EXPECT_TRUE(r.accepted) << r.failure;
+  for (const auto& at : r.attempts) EXPECT_EQ(at.stage, "A");  // the rules did stage B: no call for it
+  EXPECT_EQ(r.attempts[0].outcome, "not_converted");
+  EXPECT_NE(r.attempts[0].outcome_text.find("buffer `acts`"), std::string::npos) << r.attempts[0].outcome_text;
+  EXPECT_NE(r.attempts[0].outcome_text.find("buffer `total`"), std::string::npos) << r.attempts[0].outcome_text;
+  EXPECT_EQ(r.attempts[1].outcome, "compiled") << r.attempts[1].outcome_text;
+  ASSERT_EQ(rewrite_prompts.size(), 2u);
+  EXPECT_NE(rewrite_prompts[0].find("cudaMallocAsync"), std::string::npos);  // what is left, with its line
+  EXPECT_NE(r.source.find("braid_converted::sym_malloc(&acts"), std::string::npos);
+  EXPECT_EQ(r.source.find("cudaMallocAsync(&"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(work / "record" / "stageA_iter2.cu"));
+}
+

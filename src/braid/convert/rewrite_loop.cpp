@@ -120,6 +120,28 @@ std::string still_host(const Analysis& candidate, const std::string& candidate_s
   return out;
 }
 
+// Stage A: buffers the rules could not move to symmetric memory (stream-ordered or managed
+// allocations) that the candidate still does not allocate through braid_converted::sym_*, so the
+// converted calls on them would fall back to host NCCL at run time.
+std::string still_unmoved(const Analysis& original, const Analysis& candidate, const std::string& candidate_source,
+                          const std::vector<Unconverted>& items) {
+  std::string out;
+  for (const Unconverted& u : items) {
+    if (u.construct != "cudaMallocAsync" && u.construct != "cudaMallocManaged") continue;
+    for (const auto& [name, b] : original.buffers) {
+      if (b.line != u.line || b.allocator != u.construct) continue;
+      bool moved = false;
+      if (auto it = candidate.buffers.find(name); it != candidate.buffers.end() && it->second.alloc_call < candidate.calls.size())
+        moved = candidate_source.compare(candidate.calls[it->second.alloc_call].call_begin, 15, "braid_converted") == 0;
+      if (!moved)
+        out += fmt::format("{}buffer `{}` (original line {}, {}) still does not come from braid_converted::sym_malloc: the converted "
+                           "calls on it would fall back to host NCCL",
+                           out.empty() ? "" : "; ", name, u.line, u.construct);
+    }
+  }
+  return out;
+}
+
 const char* const kPreludeBegin = "// ==== braid convert: device-initiated replacements";
 const char* const kPreludeEnd = "// ==== end of braid convert's replacements ====";
 
@@ -339,7 +361,8 @@ RewriteResult rewrite_loop(const Analysis& analysis, const std::string& original
         at.outcome_text = problem + "; keep every frozen part exactly as in the original";
       } else {
         const Analysis cand = analyze_converted(analysis.file, at.code);
-        const std::string host = stage.id == std::string("B") ? still_host(cand, at.code, items) : "";
+        const std::string host =
+            stage.id == std::string("B") ? still_host(cand, at.code, items) : still_unmoved(analysis, cand, at.code, items);
         if (!host.empty()) {
           at.outcome = "not_converted";
           at.outcome_text = host;
