@@ -7,21 +7,8 @@
 set -uo pipefail
 build=${1:?usage: rewrite_gate_test.sh <braid build dir>}
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-# A build made elsewhere (a bundle carried to the GPU machine) finds the shipped prompts and the
-# device headers of this checkout.
-export BRAID_PROMPTS_DIR=${BRAID_PROMPTS_DIR:-$root/prompts}
-export BRAID_DEVICE_INCLUDE=${BRAID_DEVICE_INCLUDE:-$root/device/include}
-export NCCL_NVLS_ENABLE=0
-if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
-  echo "SKIPPED: fewer than 2 GPUs"
-  exit 77
-fi
-driver=${BRAID_REWRITE_GATE_DRIVER:-$build/tests/rewrite_gate_driver}  # or a bundled one (scripts/bundle-for-device.sh)
-if [ ! -x "$driver" ]; then
-  echo "no $driver: build the rewrite_gate_driver target"
-  exit 1
-fi
+source "$here/gpu_gate_setup.sh"
+gpu_gate_setup "$0" "$build" rewrite_gate_driver "${BRAID_REWRITE_GATE_DRIVER:-}"  # sets root, driver; a bundled driver may be given
 work=$(mktemp -d)
 "$driver" "$here/corpus_llm/reduce_to_root.cu" "$work"
 rc=$?
