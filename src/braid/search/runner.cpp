@@ -148,6 +148,21 @@ struct EvolutionRunner::Impl {
     }
     done_at_start = pop.done_count();
     if (cfg.stop_when.enabled()) {  // resume: a stored candidate may already meet the goal
+      std::optional<std::string> met;
+      {
+        std::lock_guard lock(db_mutex);
+        met = db.meta("target_reached");
+      }
+      if (met) {  // recorded for this same goal: no need to read every stored candidate again
+        json t = json::parse(*met, nullptr, false);
+        if (!t.is_discarded() && t.value("goal", std::string()) == cfg.stop_when.describe()) {
+          target_reached = true;
+          stop_note = target_note(t.value("metric", std::string()), t.value("value", 0.0), t.value("goal", std::string()),
+                                  t.value("id", std::string()), t.value("generation", std::int64_t{0}));
+        }
+      }
+    }
+    if (cfg.stop_when.enabled() && !target_reached) {
       std::vector<std::string> ids;
       for (std::size_t i = 0; i < pop.size(); ++i)
         if (pop.at(i).failure == FailureKind::Ok && pop.at(i).patch_type != "migrant") ids.push_back(pop.at(i).id);
@@ -226,6 +241,11 @@ struct EvolutionRunner::Impl {
     check_target(rec);
   }
 
+  static std::string target_note(const std::string& metric, double value, const std::string& goal, const std::string& id,
+                                 std::int64_t generation) {
+    return fmt::format("target reached: {} = {:.4g} ({}) by {} (generation {})", metric, value, goal, id, generation);
+  }
+
   // stop_when: the first correct candidate (in generation order) that meets the goal ends the run.
   void check_target(const ProgramRecord& rec) {
     const StopWhen& w = cfg.stop_when;
@@ -233,7 +253,7 @@ struct EvolutionRunner::Impl {
     if (!w.met(rec.combined_score, rec.public_metrics)) return;
     target_reached = true;
     const double v = *w.value(rec.combined_score, rec.public_metrics);
-    stop_note = fmt::format("target reached: {} = {:.4g} ({}) by {} (generation {})", w.metric, v, w.describe(), rec.id, rec.generation);
+    stop_note = target_note(w.metric, v, w.describe(), rec.id, rec.generation);
     log::info("{}; no new candidates are proposed", stop_note);
     json info = {{"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
     std::lock_guard lock(db_mutex);
