@@ -70,6 +70,11 @@ int run_rank(const RankInfo& me, const Args& args) {
   cudaEvent_t e0, e1;
   BRAID_CUDA(cudaEventCreate(&e0));
   BRAID_CUDA(cudaEventCreate(&e1));
+  cudaStream_t side = nullptr;  // the SM share of the CE + SM all-gather
+  BRAID_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  BRAID_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  BRAID_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   int dev = 0, sms = 0;
   BRAID_CUDA(cudaGetDevice(&dev));
   BRAID_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -180,7 +185,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -193,7 +198,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -220,41 +225,56 @@ int run_rank(const RankInfo& me, const Args& args) {
     });
     barrier.wait();
     emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
-    {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::StreamWrite, win_base);
+    // An all-gather into the poisoned window: timed, then checked byte for byte.
+    auto time_checked = [&](auto&& op, const char* name) {
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
       barrier.wait();
-      row.ce_sync = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
+      const double ms = time_op(op);
       barrier.wait();
       const bool ok = check_against_ref(win_base, total) == 0;
       row.lsa_ok = row.lsa_ok && ok;
-      emit("ce_sync", row.ce_sync, ok);
+      emit(name, ms, ok);
+      return ms;
+    };
+    auto time_ce = [&](CopyEngineAllGather& ce, const char* name) {
+      return time_checked([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); }, name);
+    };
+    using Sync = CopyEngineAllGather::Sync;
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::StreamWrite, win_base);
+      row.ce_sync = time_ce(ce, "ce_sync");
+      for (int lanes : {2, 4}) {
+        ce.set_lanes(lanes);
+        const double ms = time_ce(ce, lanes == 2 ? "ce_sync_lanes2" : "ce_sync_lanes4");
+        (lanes == 2 ? row.ce_sync_l2 : row.ce_sync_l4) = ms;
+      }
+    }
+    // Copy engines and SMs at once: the head of my block by CopyEngineAllGather, its tail
+    // (1/8 or 1/4) by the LSA kernel on a forked stream, concurrently.
+    for (int eighths : {1, 2}) {
+      const size_t tail = round_up(shard / 8 * (size_t)eighths, 16), head = shard - tail;
+      const AllGatherConfig tc = all_gather_auto_config(tail, sms);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::StreamWrite, win_base);
+      char* mine = win_base + (size_t)me.rank * shard;
+      const double ms = time_checked([&] {
+        BRAID_CUDA(cudaEventRecord(fork, s));
+        BRAID_CUDA(cudaStreamWaitEvent(side, fork, 0));
+        launch_all_gather(tc, dc, win, head, shard, mine + head, tail, 0, side);
+        ce.run(mine, head, s);
+        BRAID_CUDA(cudaEventRecord(join, side));
+        BRAID_CUDA(cudaStreamWaitEvent(s, join, 0));
+      }, eighths == 1 ? "ce_plus_sm_eighth" : "ce_plus_sm_quarter");
+      (eighths == 1 ? row.hybrid8 : row.hybrid4) = ms;
     }
     {
-      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, CopyEngineAllGather::Sync::KernelFlag, win_base);
-      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
-      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
-      BRAID_CUDA(cudaStreamSynchronize(s));
-      barrier.wait();
-      row.ce_sync_kflag = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
-      barrier.wait();
-      const bool ok = check_against_ref(win_base, total) == 0;
-      row.lsa_ok = row.lsa_ok && ok;
-      emit("ce_sync_kflag", row.ce_sync_kflag, ok);
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::KernelFlag, win_base);
+      row.ce_sync_kflag = time_ce(ce, "ce_sync_kflag");
     }
     {
       CopyEngineAllGather ce(win, 0, shard, dc, 0, s, win_base);
-      BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
-      BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
-      BRAID_CUDA(cudaStreamSynchronize(s));
-      barrier.wait();
-      row.ce_bar = time_op([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); });
-      barrier.wait();
-      const bool ok = check_against_ref(win_base, total) == 0;
-      row.lsa_ok = row.lsa_ok && ok;
-      emit("ce_barrier", row.ce_bar, ok);
+      row.ce_bar = time_ce(ce, "ce_barrier");
     }
 
     for (const LsaConfig& c : usable) {
@@ -313,8 +333,8 @@ int run_rank(const RankInfo& me, const Args& args) {
     emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
                   gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
                   row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
@@ -322,14 +342,14 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, 4 lanes | CE + SM (1/8 by SMs) | CE + SM (1/4) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      const double ce_best = std::min(r.ce_sync, r.ce_bar);
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.ce_sync), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
+      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.hybrid8, r.hybrid4, r.ce_bar});
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_sync_l4), g(r.hybrid8), g(r.hybrid4), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
     }
   }
   bool all_ok = true;

@@ -810,13 +810,52 @@ class CopyEngineAllGather {
     if (local_recv != nullptr) recv_[(size_t)me_] = local_recv;
   }
 
+  ~CopyEngineAllGather() {
+    for (cudaStream_t s : lane_streams_) cudaStreamDestroy(s);
+    for (cudaEvent_t e : lane_events_) cudaEventDestroy(e);
+  }
+  CopyEngineAllGather(const CopyEngineAllGather&) = delete;
+  CopyEngineAllGather& operator=(const CopyEngineAllGather&) = delete;
+
+  // Split each block copy into `lanes` slices issued on as many streams (forked from and joined
+  // back into the caller's stream), so several copy engines share one block. 1 = one copy per peer.
+  void set_lanes(int lanes) {
+    if (lanes < 1 || lanes > 16) throw DeviceError("CopyEngineAllGather lanes must be 1..16");
+    while ((int)lane_streams_.size() < lanes - 1) {
+      cudaStream_t s = nullptr;
+      BRAID_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      lane_streams_.push_back(s);
+    }
+    while ((int)lane_events_.size() < lanes) {
+      cudaEvent_t e = nullptr;
+      BRAID_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      lane_events_.push_back(e);
+    }
+    lanes_ = lanes;
+  }
+  int lanes() const { return lanes_; }
+
   void run(const void* src, size_t bytes, cudaStream_t stream) {
     ++epoch_;
     handshake(0, stream);
-    for (int k = 0; k < n_; ++k) {
-      const int peer = (me_ + k) % n_;
-      char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_;
-      if (dst != src) BRAID_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    if (lanes_ > 1) BRAID_CUDA(cudaEventRecord(lane_events_[0], stream));
+    for (int lane = 0; lane < lanes_; ++lane) {
+      // Slices are 16-byte aligned; lane 0 is the caller's stream and takes the remainder.
+      const size_t slice = lanes_ == 1 ? bytes : bytes / (size_t)lanes_ / 16 * 16;
+      const size_t begin = lane == 0 ? 0 : bytes - (size_t)(lanes_ - lane) * slice;
+      const size_t len = lane == 0 ? bytes - (size_t)(lanes_ - 1) * slice : slice;
+      cudaStream_t s = lane == 0 ? stream : lane_streams_[(size_t)lane - 1];
+      if (lane > 0) BRAID_CUDA(cudaStreamWaitEvent(s, lane_events_[0], 0));
+      for (int k = 0; k < n_ && len > 0; ++k) {
+        const int peer = (me_ + k) % n_;
+        char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_ + begin;
+        const char* from = static_cast<const char*>(src) + begin;
+        if (dst != from) BRAID_CUDA(cudaMemcpyAsync(dst, from, len, cudaMemcpyDefault, s));
+      }
+    }
+    for (int lane = 1; lane < lanes_; ++lane) {
+      BRAID_CUDA(cudaEventRecord(lane_events_[(size_t)lane], lane_streams_[(size_t)lane - 1]));
+      BRAID_CUDA(cudaStreamWaitEvent(stream, lane_events_[(size_t)lane], 0));
     }
     handshake(1, stream);
   }
@@ -846,6 +885,9 @@ class CopyEngineAllGather {
   uint32_t epoch_ = 0;
   std::vector<void*> recv_, flags_;
   StreamMemOps memops_;
+  int lanes_ = 1;
+  std::vector<cudaStream_t> lane_streams_;
+  std::vector<cudaEvent_t> lane_events_;
 };
 
 // NCCL's host collectives with NCCL_CTA_POLICY_ZERO: a communicator split from `parent` that uses

@@ -5,7 +5,9 @@ evolve_summary.py RESULTS_DIR [--target 1.05] [--sizes 4096,8192,16384]
 Reads RESULTS_DIR/evolution.db in evaluation order (generation, then creation time) and prints,
 per evaluation, the knob vector, the verdict, the ratio to the bound at each target size and the
 best-so-far worst ratio; then the first evaluation at which one verified program is at or under
-the target at every target size (the initial program counts as evaluation 0)."""
+the target at every target size (the initial program counts as evaluation 0). Copies are not
+evaluations and are left out: migrants (a program copied to another island) and the initial
+program's copies on the other islands."""
 import json
 import os
 import sqlite3
@@ -21,7 +23,9 @@ def main():
     sizes = [int(s) for s in (args[args.index("--sizes") + 1] if "--sizes" in args else "4096,8192,16384").split(",")]
     db = sqlite3.connect(os.path.join(results, "evolution.db"))
     rows = db.execute("SELECT id, generation, correct, failure_kind, knob_key, public_metrics, combined_score "
-                      "FROM programs ORDER BY generation, created_at").fetchall()
+                      "FROM programs WHERE migrated_from = '' AND (patch_type != 'seed' OR island_idx = "
+                      "(SELECT MIN(island_idx) FROM programs WHERE patch_type = 'seed')) "
+                      "ORDER BY generation, created_at").fetchall()
     best_worst, reached = None, {}
     print(f"| eval | verdict | score | " + " | ".join(f"ratio {s}" for s in sizes) + " | worst | best worst so far | knobs |")
     print("|" + "---|" * (len(sizes) + 6))
