@@ -7,8 +7,11 @@
 //
 // Variants: nccl (ncclAllGather on cudaMalloc buffers, what host-driven programs do), nccl_win
 // (on a symmetric window), nccl_zero_cta (NCCL_CTA_POLICY_ZERO communicator, copy engines),
-// ce_push (cudaMemcpyAsync to peers' LSA addresses), lsa (all_gather_kernel, a sweep of grid,
-// block, unroll and chunk) and lsa_auto (all_gather_auto_config's choice). Each LSA result is
+// ce_push (bare cudaMemcpyAsync to peers' LSA addresses, no handshake: a ceiling, not an
+// all-gather), ce_sync* (CopyEngineAllGather with memop flags: 1, 2, 4 lanes, pull), ce_plus_sm_*
+// (its head by copy engines, 1/8 or 1/4 of each block by the LSA kernel at the same time),
+// ce_sync_kflag / ce_barrier (other handshakes), lsa (all_gather_kernel, a sweep of grid, block,
+// unroll and chunk), bulk (TMA) and lsa_auto (all_gather_auto_config's choice). Each result is
 // checked byte for byte against ncclAllGather's.
 #include <algorithm>
 #include <cstdio>
@@ -185,7 +188,7 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, ce_pull, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -198,7 +201,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -250,6 +253,10 @@ int run_rank(const RankInfo& me, const Args& args) {
         const double ms = time_ce(ce, lanes == 2 ? "ce_sync_lanes2" : "ce_sync_lanes4");
         (lanes == 2 ? row.ce_sync_l2 : row.ce_sync_l4) = ms;
       }
+      // Pull: each GPU's copy engines read the peers' blocks (in place: the block is in my slot).
+      ce.set_lanes(1);
+      ce.set_direction(CopyEngineAllGather::Direction::Pull);
+      row.ce_pull = time_ce(ce, "ce_sync_pull");
     }
     // Copy engines and SMs at once: the head of my block by CopyEngineAllGather, its tail
     // (1/8 or 1/4) by the LSA kernel on a forked stream, concurrently.
@@ -333,8 +340,8 @@ int run_rank(const RankInfo& me, const Args& args) {
     emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  pull %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.ce_pull), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
                   gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
                   row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
@@ -342,14 +349,14 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, 4 lanes | CE + SM (1/8 by SMs) | CE + SM (1/4) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, pull | CE + SM (1/8 by SMs) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.hybrid8, r.hybrid4, r.ce_bar});
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_sync_l4), g(r.hybrid8), g(r.hybrid4), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
+      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.ce_pull, r.hybrid8, r.hybrid4, r.ce_bar});
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_pull), g(r.hybrid8), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
     }
   }
   bool all_ok = true;

@@ -269,7 +269,7 @@ int run_rank(const RankInfo& me) {
   }
 
   // CopyEngineAllGather: copy engines + stream flag handshakes, both ways of writing the flags,
-  // three rounds each (epochs advance; fresh data every round; 1, 3 and 2 lanes).
+  // four rounds each (epochs advance; fresh data every round; push and pull, 1-3 lanes).
   {
     int instance = 0;
     for (size_t bytes : sizes) {
@@ -279,26 +279,32 @@ int run_rank(const RankInfo& me) {
                                      ? CopyEngineAllGather(win, 0, bytes, dc, 0, s, recv)
                                      : CopyEngineAllGather(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, sync, recv);
         const char* how = sync == CopyEngineAllGather::Sync::StreamWrite ? "stream-write " : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag " : "barrier-kernel ";
-        // Rounds 1 and 2 split each block over 3 and 2 lanes (an odd split leaves lane 0 a remainder).
-        for (int round = 0; round < 3; ++round) {
-          ce.set_lanes(round == 0 ? 1 : round == 1 ? 3 : 2);
+        // Rounds: push on 1 and 3 lanes (an odd split leaves lane 0 a remainder), pull on 2 and 1.
+        for (int round = 0; round < 4; ++round) {
+          ce.set_lanes(round == 0 || round == 3 ? 1 : round == 1 ? 3 : 2);
+          ce.set_direction(round < 2 ? CopyEngineAllGather::Direction::Push : CopyEngineAllGather::Direction::Pull);
           fresh(bytes, ++salt);
           BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
           ce.run(src, bytes, s);
           finish();
           const std::string d = compare_device_bytes(recv, ref, bytes * n);
           check.expect(d.empty(), std::string("CopyEngineAllGather ") + how + std::to_string(bytes) + "B round " + std::to_string(round) +
-                                      " lanes " + std::to_string(ce.lanes()), d);
+                                      " lanes " + std::to_string(ce.lanes()) +
+                                      (round < 2 ? " push" : " pull"), d);
         }
         // In place: the block already lies in this rank's own slot (no copy onto itself).
-        fresh(bytes, ++salt);
-        BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
-        char* own = static_cast<char*>(recv) + (size_t)me.rank * bytes;
-        BRAID_CUDA(cudaMemcpyAsync(own, src, bytes, cudaMemcpyDeviceToDevice, s));
-        ce.run(own, bytes, s);
-        finish();
-        const std::string d = compare_device_bytes(recv, ref, bytes * n);
-        check.expect(d.empty(), std::string("CopyEngineAllGather in place ") + how + std::to_string(bytes) + "B", d);
+        for (auto dir : {CopyEngineAllGather::Direction::Push, CopyEngineAllGather::Direction::Pull}) {
+          ce.set_direction(dir);
+          fresh(bytes, ++salt);
+          BRAID_NCCL(ncclAllGather(src, ref, bytes, ncclUint8, comm, s));
+          char* own = static_cast<char*>(recv) + (size_t)me.rank * bytes;
+          BRAID_CUDA(cudaMemcpyAsync(own, src, bytes, cudaMemcpyDeviceToDevice, s));
+          ce.run(own, bytes, s);
+          finish();
+          const std::string d = compare_device_bytes(recv, ref, bytes * n);
+          check.expect(d.empty(), std::string("CopyEngineAllGather in place ") + how + std::to_string(bytes) + "B" +
+                                      (dir == CopyEngineAllGather::Direction::Push ? " push" : " pull"), d);
+        }
       }
     }
   }

@@ -786,6 +786,10 @@ __global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
 //                      devComm and one barrier index, `barrier_index`).
 // Flags are epochs in a zeroed symmetric state region of flag_bytes(lsa_size) bytes, so they are
 // never reset (one region per instance: a new instance restarts its epochs at 1).
+// Options: set_direction(Pull) reads the peers' blocks instead of writing mine (the copy engines
+// of the receiving GPU move the data); set_lanes(L) splits every block copy over L streams.
+// Measured at 256 MiB on 2 x H200 (bench/device/allgather-results.md): push, 1 lane, memop flags
+// 376-380 GB/s; more lanes, or a share of the block copied by SMs at the same time, do not add.
 class CopyEngineAllGather {
  public:
   enum class Sync { StreamWrite, KernelFlag, Barrier };
@@ -835,8 +839,17 @@ class CopyEngineAllGather {
   }
   int lanes() const { return lanes_; }
 
+  // Push (default): my block is written into every peer's slot. Pull: every peer's block is read
+  // from its own slot into mine; src is first copied into my own slot unless it is that slot
+  // (the peers read from there). The handshakes are the same: everyone ready, everyone done.
+  enum class Direction { Push, Pull };
+  void set_direction(Direction d) { direction_ = d; }
+  Direction direction() const { return direction_; }
+
   void run(const void* src, size_t bytes, cudaStream_t stream) {
     ++epoch_;
+    char* own = static_cast<char*>(recv_[(size_t)me_]) + (size_t)me_ * stride_;
+    if (direction_ == Direction::Pull && src != own) BRAID_CUDA(cudaMemcpyAsync(own, src, bytes, cudaMemcpyDefault, stream));
     handshake(0, stream);
     if (lanes_ > 1) BRAID_CUDA(cudaEventRecord(lane_events_[0], stream));
     for (int lane = 0; lane < lanes_; ++lane) {
@@ -846,11 +859,17 @@ class CopyEngineAllGather {
       const size_t len = lane == 0 ? bytes - (size_t)(lanes_ - 1) * slice : slice;
       cudaStream_t s = lane == 0 ? stream : lane_streams_[(size_t)lane - 1];
       if (lane > 0) BRAID_CUDA(cudaStreamWaitEvent(s, lane_events_[0], 0));
-      for (int k = 0; k < n_ && len > 0; ++k) {
-        const int peer = (me_ + k) % n_;
-        char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_ + begin;
-        const char* from = static_cast<const char*>(src) + begin;
-        if (dst != from) BRAID_CUDA(cudaMemcpyAsync(dst, from, len, cudaMemcpyDefault, s));
+      for (int k = 1; k <= n_ && len > 0; ++k) {
+        const int peer = (me_ + k) % n_;  // me last: my own block (push, not in place)
+        if (direction_ == Direction::Push) {
+          char* dst = static_cast<char*>(recv_[(size_t)peer]) + (size_t)me_ * stride_ + begin;
+          const char* from = static_cast<const char*>(src) + begin;
+          if (dst != from) BRAID_CUDA(cudaMemcpyAsync(dst, from, len, cudaMemcpyDefault, s));
+        } else if (peer != me_) {
+          const size_t at = (size_t)peer * stride_ + begin;
+          BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(recv_[(size_t)me_]) + at, static_cast<const char*>(recv_[(size_t)peer]) + at, len,
+                                     cudaMemcpyDefault, s));
+        }
       }
     }
     for (int lane = 1; lane < lanes_; ++lane) {
@@ -886,6 +905,7 @@ class CopyEngineAllGather {
   std::vector<void*> recv_, flags_;
   StreamMemOps memops_;
   int lanes_ = 1;
+  Direction direction_ = Direction::Push;
   std::vector<cudaStream_t> lane_streams_;
   std::vector<cudaEvent_t> lane_events_;
 };
