@@ -150,6 +150,59 @@ TEST(EvolveEndToEnd, StopsWhenTheGoalIsMet) {
   std::filesystem::remove_all(results);
 }
 
+// stop_when with confirm: the seed (kSpeed 3) meets the goal in its evaluation but not on its two
+// re-runs, so the search goes on; the first program whose re-runs agree (kSpeed 4) ends it. Re-runs
+// are measurements, not candidates: the programs table holds only proposals.
+TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
+  auto results = fresh_dir("e2e_confirm");
+  const auto tmp = std::filesystem::temp_directory_path();
+  auto wl = tmp / ("braid_noisy_goal_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(wl);
+  std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
+  auto cfg = tmp / ("braid_confirm_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(cfg);
+    out << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
+  }
+  auto o = run_braid({"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()});
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_NE(o.output.find("but not on re-runs (median 1.3)"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("target reached: ratio = 1 (ratio <= 1.05 (median of 3 runs))"), std::string::npos) << o.output;
+  {
+    Db db(results / "evolution.db");
+    const std::string refuted = db.text("SELECT value FROM meta WHERE key='target_refuted'");
+    EXPECT_NE(refuted.find("\"runs\":[1.0,1.3,1.3]"), std::string::npos) << refuted;
+    const std::string met = db.text("SELECT value FROM meta WHERE key='target_reached'");
+    EXPECT_NE(met.find("\"runs\":[1.0,1.0,1.0]"), std::string::npos) << met;
+    const auto at = met.find("\"id\":\"");
+    ASSERT_NE(at, std::string::npos) << met;
+    const std::string id = met.substr(at + 6, met.find('"', at + 6) - at - 6);
+    EXPECT_NE(db.text("SELECT code FROM programs WHERE id='" + id + "'").find("kSpeed = 4;"), std::string::npos);
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM programs WHERE id LIKE '%confirm%'"), 0);
+  }
+  // Each program that met the goal once was evaluated 1 + 2 times, once per program text
+  // (the seed's copy on the second island is not re-run).
+  int three = 0;
+  for (const auto& f : std::filesystem::directory_iterator(wl / "state")) {
+    std::ifstream in(f.path());
+    int n = 0;
+    in >> n;
+    if (n == 3) ++three;
+    EXPECT_LE(n, 3) << f.path();
+  }
+  EXPECT_EQ(three, 2);
+  auto top = run_braid({"top", results.string()});
+  EXPECT_NE(top.output.find("; runs 1, 1, 1)"), std::string::npos) << top.output;
+  EXPECT_NE(top.output.find("not confirmed: "), std::string::npos) << top.output;
+  const long before = Db(results / "evolution.db").scalar("SELECT COUNT(*) FROM programs");
+  auto again = run_braid({"resume", results.string()});
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(Db(results / "evolution.db").scalar("SELECT COUNT(*) FROM programs"), before);
+  std::filesystem::remove(cfg);
+  std::filesystem::remove_all(wl);
+  std::filesystem::remove_all(results);
+}
+
 }  // namespace
 }  // namespace braid::test
 

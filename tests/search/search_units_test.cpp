@@ -335,12 +335,19 @@ TEST_F(ConfigFile, StopWhenReadsAGoalOnAMetric) {
   EXPECT_TRUE(score.stop_when.met(3.0, json::object()));
   EXPECT_FALSE(score.stop_when.met(2.9, json::object()));
   EXPECT_FALSE(SearchConfig{}.stop_when.met(1e9, json::object()));
+  SearchConfig confirmed = load_search_config(write("stop_when: {metric: max_ratio_to_bound, at_most: 1.05, confirm: 2}\n"));
+  EXPECT_EQ(confirmed.stop_when.confirm, 2);
+  EXPECT_EQ(confirmed.stop_when.describe(), "max_ratio_to_bound <= 1.05 (median of 3 runs)");
+  EXPECT_TRUE(confirmed.stop_when.met_value(1.05));
+  EXPECT_FALSE(confirmed.stop_when.met_value(1.051));
+  EXPECT_EQ(search_config_from_json(confirmed.to_json(), "stored").stop_when.confirm, 2);
 }
 
 TEST_F(ConfigFile, StopWhenErrorsNameTheKey) {
   for (const char* bad : {"stop_when: 1.05\n", "stop_when: {at_most: 1}\n", "stop_when: {metric: x}\n",
                           "stop_when: {metric: x, at_most: 1, at_least: 0}\n", "stop_when: {metric: x, at_most: one}\n",
-                          "stop_when: {metric: x, below: 1}\n"}) {
+                          "stop_when: {metric: x, below: 1}\n", "stop_when: {metric: x, at_most: 1, confirm: -1}\n",
+                          "stop_when: {metric: x, at_most: 1, confirm: 21}\n", "stop_when: {metric: x, at_most: 1, confirm: two}\n"}) {
     try {
       load_search_config(write(bad));
       ADD_FAILURE() << "accepted: " << bad;

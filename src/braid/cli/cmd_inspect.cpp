@@ -51,12 +51,22 @@ void print_totals(ProgramDatabase& db) {
   if (auto met = db.meta("target_reached")) {
     try {
       json t = json::parse(*met);
-      std::printf("goal %s met by %s (generation %lld, %s = %.4g)\n", t.value("goal", std::string()).c_str(),
+      std::string runs;
+      for (const auto& r : t.value("runs", json::array())) runs += fmt::format("{}{:.4g}", runs.empty() ? "" : ", ", r.get<double>());
+      std::printf("goal %s met by %s (generation %lld, %s = %.4g%s)\n", t.value("goal", std::string()).c_str(),
                   t.value("id", std::string()).c_str(), (long long)t.value("generation", 0LL), t.value("metric", std::string()).c_str(),
-                  t.value("value", 0.0));
+                  t.value("value", 0.0), runs.empty() ? "" : fmt::format("; runs {}", runs).c_str());
     } catch (const json::exception&) {
       std::printf("goal met (record unreadable: %s)\n", met->c_str());
     }
+  }
+  // Candidates that met the goal once but not on their re-runs (stop_when confirm).
+  if (auto refuted = db.meta("target_refuted")) {
+    json t = json::parse(*refuted, nullptr, false);
+    if (t.is_object())
+      for (auto it = t.begin(); it != t.end(); ++it)
+        std::printf("not confirmed: %s (generation %lld): %s\n", it->value("id", std::string()).c_str(),
+                    (long long)it->value("generation", 0LL), it->value("why", std::string()).c_str());
   }
 }
 

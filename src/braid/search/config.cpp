@@ -174,7 +174,10 @@ const std::map<std::string, Setter>& setters() {
            if (it.key() == "metric") w.metric = as_string(it.value(), c);
            else if (it.key() == "at_most") w.at_most = as_double(it.value(), c);
            else if (it.key() == "at_least") w.at_least = as_double(it.value(), c);
-           else c.fail("unknown field '" + it.key() + "' (metric, at_most, at_least)");
+           else if (it.key() == "confirm") {
+             w.confirm = int(as_int(it.value(), c));
+             if (w.confirm < 0 || w.confirm > 20) c.fail("confirm must be between 0 and 20 re-runs");
+           } else c.fail("unknown field '" + it.key() + "' (metric, at_most, at_least, confirm)");
          }
          if (w.metric.empty()) c.fail("needs a metric name");
          if (w.at_most.has_value() == w.at_least.has_value()) c.fail("needs exactly one of at_most and at_least");
@@ -326,6 +329,7 @@ json SearchConfig::to_json() const {
     json w = {{"metric", stop_when.metric}};
     if (stop_when.at_most) w["at_most"] = *stop_when.at_most;
     if (stop_when.at_least) w["at_least"] = *stop_when.at_least;
+    if (stop_when.confirm > 0) w["confirm"] = stop_when.confirm;
     j["stop_when"] = w;
   }
   j["llm"] = llm;
@@ -343,13 +347,19 @@ std::optional<double> StopWhen::value(double combined_score, const json& public_
 bool StopWhen::met(double combined_score, const json& public_metrics) const {
   if (!enabled()) return false;
   auto v = value(combined_score, public_metrics);
-  if (!v) return false;
-  return at_most ? *v <= *at_most : *v >= *at_least;
+  return v && met_value(*v);
+}
+
+bool StopWhen::met_value(double v) const {
+  if (!enabled()) return false;
+  return at_most ? v <= *at_most : v >= *at_least;
 }
 
 std::string StopWhen::describe() const {
   if (!enabled()) return "";
-  return at_most ? fmt::format("{} <= {:g}", metric, *at_most) : fmt::format("{} >= {:g}", metric, *at_least);
+  std::string text = at_most ? fmt::format("{} <= {:g}", metric, *at_most) : fmt::format("{} >= {:g}", metric, *at_least);
+  if (confirm > 0) text += fmt::format(" (median of {} runs)", confirm + 1);
+  return text;
 }
 
 }  // namespace braid

@@ -23,14 +23,19 @@ struct PhaseSettings {
 // Ends a run early once a correct candidate reaches a goal: `metric` is "combined_score" or a
 // number among the candidate's public metrics (e.g. the harness's max_ratio_to_bound), compared
 // with at_most or at_least. Checked in generation order, so the stopping point is reproducible.
+// With confirm = N, a candidate that meets the goal is evaluated N more times (fresh inputs); the
+// goal is reached only if every re-run is correct and the median of all 1 + N values meets it too,
+// so one lucky measurement does not end a run.
 struct StopWhen {
   std::string metric;            // "" = never stop early
   std::optional<double> at_most, at_least;
+  int confirm = 0;
   bool enabled() const { return !metric.empty(); }
   // The metric's value for a candidate, if it has one.
   std::optional<double> value(double combined_score, const json& public_metrics) const;
   bool met(double combined_score, const json& public_metrics) const;
-  std::string describe() const;  // "max_ratio_to_bound <= 1.05"
+  bool met_value(double value) const;
+  std::string describe() const;  // "max_ratio_to_bound <= 1.05", "... (median of 3 runs)"
 };
 
 struct SearchConfig {

@@ -99,6 +99,9 @@ struct EvolutionRunner::Impl {
   RunStatus status;
   std::string islands_note, stop_note;  // parts of status.note
   bool target_reached = false;          // config stop_when met by an indexed candidate
+  std::set<std::string> refuted;        // code hashes whose stop_when re-runs disagreed
+  json refuted_record = json::object(); // meta target_refuted: code hash -> runs and why
+  const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
 
@@ -160,6 +163,18 @@ struct EvolutionRunner::Impl {
           stop_note = target_note(t.value("metric", std::string()), t.value("value", 0.0), t.value("goal", std::string()),
                                   t.value("id", std::string()), t.value("generation", std::int64_t{0}));
         }
+      }
+    }
+    if (cfg.stop_when.confirm > 0) {  // programs already refuted by re-runs are not re-run again
+      std::optional<std::string> r;
+      {
+        std::lock_guard lock(db_mutex);
+        r = db.meta("target_refuted");
+      }
+      json t = r ? json::parse(*r, nullptr, false) : json();
+      if (t.is_object()) {
+        refuted_record = t;
+        for (auto it = t.begin(); it != t.end(); ++it) refuted.insert(it.key());
       }
     }
     if (cfg.stop_when.enabled() && !target_reached) {
@@ -246,18 +261,69 @@ struct EvolutionRunner::Impl {
     return fmt::format("target reached: {} = {:.4g} ({}) by {} (generation {})", metric, value, goal, id, generation);
   }
 
-  // stop_when: the first correct candidate (in generation order) that meets the goal ends the run.
+  // stop_when: the first correct candidate (in generation order) that meets the goal ends the run;
+  // with `confirm` re-runs, only once they agree (confirm_target).
   void check_target(const ProgramRecord& rec) {
     const StopWhen& w = cfg.stop_when;
     if (target_reached || !w.enabled() || rec.failure != FailureKind::Ok || rec.patch_type == "migrant") return;
     if (!w.met(rec.combined_score, rec.public_metrics)) return;
+    double v = *w.value(rec.combined_score, rec.public_metrics);
+    json info = {{"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
+    if (w.confirm > 0) {
+      auto runs = confirm_target(rec, v);
+      if (!runs) return;
+      v = median_of(*runs);
+      info["value"] = v;
+      info["runs"] = *runs;
+    }
     target_reached = true;
-    const double v = *w.value(rec.combined_score, rec.public_metrics);
     stop_note = target_note(w.metric, v, w.describe(), rec.id, rec.generation);
     log::info("{}; no new candidates are proposed", stop_note);
-    json info = {{"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
     std::lock_guard lock(db_mutex);
     db.set_meta("target_reached", info.dump());
+  }
+
+  static double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  }
+
+  // Evaluates a candidate that met the goal `confirm` more times, with fresh inputs (new seeds),
+  // outside the population: re-runs are measurements, not candidates. Returns every run's value
+  // when each re-run is correct and the median meets the goal; otherwise the program (by code) is
+  // recorded as refuted in meta target_refuted, so copies and a resume do not try it again.
+  std::optional<std::vector<double>> confirm_target(const ProgramRecord& rec, double first) {
+    const StopWhen& w = cfg.stop_when;
+    const std::string key = hash_hex(rec.code);
+    if (refuted.contains(key)) return std::nullopt;
+    std::vector<double> runs{first};
+    std::string why;
+    for (int k = 1; k <= w.confirm && why.empty(); ++k) {
+      EvalRequest req;
+      req.candidate_id = fmt::format("{}-confirm{}", rec.id, k);
+      req.code = rec.code;
+      req.work_dir = results / fmt::format("confirm_{}_{}", rec.id, k);
+      std::error_code ec;
+      std::filesystem::remove_all(req.work_dir, ec);
+      std::filesystem::create_directories(req.work_dir);
+      req.seed = hash64(req.candidate_id, run_seed);
+      EvalResult res = parts.evaluator->evaluate(req, job_observer());
+      std::optional<double> v;
+      if (res.correct && res.failure == FailureKind::Ok) v = w.value(res.combined_score, res.public_metrics);
+      if (v) runs.push_back(*v);
+      else why = fmt::format("re-run {}: {}", k, res.failure == FailureKind::Ok ? "no " + w.metric : std::string(to_string(res.failure)));
+      log::info("confirming {} ({}): re-run {}/{} -> {}", rec.id, w.describe(), k, w.confirm, v ? fmt::format("{:.4g}", *v) : why);
+    }
+    if (why.empty() && w.met_value(median_of(runs))) return runs;
+    if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return std::nullopt;  // a stop: decided on resume
+    if (why.empty()) why = fmt::format("median {:.4g}", median_of(runs));
+    refuted.insert(key);
+    refuted_record[key] = {{"id", rec.id}, {"generation", rec.generation}, {"runs", runs}, {"why", why}};
+    log::info("{} met {} in its evaluation but not on re-runs ({}); the search goes on", rec.id, w.describe(), why);
+    std::lock_guard lock(db_mutex);
+    db.set_meta("target_refuted", refuted_record.dump());
+    return std::nullopt;
   }
 
   void write_best(const ProgramRecord& rec) {
@@ -680,6 +746,7 @@ struct EvolutionRunner::Impl {
   }
 
   RunStatus run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
+    stop_flag = &stop;
     find_runnable_islands();
     load_state();
     {
