@@ -48,6 +48,16 @@ def main():
               f" | {worst if worst is None else round(worst, 3)} | {best_worst if best_worst is None else round(best_worst, 3)} | {knobs} |")
     for t in (target, 1.02):
         print(f"target {t}: " + (f"reached at evaluation {reached[t]} of {len(rows) - 1}" if t in reached else f"not reached in {len(rows) - 1} evaluations"))
+    # The run's own verdict (stop_when), with its re-runs when the goal asks for confirmation.
+    meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('target_reached', 'target_refuted')").fetchall())
+    order = {row[0]: n for n, row in enumerate(rows)}
+    if "target_refuted" in meta:
+        for item in json.loads(meta["target_refuted"]).values():
+            print(f"not confirmed: evaluation {order.get(item.get('id'), '?')} ({item.get('id')}): runs {item.get('runs')}, {item.get('why')}")
+    if "target_reached" in meta:
+        t = json.loads(meta["target_reached"])
+        runs = f", runs {t['runs']}" if "runs" in t else ""
+        print(f"stop_when: {t.get('goal')} met at evaluation {order.get(t.get('id'), '?')} ({t.get('id')}), value {t.get('value'):.4g}{runs}")
 
 
 if __name__ == "__main__":
