@@ -186,9 +186,22 @@ int run_rank(const RankInfo& me, const Args& args) {
     std::printf("own receive buffer: ncclMemAlloc %p, ncclGetLocalPointer %p, ncclGetLsaPointer(self) %p\n", (void*)win_base,
                 local[(size_t)me.rank], alias[(size_t)me.rank]);
   }
+  // What the copy-engine all-gather's two handshakes cost on their own (a call with 0 bytes).
+  {
+    using Sync = CopyEngineAllGather::Sync;
+    std::string line = "handshakes alone (ready + done, 0 bytes, median us):";
+    for (Sync sync : {Sync::StreamWrite, Sync::Batch, Sync::KernelFlag, Sync::Barrier}) {
+      CopyEngineAllGather ce = sync == Sync::Barrier ? CopyEngineAllGather(win, 0, 0, dc, 0, s, win_base)
+                                                     : CopyEngineAllGather(win, 0, 0, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, sync, win_base);
+      const double ms = time_op([&] { ce.run(win_base, 0, s); });
+      line += std::string("  ") + (sync == Sync::StreamWrite ? "memop" : sync == Sync::Batch ? "batched" : sync == Sync::KernelFlag ? "kernel-flag" : "barrier-kernel") +
+              " " + std::to_string((int)(ms * 1000.0 + 0.5));
+    }
+    if (me.rank == 0) std::printf("%s\n", line.c_str());
+  }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, ce_pull, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, ce_pull, ce_batch, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -201,7 +214,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -276,6 +289,10 @@ int run_rank(const RankInfo& me, const Args& args) {
       (eighths == 1 ? row.hybrid8 : row.hybrid4) = ms;
     }
     {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::Batch, win_base);
+      row.ce_batch = time_ce(ce, "ce_sync_batch");
+    }
+    {
       CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::KernelFlag, win_base);
       row.ce_sync_kflag = time_ce(ce, "ce_sync_kflag");
     }
@@ -340,8 +357,8 @@ int run_rank(const RankInfo& me, const Args& args) {
     emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  pull %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.ce_pull), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  pull %6.1f  batch %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.ce_pull), gbps(row.ce_batch), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
                   gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
                   row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
@@ -349,14 +366,14 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, pull | CE + SM (1/8 by SMs) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, pull | same, batched memops | CE + SM (1/8 by SMs) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.ce_pull, r.hybrid8, r.hybrid4, r.ce_bar});
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_pull), g(r.hybrid8), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
+      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.ce_pull, r.ce_batch, r.hybrid8, r.hybrid4, r.ce_bar});
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
+                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_pull), g(r.ce_batch), g(r.hybrid8), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
     }
   }
   bool all_ok = true;

@@ -273,12 +273,16 @@ int run_rank(const RankInfo& me) {
   {
     int instance = 0;
     for (size_t bytes : sizes) {
-      for (auto sync : {CopyEngineAllGather::Sync::StreamWrite, CopyEngineAllGather::Sync::KernelFlag, CopyEngineAllGather::Sync::Barrier}) {
+      for (auto sync : {CopyEngineAllGather::Sync::StreamWrite, CopyEngineAllGather::Sync::KernelFlag, CopyEngineAllGather::Sync::Barrier,
+                        CopyEngineAllGather::Sync::Batch}) {
         const size_t flag_off = 768 * 1024 + (size_t)(instance++) * 64;
         CopyEngineAllGather ce = sync == CopyEngineAllGather::Sync::Barrier
                                      ? CopyEngineAllGather(win, 0, bytes, dc, 0, s, recv)
                                      : CopyEngineAllGather(win, 0, bytes, flag_win, flag_off, dc.lsaRank, n, s, sync, recv);
-        const char* how = sync == CopyEngineAllGather::Sync::StreamWrite ? "stream-write " : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag " : "barrier-kernel ";
+        const char* how = sync == CopyEngineAllGather::Sync::StreamWrite  ? "stream-write "
+                          : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag "
+                          : sync == CopyEngineAllGather::Sync::Batch      ? "batched-memops "
+                                                                          : "barrier-kernel ";
         // Rounds: push on 1 and 3 lanes (an odd split leaves lane 0 a remainder), pull on 2 and 1.
         for (int round = 0; round < 4; ++round) {
           ce.set_lanes(round == 0 || round == 3 ? 1 : round == 1 ? 3 : 2);

@@ -327,6 +327,8 @@ class StreamMemOps {
     if (q != cudaDriverEntryPointSuccess || wait_ == nullptr) throw DeviceError("cuStreamWaitValue32 not available");
     BRAID_CUDA(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", reinterpret_cast<void**>(&write_), 12000, cudaEnableDefault, &q));
     if (q != cudaDriverEntryPointSuccess || write_ == nullptr) throw DeviceError("cuStreamWriteValue32 not available");
+    BRAID_CUDA(cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", reinterpret_cast<void**>(&batch_), 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess) batch_ = nullptr;
   }
   void wait_geq(cudaStream_t s, uint32_t* flag, uint32_t value) const {
     check(wait_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
@@ -337,13 +339,43 @@ class StreamMemOps {
     check(write_(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
   }
 
+  // One submission of several operations, in order: writes (each after a memory barrier unless
+  // `barrier` is false), then waits (>=). Returns false, enqueueing nothing, where the driver
+  // refuses the batch (no cuStreamBatchMemOp, or unbarriered writes not allowed).
+  struct Write {
+    uint32_t* flag;
+    uint32_t value;
+  };
+  bool try_batch(cudaStream_t s, const std::vector<Write>& writes, bool barrier, const std::vector<Write>& waits) const {
+    if (batch_ == nullptr) return false;
+    std::vector<CUstreamBatchMemOpParams> ops(writes.size() + waits.size());
+    size_t i = 0;
+    for (const Write& w : writes) {
+      std::memset(&ops[i], 0, sizeof(ops[i]));
+      ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      ops[i].writeValue.address = reinterpret_cast<CUdeviceptr>(w.flag);
+      ops[i].writeValue.value = w.value;
+      ops[i++].writeValue.flags = barrier ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+    }
+    for (const Write& w : waits) {
+      std::memset(&ops[i], 0, sizeof(ops[i]));
+      ops[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      ops[i].waitValue.address = reinterpret_cast<CUdeviceptr>(w.flag);
+      ops[i].waitValue.value = w.value;
+      ops[i++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    }
+    return batch_(reinterpret_cast<CUstream>(s), (unsigned)ops.size(), ops.data(), 0) == CUDA_SUCCESS;
+  }
+
  private:
   using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  using BatchFn = CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
   static void check(CUresult r, const char* what) {
     if (r != CUDA_SUCCESS) throw DeviceError(std::string(what) + " failed with CUresult " + std::to_string((int)r));
   }
   Fn wait_ = nullptr;
   Fn write_ = nullptr;
+  BatchFn batch_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -783,7 +815,11 @@ __global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
 //                      no SM at all;
 //   Sync::KernelFlag   flags written by a one-thread kernel, waited with cuStreamWaitValue32;
 //   Sync::Barrier      a one-CTA LSA barrier kernel before and after the copies (needs the
-//                      devComm and one barrier index, `barrier_index`).
+//                      devComm and one barrier index, `barrier_index`);
+//   Sync::Batch        as StreamWrite, each handshake one cuStreamBatchMemOp; the push "ready"
+//                      flags skip the memory barrier (nothing written before them needs
+//                      ordering: they only say earlier reads of the receive buffer are done)
+//                      where the driver allows it, else they keep it.
 // Flags are epochs in a zeroed symmetric state region of flag_bytes(lsa_size) bytes, so they are
 // never reset (one region per instance: a new instance restarts its epochs at 1).
 // Options: set_direction(Pull) reads the peers' blocks instead of writing mine (the copy engines
@@ -792,7 +828,7 @@ __global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
 // 376-380 GB/s; more lanes, or a share of the block copied by SMs at the same time, do not add.
 class CopyEngineAllGather {
  public:
-  enum class Sync { StreamWrite, KernelFlag, Barrier };
+  enum class Sync { StreamWrite, KernelFlag, Barrier, Batch };
   static size_t flag_bytes(int lsa_size) { return 2u * (size_t)lsa_size * sizeof(uint32_t); }
 
   // local_recv: this rank's own pointer to the receive region (the window's memory as allocated,
@@ -887,6 +923,20 @@ class CopyEngineAllGather {
       BRAID_LAUNCHED();
       return;
     }
+    if (sync_ == Sync::Batch) {
+      std::vector<StreamMemOps::Write> writes, waits;
+      for (int p = 0; p < n_; ++p)
+        if (p != me_) {
+          writes.push_back({flag(p, phase, me_), epoch_});
+          waits.push_back({flag(me_, phase, p), epoch_});
+        }
+      // Pull's "ready" says my block is written: that needs the barrier, as does every "done".
+      const bool unbarriered = phase == 0 && direction_ == Direction::Push && unbarriered_ok_;
+      if (unbarriered && memops_.try_batch(stream, writes, false, waits)) return;
+      if (unbarriered) unbarriered_ok_ = false;
+      if (memops_.try_batch(stream, writes, true, waits)) return;
+      throw DeviceError("CopyEngineAllGather Sync::Batch: cuStreamBatchMemOp refused the handshake");
+    }
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
       if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
@@ -906,6 +956,7 @@ class CopyEngineAllGather {
   StreamMemOps memops_;
   int lanes_ = 1;
   Direction direction_ = Direction::Push;
+  bool unbarriered_ok_ = true;  // Sync::Batch: the driver took unbarriered flag writes (so far)
   std::vector<cudaStream_t> lane_streams_;
   std::vector<cudaEvent_t> lane_events_;
 };
