@@ -12,6 +12,7 @@
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
+#include "braid/util/hash.hpp"
 
 namespace braid::cli {
 namespace {
@@ -80,11 +81,17 @@ int do_top(const std::filesystem::path& results, int n) {
   std::vector<ProgramRecord> rows;
   for (auto& r : all)
     if (r.patch_type != "migrant" && int(rows.size()) < n) rows.push_back(std::move(r));
+  // Programs whose stop_when re-runs disagreed with their score (keyed by code hash).
+  json refuted = json::parse(db->meta("target_refuted").value_or("{}"), nullptr, false);
+  if (!refuted.is_object()) refuted = json::object();
   std::printf("%-4s %-16s %5s %6s %-7s %12s  %s\n", "rank", "id", "gen", "island", "patch", "score", "knobs");
   int rank = 1;
-  for (const auto& r : rows)
-    std::printf("%-4d %-16s %5lld %6d %-7s %12.6g  %s\n", rank++, r.id.c_str(), (long long)r.generation, r.island_idx,
-                r.patch_type.c_str(), r.combined_score, short_knobs(r.knob_key, 70).c_str());
+  for (const auto& r : rows) {
+    auto it = refuted.find(hash_hex(r.code));
+    const std::string note = it == refuted.end() ? "" : "  [not confirmed: " + it->value("why", std::string()) + "]";
+    std::printf("%-4d %-16s %5lld %6d %-7s %12.6g  %s%s\n", rank++, r.id.c_str(), (long long)r.generation, r.island_idx,
+                r.patch_type.c_str(), r.combined_score, short_knobs(r.knob_key, 70).c_str(), note.c_str());
+  }
   if (rows.empty()) std::printf("(no correct candidate yet)\n");
   print_totals(*db);
   return 0;
