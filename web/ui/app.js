@@ -127,6 +127,18 @@ function conversionSection(c) {
     left.length ? table(['line', 'construct', 'reason'], left.map((l) => [l.line, l.construct, l.reason])) : null);
 }
 
+// stop_when's outcome: the candidate that met the goal (with its re-runs), and those that did not
+// hold up on theirs.
+function goalSection(g) {
+  if (!g) return null;
+  const runs = (item) => (item.runs || []).map((v) => Number(v).toPrecision(4)).join(', ');
+  const rows = [];
+  const r = g.reached;
+  rows.push(['met', r ? `${r.goal}: ${r.id} (generation ${r.generation}), ${r.metric} = ${Number(r.value).toPrecision(4)}${r.runs ? `; runs ${runs(r)}` : ''}` : 'not (yet)']);
+  for (const item of g.refuted || []) rows.push(['not confirmed', `${item.id} (generation ${item.generation}): runs ${runs(item)}; ${item.why}`]);
+  return el('div', { className: 'goal' }, el('h2', {}, 'Goal'), table(['item', 'value'], rows));
+}
+
 async function viewOverview(r) {
   const base = `/api/runs/${r.run}`;
   const [ov, top] = await Promise.all([api(`${base}/overview`), api(`${base}/candidates?order=score&limit=10`)]);
@@ -145,6 +157,7 @@ async function viewOverview(r) {
       kpi('LLM calls', ov.cost.llm_calls ?? '-')),
     best ? el('p', {}, 'Best: ', candLink(r.run, best.id), ` (generation ${best.generation}, island ${best.island})`) : null,
     conversionSection(ov.conversion),
+    goalSection(ov.goal),
     el('div', { className: 'plots' },
       plot(`${base}/plots/best_by_eval.svg`, 'best score over evaluations'),
       plot(`${base}/plots/best_by_time.svg`, 'best score over wall time'),

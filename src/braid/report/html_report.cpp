@@ -89,6 +89,29 @@ std::string conversion_html(const json& c) {
   return h;
 }
 
+// stop_when's outcome (overview "goal"): which candidate met the goal, and which did not hold up
+// on their re-runs.
+std::string goal_html(const json& g) {
+  std::string h = "<h2>Goal</h2><table>";
+  auto runs_text = [](const json& item) {
+    std::string t;
+    for (const auto& r : item.value("runs", json::array())) t += fmt::format("{}{:.4g}", t.empty() ? "" : ", ", r.get<double>());
+    return t;
+  };
+  if (const json& r = g.at("reached"); r.is_object()) {
+    std::string runs = runs_text(r);
+    h += fmt::format("<tr><th>met</th><td>{}: <code>{}</code> (generation {}), {} = {:.4g}{}</td></tr>", escape_html(r.value("goal", std::string())),
+                     escape_html(r.value("id", std::string())), r.value("generation", 0LL), escape_html(r.value("metric", std::string())),
+                     r.value("value", 0.0), runs.empty() ? "" : escape_html("; runs " + runs));
+  } else {
+    h += "<tr><th>met</th><td>not (yet)</td></tr>";
+  }
+  for (const auto& item : g.at("refuted"))
+    h += fmt::format("<tr><th>not confirmed</th><td><code>{}</code> (generation {}): runs {}; {}</td></tr>", escape_html(item.value("id", std::string())),
+                     item.value("generation", 0LL), escape_html(runs_text(item)), escape_html(item.value("why", std::string())));
+  return h + "</table>";
+}
+
 }  // namespace
 
 std::string render_html_report(RunReader& run, const ReportOptions& options) {
@@ -112,6 +135,7 @@ std::string render_html_report(RunReader& run, const ReportOptions& options) {
   h += "</div>";
 
   if (ov.contains("conversion") && ov.at("conversion").is_object()) h += conversion_html(ov.at("conversion"));
+  if (ov.contains("goal") && ov.at("goal").is_object()) h += goal_html(ov.at("goal"));
 
   h += "<h2>Progress</h2>";
   for (const char* plot : {"best_by_eval", "best_by_time"}) h += "<figure>" + *run_plot_svg(run, plot) + "</figure>";

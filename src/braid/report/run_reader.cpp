@@ -284,6 +284,24 @@ json RunReader::overview() {
     if (j["conversion"].is_discarded()) j["conversion"] = nullptr;
   }
 
+  // stop_when: the candidate that met the run's goal (with its re-runs) and those whose re-runs
+  // disagreed (meta target_reached / target_refuted, search/runner.cpp).
+  j["goal"] = nullptr;
+  {
+    json goal = {{"reached", nullptr}, {"refuted", json::array()}};
+    bool any = false;
+    sql::Statement s(db_, "SELECT key, value FROM meta WHERE key IN ('target_reached', 'target_refuted')");
+    while (s.step()) {
+      json v = json::parse(s.column_text(1), nullptr, false);
+      if (v.is_discarded()) continue;
+      any = true;
+      if (s.column_text(0) == "target_reached") goal["reached"] = v;
+      else if (v.is_object())
+        for (auto& [code_hash, item] : v.items()) goal["refuted"].push_back(item);
+    }
+    if (any) j["goal"] = goal;
+  }
+
   // LLM cost: the cost ledger's table when the run used one, else the per-candidate costs.
   json cost = {{"candidates_usd", candidate_cost}, {"llm_calls", nullptr}, {"llm_calls_usd", nullptr}};
   {
