@@ -204,6 +204,51 @@ TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
   std::filesystem::remove_all(results);
 }
 
+// kill -9 while a goal's re-runs are under way: nothing is recorded for the unfinished
+// confirmation, and `resume` confirms (or refutes) again before it proposes anything new.
+TEST(EvolveEndToEnd, KillDuringGoalReRunsThenResume) {
+  auto results = fresh_dir("e2e_confirm_kill");
+  const auto tmp = std::filesystem::temp_directory_path();
+  auto wl = tmp / ("braid_noisy_goal_kill_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(wl);
+  std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
+  std::ofstream(wl / "slow") << "1";
+  auto cfg = tmp / ("braid_confirm_kill_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
+  auto log = results.string() + ".log";
+  std::filesystem::remove(log);
+  Proc p = start_braid({"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()}, log);
+  // Kill once the seed's first re-run has been reported (the second one is then running).
+  bool confirming = false;
+  for (int i = 0; i < 200 && !confirming; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    confirming = text.find("re-run 1/2") != std::string::npos;
+  }
+  ::kill(p.pid, SIGKILL);
+  wait_exit(p);
+  ASSERT_TRUE(confirming) << "no re-run seen before the kill; log: " << log;
+  {
+    Db db(results / "evolution.db");
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM meta WHERE key IN ('target_reached', 'target_refuted')"), 0);
+  }
+  auto done = run_braid({"resume", results.string()});
+  ASSERT_EQ(done.code, 0) << done.output;
+  EXPECT_NE(done.output.find("target reached: ratio = 1"), std::string::npos) << done.output;
+  Db db(results / "evolution.db");
+  EXPECT_EQ(db.text("PRAGMA integrity_check"), "ok");
+  EXPECT_NE(db.text("SELECT value FROM meta WHERE key='target_refuted'").find("\"runs\":[1.0,1.3,1.3]"), std::string::npos);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM jobs"), 0);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) - COUNT(DISTINCT knob_key) FROM programs WHERE patch_type != 'seed'"), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(processes_mentioning(wl.string()).empty());
+  std::filesystem::remove(cfg);
+  std::filesystem::remove(log);
+  std::filesystem::remove_all(wl);
+  std::filesystem::remove_all(results);
+}
+
 }  // namespace
 }  // namespace braid::test
 

@@ -3,12 +3,14 @@
 
 kSpeed 4 measures 1.0 every time; kSpeed 3 measures 1.0 the first time it is evaluated and 1.3
 on every later evaluation (a measurement that does not repeat); the others 2.0 - 0.1 * kSpeed.
-Evaluations are counted per program text in state/ beside this file (the test removes it)."""
+Evaluations are counted per program text in state/ beside this file (the test removes it); a file
+named `slow` beside it makes every evaluation take half a second (room for a kill)."""
 import argparse
 import hashlib
 import json
 import os
 import re
+import time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--program_path", required=True)
@@ -17,7 +19,10 @@ ap.add_argument("--seed", default="0")
 args = ap.parse_args()
 text = open(args.program_path).read()
 speed = int(re.search(r"kSpeed = (\d+);", text).group(1))
-state = os.path.join(os.path.dirname(os.path.abspath(__file__)), "state")
+here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "slow")):
+    time.sleep(0.5)
+state = os.path.join(here, "state")
 os.makedirs(state, exist_ok=True)
 counter = os.path.join(state, hashlib.sha256(text.encode()).hexdigest())
 seen = int(open(counter).read()) if os.path.exists(counter) else 0
