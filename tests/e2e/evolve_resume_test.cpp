@@ -195,6 +195,14 @@ TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
   EXPECT_NE(top.output.find("; runs 1, 1, 1)"), std::string::npos) << top.output;
   EXPECT_NE(top.output.find("not confirmed: "), std::string::npos) << top.output;
   EXPECT_NE(top.output.find("kSpeed=3  [not confirmed: median 1.3]"), std::string::npos) << top.output;  // its rows are marked
+  // best/ and `export` give the best program whose score held up, not the lucky one.
+  {
+    std::ifstream in(results / "best" / "program.cpp");
+    const std::string best((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(best.find("kSpeed = 4;"), std::string::npos) << best;
+  }
+  auto exported = run_braid({"export", results.string()});
+  EXPECT_NE(exported.output.find("kSpeed = 4;"), std::string::npos) << exported.output;
   const long before = Db(results / "evolution.db").scalar("SELECT COUNT(*) FROM programs");
   auto again = run_braid({"resume", results.string()});
   EXPECT_EQ(again.code, 0) << again.output;

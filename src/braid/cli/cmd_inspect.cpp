@@ -71,6 +71,12 @@ void print_totals(ProgramDatabase& db) {
   }
 }
 
+// Programs whose stop_when re-runs disagreed with their score, by code hash (meta target_refuted).
+json refuted_programs(ProgramDatabase& db) {
+  json t = json::parse(db.meta("target_refuted").value_or("{}"), nullptr, false);
+  return t.is_object() ? t : json::object();
+}
+
 int do_top(const std::filesystem::path& results, int n) {
   auto db = open_results(results);
   ProgramQuery q;
@@ -81,9 +87,7 @@ int do_top(const std::filesystem::path& results, int n) {
   std::vector<ProgramRecord> rows;
   for (auto& r : all)
     if (r.patch_type != "migrant" && int(rows.size()) < n) rows.push_back(std::move(r));
-  // Programs whose stop_when re-runs disagreed with their score (keyed by code hash).
-  json refuted = json::parse(db->meta("target_refuted").value_or("{}"), nullptr, false);
-  if (!refuted.is_object()) refuted = json::object();
+  const json refuted = refuted_programs(*db);
   std::printf("%-4s %-16s %5s %6s %-7s %12s  %s\n", "rank", "id", "gen", "island", "patch", "score", "knobs");
   int rank = 1;
   for (const auto& r : rows) {
@@ -125,13 +129,15 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
     r = db->get(id);
     if (!r) throw UserError(results.string(), "no candidate with id " + id);
   } else {
+    // The best correct candidate whose score held up (not refuted by stop_when re-runs).
+    const json refuted = refuted_programs(*db);
     ProgramQuery q;
     q.correct = true;
     q.order_by = "score";
-    q.limit = 1;
-    auto rows = db->query(q);
-    if (rows.empty()) throw UserError(results.string(), "no correct candidate to export");
-    r = rows.front();
+    q.limit = refuted.empty() ? 1 : -1;  // refuted programs and their copies may come first
+    for (auto& row : db->query(q))
+      if (!r && !refuted.contains(hash_hex(row.code))) r = std::move(row);
+    if (!r) throw UserError(results.string(), "no correct candidate to export");
   }
   (void)best;
   if (out.empty() || out == "-") {

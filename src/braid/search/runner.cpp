@@ -102,6 +102,8 @@ struct EvolutionRunner::Impl {
   std::set<std::string> refuted;        // code hashes whose stop_when re-runs disagreed
   json refuted_record = json::object(); // meta target_refuted: code hash -> runs and why
   const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
+  std::string best_id;                            // the program in best/
+  double best_score = 0.0;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
 
@@ -206,6 +208,10 @@ struct EvolutionRunner::Impl {
       status.best_score = b.combined_score;
       status.best_id = b.id;
     }
+    if (!refuted.empty() && !best_id.empty()) {  // the best whose score held up (best/)
+      status.best_score = best_score;
+      status.best_id = best_id;
+    }
     status.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::int64_t progressed = status.generations_done - done_at_start;
     std::int64_t left = cfg.num_generations - status.generations_done;
@@ -250,7 +256,8 @@ struct EvolutionRunner::Impl {
     }
     if (rec.patch_type != "seed" && rec.patch_type != "migrant") recent_ids.push_back(rec.id);
     if (rec.failure == FailureKind::Rejected) ++status.rejected;
-    if (!pop.ranked_all().empty() && pop.at(pop.ranked_all().front()).id == rec.id) write_best(rec);
+    if (!refuted.empty()) rewrite_best();
+    else if (!pop.ranked_all().empty() && pop.at(pop.ranked_all().front()).id == rec.id) write_best(rec);
     log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
               to_string(rec.failure), rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
     check_target(rec);
@@ -321,12 +328,27 @@ struct EvolutionRunner::Impl {
     refuted.insert(key);
     refuted_record[key] = {{"id", rec.id}, {"generation", rec.generation}, {"runs", runs}, {"why", why}};
     log::info("{} met {} in its evaluation but not on re-runs ({}); the search goes on", rec.id, w.describe(), why);
-    std::lock_guard lock(db_mutex);
-    db.set_meta("target_refuted", refuted_record.dump());
+    {
+      std::lock_guard lock(db_mutex);
+      db.set_meta("target_refuted", refuted_record.dump());
+    }
+    rewrite_best();
     return std::nullopt;
   }
 
+  // best/ holds the highest-scoring program whose score was not refuted by re-runs.
+  void rewrite_best() {
+    for (std::size_t idx : pop.ranked_all()) {
+      auto r = get(pop.at(idx).id);
+      if (!r || refuted.contains(hash_hex(r->code))) continue;
+      if (r->id != best_id) write_best(*r);
+      return;
+    }
+  }
+
   void write_best(const ProgramRecord& rec) {
+    best_id = rec.id;
+    best_score = rec.combined_score;
     auto dir = results / "best";
     std::filesystem::create_directories(dir);
     auto ext = parts.workload.program.extension().string();
