@@ -99,8 +99,7 @@ struct EvolutionRunner::Impl {
   RunStatus status;
   std::string islands_note, stop_note;  // parts of status.note
   bool target_reached = false;          // config stop_when met by an indexed candidate
-  std::set<std::string> refuted;        // code hashes whose stop_when re-runs disagreed
-  json refuted_record = json::object(); // meta target_refuted: code hash -> runs and why
+  json refuted = json::object();        // meta target_refuted: code hash -> runs and why (re-runs disagreed)
   const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
   std::string best_id;                            // the program in best/
   double best_score = 0.0;
@@ -174,10 +173,7 @@ struct EvolutionRunner::Impl {
         r = db.meta("target_refuted");
       }
       json t = r ? json::parse(*r, nullptr, false) : json();
-      if (t.is_object()) {
-        refuted_record = t;
-        for (auto it = t.begin(); it != t.end(); ++it) refuted.insert(it.key());
-      }
+      if (t.is_object()) refuted = std::move(t);
     }
     if (cfg.stop_when.enabled() && !target_reached) {
       std::vector<std::string> ids;
@@ -325,12 +321,11 @@ struct EvolutionRunner::Impl {
     if (why.empty() && w.met_value(median_of(runs))) return runs;
     if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return std::nullopt;  // a stop: decided on resume
     if (why.empty()) why = fmt::format("median {:.4g}", median_of(runs));
-    refuted.insert(key);
-    refuted_record[key] = {{"id", rec.id}, {"generation", rec.generation}, {"runs", runs}, {"why", why}};
+    refuted[key] = {{"id", rec.id}, {"generation", rec.generation}, {"runs", runs}, {"why", why}};
     log::info("{} met {} in its evaluation but not on re-runs ({}); the search goes on", rec.id, w.describe(), why);
     {
       std::lock_guard lock(db_mutex);
-      db.set_meta("target_refuted", refuted_record.dump());
+      db.set_meta("target_refuted", refuted.dump());
     }
     rewrite_best();
     return std::nullopt;
