@@ -168,6 +168,16 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
   return 0;
 }
 
+void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks) {
+  if (!ranks) return;
+  const std::string yaml = (spec.dir / "workload.yaml").string();
+  if (spec.evaluator.value("kind", std::string()) != "gpu")
+    throw UserError(yaml, "--ranks applies to workloads whose evaluator is kind gpu (this one is " +
+                              spec.evaluator.value("kind", std::string("?")) + ")");
+  if (*ranks < 1 || *ranks > 4096) throw UserError(yaml, "--ranks must be between 1 and 4096");
+  spec.evaluator["ranks"] = *ranks;
+}
+
 namespace {
 
 struct EvolveArgs {
@@ -178,15 +188,6 @@ struct EvolveArgs {
   int ranks = -1;
 };
 
-void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks) {
-  if (!ranks) return;
-  const std::string yaml = (spec.dir / "workload.yaml").string();
-  if (spec.evaluator.value("kind", std::string()) != "gpu")
-    throw UserError(yaml, "--ranks applies to workloads whose evaluator is kind gpu (this one is " +
-                              spec.evaluator.value("kind", std::string("?")) + ")");
-  if (*ranks < 1 || *ranks > 4096) throw UserError(yaml, "--ranks must be between 1 and 4096");
-  spec.evaluator["ranks"] = *ranks;
-}
 
 int do_evolve(EvolveArgs& a) {
   EvolveRequest& req = a.req;

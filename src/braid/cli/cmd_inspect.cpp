@@ -1,18 +1,22 @@
 // `braid top`, `braid show`, `braid export`: read-only views of a results folder.
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <sqlite3.h>
 
 #include "braid/cli/command.hpp"
+#include "braid/cli/run_setup.hpp"
 #include "braid/db/database.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/program/patch.hpp"
+#include "braid/search/remeasure.hpp"
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
+#include "braid/util/log.hpp"
 
 namespace braid::cli {
 namespace {
@@ -148,6 +152,94 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
   }
   return 0;
 }
+
+// `braid rebench`: the run's best programs (one per program text) evaluated again with fresh
+// inputs, `runs` times each; a table ranked by the median score, kept in meta "rebench" and in
+// rebench.json. Re-runs are measurements, not candidates: `programs` is not touched.
+int do_rebench(const std::filesystem::path& results, int top, int runs) {
+  if (top < 1 || top > 100) throw UserError("--top", "must be between 1 and 100");
+  if (runs < 1 || runs > 20) throw UserError("--runs", "must be between 1 and 20");
+  auto db = open_results(results);
+  auto workload_dir = db->meta("workload_dir");
+  auto config = db->meta("config");
+  if (!workload_dir || !config) throw UserError(db_path(results).string(), "run metadata missing (workload_dir, config)");
+  WorkloadSpec spec = load_workload(*workload_dir);
+  if (auto r = db->meta("evaluator_ranks")) apply_ranks_override(spec, std::stoi(*r));
+  const StopWhen goal = search_config_from_json(json::parse(*config), db_path(results).string()).stop_when;
+  const std::uint64_t run_seed = std::stoull(db->meta("run_seed").value_or("0"));
+  const json previous = json::parse(db->meta("rebench").value_or("{}"), nullptr, false);
+  const int round = (previous.is_object() ? previous.value("round", 0) : 0) + 1;
+  auto evaluator = make_evaluator(spec);
+
+  // The best programs, one per program text (copies on other islands and migrants share it).
+  ProgramQuery q;
+  q.correct = true;
+  q.order_by = "score";
+  std::vector<ProgramRecord> picked;
+  std::set<std::string> seen;
+  for (auto& r : db->query(q))
+    if (int(picked.size()) < top && seen.insert(hash_hex(r.code)).second) picked.push_back(std::move(r));
+  if (picked.empty()) throw UserError(results.string(), "no correct candidate to re-measure");
+
+  json out = {{"round", round}, {"runs", runs}, {"metric", goal.enabled() ? goal.metric : ""}, {"rows", json::array()}};
+  const auto dir = results / fmt::format("rebench_{}", round);
+  for (const auto& rec : picked) {
+    json row = {{"id", rec.id}, {"knobs", rec.knob_key}, {"recorded", rec.combined_score}, {"scores", json::array()},
+                {"failures", json::array()}};
+    if (goal.enabled())
+      if (auto v = goal.value(rec.combined_score, rec.public_metrics)) row["recorded_metric"] = *v;
+    std::vector<double> scores, metric;
+    for (int k = 1; k <= runs; ++k) {
+      EvalResult res = remeasure(*evaluator, rec.code, fmt::format("{}-rebench{}.{}", rec.id, round, k), run_seed,
+                                 dir / fmt::format("{}_{}", rec.id, k), {});
+      const bool ok = res.correct && res.failure == FailureKind::Ok;
+      log::info("rebench {}: run {}/{} -> {}", rec.id, k, runs, ok ? fmt::format("score {:.4g}", res.combined_score) : std::string(to_string(res.failure)));
+      if (!ok) {
+        row["failures"].push_back({{"run", k}, {"failure", to_string(res.failure)}, {"error", res.error_text.substr(0, 500)}});
+        continue;
+      }
+      scores.push_back(res.combined_score);
+      row["scores"].push_back(res.combined_score);
+      if (goal.enabled())
+        if (auto v = goal.value(res.combined_score, res.public_metrics)) metric.push_back(*v);
+    }
+    // A program that fails a re-run ranks by its correct runs but is flagged; none correct: 0.
+    row["median"] = scores.empty() ? 0.0 : median(scores);
+    if (!metric.empty()) row["median_metric"] = median(metric);
+    out["rows"].push_back(row);
+    db->set_meta("rebench", out.dump());  // after every program: an interruption keeps what was measured
+  }
+  auto& rows = out["rows"];
+  std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) { return a["median"].get<double>() > b["median"].get<double>(); });
+  db->set_meta("rebench", out.dump());
+  write_file_atomic(results / "rebench.json", out.dump(2));
+
+  std::printf("re-measured %zu program(s), %d run(s) each with fresh inputs (round %d); ranked by the median score\n", picked.size(), runs, round);
+  const bool with_metric = goal.enabled();
+  std::printf("%-4s %-16s %10s %10s %s%-7s  %s\n", "rank", "id", "recorded", "median", with_metric ? fmt::format("{:>22} ", goal.metric + " (median)").c_str() : "",
+              "failed", "knobs");
+  int rank = 1;
+  for (const auto& row : rows) {
+    std::string metric_cell;
+    if (with_metric)
+      metric_cell = fmt::format("{:>22} ", row.contains("median_metric") ? fmt::format("{:.4g} (was {:.4g})", row["median_metric"].get<double>(),
+                                                                                       row.value("recorded_metric", 0.0))
+                                                                         : std::string("-"));
+    std::printf("%-4d %-16s %10.4g %10.4g %s%-7zu  %s\n", rank++, row["id"].get<std::string>().c_str(), row["recorded"].get<double>(),
+                row["median"].get<double>(), metric_cell.c_str(), row["failures"].size(), short_knobs(row["knobs"].get<std::string>(), 60).c_str());
+  }
+  return 0;
+}
+
+Registrar rebench_reg(33, [](CLI::App& app, Action& action) {
+  static std::filesystem::path results;
+  static int top = 5, runs = 3;
+  auto* cmd = app.add_subcommand("rebench", "Re-measure a run's best programs with fresh inputs (median of several runs)");
+  cmd->add_option("results", results, "Results folder")->required();
+  cmd->add_option("--top,-n", top, "How many of the best programs")->default_val(5);
+  cmd->add_option("--runs", runs, "Runs per program")->default_val(3);
+  cmd->callback([&action] { action = [] { return do_rebench(results, top, runs); }; });
+});
 
 Registrar top_reg(30, [](CLI::App& app, Action& action) {
   static std::filesystem::path results;

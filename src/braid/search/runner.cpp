@@ -20,6 +20,7 @@
 #include "braid/search/meta_stats.hpp"
 #include "braid/search/migration.hpp"
 #include "braid/search/population.hpp"
+#include "braid/search/remeasure.hpp"
 #include "braid/search/schedule.hpp"
 #include "braid/search/selection.hpp"
 #include "braid/util/error.hpp"
@@ -275,7 +276,7 @@ struct EvolutionRunner::Impl {
     if (w.confirm > 0) {
       auto runs = confirm_target(rec, v);
       if (!runs) return;
-      v = median_of(*runs);
+      v = median(*runs);
       info["value"] = v;
       info["runs"] = *runs;
     }
@@ -284,12 +285,6 @@ struct EvolutionRunner::Impl {
     log::info("{}; no new candidates are proposed", stop_note);
     std::lock_guard lock(db_mutex);
     db.set_meta("target_reached", info.dump());
-  }
-
-  static double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   }
 
   // Evaluates a candidate that met the goal `confirm` more times, with fresh inputs (new seeds),
@@ -303,24 +298,17 @@ struct EvolutionRunner::Impl {
     std::vector<double> runs{first};
     std::string why;
     for (int k = 1; k <= w.confirm && why.empty(); ++k) {
-      EvalRequest req;
-      req.candidate_id = fmt::format("{}-confirm{}", rec.id, k);
-      req.code = rec.code;
-      req.work_dir = results / fmt::format("confirm_{}_{}", rec.id, k);
-      std::error_code ec;
-      std::filesystem::remove_all(req.work_dir, ec);
-      std::filesystem::create_directories(req.work_dir);
-      req.seed = hash64(req.candidate_id, run_seed);
-      EvalResult res = parts.evaluator->evaluate(req, job_observer());
+      EvalResult res = remeasure(*parts.evaluator, rec.code, fmt::format("{}-confirm{}", rec.id, k), run_seed,
+                                 results / fmt::format("confirm_{}_{}", rec.id, k), job_observer());
       std::optional<double> v;
       if (res.correct && res.failure == FailureKind::Ok) v = w.value(res.combined_score, res.public_metrics);
       if (v) runs.push_back(*v);
       else why = fmt::format("re-run {}: {}", k, res.failure == FailureKind::Ok ? "no " + w.metric : std::string(to_string(res.failure)));
       log::info("confirming {} ({}): re-run {}/{} -> {}", rec.id, w.describe(), k, w.confirm, v ? fmt::format("{:.4g}", *v) : why);
     }
-    if (why.empty() && w.met_value(median_of(runs))) return runs;
+    if (why.empty() && w.met_value(median(runs))) return runs;
     if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return std::nullopt;  // a stop: decided on resume
-    if (why.empty()) why = fmt::format("median {:.4g}", median_of(runs));
+    if (why.empty()) why = fmt::format("median {:.4g}", median(runs));
     refuted[key] = {{"id", rec.id}, {"generation", rec.generation}, {"runs", runs}, {"why", why}};
     log::info("{} met {} in its evaluation but not on re-runs ({}); the search goes on", rec.id, w.describe(), why);
     {
