@@ -109,6 +109,12 @@ if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
     -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 --ranks "$gag_ranks" -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
   note "gemm_allgather evolve ($gag_ranks ranks): rc=$? in $(( $(date +%s) - start ))s"
   python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
+  # Its two best programs re-measured with fresh inputs (median of 2 runs each).
+  start=$(date +%s)
+  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_REBENCH_TIMEOUT:-120}" "$gag_braid" rebench "$out/gemm-allgather-evolve" -n 2 --runs 2 \
+    >"$out/gemm_allgather_rebench.log" 2>&1
+  note "gemm_allgather rebench: rc=$? in $(( $(date +%s) - start ))s"
+  grep -v "\[info\]" "$out/gemm_allgather_rebench.log" | tail -4
 else
   note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
 fi
