@@ -150,21 +150,36 @@ TEST(EvolveEndToEnd, StopsWhenTheGoalIsMet) {
   std::filesystem::remove_all(results);
 }
 
+// A private copy of tests/e2e/noisy_goal (its evaluator keeps per-program counts beside itself)
+// and a search config with `stop_when: {metric: ratio, at_most: 1.05, confirm: 2}`; both
+// removed at the end.
+struct NoisyGoal {
+  std::filesystem::path wl, cfg;
+  explicit NoisyGoal(const std::string& name) {
+    const auto tmp = std::filesystem::temp_directory_path();
+    wl = tmp / ("braid_noisy_" + name + "_" + std::to_string(::getpid()));
+    cfg = tmp / ("braid_noisy_" + name + "_" + std::to_string(::getpid()) + ".yaml");
+    std::filesystem::remove_all(wl);
+    std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
+    std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
+  }
+  ~NoisyGoal() {
+    std::filesystem::remove(cfg);
+    std::filesystem::remove_all(wl);
+  }
+  std::vector<std::string> evolve(const std::filesystem::path& results) const {
+    return {"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()};
+  }
+};
+
 // stop_when with confirm: the seed (kSpeed 3) meets the goal in its evaluation but not on its two
 // re-runs, so the search goes on; the first program whose re-runs agree (kSpeed 4) ends it. Re-runs
 // are measurements, not candidates: the programs table holds only proposals.
 TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
   auto results = fresh_dir("e2e_confirm");
-  const auto tmp = std::filesystem::temp_directory_path();
-  auto wl = tmp / ("braid_noisy_goal_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(wl);
-  std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
-  auto cfg = tmp / ("braid_confirm_" + std::to_string(::getpid()) + ".yaml");
-  {
-    std::ofstream out(cfg);
-    out << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
-  }
-  auto o = run_braid({"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()});
+  NoisyGoal noisy("confirm");
+  const auto& wl = noisy.wl;
+  auto o = run_braid(noisy.evolve(results));
   ASSERT_EQ(o.code, 0) << o.output;
   EXPECT_NE(o.output.find("but not on re-runs (median 1.3)"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("target reached: ratio = 1 (ratio <= 1.05 (median of 3 runs))"), std::string::npos) << o.output;
@@ -207,8 +222,6 @@ TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
   auto again = run_braid({"resume", results.string()});
   EXPECT_EQ(again.code, 0) << again.output;
   EXPECT_EQ(Db(results / "evolution.db").scalar("SELECT COUNT(*) FROM programs"), before);
-  std::filesystem::remove(cfg);
-  std::filesystem::remove_all(wl);
   std::filesystem::remove_all(results);
 }
 
@@ -216,13 +229,8 @@ TEST(EvolveEndToEnd, GoalIsReachedOnlyWhenReRunsAgree) {
 // lucky measurement (kSpeed 3) falls behind, the programs table is untouched, rounds count up.
 TEST(EvolveEndToEnd, RebenchRanksTheBestByTheMedianOfFreshRuns) {
   auto results = fresh_dir("e2e_rebench");
-  const auto tmp = std::filesystem::temp_directory_path();
-  auto wl = tmp / ("braid_noisy_rebench_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(wl);
-  std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
-  auto cfg = tmp / ("braid_rebench_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
-  ASSERT_EQ(run_braid({"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()}).code, 0);
+  NoisyGoal noisy("rebench");
+  ASSERT_EQ(run_braid(noisy.evolve(results)).code, 0);
   const long programs = Db(results / "evolution.db").scalar("SELECT COUNT(*) FROM programs");
   auto o = run_braid({"rebench", results.string(), "-n", "2", "--runs", "2"});
   ASSERT_EQ(o.code, 0) << o.output;
@@ -242,9 +250,7 @@ TEST(EvolveEndToEnd, RebenchRanksTheBestByTheMedianOfFreshRuns) {
   EXPECT_NE(again.output.find("(round 2)"), std::string::npos) << again.output;
   // Bad input: one line, exit 2, nothing measured.
   EXPECT_EQ(run_braid({"rebench", results.string(), "--runs", "0"}).code, 2);
-  EXPECT_EQ(run_braid({"rebench", (tmp / "braid_no_such_run").string()}).code, 2);
-  std::filesystem::remove(cfg);
-  std::filesystem::remove_all(wl);
+  EXPECT_EQ(run_braid({"rebench", (std::filesystem::temp_directory_path() / "braid_no_such_run").string()}).code, 2);
   std::filesystem::remove_all(results);
 }
 
@@ -252,16 +258,12 @@ TEST(EvolveEndToEnd, RebenchRanksTheBestByTheMedianOfFreshRuns) {
 // confirmation, and `resume` confirms (or refutes) again before it proposes anything new.
 TEST(EvolveEndToEnd, KillDuringGoalReRunsThenResume) {
   auto results = fresh_dir("e2e_confirm_kill");
-  const auto tmp = std::filesystem::temp_directory_path();
-  auto wl = tmp / ("braid_noisy_goal_kill_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(wl);
-  std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
+  NoisyGoal noisy("kill");
+  const auto& wl = noisy.wl;
   std::ofstream(wl / "slow") << "1";
-  auto cfg = tmp / ("braid_confirm_kill_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
   auto log = results.string() + ".log";
   std::filesystem::remove(log);
-  Proc p = start_braid({"evolve", wl.string(), "--results", results.string(), "--generations", "30", "--seed", "5", "-c", cfg.string()}, log);
+  Proc p = start_braid(noisy.evolve(results), log);
   // Kill once the seed's first re-run has been reported (the second one is then running).
   bool confirming = false;
   for (int i = 0; i < 200 && !confirming; ++i) {
@@ -287,9 +289,7 @@ TEST(EvolveEndToEnd, KillDuringGoalReRunsThenResume) {
   EXPECT_EQ(db.scalar("SELECT COUNT(*) - COUNT(DISTINCT knob_key) FROM programs WHERE patch_type != 'seed'"), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(processes_mentioning(wl.string()).empty());
-  std::filesystem::remove(cfg);
   std::filesystem::remove(log);
-  std::filesystem::remove_all(wl);
   std::filesystem::remove_all(results);
 }
 
