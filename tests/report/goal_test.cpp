@@ -9,22 +9,12 @@
 #include "braid/report/html_report.hpp"
 #include "braid/report/run_reader.hpp"
 #include "braid/search/runner.hpp"
+#include "report_support.hpp"
 
 namespace braid {
 namespace {
 
-namespace fs = std::filesystem;
-
-class GoalSummary : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("braid_goal_report_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+using GoalSummary = test::EmptyRunDir;
 
 TEST_F(GoalSummary, OverviewAndReportShowTheCandidateAndTheRefuted) {
   const json reached = {{"metric", "max_ratio_to_bound"}, {"value", 1.031}, {"goal", "max_ratio_to_bound <= 1.05 (median of 3 runs)"},

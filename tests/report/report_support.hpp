@@ -12,6 +12,8 @@
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 
+#include <gtest/gtest.h>
+
 namespace braid::test {
 
 // Text that breaks out of HTML, script and attribute contexts when not escaped.
@@ -34,6 +36,20 @@ inline std::string program_text(int chunks, int unroll, std::size_t pad_bytes) {
   while (code.size() < pad_bytes) code += "static inline int harness_line_" + std::to_string(line++) + "(int x) { return x * 3 + 1; }\n";
   return code;
 }
+
+// An empty results folder of this process, removed after the test (runs whose meta the test writes).
+class EmptyRunDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("braid_" + std::string(info->test_suite_name()) + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
 
 struct SyntheticRun {
   std::filesystem::path dir;
