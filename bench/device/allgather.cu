@@ -3,12 +3,15 @@
 // barrier, the slowest rank's CUDA-event time; the median over repetitions is reported.
 // Bandwidth = (ranks-1) * shard / time (what each rank receives), as in the reference probe.
 //
-//   bench_allgather [--min_mib 1] [--max_mib 1024] [--reps 15] [--csv FILE]
+//   bench_allgather [--min_mib 1] [--max_mib 1024] [--reps 15] [--csv FILE] [--quick]
+//
+// --quick leaves out the LSA kernel sweep and the TMA variants (the auto launch stays).
 //
 // Variants: nccl (ncclAllGather on cudaMalloc buffers, what host-driven programs do), nccl_win
 // (on a symmetric window), nccl_zero_cta (NCCL_CTA_POLICY_ZERO communicator, copy engines),
 // ce_push (bare cudaMemcpyAsync to peers' LSA addresses, no handshake: a ceiling, not an
-// all-gather), ce_sync* (CopyEngineAllGather with memop flags: 1, 2, 4 lanes, pull), ce_plus_sm_*
+// all-gather), ce_sync* (CopyEngineAllGather with memop flags: 1, 2, 4 lanes, pull; batched
+// memops; kernel waits), ce_split* (the same with release() after each call), ce_plus_sm_*
 // (its head by copy engines, 1/8 or 1/4 of each block by the LSA kernel at the same time),
 // ce_sync_kflag / ce_barrier (other handshakes), lsa (all_gather_kernel, a sweep of grid, block,
 // unroll and chunk), bulk (TMA) and lsa_auto (all_gather_auto_config's choice). Each result is
@@ -31,7 +34,20 @@ struct Args {
   size_t min_mib = 1, max_mib = 1024;
   int reps = 15;
   std::string csv;
+  bool quick = false;
 };
+
+const char* sync_name(CopyEngineAllGather::Sync s) {
+  using Sync = CopyEngineAllGather::Sync;
+  switch (s) {
+    case Sync::StreamWrite: return "memop";
+    case Sync::Batch: return "batched";
+    case Sync::KernelFlag: return "kernel-flag";
+    case Sync::KernelWait: return "kernel-wait";
+    case Sync::Barrier: return "barrier-kernel";
+  }
+  return "?";
+}
 
 struct LsaConfig {
   int ctas, threads, unroll;
@@ -141,7 +157,9 @@ int run_rank(const RankInfo& me, const Args& args) {
   // LSA barrier (one CTA), so the ranks' start events fire within the barrier's exit latency of each
   // other: a synchronising collective is not charged for the host's skew in releasing the ranks
   // (several microseconds after the host barrier), which an unsynchronised copy never sees.
-  auto time_op = [&](auto&& op) {
+  // `after` runs after the stop event of each repetition, untimed (where a split-phase primitive's
+  // release goes: after the consumers of the result, before the next call).
+  auto time_op = [&](auto&& op, auto&& after) {
     std::vector<double> t;
     for (int r = 0; r < 3 + args.reps; ++r) {
       barrier.wait();
@@ -150,6 +168,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       BRAID_CUDA(cudaEventRecord(e0, s));
       op();
       BRAID_CUDA(cudaEventRecord(e1, s));
+      after();
       BRAID_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
       BRAID_CUDA(cudaEventElapsedTime(&ms, e0, e1));
@@ -162,6 +181,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
+  auto time_op_ = [&](auto&& op) { return time_op(op, [] {}); };
   auto check_against_ref = [&](const void* got, size_t bytes) {
     BRAID_CUDA(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
     count_diff_kernel<<<264, 512, 0, s>>>(static_cast<const unsigned char*>(got), reinterpret_cast<const unsigned char*>(ref), bytes, bad);
@@ -190,18 +210,20 @@ int run_rank(const RankInfo& me, const Args& args) {
   {
     using Sync = CopyEngineAllGather::Sync;
     std::string line = "handshakes alone (ready + done, 0 bytes, median us):";
-    for (Sync sync : {Sync::StreamWrite, Sync::Batch, Sync::KernelFlag, Sync::Barrier}) {
-      CopyEngineAllGather ce = sync == Sync::Barrier ? CopyEngineAllGather(win, 0, 0, dc, 0, s, win_base)
-                                                     : CopyEngineAllGather(win, 0, 0, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, sync, win_base);
-      const double ms = time_op([&] { ce.run(win_base, 0, s); });
-      line += std::string("  ") + (sync == Sync::StreamWrite ? "memop" : sync == Sync::Batch ? "batched" : sync == Sync::KernelFlag ? "kernel-flag" : "barrier-kernel") +
-              " " + std::to_string((int)(ms * 1000.0 + 0.5));
-    }
+    for (Sync sync : {Sync::StreamWrite, Sync::Batch, Sync::KernelFlag, Sync::KernelWait, Sync::Barrier})
+      for (bool split : {false, true}) {
+        if (split && (sync == Sync::Barrier || sync == Sync::KernelFlag)) continue;
+        CopyEngineAllGather ce = sync == Sync::Barrier ? CopyEngineAllGather(win, 0, 0, dc, 0, s, win_base)
+                                                       : CopyEngineAllGather(win, 0, 0, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, sync, win_base);
+        const double ms = time_op([&] { ce.run(win_base, 0, s); }, [&] { if (split) ce.release(s); });
+        line += std::string("  ") + sync_name(sync) + (split ? "+release" : "") + " " + std::to_string((int)(ms * 1000.0 + 0.5));
+      }
     if (me.rank == 0) std::printf("%s\n", line.c_str());
   }
   struct Row {
     size_t shard;
-    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, ce_pull, ce_batch, hybrid8, hybrid4, ce_sync_kflag, ce_bar, lsa_best, lsa_auto;
+    double nccl, nccl_win, zero_cta, ce, ce_sync, ce_sync_l2, ce_sync_l4, ce_pull, ce_batch, hybrid8, hybrid4, ce_sync_kflag, ce_bar, ce_kwait, ce_split,
+        ce_batch_split, lsa_best, lsa_auto;
     std::string best_name, auto_name;
     bool lsa_ok;
   };
@@ -214,7 +236,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     auto emit = [&](const std::string& v, double ms, bool ok) {
       if (csv) std::fprintf(csv, "%zu,%s,%.6f,%.2f,%d\n", shard, v.c_str(), ms, gbps(ms), ok ? 1 : 0);
     };
-    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
+    Row row{shard, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1e30, 0, "", "", true};
     // Fresh random shard in every source, and the reference.
     fill_random_kernel<><<<1024, 256, 0, s>>>(plain + (size_t)me.rank * shard, shard, (int)DType::U8, mix64(mib * 131 + me.rank));
     BRAID_LAUNCHED();
@@ -224,15 +246,15 @@ int run_rank(const RankInfo& me, const Args& args) {
     BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, ref, shard, ncclUint8, comm, s));
     BRAID_CUDA(cudaStreamSynchronize(s));
 
-    row.nccl = time_op([&] { BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, plain, shard, ncclUint8, comm, s)); });
+    row.nccl = time_op_([&] { BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, plain, shard, ncclUint8, comm, s)); });
     emit("nccl", row.nccl, check_against_ref(plain, total) == 0);
-    row.nccl_win = time_op([&] { BRAID_NCCL(ncclAllGather(win_base + (size_t)me.rank * shard, win_base, shard, ncclUint8, comm, s)); });
+    row.nccl_win = time_op_([&] { BRAID_NCCL(ncclAllGather(win_base + (size_t)me.rank * shard, win_base, shard, ncclUint8, comm, s)); });
     emit("nccl_win", row.nccl_win, check_against_ref(win_base, total) == 0);
-    row.zero_cta = time_op([&] {
+    row.zero_cta = time_op_([&] {
       zero.all_gather(static_cast<char*>(zero_mem) + (size_t)me.rank * shard, zero_mem, shard, ncclUint8, s);
     });
     emit("nccl_zero_cta", row.zero_cta, check_against_ref(zero_mem, total) == 0);
-    row.ce = time_op([&] {
+    row.ce = time_op_([&] {
       for (int k = 1; k < n; ++k) {
         const int p = (me.rank + k) % n;
         BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(peers[(size_t)p]) + (size_t)me.rank * shard, win_base + (size_t)me.rank * shard, shard,
@@ -242,20 +264,21 @@ int run_rank(const RankInfo& me, const Args& args) {
     barrier.wait();
     emit("ce_push", row.ce, check_against_ref(win_base, total) == 0);
     // An all-gather into the poisoned window: timed, then checked byte for byte.
-    auto time_checked = [&](auto&& op, const char* name) {
+    auto time_checked = [&](auto&& op, const char* name, auto&& after) {
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
       barrier.wait();
-      const double ms = time_op(op);
+      const double ms = time_op(op, after);
       barrier.wait();
       const bool ok = check_against_ref(win_base, total) == 0;
       row.lsa_ok = row.lsa_ok && ok;
       emit(name, ms, ok);
       return ms;
     };
-    auto time_ce = [&](CopyEngineAllGather& ce, const char* name) {
-      return time_checked([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); }, name);
+    // split: release() after each call, untimed (the "ready" announced ahead of the next call).
+    auto time_ce = [&](CopyEngineAllGather& ce, const char* name, bool split = false) {
+      return time_checked([&] { ce.run(win_base + (size_t)me.rank * shard, shard, s); }, name, [&] { if (split) ce.release(s); });
     };
     using Sync = CopyEngineAllGather::Sync;
     {
@@ -285,12 +308,24 @@ int run_rank(const RankInfo& me, const Args& args) {
         ce.run(mine, head, s);
         BRAID_CUDA(cudaEventRecord(join, side));
         BRAID_CUDA(cudaStreamWaitEvent(s, join, 0));
-      }, eighths == 1 ? "ce_plus_sm_eighth" : "ce_plus_sm_quarter");
+      }, eighths == 1 ? "ce_plus_sm_eighth" : "ce_plus_sm_quarter", [] {});
       (eighths == 1 ? row.hybrid8 : row.hybrid4) = ms;
     }
     {
       CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::Batch, win_base);
       row.ce_batch = time_ce(ce, "ce_sync_batch");
+    }
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::Batch, win_base);
+      row.ce_batch_split = time_ce(ce, "ce_split_batch", true);
+    }
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::StreamWrite, win_base);
+      row.ce_split = time_ce(ce, "ce_split", true);
+    }
+    {
+      CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::KernelWait, win_base);
+      row.ce_kwait = time_ce(ce, "ce_sync_kwait");
     }
     {
       CopyEngineAllGather ce(win, 0, shard, flag_win, (size_t)(flag_slot++) * 64, dc.lsaRank, n, s, Sync::KernelFlag, win_base);
@@ -301,7 +336,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       row.ce_bar = time_ce(ce, "ce_barrier");
     }
 
-    for (const LsaConfig& c : usable) {
+    for (const LsaConfig& c : args.quick ? std::vector<LsaConfig>{} : usable) {
       BRAID_CUDA(cudaMemsetAsync(win_base, 0xFF, total, s));
       BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
       BRAID_CUDA(cudaStreamSynchronize(s));
@@ -310,7 +345,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       BRAID_CUDA(cudaStreamSynchronize(s));
       barrier.wait();
       const bool ok = check_against_ref(win_base, total) == 0;
-      const double ms = time_op([&] { run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
+      const double ms = time_op_([&] { run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
       emit(name_of(c), ms, ok);
       row.lsa_ok = row.lsa_ok && ok;
       if (ok && ms < row.lsa_best) {
@@ -321,6 +356,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     // TMA bulk-copy variant (one issuing thread per CTA).
     for (int ctas : {32, 64, sms, 2 * sms})
       for (bool tile : {true, false}) {
+        if (args.quick) break;
         const size_t chunk = tile ? round_up((shard + ctas - 1) / ctas, 16) : (256u << 10);
         auto launch = [&] {
           all_gather_bulk_kernel<><<<ctas, 32, 0, s>>>(dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, chunk, 0);
@@ -334,7 +370,7 @@ int run_rank(const RankInfo& me, const Args& args) {
         BRAID_CUDA(cudaStreamSynchronize(s));
         barrier.wait();
         const bool ok = check_against_ref(win_base, total) == 0;
-        const double ms = time_op(launch);
+        const double ms = time_op_(launch);
         const std::string name = "bulk_" + std::to_string(ctas) + (tile ? "_tile" : "_c256k");
         emit(name, ms, ok);
         row.lsa_ok = row.lsa_ok && ok;
@@ -349,16 +385,20 @@ int run_rank(const RankInfo& me, const Args& args) {
     BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
     BRAID_CUDA(cudaStreamSynchronize(s));
     barrier.wait();
-    row.lsa_auto = time_op([&] { launch_all_gather(ac, dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, 0, s); });
+    row.lsa_auto = time_op_([&] { launch_all_gather(ac, dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, 0, s); });
     barrier.wait();
     const bool auto_ok = check_against_ref(win_base, total) == 0;
     row.lsa_ok = row.lsa_ok && auto_ok;
     row.auto_name = name_of(auto_cfg);
+    if (auto_ok && row.lsa_auto < row.lsa_best) {  // --quick: the auto launch is the only one
+      row.lsa_best = row.lsa_auto;
+      row.best_name = row.auto_name;
+    }
     emit("lsa_auto", row.lsa_auto, auto_ok);
     rows.push_back(row);
     if (me.rank == 0) {
-      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  pull %6.1f  batch %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
-                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.ce_pull), gbps(row.ce_batch), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
+      std::printf("shard %5zu MiB: nccl %6.1f GB/s  nccl_win %6.1f  zero_cta %6.1f  ce_push %6.1f  ce_sync %6.1f  lanes2 %6.1f  lanes4 %6.1f  pull %6.1f  batch %6.1f  kwait %6.1f  split %6.1f  split_batch %6.1f  ce+sm/8 %6.1f  ce+sm/4 %6.1f  ce_sync_kflag %6.1f  ce_barrier %6.1f  lsa_best %6.1f (%s)  lsa_auto %6.1f (%s)  auto/nccl time %.3f%s\n",
+                  mib, gbps(row.nccl), gbps(row.nccl_win), gbps(row.zero_cta), gbps(row.ce), gbps(row.ce_sync), gbps(row.ce_sync_l2), gbps(row.ce_sync_l4), gbps(row.ce_pull), gbps(row.ce_batch), gbps(row.ce_kwait), gbps(row.ce_split), gbps(row.ce_batch_split), gbps(row.hybrid8), gbps(row.hybrid4), gbps(row.ce_sync_kflag), gbps(row.ce_bar),
                   gbps(row.lsa_best), row.best_name.c_str(), gbps(row.lsa_auto), row.auto_name.c_str(), row.lsa_auto / row.nccl,
                   row.lsa_ok ? "" : "  LSA MISMATCH");
       std::fflush(stdout);
@@ -366,14 +406,16 @@ int run_rank(const RankInfo& me, const Args& args) {
   }
   if (csv) std::fclose(csv);
   if (me.rank == 0) {
-    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | LSA copy-engine + memop flags GB/s | same, 2 lanes | same, pull | same, batched memops | CE + SM (1/8 by SMs) | + barrier kernels GB/s | best CE synced / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| shard | ncclAllGather GB/s | LSA kernel (auto) GB/s | LSA kernel / NCCL time | CE all-gather, memop flags | batched memops | kernel waits | pull | split phase (release) | split, batched | best CE / NCCL time | best LSA kernel GB/s | best kernel config | NCCL zero-CTA GB/s | bare CE copy (no sync) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double rb = (double)(n - 1) * (double)r.shard;
       auto g = [&](double ms) { return rb / (ms * 1e-3) / 1e9; };
-      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.ce_pull, r.ce_batch, r.hybrid8, r.hybrid4, r.ce_bar});
-      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto), r.lsa_auto / r.nccl,
-                  g(r.ce_sync), g(r.ce_sync_l2), g(r.ce_pull), g(r.ce_batch), g(r.hybrid8), g(r.ce_bar), ce_best / r.nccl, g(r.lsa_best), r.best_name.c_str(), g(r.zero_cta));
+      const double ce_best = std::min({r.ce_sync, r.ce_sync_l2, r.ce_sync_l4, r.ce_pull, r.ce_batch, r.ce_kwait, r.ce_split, r.ce_batch_split, r.hybrid8,
+                                       r.hybrid4, r.ce_bar});
+      std::printf("| %zu MiB | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.1f | %s | %.1f | %.1f |\n", r.shard >> 20, g(r.nccl), g(r.lsa_auto),
+                  r.lsa_auto / r.nccl, g(r.ce_sync), g(r.ce_batch), g(r.ce_kwait), g(r.ce_pull), g(r.ce_split), g(r.ce_batch_split), ce_best / r.nccl, g(r.lsa_best),
+                  r.best_name.c_str(), g(r.zero_cta), g(r.ce));
     }
   }
   bool all_ok = true;
@@ -407,6 +449,7 @@ int main(int argc, char** argv) {
     else if (a == "--max_mib") args.max_mib = std::stoul(next());
     else if (a == "--reps") args.reps = std::stoi(next());
     else if (a == "--csv") args.csv = next();
+    else if (a == "--quick") args.quick = true;
     else {
       std::fprintf(stderr, "bench: unknown flag '%s'\n", a.c_str());
       return 2;

@@ -274,7 +274,7 @@ int run_rank(const RankInfo& me) {
     int instance = 0;
     for (size_t bytes : sizes) {
       for (auto sync : {CopyEngineAllGather::Sync::StreamWrite, CopyEngineAllGather::Sync::KernelFlag, CopyEngineAllGather::Sync::Barrier,
-                        CopyEngineAllGather::Sync::Batch}) {
+                        CopyEngineAllGather::Sync::Batch, CopyEngineAllGather::Sync::KernelWait}) {
         const size_t flag_off = 768 * 1024 + (size_t)(instance++) * 64;
         CopyEngineAllGather ce = sync == CopyEngineAllGather::Sync::Barrier
                                      ? CopyEngineAllGather(win, 0, bytes, dc, 0, s, recv)
@@ -282,8 +282,10 @@ int run_rank(const RankInfo& me) {
         const char* how = sync == CopyEngineAllGather::Sync::StreamWrite  ? "stream-write "
                           : sync == CopyEngineAllGather::Sync::KernelFlag ? "kernel-flag "
                           : sync == CopyEngineAllGather::Sync::Batch      ? "batched-memops "
+                          : sync == CopyEngineAllGather::Sync::KernelWait ? "kernel-wait "
                                                                           : "barrier-kernel ";
         // Rounds: push on 1 and 3 lanes (an odd split leaves lane 0 a remainder), pull on 2 and 1.
+        // Round 1 runs split phase: release() after round 0's result was read (a no-op for Barrier).
         for (int round = 0; round < 4; ++round) {
           ce.set_lanes(round == 0 || round == 3 ? 1 : round == 1 ? 3 : 2);
           ce.set_direction(round < 2 ? CopyEngineAllGather::Direction::Push : CopyEngineAllGather::Direction::Pull);
@@ -294,7 +296,8 @@ int run_rank(const RankInfo& me) {
           const std::string d = compare_device_bytes(recv, ref, bytes * n);
           check.expect(d.empty(), std::string("CopyEngineAllGather ") + how + std::to_string(bytes) + "B round " + std::to_string(round) +
                                       " lanes " + std::to_string(ce.lanes()) +
-                                      (round < 2 ? " push" : " pull"), d);
+                                      (round < 2 ? " push" : " pull") + (round == 1 ? " after release" : ""), d);
+          if (round == 0) ce.release(s);
         }
         // In place: the block already lies in this rank's own slot (no copy onto itself).
         for (auto dir : {CopyEngineAllGather::Direction::Push, CopyEngineAllGather::Direction::Pull}) {

@@ -820,15 +820,21 @@ __global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
 //                      flags skip the memory barrier (nothing written before them needs
 //                      ordering: they only say earlier reads of the receive buffer are done)
 //                      where the driver allows it, else they keep it.
+//   Sync::KernelWait   flags written with cuStreamWriteValue32, waited by a one-thread kernel
+//                      spinning on them (holds one SM slot while it waits).
 // Flags are epochs in a zeroed symmetric state region of flag_bytes(lsa_size) bytes, so they are
 // never reset (one region per instance: a new instance restarts its epochs at 1).
 // Options: set_direction(Pull) reads the peers' blocks instead of writing mine (the copy engines
 // of the receiving GPU move the data); set_lanes(L) splits every block copy over L streams.
+// Split phase (push, flag handshakes): release(stream), called once this rank is done with its
+// receive buffer (after the kernels that read the last result), announces "ready" for the next
+// call there, so that call waits only for peers still busy instead of paying a flag round trip
+// after its start. run() without an earlier release() announces it itself, as before.
 // Measured at 256 MiB on 2 x H200 (bench/device/allgather-results.md): push, 1 lane, memop flags
 // 376-380 GB/s; more lanes, or a share of the block copied by SMs at the same time, do not add.
 class CopyEngineAllGather {
  public:
-  enum class Sync { StreamWrite, KernelFlag, Barrier, Batch };
+  enum class Sync { StreamWrite, KernelFlag, Barrier, Batch, KernelWait };
   static size_t flag_bytes(int lsa_size) { return 2u * (size_t)lsa_size * sizeof(uint32_t); }
 
   // local_recv: this rank's own pointer to the receive region (the window's memory as allocated,
@@ -879,14 +885,28 @@ class CopyEngineAllGather {
   // from its own slot into mine; src is first copied into my own slot unless it is that slot
   // (the peers read from there). The handshakes are the same: everyone ready, everyone done.
   enum class Direction { Push, Pull };
-  void set_direction(Direction d) { direction_ = d; }
+  // Not between release() and run(): the peers took that "ready" in push's meaning.
+  void set_direction(Direction d) {
+    if (d != direction_ && released_ > epoch_) throw DeviceError("CopyEngineAllGather: set_direction between release() and run()");
+    direction_ = d;
+  }
   Direction direction() const { return direction_; }
+
+  // Push with flags: tell the peers, in `stream` order, that this rank's receive buffer may be
+  // overwritten by the next run(). Without effect for Pull and Sync::Barrier (their first
+  // handshake also says "my block is written", which only run() knows).
+  void release(cudaStream_t stream) {
+    if (direction_ != Direction::Push || sync_ == Sync::Barrier || released_ > epoch_) return;
+    released_ = epoch_ + 1;
+    announce(0, released_, stream, sync_ == Sync::Batch);
+  }
 
   void run(const void* src, size_t bytes, cudaStream_t stream) {
     ++epoch_;
     char* own = static_cast<char*>(recv_[(size_t)me_]) + (size_t)me_ * stride_;
     if (direction_ == Direction::Pull && src != own) BRAID_CUDA(cudaMemcpyAsync(own, src, bytes, cudaMemcpyDefault, stream));
-    handshake(0, stream);
+    if (released_ == epoch_) await(0, stream);  // "ready" already announced by release() (push, flags)
+    else handshake(0, stream);
     if (lanes_ > 1) BRAID_CUDA(cudaEventRecord(lane_events_[0], stream));
     for (int lane = 0; lane < lanes_; ++lane) {
       // Slices are 16-byte aligned; lane 0 is the caller's stream and takes the remainder.
@@ -937,13 +957,33 @@ class CopyEngineAllGather {
       if (memops_.try_batch(stream, writes, true, waits)) return;
       throw DeviceError("CopyEngineAllGather Sync::Batch: cuStreamBatchMemOp refused the handshake");
     }
+    announce(phase, epoch_, stream, false);
+    await(phase, stream);
+  }
+  // Write this rank's flag of `phase` at every peer (value `epoch`); `batched`: one batch of
+  // writes, the "ready" ones without a memory barrier where the driver takes it.
+  void announce(int phase, uint32_t epoch, cudaStream_t stream, bool batched) {
+    if (batched) {
+      std::vector<StreamMemOps::Write> writes;
+      for (int p = 0; p < n_; ++p)
+        if (p != me_) writes.push_back({flag(p, phase, me_), epoch});
+      if (phase == 0 && unbarriered_ok_ && memops_.try_batch(stream, writes, false, {})) return;
+      if (phase == 0) unbarriered_ok_ = false;
+      if (memops_.try_batch(stream, writes, true, {})) return;
+    }
     for (int p = 0; p < n_; ++p) {
       if (p == me_) continue;
-      if (sync_ == Sync::StreamWrite) memops_.write(stream, flag(p, phase, me_), epoch_);
-      else launch_set_flag(stream, flag(p, phase, me_), epoch_);
+      if (sync_ == Sync::KernelFlag) launch_set_flag(stream, flag(p, phase, me_), epoch);
+      else memops_.write(stream, flag(p, phase, me_), epoch);
     }
-    for (int q = 0; q < n_; ++q)
-      if (q != me_) memops_.wait_geq(stream, flag(me_, phase, q), epoch_);
+  }
+  // Wait until every peer's flag of `phase` here has reached the current epoch.
+  void await(int phase, cudaStream_t stream) {
+    for (int q = 0; q < n_; ++q) {
+      if (q == me_) continue;
+      if (sync_ == Sync::KernelWait) launch_wait_flag(stream, flag(me_, phase, q), epoch_);
+      else memops_.wait_geq(stream, flag(me_, phase, q), epoch_);
+    }
   }
 
   int me_, n_;
@@ -952,6 +992,7 @@ class CopyEngineAllGather {
   ncclDevComm dc_{};
   uint32_t barrier_index_ = 0;
   uint32_t epoch_ = 0;
+  uint32_t released_ = 0;  // last epoch whose "ready" release() has announced
   std::vector<void*> recv_, flags_;
   StreamMemOps memops_;
   int lanes_ = 1;
