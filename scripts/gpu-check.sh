@@ -7,6 +7,9 @@
 #   BRAID_GPU_PREBUILT=dir scripts/gpu-check.sh   # use binaries built elsewhere (falls back to
 #                                                 # building when they cannot load)
 #   BRAID_GPU_BENCH_ARGS="--min_mib 1 --max_mib 1024 --reps 15"  (the default)
+#   BRAID_GPU_PACK=1 scripts/gpu-check.sh   # leave only summary.txt, allgather.csv and one
+#                                           # gpu-check-logs.tar.gz under $OUT (for machines that
+#                                           # hand back a few files only)
 #
 # NCCL comes from NCCL_HOME, the CUDA toolkit or the Python wheel (nvidia.nccl). A wheel that ships
 # libnccl.so.2 without nccl_device.h is paired with headers carried in BRAID_NCCL_INCLUDE (default
@@ -193,3 +196,11 @@ grep -h "^|" "$out/bench_allgather.log"
 grep -h "^S=" "$out/bench_gemm_split.log"
 echo "== summary"
 cat "$summary"
+
+# Every log in one archive; with BRAID_GPU_PACK=1 the loose copies go (the archive keeps them).
+pack=$(mktemp /tmp/gpu-check-logs.XXXXXX)
+( cd "$out" && tar czf "$pack" --exclude=gpu-check-logs.tar.gz . && mv "$pack" "$out/gpu-check-logs.tar.gz" ) ||
+  { rm -f "$pack"; echo "gpu-check: could not pack the logs" >&2; }
+if [ "${BRAID_GPU_PACK:-0}" = 1 ] && [ -f "$out/gpu-check-logs.tar.gz" ]; then
+  find "$out" -mindepth 1 -maxdepth 1 ! -name gpu-check-logs.tar.gz ! -name summary.txt ! -name allgather.csv -exec rm -rf {} +
+fi

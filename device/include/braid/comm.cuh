@@ -27,7 +27,9 @@
 //   * Host side: `host_lsa_pointers` hands peers' symmetric addresses to the host so copy
 //     engines can move data (cudaMemcpyAsync); `ZeroCtaComm` runs NCCL's host collectives with
 //     NCCL_CTA_POLICY_ZERO (copy engines, no SMs); `CopyEngineAllGather` is an all-gather that uses
-//     only copy engines and stream memory operations (flags written and waited by the streams).
+//     only copy engines and stream memory operations (flags written and waited by the streams);
+//     call its release(stream) once the gathered result has been consumed, so the next run()
+//     skips a flag round trip.
 //   * Addresses NCCL gives for one's own slot (ncclGetLocalPointer, ncclGetLsaPointer(self)) alias
 //     the pointer ncclMemAlloc returned: compare user pointers with user pointers only.
 //   * Multimem (NVLS) is never used.
@@ -44,8 +46,9 @@
 //                  host_lsa_pointers, copy_engine_all_gather, CopyEngineAllGather, ZeroCtaComm
 // Measured on 2 x H200 (NVLink, bench/device/allgather-results.md): all_gather_kernel with the auto
 // launch takes 0.52-0.83 of ncclAllGather's time from 1 MiB to 1 GiB shards, 358-360 GB/s at
-// 256 MiB (SM stores stop near 365 GB/s); CopyEngineAllGather (copy engines, no SM) reaches 380 GB/s
-// at 256 MiB and 389 at 1 GiB, the better choice from 64 MiB up when SMs are busy computing.
+// 256 MiB (SM stores stop near 365 GB/s); CopyEngineAllGather (copy engines, no SM) with release()
+// reaches 380-382 GB/s at 256 MiB and 390 at 1 GiB, the better choice from 64 MiB up when SMs are
+// busy computing.
 #pragma once
 
 #include <cuda.h>
@@ -830,8 +833,9 @@ __global__ void lsa_barrier_kernel(ncclDevComm dc, uint32_t index) {
 // receive buffer (after the kernels that read the last result), announces "ready" for the next
 // call there, so that call waits only for peers still busy instead of paying a flag round trip
 // after its start. run() without an earlier release() announces it itself, as before.
-// Measured at 256 MiB on 2 x H200 (bench/device/allgather-results.md): push, 1 lane, memop flags
-// 376-380 GB/s; more lanes, or a share of the block copied by SMs at the same time, do not add.
+// Measured at 256 MiB on 2 x H200 (bench/device/allgather-results.md): push, 1 lane, memop flags,
+// release() after each call 380.4-382.2 GB/s (5 runs; without release() 375.9-381.7); more lanes,
+// pull, batched memops, kernel waits, or a share of the block copied by SMs do not add.
 class CopyEngineAllGather {
  public:
   enum class Sync { StreamWrite, KernelFlag, Barrier, Batch, KernelWait };
