@@ -965,14 +965,15 @@ class CopyEngineAllGather {
     await(phase, stream);
   }
   // Write this rank's flag of `phase` at every peer (value `epoch`); `batched`: one batch of
-  // writes, the "ready" ones without a memory barrier where the driver takes it.
+  // writes, push's "ready" ones without a memory barrier where the driver takes it.
   void announce(int phase, uint32_t epoch, cudaStream_t stream, bool batched) {
     if (batched) {
       std::vector<StreamMemOps::Write> writes;
       for (int p = 0; p < n_; ++p)
         if (p != me_) writes.push_back({flag(p, phase, me_), epoch});
-      if (phase == 0 && unbarriered_ok_ && memops_.try_batch(stream, writes, false, {})) return;
-      if (phase == 0) unbarriered_ok_ = false;
+      const bool unbarriered = phase == 0 && direction_ == Direction::Push && unbarriered_ok_;
+      if (unbarriered && memops_.try_batch(stream, writes, false, {})) return;
+      if (unbarriered) unbarriered_ok_ = false;
       if (memops_.try_batch(stream, writes, true, {})) return;
     }
     for (int p = 0; p < n_; ++p) {
