@@ -67,7 +67,7 @@ if [ "${BRAID_GAG_EVOLVE:-0}" -gt 0 ]; then
     rm -rf "$run_dir"
     start=$(date +%s)
     BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_EVOLVE_TIMEOUT:-1800}" "$braid" evolve "$wl" --llm none \
-      -g "$BRAID_GAG_EVOLVE" -s "$seed" -r "$run_dir" ${BRAID_GAG_EVOLVE_CONFIG:+-c "$BRAID_GAG_EVOLVE_CONFIG"} >"$out/evolve-seed$seed.log" 2>&1
+      -g "$BRAID_GAG_EVOLVE" -s "$seed" -r "$run_dir" --ranks "$ranks" ${BRAID_GAG_EVOLVE_CONFIG:+-c "$BRAID_GAG_EVOLVE_CONFIG"} >"$out/evolve-seed$seed.log" 2>&1
     log "evolve seed $seed: rc=$? in $(( $(date +%s) - start ))s ($BRAID_GAG_EVOLVE evaluations)"
     python3 "$wl/bench/evolve_summary.py" "$run_dir" --target 1.05 >"$out/evolve-seed$seed.md" 2>&1 && tail -2 "$out/evolve-seed$seed.md" | tee -a "$out/bench.log"
     if "$braid" export "$run_dir" -o "$build/evolved_seed$seed.cu" >>"$out/bench.log" 2>&1; then extra="$extra evolved_seed$seed=$build/evolved_seed$seed.cu"; fi

@@ -86,10 +86,14 @@ run bench_gemm_split "${BRAID_GPU_GEMM_PROBE_TIMEOUT:-90}" "$bin/bench_gemm_spli
 # --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
 # followed by a correct one, through braid's own GpuCascadeEvaluator. Needs the braid-built binary
 # (target gpu_cascade_test, carried with its non-system libraries in lib/ beside it).
+# Ranks for the multi-rank sections: one per GPU, rounded down to 2, 4 or 8 (the gemm_allgather
+# sizes, 4096 .. 16384 rows, split evenly over those only; 8 is the LSA limit of the primitives).
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+ranks_here=${BRAID_GAG_CHECK_RANKS:-$(( gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2 ))}
 cascade_bin=${BRAID_GPU_CASCADE_BIN:-$bin/gpu_cascade_test}
 [ -x "$cascade_bin" ] || cascade_bin=$root/build-gpu-eval/tests/gpu/cascade/gpu_cascade_test
 if [ -x "$cascade_bin" ]; then
-  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-200}" "$cascade_bin" --source_dir "$root" --out "$out/cascade"
+  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-200}" "$cascade_bin" --source_dir "$root" --out "$out/cascade" --ranks "$ranks_here"
   echo "== cascade"
   grep -h "^PASS\|^FAIL\|error:\|quarantined" "$out/gpu_cascade.log" | head -30
 else
@@ -106,11 +110,9 @@ export LD_LIBRARY_PATH="$(dirname "$gag_braid")/lib:$LD_LIBRARY_PATH"
 if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   start=$(date +%s)
   rm -rf "$out/gemm-allgather-evolve"
-  # One rank per GPU of this machine (up to 8, the LSA limit of braid's primitives).
-  gag_ranks=${BRAID_GAG_CHECK_RANKS:-$(( $(nvidia-smi -L | wc -l) > 8 ? 8 : $(nvidia-smi -L | wc -l) ))}
   BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-200}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
-    -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 --ranks "$gag_ranks" -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
-  note "gemm_allgather evolve ($gag_ranks ranks): rc=$? in $(( $(date +%s) - start ))s"
+    -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 --ranks "$ranks_here" -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
+  note "gemm_allgather evolve ($ranks_here ranks): rc=$? in $(( $(date +%s) - start ))s"
   python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
   # Its two best programs re-measured with fresh inputs (median of 2 runs each).
   start=$(date +%s)

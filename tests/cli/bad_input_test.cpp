@@ -98,6 +98,12 @@ TEST_F(BadInput, RanksOverride) {
   EXPECT_EQ(o.code, 2) << o.output;
   EXPECT_NE(o.output.find("needs 4096 GPUs"), std::string::npos) << o.output;
   EXPECT_FALSE(std::filesystem::exists(gag_results / "evolution.db"));
+  for (const char* bad : {"0", "-3"}) {
+    auto r = run_braid({"evolve", "workloads/gemm_allgather", "--results", gag_results.string(), "--ranks", bad});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(gag_results / "evolution.db"));
+  }
 }
 
 TEST_F(BadInput, ResumeOfAFolderWithoutARun) {

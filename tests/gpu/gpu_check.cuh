@@ -44,15 +44,15 @@ inline std::string compare_device_bytes(const void* got, const void* expected, s
   return "";
 }
 
-// "" when every float is within tolerance.
+// "" when every value is within rtol * |expected| + atol.
 template <typename T, typename ToFloat>
-inline std::string compare_device_values(const T* got, const T* expected, size_t count, double rtol, ToFloat to_float) {
+inline std::string compare_device_values(const T* got, const T* expected, size_t count, double rtol, ToFloat to_float, double atol = 1e-6) {
   std::vector<T> g(count), e(count);
   BRAID_CUDA(cudaMemcpy(g.data(), got, count * sizeof(T), cudaMemcpyDeviceToHost));
   BRAID_CUDA(cudaMemcpy(e.data(), expected, count * sizeof(T), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < count; ++i) {
     const double a = to_float(g[i]), b = to_float(e[i]);
-    if (!(std::abs(a - b) <= rtol * std::abs(b) + 1e-6))
+    if (!(std::abs(a - b) <= rtol * std::abs(b) + atol))
       return "first difference at element " + std::to_string(i) + ": expected " + std::to_string(b) + ", got " + std::to_string(a);
   }
   return "";

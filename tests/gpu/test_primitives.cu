@@ -185,8 +185,11 @@ int run_rank(const RankInfo& me) {
       });
       BRAID_LAUNCHED();
       finish();
+      // NCCL's ring rounds every partial sum to bf16 (n - 2 extra roundings past 2 ranks), the
+      // kernel sums in float and rounds once: allow an ulp of a partial sum (|x| < 4) per extra hop.
       d = braid::dev::test::compare_device_values(reinterpret_cast<__nv_bfloat16*>(out), reinterpret_cast<__nv_bfloat16*>(ref), count_h,
-                                                  1e-2, [](__nv_bfloat16 x) { return (double)bf16_to_float(x); });
+                                                  1e-2, [](__nv_bfloat16 x) { return (double)bf16_to_float(x); },
+                                                  (double)(n - 2) / 64.0 + 1e-6);
       check.expect(d.empty(), "reduce_scatter_kernel<bf16> " + tag, d);
 
       // Pipelined all-gather with per-chunk ready flags: producer and consumer on two streams.

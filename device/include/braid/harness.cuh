@@ -403,6 +403,7 @@ class Harness {
     BRAID_CUDA(cudaGetDevice(&dev));
     BRAID_CUDA(cudaDeviceGetAttribute(&platform_.sm_count, cudaDevAttrMultiProcessorCount, dev));
     platform_.gin = gin_possible();
+    platform_.lsa_size = lsa_size_of(comm_);  // before the first requirements() call, which may size by it
     report_.gin_available = platform_.gin;
     report_.world = me.world;
     calibrate_idle_sync();
@@ -452,6 +453,17 @@ class Harness {
 
   static std::string describe_fn_error(const char* where, const std::exception& e) { return std::string(where) + ": " + e.what(); }
 
+  // Ranks reachable by loads and stores, from a device communicator with no resources.
+  static int lsa_size_of(ncclComm_t comm) {
+    ncclDevCommRequirements r;
+    std::memset(&r, 0, sizeof(r));
+    ncclDevComm dc{};
+    BRAID_NCCL(ncclDevCommCreate(comm, &r, &dc));
+    const int n = dc.lsaSize;
+    BRAID_NCCL(ncclDevCommDestroy(comm, &dc));
+    return n;
+  }
+
   SizeReport run_size(int64_t size) {
     SizeReport sr;
     sr.size = size;
@@ -474,7 +486,6 @@ class Harness {
       if (req.multimem) throw DeviceError("candidate asks for multimem (NVLink multicast), which braid keeps off");
       if ((req.gin || req.gin_signals || req.gin_counters || req.rail_gin_barriers) && !platform_.gin)
         throw DeviceError("candidate asks for GIN but this platform has no GIN backend (no RDMA NIC); choose the backend with effective_backend()");
-      platform_.lsa_size = 0;
       stage = "ncclDevCommCreate";
       ncclDevCommRequirements r;
       std::memset(&r, 0, sizeof(r));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -185,7 +186,7 @@ struct EvolveArgs {
   std::int64_t generations = -1;
   std::int64_t seed = -1;
   int parallel = -1;
-  int ranks = -1;
+  std::optional<int> ranks;
 };
 
 
@@ -194,8 +195,10 @@ int do_evolve(EvolveArgs& a) {
   if (a.generations >= 0) req.generations = a.generations;
   if (a.seed >= 0) req.seed = std::uint64_t(a.seed);
   if (a.parallel > 0) req.parallel = a.parallel;
-  if (a.ranks > 0) req.ranks = a.ranks;
-  else if (a.ranks == 0) throw UserError("--ranks", "must be at least 1");
+  if (a.ranks) {
+    if (*a.ranks < 1) throw UserError("--ranks", "must be at least 1 (got " + std::to_string(*a.ranks) + ")");
+    req.ranks = *a.ranks;
+  }
   WorkloadSpec spec = load_workload(req.workload);
   apply_ranks_override(spec, req.ranks);
   SearchConfig cfg = resolve_config(req, spec);

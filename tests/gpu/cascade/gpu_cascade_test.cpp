@@ -3,11 +3,13 @@
 // must each end in the right failure kind within their time limit, and a correct candidate run
 // right after each must pass on the same GPUs. Exit 77 without two GPUs.
 //
-//   gpu_cascade_test --source_dir <repo> [--out <dir>] [--launcher local|mpirun] [--build_only]
+//   gpu_cascade_test --source_dir <repo> [--out <dir>] [--launcher local|mpirun] [--ranks N] [--build_only]
+// --ranks: ranks per evaluation, one GPU each (default 2; the failing behaviours act on ranks 0 and 1).
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <future>
 #include <string>
@@ -38,6 +40,7 @@ std::string with_behavior(const std::string& code, int behavior) {
 int main(int argc, char** argv) {
   std::filesystem::path source_dir = ".", out_dir;
   std::string launcher = "local";
+  int ranks = 2;
   bool build_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
     if (a == "--source_dir") source_dir = argv[i + 1];
     else if (a == "--out") out_dir = argv[i + 1];
     else if (a == "--launcher") launcher = argv[i + 1];
+    else if (a == "--ranks") ranks = std::max(2, std::atoi(argv[i + 1]));
     ++i;
   }
   source_dir = std::filesystem::absolute(source_dir);
@@ -78,8 +82,8 @@ int main(int argc, char** argv) {
     std::printf("%s: health probe build in %.1f s%s\n", p.ok ? "PASS" : "FAIL", p.wall_s, p.ok ? "" : ("\n" + p.error).c_str());
     return b.ok && p.ok ? 0 : 1;
   }
-  if (detect_gpus().size() < 2) {
-    std::printf("SKIPPED: no GPU (%zu found, 2 needed)\n", detect_gpus().size());
+  if (detect_gpus().size() < (size_t)ranks) {
+    std::printf("SKIPPED: too few GPUs (%zu found, %d needed)\n", detect_gpus().size(), ranks);
     return 77;
   }
   const std::string code = read_file(source_dir / "tests/gpu/cascade/candidates/allgather_scale.cu");
@@ -87,7 +91,7 @@ int main(int argc, char** argv) {
   GpuCascadeConfig config;
   config.workload_dir = source_dir / "tests/gpu/cascade/candidates";
   config.program_filename = "allgather_scale.cu";
-  config.ranks = 2;
+  config.ranks = ranks;
   config.launcher = parse_launcher_kind(launcher).value_or(LauncherKind::Local);
   config.args = "--size 1048576 --rtol 1e-5 --atol 1e-6";
   config.bench_args = "--warmup 2 --iters 10";
