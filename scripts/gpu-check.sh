@@ -124,9 +124,10 @@ else
   note "gemm_allgather evolve: skipped (no braid binary at $gag_braid or fewer than 2 GPUs)"
 fi
 
-# --- braid convert: the fast path's verification gate on 2 GPUs. Every corpus program
+# --- braid convert: the fast path's verification gate on 2 or more GPUs. Every corpus program
 # (tests/convert/corpus) and the gemm_allgather seed are converted by rules, the original and the
-# conversion are built and run on 2 local ranks with the same random inputs, every rank's outputs
+# conversion are built and run on local ranks (BRAID_CONVERT_RANKS, else the ranks used above,
+# else 2) with the same random inputs, every rank's outputs
 # compared; the table gives converted/original time (inputs ready -> outputs ready, or the
 # harness's median candidate time). Runs alone too:
 #   bash <(sed -n '/^# --- braid convert:/,/^# --- end of braid convert/p' scripts/gpu-check.sh)
@@ -146,7 +147,7 @@ if [ -n "$cv_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   # Builds dominate: the programs go through the gate side by side (runs take seconds each).
   for f in "$cv_root"/tests/convert/corpus/*.cu "$cv_root"/workloads/gemm_allgather/seed.cu; do
     n=$(basename "$f" .cu)
-    ( BRAID_NCCL_INCLUDE=$cv_inc timeout -k 10 "${BRAID_CONVERT_CHECK_TIMEOUT:-200}" "$cv_braid" convert "$f" -o "$cv_out/$n.cu" --verify \
+    ( BRAID_NCCL_INCLUDE=$cv_inc timeout -k 10 "${BRAID_CONVERT_CHECK_TIMEOUT:-200}" "$cv_braid" convert "$f" -o "$cv_out/$n.cu" --verify --ranks "${BRAID_CONVERT_RANKS:-${ranks_here:-2}}" \
         --work "$cv_out/$n.work" >"$cv_out/$n.log" 2>&1; echo "$n $?" >>"$cv_out/rc.txt" ) &
   done
   wait
