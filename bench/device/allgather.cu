@@ -181,7 +181,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
-  auto time_op_ = [&](auto&& op) { return time_op(op, [] {}); };
+  auto time_untailed = [&](auto&& op) { return time_op(op, [] {}); };  // nothing after the stop event
   auto check_against_ref = [&](const void* got, size_t bytes) {
     BRAID_CUDA(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
     count_diff_kernel<<<264, 512, 0, s>>>(static_cast<const unsigned char*>(got), reinterpret_cast<const unsigned char*>(ref), bytes, bad);
@@ -246,15 +246,15 @@ int run_rank(const RankInfo& me, const Args& args) {
     BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, ref, shard, ncclUint8, comm, s));
     BRAID_CUDA(cudaStreamSynchronize(s));
 
-    row.nccl = time_op_([&] { BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, plain, shard, ncclUint8, comm, s)); });
+    row.nccl = time_untailed([&] { BRAID_NCCL(ncclAllGather(plain + (size_t)me.rank * shard, plain, shard, ncclUint8, comm, s)); });
     emit("nccl", row.nccl, check_against_ref(plain, total) == 0);
-    row.nccl_win = time_op_([&] { BRAID_NCCL(ncclAllGather(win_base + (size_t)me.rank * shard, win_base, shard, ncclUint8, comm, s)); });
+    row.nccl_win = time_untailed([&] { BRAID_NCCL(ncclAllGather(win_base + (size_t)me.rank * shard, win_base, shard, ncclUint8, comm, s)); });
     emit("nccl_win", row.nccl_win, check_against_ref(win_base, total) == 0);
-    row.zero_cta = time_op_([&] {
+    row.zero_cta = time_untailed([&] {
       zero.all_gather(static_cast<char*>(zero_mem) + (size_t)me.rank * shard, zero_mem, shard, ncclUint8, s);
     });
     emit("nccl_zero_cta", row.zero_cta, check_against_ref(zero_mem, total) == 0);
-    row.ce = time_op_([&] {
+    row.ce = time_untailed([&] {
       for (int k = 1; k < n; ++k) {
         const int p = (me.rank + k) % n;
         BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(peers[(size_t)p]) + (size_t)me.rank * shard, win_base + (size_t)me.rank * shard, shard,
@@ -345,7 +345,7 @@ int run_rank(const RankInfo& me, const Args& args) {
       BRAID_CUDA(cudaStreamSynchronize(s));
       barrier.wait();
       const bool ok = check_against_ref(win_base, total) == 0;
-      const double ms = time_op_([&] { run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
+      const double ms = time_untailed([&] { run_lsa(c, dc, win, shard, win_base + (size_t)me.rank * shard, s); });
       emit(name_of(c), ms, ok);
       row.lsa_ok = row.lsa_ok && ok;
       if (ok && ms < row.lsa_best) {
@@ -370,7 +370,7 @@ int run_rank(const RankInfo& me, const Args& args) {
         BRAID_CUDA(cudaStreamSynchronize(s));
         barrier.wait();
         const bool ok = check_against_ref(win_base, total) == 0;
-        const double ms = time_op_(launch);
+        const double ms = time_untailed(launch);
         const std::string name = "bulk_" + std::to_string(ctas) + (tile ? "_tile" : "_c256k");
         emit(name, ms, ok);
         row.lsa_ok = row.lsa_ok && ok;
@@ -385,7 +385,7 @@ int run_rank(const RankInfo& me, const Args& args) {
     BRAID_CUDA(cudaMemcpyAsync(win_base + (size_t)me.rank * shard, plain + (size_t)me.rank * shard, shard, cudaMemcpyDeviceToDevice, s));
     BRAID_CUDA(cudaStreamSynchronize(s));
     barrier.wait();
-    row.lsa_auto = time_op_([&] { launch_all_gather(ac, dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, 0, s); });
+    row.lsa_auto = time_untailed([&] { launch_all_gather(ac, dc, win, 0, shard, win_base + (size_t)me.rank * shard, shard, 0, s); });
     barrier.wait();
     const bool auto_ok = check_against_ref(win_base, total) == 0;
     row.lsa_ok = row.lsa_ok && auto_ok;
