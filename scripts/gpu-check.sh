@@ -80,7 +80,8 @@ run() {  # name timeout command...
 run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
 run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
 run bench_allgather "${BRAID_GPU_BENCH_TIMEOUT:-120}" "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
-# Where an overlapped GEMM + all-gather loses time: split GEMMs, copy-engine traffic, late enqueue.
+# Where an overlapped GEMM + all-gather loses time: split GEMMs, copy-engine traffic, late enqueue
+# (a 2-GPU model on GPUs 0 and 1, whatever the machine has).
 run bench_gemm_split "${BRAID_GPU_GEMM_PROBE_TIMEOUT:-90}" "$bin/bench_gemm_split_probe" --reps 15
 
 # --- GPU evaluation cascade (eval): deadlock / illegal address / NaN / wrong rank candidates, each
