@@ -19,12 +19,10 @@
 #   BRAID_GAG_TORCH=0                    skip PyTorch
 #   BRAID_GAG_ITERS=20 BRAID_GAG_WARMUP=3
 # Logs and results go to $OUT (or ./gemm-allgather-out); the table is printed last and saved as
-# table.md. NCCL: NCCL_HOME, the CUDA toolkit or the Python wheel, with device headers from
-# BRAID_NCCL_INCLUDE when the wheel has none (as scripts/gpu-check.sh).
+# table.md. CUDA and NCCL as scripts/gpu-env.sh finds them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 wl=$root/workloads/gemm_allgather
 out=${OUT:-$root/gemm-allgather-out}
 sizes=${BRAID_GAG_SIZES:-2048,4096,8192,16384}
@@ -38,22 +36,12 @@ rm -rf "$results"
 mkdir -p "$results"
 log() { echo "$*" | tee -a "$out/bench.log"; }
 
-source scripts/find-cuda.sh
-[ -n "$BRAID_NVCC" ] || { log "FAIL: nvcc not found"; exit 1; }
-wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-nccl_lib=""
-for d in "${NCCL_HOME:-}/lib" "$BRAID_NCCL_LIB" "$wheel/lib"; do
-  if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then nccl_lib=$d; break; fi
-done
-nccl_inc=""
-for d in "${BRAID_NCCL_INCLUDE_OVERRIDE:-}" "$BRAID_NCCL_INCLUDE" "$wheel/include" "$root/.device-carry/dev-D/nccl-include"; do
-  if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then nccl_inc=$d; break; fi
-done
-if [ -z "$nccl_lib" ] || [ -z "$nccl_inc" ]; then log "FAIL: NCCL library ($nccl_lib) or device headers ($nccl_inc) not found"; exit 1; fi
+source scripts/gpu-env.sh
+[ -z "$braid_gpu_env_missing" ] || { log "FAIL: not found: $braid_gpu_env_missing"; exit 1; }
+nccl_lib=$BRAID_NCCL_LIB nccl_inc=$BRAID_NCCL_INCLUDE
 # Link against the library the ranks will load (a wheel ships only libnccl.so.2).
 mkdir -p "$build/nccl-link"
 ln -sf "$nccl_lib/libnccl.so.2" "$build/nccl-link/libnccl.so"
-export LD_LIBRARY_PATH="$nccl_lib:$BRAID_CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 log "== $(nvidia-smi -L 2>/dev/null | head -1) x$gpus; nvcc $BRAID_NVCC; NCCL lib $nccl_lib, headers $nccl_inc; sizes $sizes; ranks $ranks"
 [ "$gpus" -ge "$ranks" ] || { log "FAIL: $ranks ranks need $ranks GPUs, found $gpus"; exit 1; }
@@ -66,7 +54,7 @@ if [ "${BRAID_GAG_EVOLVE:-0}" -gt 0 ]; then
     run_dir=$out/evolve-seed$seed
     rm -rf "$run_dir"
     start=$(date +%s)
-    BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_EVOLVE_TIMEOUT:-1800}" "$braid" evolve "$wl" --llm none \
+    timeout -k 10 "${BRAID_GAG_EVOLVE_TIMEOUT:-1800}" "$braid" evolve "$wl" --llm none \
       -g "$BRAID_GAG_EVOLVE" -s "$seed" -r "$run_dir" --ranks "$ranks" ${BRAID_GAG_EVOLVE_CONFIG:+-c "$BRAID_GAG_EVOLVE_CONFIG"} >"$out/evolve-seed$seed.log" 2>&1
     log "evolve seed $seed: rc=$? in $(( $(date +%s) - start ))s ($BRAID_GAG_EVOLVE evaluations)"
     python3 "$wl/bench/evolve_summary.py" "$run_dir" --target 1.05 >"$out/evolve-seed$seed.md" 2>&1 && tail -2 "$out/evolve-seed$seed.md" | tee -a "$out/bench.log"

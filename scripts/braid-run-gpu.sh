@@ -12,13 +12,7 @@ mkdir -p "$out"
 pick() { for c in "$@"; do [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return; }; done; }
 braid=$(pick "${BRAID_BIN:-}" "$root/.device-carry/bin/braid" "$root/build/braid")
 driver=$(pick "${BRAID_ANNOTATE_DRIVER:-}" "$root/.device-carry/bin/annotate_gate_driver" "$root/build/tests/annotate_gate_driver")
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-wheel=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-[ -n "$wheel" ] && export LD_LIBRARY_PATH="$wheel/lib:${LD_LIBRARY_PATH:-}"
-export LD_LIBRARY_PATH="${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
-if [ -z "${BRAID_NCCL_INCLUDE:-}" ]; then
-  for d in "$wheel/include" "$root/.device-carry/nccl-include"; do [ -f "$d/nccl_device.h" ] && { export BRAID_NCCL_INCLUDE=$d; break; }; done
-fi
+source scripts/gpu-env.sh
 # Binaries built on another machine find this checkout's device headers and prompts.
 export BRAID_DEVICE_INCLUDE=${BRAID_DEVICE_INCLUDE:-$root/device/include} BRAID_PROMPTS_DIR=${BRAID_PROMPTS_DIR:-$root/prompts}
 nvidia-smi -L

@@ -6,31 +6,25 @@
 #   scripts/gemm-allgather-goal.sh [seeds...]        (default: 1 2 3)
 #   BRAID_GOAL_RANKS=4 (default: workload.yaml's 2)  BRAID_BIN=path/to/braid  BRAID_GOAL_EVALS=60  BRAID_GOAL_TIMEOUT=560 (seconds per seed; one device call
 #   allows at most 600 s, so run one seed per call there)
-# NCCL as in scripts/gpu-check.sh; results under $OUT (or ./gemm-allgather-goal-out).
+# CUDA and NCCL as scripts/gpu-env.sh finds them; results under $OUT (or ./gemm-allgather-goal-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-$root/gemm-allgather-goal-out}
 mkdir -p "$out"
-source scripts/find-cuda.sh
-wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-nccl_inc=""
-for d in "${BRAID_NCCL_INCLUDE:-}" "$wheel/include" "$root/.device-carry/nccl-include"; do
-  if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then nccl_inc=$d; break; fi
-done
+source scripts/gpu-env.sh
 braid=${BRAID_BIN:-}
 for c in "$braid" "$root/.device-carry/bin/braid" "$root/build/braid"; do
   if [ -n "$c" ] && [ -x "$c" ]; then braid=$c; break; fi
 done
 [ -x "$braid" ] || { echo "FAIL: no braid binary (BRAID_BIN, .device-carry/bin/braid or build/braid)"; exit 1; }
-export LD_LIBRARY_PATH="$(dirname "$braid")/lib:${wheel:+$wheel/lib:}${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$(dirname "$braid")/lib:$LD_LIBRARY_PATH"
 seeds=${*:-1 2 3}
 for seed in $seeds; do
   dir=$out/seed$seed
   rm -rf "$dir"
   start=$(date +%s)
-  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GOAL_TIMEOUT:-560}" "$braid" evolve workloads/gemm_allgather --llm none \
+  timeout -k 10 "${BRAID_GOAL_TIMEOUT:-560}" "$braid" evolve workloads/gemm_allgather --llm none \
     -g "${BRAID_GOAL_EVALS:-60}" -s "$seed" -r "$dir" ${BRAID_GOAL_RANKS:+--ranks "$BRAID_GOAL_RANKS"} \
     -c workloads/gemm_allgather/bench/goal.yaml >"$out/seed$seed.log" 2>&1
   rc=$?

@@ -11,43 +11,33 @@
 #                                           # gpu-check-logs.tar.gz under $OUT (for machines that
 #                                           # hand back a few files only)
 #
-# NCCL comes from NCCL_HOME, the CUDA toolkit or the Python wheel (nvidia.nccl). A wheel that ships
-# libnccl.so.2 without nccl_device.h is paired with headers carried in BRAID_NCCL_INCLUDE (default
-# .device-carry/dev-D/nccl-include); their version must match the library's (checked below).
+# CUDA and NCCL as scripts/gpu-env.sh finds them (NCCL_HOME, the Python wheel nvidia.nccl, the CUDA
+# toolkit, headers carried in .device-carry/nccl-include); the headers' version must match the
+# library's (checked below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-$root/gpu-check-out}
 mkdir -p "$out"
 summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-source scripts/find-cuda.sh
-wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-nccl_lib=""
-for d in "${NCCL_HOME:-}/lib" "$wheel/lib" "$BRAID_NCCL_LIB"; do
-  if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then nccl_lib=$d; break; fi
-done
-nccl_inc=""
-for d in "${BRAID_NCCL_INCLUDE_OVERRIDE:-}" "$wheel/include" "$BRAID_NCCL_INCLUDE" "$root/.device-carry/nccl-include" "$root/.device-carry/dev-D/nccl-include"; do
-  if [ -n "$d" ] && [ -f "$d/nccl_device.h" ]; then nccl_inc=$d; break; fi
-done
+source scripts/gpu-env.sh
+nccl_lib=$BRAID_NCCL_LIB nccl_inc=$BRAID_NCCL_INCLUDE
 {
   echo "== machine"; nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
-  echo "nvcc: $BRAID_NVCC  nccl lib: $nccl_lib  nccl include: $nccl_inc  wheel: $wheel"
+  echo "nvcc: $BRAID_NVCC  nccl lib: $nccl_lib  nccl include: $nccl_inc  wheel: ${BRAID_NCCL_WHEEL:-none}"
   python3 -c 'import importlib.metadata as m; print("nvidia-nccl wheel", m.version("nvidia-nccl-cu13"))' 2>/dev/null || true
   ls /sys/class/infiniband 2>/dev/null | head -3 | sed 's/^/rdma device: /'
 } 2>&1 | tee "$out/machine.log"
-if [ -z "$nccl_lib" ] || [ -z "$nccl_inc" ]; then note "FAIL: NCCL library ($nccl_lib) or device headers ($nccl_inc) not found"; exit 1; fi
+if [ -n "$braid_gpu_env_missing" ]; then note "FAIL: not found: $braid_gpu_env_missing"; exit 1; fi
 hdr=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_inc/nccl.h")
 lib=$(strings "$nccl_lib/libnccl.so.2" 2>/dev/null | sed -n 's/^NCCL version \([0-9.]*\).*/\1/p' | head -1)
 note "NCCL headers $hdr, library ${lib:-unknown}"
 # Device-API structs are compiled into our binaries: a header/library mismatch is a build error
 # in spirit, so say it loudly.
 case "$lib" in 2.28.9*) ;; *) [ -n "$lib" ] && note "WARNING: NCCL library $lib differs from headers $hdr";; esac
-export LD_LIBRARY_PATH="$nccl_lib:${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
 
 bin=""
 prebuilt=${BRAID_GPU_PREBUILT:-}
@@ -59,7 +49,7 @@ if [ -n "${BRAID_GPU_PREBUILT:-}" ] && [ -x "$BRAID_GPU_PREBUILT/gpu_test_primit
 fi
 if [ -z "$bin" ]; then
   start=$(date +%s)
-  BRAID_NCCL_INCLUDE=$nccl_inc BRAID_NCCL_LIB=$nccl_lib cmake -S device -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S device -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
     >"$out/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1
   rc=$?
   note "build: rc=$rc in $(( $(date +%s) - start ))s"
@@ -94,7 +84,7 @@ ranks_here=${BRAID_GAG_CHECK_RANKS:-$(( gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2 ))}
 cascade_bin=${BRAID_GPU_CASCADE_BIN:-$bin/gpu_cascade_test}
 [ -x "$cascade_bin" ] || cascade_bin=$root/build-gpu-eval/tests/gpu/cascade/gpu_cascade_test
 if [ -x "$cascade_bin" ]; then
-  BRAID_NCCL_INCLUDE=$nccl_inc run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-200}" "$cascade_bin" --source_dir "$root" --out "$out/cascade" --ranks "$ranks_here"
+  run gpu_cascade "${BRAID_GPU_CASCADE_TIMEOUT:-200}" "$cascade_bin" --source_dir "$root" --out "$out/cascade" --ranks "$ranks_here"
   echo "== cascade"
   grep -h "^PASS\|^FAIL\|error:\|quarantined" "$out/gpu_cascade.log" | head -30
 else
@@ -111,13 +101,13 @@ export LD_LIBRARY_PATH="$(dirname "$gag_braid")/lib:$LD_LIBRARY_PATH"
 if [ -x "$gag_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   start=$(date +%s)
   rm -rf "$out/gemm-allgather-evolve"
-  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-200}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
+  timeout -k 10 "${BRAID_GAG_CHECK_TIMEOUT:-200}" "$gag_braid" evolve workloads/gemm_allgather --llm none \
     -g "${BRAID_GAG_CHECK_EVALS:-3}" -s 1 --ranks "$ranks_here" -r "$out/gemm-allgather-evolve" >"$out/gemm_allgather_evolve.log" 2>&1
   note "gemm_allgather evolve ($ranks_here ranks): rc=$? in $(( $(date +%s) - start ))s"
   python3 workloads/gemm_allgather/bench/evolve_summary.py "$out/gemm-allgather-evolve" --target 1.05 2>&1 | tee "$out/gemm_allgather_evolve.md" | tail -4
   # Its two best programs re-measured with fresh inputs (median of 2 runs each).
   start=$(date +%s)
-  BRAID_NCCL_INCLUDE=$nccl_inc timeout -k 10 "${BRAID_GAG_REBENCH_TIMEOUT:-120}" "$gag_braid" rebench "$out/gemm-allgather-evolve" -n 2 --runs 2 \
+  timeout -k 10 "${BRAID_GAG_REBENCH_TIMEOUT:-120}" "$gag_braid" rebench "$out/gemm-allgather-evolve" -n 2 --runs 2 \
     >"$out/gemm_allgather_rebench.log" 2>&1
   note "gemm_allgather rebench: rc=$? in $(( $(date +%s) - start ))s"
   grep -v "\[info\]" "$out/gemm_allgather_rebench.log" | tail -4
@@ -140,7 +130,6 @@ cv_braid=""
 for c in "${BRAID_CONVERT_BIN:-}" "${bin:+$bin/braid}" "$cv_root/build/braid" "$cv_root/build-convert/braid"; do
   if [ -n "$c" ] && [ -x "$c" ] && "$c" convert --help >/dev/null 2>&1; then cv_braid=$c; break; fi
 done
-cv_inc=${nccl_inc:-${BRAID_NCCL_INCLUDE:-}}
 if [ -n "$cv_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   rm -rf "$cv_out"
   mkdir -p "$cv_out"
@@ -148,7 +137,7 @@ if [ -n "$cv_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   # Builds dominate: the programs go through the gate side by side (runs take seconds each).
   for f in "$cv_root"/tests/convert/corpus/*.cu "$cv_root"/workloads/gemm_allgather/seed.cu; do
     n=$(basename "$f" .cu)
-    ( BRAID_NCCL_INCLUDE=$cv_inc timeout -k 10 "${BRAID_CONVERT_CHECK_TIMEOUT:-200}" "$cv_braid" convert "$f" -o "$cv_out/$n.cu" --verify --ranks "${BRAID_CONVERT_RANKS:-${ranks_here:-2}}" \
+    ( timeout -k 10 "${BRAID_CONVERT_CHECK_TIMEOUT:-200}" "$cv_braid" convert "$f" -o "$cv_out/$n.cu" --verify --ranks "${BRAID_CONVERT_RANKS:-${ranks_here:-2}}" \
         --work "$cv_out/$n.work" >"$cv_out/$n.log" 2>&1; echo "$n $?" >>"$cv_out/rc.txt" ) &
   done
   wait
@@ -177,9 +166,9 @@ fi
 # `braid run` of the gemm seed (convert, gate, annotate, 2 generations).
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   fp_start=$(date +%s)
-  BRAID_REWRITE_GATE_DRIVER=$bin/rewrite_gate_driver BRAID_NCCL_INCLUDE=$nccl_inc \
+  BRAID_REWRITE_GATE_DRIVER=$bin/rewrite_gate_driver \
     run rewrite_gate "${BRAID_REWRITE_GATE_TIMEOUT:-200}" bash tests/convert/rewrite_gate_test.sh "$root/build"
-  BRAID_ANNOTATE_DRIVER=$bin/annotate_gate_driver BRAID_BIN=${BRAID_BIN:-$bin/braid} BRAID_NCCL_INCLUDE=$nccl_inc OUT=$out/braid-run \
+  BRAID_ANNOTATE_DRIVER=$bin/annotate_gate_driver BRAID_BIN=${BRAID_BIN:-$bin/braid} OUT=$out/braid-run \
     run braid_run_and_annotate_gate "${BRAID_RUN_CHECK_TIMEOUT:-300}" scripts/braid-run-gpu.sh all
   echo "== fast path part 2 ($(( $(date +%s) - fp_start ))s)"
   grep -h "^ok\|^not ok\|FAIL\|accepted" "$out/rewrite_gate.log" | head -12

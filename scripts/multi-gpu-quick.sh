@@ -8,15 +8,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-$root/multi-gpu-out}
 mkdir -p "$out"
-source scripts/find-cuda.sh
-wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+source scripts/gpu-env.sh
 bin=$root/.device-carry/bin
-export LD_LIBRARY_PATH="$bin/lib:${wheel:+$wheel/lib:}${BRAID_CUDA_HOME:-/usr/local/cuda}/lib64:${LD_LIBRARY_PATH:-}"
-nccl_inc=$wheel/include
-[ -f "$nccl_inc/nccl_device.h" ] || nccl_inc=$root/.device-carry/nccl-include
 gpus=$(nvidia-smi -L | wc -l)
 ranks=${BRAID_QUICK_RANKS:-$(( gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2 ))}
 log=$out/check.log
@@ -33,12 +28,12 @@ step primitives 45 "$bin/gpu_test_primitives"
 step harness 45 "$bin/gpu_test_harness"
 step bench_allgather 60 bash -c "'$bin/bench_allgather' --min_mib 1 --max_mib 1024 --reps 11 --quick --csv '$out/allgather.csv' > '$out/bench.log' 2>&1"
 goal=$(mktemp -d)
-BRAID_GOAL_RANKS=$ranks BRAID_GOAL_TIMEOUT=${BRAID_QUICK_GOAL_TIMEOUT:-230} BRAID_NCCL_INCLUDE=$nccl_inc OUT=$goal \
+BRAID_GOAL_RANKS=$ranks BRAID_GOAL_TIMEOUT=${BRAID_QUICK_GOAL_TIMEOUT:-230} OUT=$goal \
   step goal_evolve $(( ${BRAID_QUICK_GOAL_TIMEOUT:-230} + 20 )) scripts/gemm-allgather-goal.sh 1
 cp "$goal/seed1.md" "$goal/seed1.log" "$out/" 2>/dev/null
 step torch_fused 80 python3 -m torch.distributed.run --standalone --nproc_per_node="$ranks" workloads/gemm_allgather/bench/torch_fused.py \
   --sizes 4096,8192,16384 --iters 20 --warmup 3 --out "$out/torch.json"
-BRAID_NCCL_INCLUDE=$nccl_inc step cascade 90 "$bin/gpu_cascade_test" --source_dir "$root" --out "$(mktemp -d)" --ranks "$ranks"
+step cascade 90 "$bin/gpu_cascade_test" --source_dir "$root" --out "$(mktemp -d)" --ranks "$ranks"
 grep -h "rank 0:\|ALL PASSED\|FAIL" "$log" | head -20
 grep -h "^PASS\|^FAIL\|quarantined" "$log" | tail -12
 grep -h "^|" "$out/bench.log"
