@@ -72,6 +72,10 @@ constexpr bool kNccl = kEngine == Engine::NcclPlain || kEngine == Engine::NcclWi
 constexpr bool kPull = kDirection == Direction::Pull;
 // Engines whose readiness is a flag written by the sender (a counter per chunk and source).
 constexpr bool kFlagReady = kEngine == Engine::LsaKernel || (kEngine == Engine::CopyEngine && !kPull);
+// Copy-engine pulls land source by source, so each (chunk, source) gets its own event and the GEMM
+// of a source's rows starts as soon as they land (it matters from 3 ranks on); an NCCL all-gather
+// lands a chunk from every source at once.
+constexpr bool kEventPerSource = kEngine == Engine::CopyEngine && kPull;
 constexpr int kCopyThreads = 512;
 
 // Rows [row0, row0 + len) of every shard form chunk c; in "gathered" chunk c of source p starts at
@@ -94,6 +98,13 @@ __host__ __device__ inline int64_t gathered_row(int64_t shard_rows, int chunks, 
 // Flag window layout (uint32): ready[chunk][source] counters, then handshake[source].
 __host__ __device__ inline size_t ready_slot(int world, int c, int p) { return (size_t)c * world + p; }
 __host__ __device__ inline size_t handshake_slot(int world, int chunks, int p) { return (size_t)chunks * world + p; }
+inline size_t done_slot(int world, int c, int p) { return kEventPerSource ? ready_slot(world, c, p) : (size_t)c; }
+
+// The k-th source (k = 1..P-1) whose rows reach this rank, in the order they are sent: a rank
+// pushes to rank+1 first, so pushed rows come from rank-1 first; pulled ones from rank+1 first.
+inline int source_at(int rank, int k, int world) {
+  return kEngine == Engine::CopyEngine && !kPull ? (rank - k + world) % world : (rank + k) % world;
+}
 
 }  // namespace
 
@@ -189,7 +200,7 @@ void setup(Context& c) {
   }
   BRAID_CUDA(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   BRAID_CUDA(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  s->chunk_done.resize(kChunkCount);
+  s->chunk_done.resize((size_t)kChunkCount * (size_t)P);
   for (auto& e : s->chunk_done) BRAID_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
@@ -217,7 +228,7 @@ void move_rows(Context& c, cudaStream_t stream, uint32_t epoch) {
       const ChunkRows r = chunk_rows(Ms, kChunkCount, ch);
       BRAID_NCCL(ncclAllGather(a.as<char>() + (size_t)r.row0 * row_bytes, gathered.as<char>() + (size_t)P * r.row0 * row_bytes,
                                (size_t)r.len * (size_t)S, ncclBfloat16, comm, stream));
-      BRAID_CUDA(cudaEventRecord(s.chunk_done[(size_t)ch], stream));
+      BRAID_CUDA(cudaEventRecord(s.chunk_done[done_slot((int)P, ch, 0)], stream));
     }
   } else if constexpr (kEngine == Engine::CopyEngine) {
     if constexpr (!kPull) handshake(c, stream, epoch);
@@ -229,16 +240,10 @@ void move_rows(Context& c, cudaStream_t stream, uint32_t epoch) {
           BRAID_CUDA(cudaMemcpyAsync(gathered.as<char>() + (size_t)gathered_row(Ms, kChunkCount, (int)P, ch, p) * row_bytes,
                                      static_cast<char*>(s.peer_a[(size_t)p]) + (size_t)r.row0 * row_bytes, (size_t)r.len * row_bytes,
                                      cudaMemcpyDefault, stream));
+          BRAID_CUDA(cudaEventRecord(s.chunk_done[done_slot((int)P, ch, p)], stream));
         } else {
           BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(s.peer_gathered[(size_t)p]) + (size_t)gathered_row(Ms, kChunkCount, (int)P, ch, c.rank) * row_bytes,
                                      a.as<char>() + (size_t)r.row0 * row_bytes, (size_t)r.len * row_bytes, cudaMemcpyDefault, stream));
-        }
-      }
-      if constexpr (kPull) {
-        BRAID_CUDA(cudaEventRecord(s.chunk_done[(size_t)ch], stream));
-      } else {
-        for (int k = 1; k < P; ++k) {
-          const int p = (int)((c.rank + k) % P);
           s.memops->write(stream, static_cast<uint32_t*>(s.peer_flags[(size_t)p]) + ready_slot((int)P, ch, c.rank), epoch);
         }
       }
@@ -261,7 +266,7 @@ void wait_ready(Context& c, cudaStream_t stream, int ch, int p, uint32_t epoch) 
     if constexpr (kReadyWait == ReadyWait::StreamMemop) s.memops->wait_geq(stream, flag, target);
     else launch_wait_flag(stream, flag, target);
   } else if constexpr (!(kEngine == Engine::PeerInPlace)) {
-    BRAID_CUDA(cudaStreamWaitEvent(stream, s.chunk_done[(size_t)ch], 0));
+    BRAID_CUDA(cudaStreamWaitEvent(stream, s.chunk_done[done_slot(c.world, ch, p)], 0));
   }
 }
 
@@ -308,7 +313,7 @@ void run(Context& c, cudaStream_t stream) {
   for (int ch = 0; ch < kChunkCount; ++ch) {
     const ChunkRows r = chunk_rows(Ms, kChunkCount, ch);
     for (int k = 1; k < P; ++k) {
-      const int p = (int)((c.rank + k) % P);
+      const int p = source_at(c.rank, k, (int)P);
       wait_ready(c, stream, ch, p, epoch);
       ++done;
       const bool last = kLocalFirst && done == remote_gemms;
