@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a 2-GPU machine: `braid run` of the gemm_allgather seed with the gate and 2 generations, and
-# the annotator's knob settings through the gate (tests/convert/annotate_gate_test.sh's driver).
+# On a machine with 2 or more GPUs: `braid run` of the gemm_allgather seed with the gate and 2
+# generations, and the annotator's knob settings through the gate (tests/convert/annotate_gate_test.sh's
+# driver), both on BRAID_GATE_RANKS ranks (default 2).
 # Logs and the run under $OUT (default ./braid-run-gpu-out).
 #   BRAID_BIN=path/to/braid  BRAID_ANNOTATE_DRIVER=path/to/annotate_gate_driver  scripts/braid-run-gpu.sh [run|gate|all]
 # Binaries default to .device-carry/bin (scripts/bundle-for-device.sh), then build/ and build/tests.
@@ -36,7 +37,7 @@ if [ "$mode" != gate ]; then
   [ -n "$braid" ] || { echo "no braid binary (set BRAID_BIN)"; exit 1; }
   start=$(date +%s)
   rm -rf "$out/gag-run"
-  timeout -k 10 "${BRAID_RUN_TIMEOUT:-400}" "$braid" run workloads/gemm_allgather/seed.cu -o "$out/gag-run" -g 2 -j 1 --seed 1 >"$out/braid-run.log" 2>&1
+  timeout -k 10 "${BRAID_RUN_TIMEOUT:-400}" "$braid" run workloads/gemm_allgather/seed.cu -o "$out/gag-run" -g 2 -j 1 --seed 1 --ranks "${BRAID_GATE_RANKS:-2}" >"$out/braid-run.log" 2>&1
   echo "== braid run rc=$? in $(( $(date +%s) - start ))s"
   grep -v "^\[" "$out/braid-run.log" | tail -25
   "$braid" top "$out/gag-run" 2>&1 | head -12

@@ -166,6 +166,7 @@ fi
 # `braid run` of the gemm seed (convert, gate, annotate, 2 generations).
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   fp_start=$(date +%s)
+  export BRAID_GATE_RANKS=${BRAID_GATE_RANKS:-$ranks_here}
   BRAID_REWRITE_GATE_DRIVER=$bin/rewrite_gate_driver \
     run rewrite_gate "${BRAID_REWRITE_GATE_TIMEOUT:-200}" bash tests/convert/rewrite_gate_test.sh "$root/build"
   BRAID_ANNOTATE_DRIVER=$bin/annotate_gate_driver BRAID_BIN=${BRAID_BIN:-$bin/braid} OUT=$out/braid-run \
@@ -191,8 +192,11 @@ echo "== summary"
 cat "$summary"
 
 # Every log in one archive; with BRAID_GPU_PACK=1 the loose copies go (the archive keeps them).
+# Logs and tables only: the build trees and run folders under $OUT hold binaries that took a 4-GPU
+# run past its time limit to compress.
 pack=$(mktemp /tmp/gpu-check-logs.XXXXXX)
-( cd "$out" && tar czf "$pack" --exclude=gpu-check-logs.tar.gz . && mv "$pack" "$out/gpu-check-logs.tar.gz" ) ||
+( cd "$out" && find . -type f -size -8M \( -name '*.log' -o -name '*.md' -o -name '*.txt' -o -name '*.csv' -o -name '*.json' \
+    -o -name '*.stderr' -o -name '*.stdout' -o -name '*.html' \) -print0 | tar czf "$pack" --null -T - && mv "$pack" "$out/gpu-check-logs.tar.gz" ) ||
   { rm -f "$pack"; echo "gpu-check: could not pack the logs" >&2; }
 if [ "${BRAID_GPU_PACK:-0}" = 1 ] && [ -f "$out/gpu-check-logs.tar.gz" ]; then
   find "$out" -mindepth 1 -maxdepth 1 ! -name gpu-check-logs.tar.gz ! -name summary.txt ! -name allgather.csv -exec rm -rf {} +

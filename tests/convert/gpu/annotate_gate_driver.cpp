@@ -1,13 +1,14 @@
 // GPU check of the annotator's knobs (run by tests/convert/annotate_gate_test.sh): every program
 // given is converted and annotated by rules, then gen0 and knob settings that take other code
 // paths of the prelude (thread and warp issuers, few and many CTAs, small and large chunks) each
-// pass the verification gate against the original on 2 local ranks (every rank's outputs
-// compared). Prints one line per (program, setting) with the gate's times.
+// pass the verification gate against the original on 2 local ranks, or BRAID_GATE_RANKS (every
+// rank's outputs compared). Prints one line per (program, setting) with the gate's times.
 // Usage: annotate_gate_driver <work dir> <program.cu>...   Exit 0 when every gate passes.
 #include <cstdio>
 #include <filesystem>
 
 #include "braid/convert/annotate.hpp"
+#include "gate_ranks.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/program/program.hpp"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path work = argv[1];
+  const int ranks = braid::testing::gate_ranks_from_env();
   int failures = 0;
   for (int i = 2; i < argc; ++i) {
     const std::filesystem::path path = argv[i];
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
         continue;
       }
       GateOptions g;
+      g.ranks = ranks;
       g.work_dir = work / name;  // one build cache per program: the original compiles once
       g.source_dir = std::filesystem::absolute(path).parent_path();
       const GateResult r = run_gate_on_candidate(analysis, source, analyze_converted(path.filename().string(), variant.text), variant.text, g);

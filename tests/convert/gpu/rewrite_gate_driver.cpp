@@ -1,7 +1,7 @@
 // GPU check of the LLM rewrite loop (run by tests/convert/rewrite_gate_test.sh): a loopback model
 // first rewrites reduce_to_root.cu so that it compiles and runs but writes `loss_total` on every
 // rank; only after the gate's failure text and the judge's diagnosis reach its prompt does it
-// answer with the fix, which must pass the gate on 2 local ranks.
+// answer with the fix, which must pass the gate on 2 local ranks (or BRAID_GATE_RANKS).
 // Then a rewrite that fails at run time on every rank: the diagnostic rerun must name the failing
 // step (the oversized cudaMemcpyAsync) in the outcome that the next prompt shows.
 // Usage: rewrite_gate_driver <corpus_llm/reduce_to_root.cu> <work dir>. Exit 0 when every check holds.
@@ -12,6 +12,7 @@
 #include "../../llm/loopback_llm_server.hpp"
 #include "../rewrite_script.hpp"
 #include "braid/convert/rewrite_loop.hpp"
+#include "gate_ranks.hpp"
 #include "braid/llm/model_spec.hpp"
 #include "braid/util/fs.hpp"
 
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
 
   RewriteOptions o;
   o.run_gate = true;
-  o.gate.ranks = 2;
+  o.gate.ranks = braid::testing::gate_ranks_from_env();
   o.gate.work_dir = work / "gate";
   o.gate.source_dir = program.parent_path();
   o.record_dir = work / "record";
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     check(first.diagnosis == diagnosis, "the judge's diagnosis is kept with the attempt");
   }
   if (r.attempts.size() >= 2) {
-    check(r.attempts[1].outcome == "passed", "second rewrite passes the gate on 2 ranks (got " + r.attempts[1].outcome + ")");
+    check(r.attempts[1].outcome == "passed", "second rewrite passes the gate on " + std::to_string(o.gate.ranks) + " ranks (got " + r.attempts[1].outcome + ")");
     check(rewrite_prompts.size() == 2 && has(rewrite_prompts[1], r.attempts[0].outcome_text) && has(rewrite_prompts[1], diagnosis),
           "the failure text and the diagnosis reached the second rewrite prompt");
   }
