@@ -10,6 +10,9 @@
 #   BRAID_GPU_PACK=1 scripts/gpu-check.sh   # leave only summary.txt, allgather.csv and one
 #                                           # gpu-check-logs.tar.gz under $OUT (for machines that
 #                                           # hand back a few files only)
+#   BRAID_GATE_RANKS=N   ranks of the rewrite, annotate and `braid run` gates (default: the GPUs,
+#                        rounded down to 2, 4 or 8, as the cascade, the evolve and the convert gate)
+#   BRAID_GPU_GATES_SERIAL=1   the rewrite and annotate gates after the convert gate, not beside it
 #
 # CUDA and NCCL as scripts/gpu-env.sh finds them (NCCL_HOME, the Python wheel nvidia.nccl, the CUDA
 # toolkit, headers carried in .device-carry/nccl-include); the headers' version must match the
@@ -121,6 +124,7 @@ fi
 # correctness only (their times are not measurements) and are dominated by nvcc, so side by side
 # they take about as long as the slowest. `braid run`, whose evolve measures, runs after them, alone.
 # (Their rc lines go to summary.txt only, so they do not break into the convert table.)
+# BRAID_GPU_GATES_SERIAL=1 runs the three one after another instead.
 fp_pids=()
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   fp_start=$(date +%s)
@@ -128,9 +132,11 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   BRAID_REWRITE_GATE_DRIVER=$bin/rewrite_gate_driver \
     run rewrite_gate "${BRAID_REWRITE_GATE_TIMEOUT:-200}" bash tests/convert/rewrite_gate_test.sh "$root/build" >/dev/null &
   fp_pids+=($!)
+  [ "${BRAID_GPU_GATES_SERIAL:-0}" = 1 ] && wait "$!"
   BRAID_ANNOTATE_DRIVER=$bin/annotate_gate_driver OUT=$out/braid-run \
     run annotate_gate "${BRAID_ANNOTATE_CHECK_TIMEOUT:-300}" scripts/braid-run-gpu.sh gate >/dev/null &
   fp_pids+=($!)
+  [ "${BRAID_GPU_GATES_SERIAL:-0}" = 1 ] && wait "$!"
 fi
 
 # --- braid convert: the fast path's verification gate on 2 or more GPUs. Every corpus program
