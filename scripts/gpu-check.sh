@@ -191,7 +191,7 @@ fi
 # (convert, gate, annotate, 2 generations) with the GPUs to itself.
 if [ ${#fp_pids[@]} -gt 0 ]; then
   wait "${fp_pids[@]}"
-  echo "== rewrite and annotate gates, beside the convert gate ($(( $(date +%s) - fp_start ))s)"
+  echo "== rewrite, annotate and convert gates ($(( $(date +%s) - fp_start ))s)"
   BRAID_BIN=${BRAID_BIN:-$bin/braid} OUT=$out/braid-run \
     run braid_run "${BRAID_RUN_CHECK_TIMEOUT:-200}" scripts/braid-run-gpu.sh run
   echo "== fast path part 2 ($(( $(date +%s) - fp_start ))s)"
