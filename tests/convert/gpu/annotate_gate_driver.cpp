@@ -8,11 +8,11 @@
 #include <filesystem>
 
 #include "braid/convert/annotate.hpp"
-#include "gate_ranks.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/fs.hpp"
+#include "gate_ranks.hpp"
 
 using namespace braid::convert;
 

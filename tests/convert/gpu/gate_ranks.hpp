@@ -3,7 +3,6 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 
 namespace braid::testing {
 

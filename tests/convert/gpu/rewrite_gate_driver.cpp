@@ -12,9 +12,9 @@
 #include "../../llm/loopback_llm_server.hpp"
 #include "../rewrite_script.hpp"
 #include "braid/convert/rewrite_loop.hpp"
-#include "gate_ranks.hpp"
 #include "braid/llm/model_spec.hpp"
 #include "braid/util/fs.hpp"
+#include "gate_ranks.hpp"
 
 using namespace braid::convert;
 
