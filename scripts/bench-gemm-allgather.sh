@@ -38,12 +38,11 @@ log() { echo "$*" | tee -a "$out/bench.log"; }
 
 source scripts/gpu-env.sh
 [ -z "$braid_gpu_env_missing" ] || { log "FAIL: not found: $braid_gpu_env_missing"; exit 1; }
-nccl_lib=$BRAID_NCCL_LIB nccl_inc=$BRAID_NCCL_INCLUDE
 # Link against the library the ranks will load (a wheel ships only libnccl.so.2).
 mkdir -p "$build/nccl-link"
-ln -sf "$nccl_lib/libnccl.so.2" "$build/nccl-link/libnccl.so"
+ln -sf "$BRAID_NCCL_LIB/libnccl.so.2" "$build/nccl-link/libnccl.so"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-log "== $(nvidia-smi -L 2>/dev/null | head -1) x$gpus; nvcc $BRAID_NVCC; NCCL lib $nccl_lib, headers $nccl_inc; sizes $sizes; ranks $ranks"
+log "== $(nvidia-smi -L 2>/dev/null | head -1) x$gpus; nvcc $BRAID_NVCC; NCCL lib $BRAID_NCCL_LIB, headers $BRAID_NCCL_INCLUDE; sizes $sizes; ranks $ranks"
 [ "$gpus" -ge "$ranks" ] || { log "FAIL: $ranks ranks need $ranks GPUs, found $gpus"; exit 1; }
 
 # --- optional evolve first: its best program joins the comparison
@@ -81,8 +80,8 @@ done
 # --- build in parallel
 start=$(date +%s)
 printf '%s\n' "${names[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-  "'$BRAID_NVCC' -O3 -std=c++20 --expt-relaxed-constexpr -lineinfo -arch=sm_90 -I'$root/device/include' -I'$wl' -I'$nccl_inc' \
-   '$build/{}.cu' -o '$build/{}' -L'$build/nccl-link' -lnccl -lcublas -Xlinker -rpath,'$nccl_lib' >'$out/build-{}.log' 2>&1 \
+  "'$BRAID_NVCC' -O3 -std=c++20 --expt-relaxed-constexpr -lineinfo -arch=sm_90 -I'$root/device/include' -I'$wl' -I'$BRAID_NCCL_INCLUDE' \
+   '$build/{}.cu' -o '$build/{}' -L'$build/nccl-link' -lnccl -lcublas -Xlinker -rpath,'$BRAID_NCCL_LIB' >'$out/build-{}.log' 2>&1 \
    || echo {} >>'$build/failed-builds'"
 log "build: ${#names[@]} programs in $(( $(date +%s) - start ))s; failed: $(cat "$build/failed-builds" 2>/dev/null | tr '\n' ' ')"
 rm -f "$build/failed-builds"

@@ -27,16 +27,15 @@ summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 source scripts/gpu-env.sh
-nccl_lib=$BRAID_NCCL_LIB nccl_inc=$BRAID_NCCL_INCLUDE
 {
   echo "== machine"; nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
-  echo "nvcc: $BRAID_NVCC  nccl lib: $nccl_lib  nccl include: $nccl_inc  wheel: ${BRAID_NCCL_WHEEL:-none}"
+  echo "nvcc: $BRAID_NVCC  nccl lib: $BRAID_NCCL_LIB  nccl include: $BRAID_NCCL_INCLUDE  wheel: ${BRAID_NCCL_WHEEL:-none}"
   python3 -c 'import importlib.metadata as m; print("nvidia-nccl wheel", m.version("nvidia-nccl-cu13"))' 2>/dev/null || true
   ls /sys/class/infiniband 2>/dev/null | head -3 | sed 's/^/rdma device: /'
 } 2>&1 | tee "$out/machine.log"
 if [ -n "$braid_gpu_env_missing" ]; then note "FAIL: not found: $braid_gpu_env_missing"; exit 1; fi
-hdr=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$nccl_inc/nccl.h")
-lib=$(strings "$nccl_lib/libnccl.so.2" 2>/dev/null | sed -n 's/^NCCL version \([0-9.]*\).*/\1/p' | head -1)
+hdr=$(sed -n 's/^#define NCCL_VERSION_CODE \([0-9]*\).*/\1/p' "$BRAID_NCCL_INCLUDE/nccl.h")
+lib=$(strings "$BRAID_NCCL_LIB/libnccl.so.2" 2>/dev/null | sed -n 's/^NCCL version \([0-9.]*\).*/\1/p' | head -1)
 note "NCCL headers $hdr, library ${lib:-unknown}"
 # Device-API structs are compiled into our binaries: a header/library mismatch is a build error
 # in spirit, so say it loudly.
