@@ -71,6 +71,9 @@ run() {  # name timeout command...
 }
 run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
 run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
+# Cheating GEMM + AllGather candidates against the harness (issue #17): 1 rank where they can, 2
+# where they must (skipped visibly on one GPU); one "REDTEAM name: verdict" line each.
+run test_redteam "${BRAID_GPU_REDTEAM_TIMEOUT:-300}" "$bin/gpu_test_redteam"
 run bench_allgather "${BRAID_GPU_BENCH_TIMEOUT:-120}" "$bin/bench_allgather" ${BRAID_GPU_BENCH_ARGS:---min_mib 1 --max_mib 1024 --reps 15} --csv "$out/allgather.csv"
 # Where an overlapped GEMM + all-gather loses time: split GEMMs, copy-engine traffic, late enqueue
 # (a 2-GPU model on GPUs 0 and 1, whatever the machine has).
@@ -178,6 +181,7 @@ if [ -n "$cv_braid" ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
       echo "| $n | FAIL: $(grep -h "braid:" "$cv_out/$n.log" | head -1 | cut -c1-160) | | | |"
     fi
   done
+  [ -n "${summary:-}" ] && awk '$2 != 0 {n++} END {if (n) print "convert gate: rc=1 (" n " programs failed)"}' "$cv_out/rc.txt" >>"$summary"
   for f in "$cv_out"/*.work/gate/converted/rank0.stderr; do
     [ -f "$f" ] && grep -h "braid_converted:" "$f" | sed "s|^|$(basename "$(dirname "$(dirname "$(dirname "$f")")")"): |"
   done
@@ -206,8 +210,10 @@ echo
 echo "== failures"
 grep -h "^FAIL\|SKIP\|error\|Error" "$out"/test_*.log | head -30
 echo "== harness"
-grep -h "^honest\|  -> \|rank 0:" "$out/test_harness.log" | head -12
+grep -h "^honest\|  -> \|rank 0:\|^SKIP" "$out/test_harness.log" | head -14
 grep -h "rank 0:" "$out/test_primitives.log"
+echo "== red team"
+grep -h "^REDTEAM\|rank 0:\|refused" "$out/test_redteam.log" | cut -c1-220
 echo "== benchmark"
 grep -h "^|" "$out/bench_allgather.log"
 grep -h "^S=" "$out/bench_gemm_split.log"
@@ -224,3 +230,12 @@ pack=$(mktemp /tmp/gpu-check-logs.XXXXXX)
 if [ "${BRAID_GPU_PACK:-0}" = 1 ] && [ -f "$out/gpu-check-logs.tar.gz" ]; then
   find "$out" -mindepth 1 -maxdepth 1 ! -name gpu-check-logs.tar.gz ! -name summary.txt ! -name allgather.csv -exec rm -rf {} +
 fi
+
+# Exit status: 1 when any section failed (an rc other than 0, or 77 = skipped, in summary.txt).
+failed_sections=$(grep -E 'rc=[0-9]+' "$summary" | grep -vE 'rc=(0|77)([^0-9]|$)')
+if [ -n "$failed_sections" ]; then
+  echo "== gpu-check FAILED:"
+  echo "$failed_sections"
+  exit 1
+fi
+echo "== gpu-check: every section passed"

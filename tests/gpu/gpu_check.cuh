@@ -1,6 +1,7 @@
 // Small helpers shared by the GPU test programs (no gtest on the GPU machine): named checks that
 // print PASS/FAIL lines, and byte comparison of device buffers.
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -44,16 +45,21 @@ inline std::string compare_device_bytes(const void* got, const void* expected, s
   return "";
 }
 
-// "" when every value is within rtol * |expected| + atol.
+// "" when every value is within rtol * |expected| + atol (values compared as doubles, after the
+// element type's own conversion; a negative tolerance is a caller's bug, reported as such).
 template <typename T, typename ToFloat>
 inline std::string compare_device_values(const T* got, const T* expected, size_t count, double rtol, ToFloat to_float, double atol = 1e-6) {
+  if (rtol < 0 || atol < 0) return "bad tolerance: rtol " + std::to_string(rtol) + ", atol " + std::to_string(atol);
   std::vector<T> g(count), e(count);
   BRAID_CUDA(cudaMemcpy(g.data(), got, count * sizeof(T), cudaMemcpyDeviceToHost));
   BRAID_CUDA(cudaMemcpy(e.data(), expected, count * sizeof(T), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < count; ++i) {
     const double a = to_float(g[i]), b = to_float(e[i]);
-    if (!(std::abs(a - b) <= rtol * std::abs(b) + atol))
-      return "first difference at element " + std::to_string(i) + ": expected " + std::to_string(b) + ", got " + std::to_string(a);
+    if (!(std::abs(a - b) <= rtol * std::abs(b) + atol)) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "first difference at element %zu: expected %.9g, got %.9g (rtol %g, atol %g)", i, b, a, rtol, atol);
+      return text;
+    }
   }
   return "";
 }

@@ -8,10 +8,12 @@
 //          A symmetric NCCL window: peers may read it (ncclGetLsaPointer / host_lsa_pointers).
 //     "w"  Input  N x K: this rank's weight shard B_r stored transposed (nn.Linear layout), so
 //          C_r = A_full * B_r = A_full * w^T.
-//     "c"  Output M x N: C_r, fp32 accumulation, bf16 out. Verified on every rank.
+//     "c"  Output M x N: C_r, fp32 accumulation, bf16 out. Verified on every rank after every
+//          run() call, against the reference on that call's (fresh) inputs.
 //   GEMM of `rows` rows of A (any pointer, ld = K) into C rows (ld = N):
 //     gemm_rows(handle, a_rows, rows, w, c_rows, K, N)  -> cublasGemmEx TN, CUBLAS_COMPUTE_32F.
-//   Reference: host ncclAllGather + cuBLAS with fp32 output, rounded to bf16 by a separate kernel.
+//   Reference: host ncclAllGather + cuBLAS with fp32 output, rounded to bf16 by a separate kernel;
+//   the harness runs it after each call (untimed; about one baseline iteration).
 //   Baseline (host-driven, the strong one): ncclAllGather between symmetric windows, then one
 //   cublasGemmEx on one stream. Compute alone: the full GEMM. Communication alone: that
 //   ncclAllGather. bound = max(compute alone, communication alone).

@@ -18,22 +18,31 @@
 //   void teardown(Context&)                    release what setup made (ctx buffers are freed by
 //                                              the harness).
 // The harness (frozen):
-//   * fresh random inputs per trial (seeded by --seed, rank, size, input set);
-//   * in bench mode >= 2 input sets alternate across iterations; before every iteration
-//     (untimed) the set is loaded and Receive, Intermediate and Output buffers are poisoned
-//     (0xFF bytes: NaN for floats); State buffers are zeroed once and never poisoned;
+//   * fresh random inputs for EVERY run() call (warm-up and timed, every phase), generated on the
+//     device from a secret drawn after setup() (--seed mixed with OS entropy), the call and the
+//     rank: no two calls see the same inputs, so caching results or precomputing in setup() fails;
+//   * before every call (untimed) the inputs are written and Receive, Intermediate and Output
+//     buffers are poisoned (0xFF bytes: NaN for floats); State buffers are zeroed once and never
+//     poisoned;
 //   * canary bands (64 KiB of 0xA5) before and after every buffer, checked after the runs;
-//   * per iteration: device idle, cross-rank barrier, CUDA events around run(), then a device
-//     sync; the makespan is the slowest rank's time; the figure is the median over iterations;
-//   * the last timed iteration is verified element by element on every rank against a reference
-//     computed by another route, |got-exp| <= atol + rtol*|exp|, NaN never passes; a failure
-//     names rank, buffer, first bad index, expected and got;
+//   * per call: device idle, cross-rank barrier, CUDA events around run(), then a device sync
+//     (work still running after the end event is timed too); the host clock times the same
+//     call; the makespan is the slowest rank's time; the figure is the median over iterations;
+//   * EVERY call (warm-up included) is verified, untimed, element by element on every rank
+//     against the reference computed by another route on the same inputs, |got-exp| <= atol +
+//     rtol*|exp|, NaN never passes; one bad call fails the candidate, naming rank, iteration,
+//     buffer, first bad index, expected and got;
 //   * baseline (host-driven), compute alone and communication alone are timed in the same run;
 //     combined_score = geometric mean over sizes of baseline_ms / candidate_ms;
+//   * plausibility: a size faster than 0.9 x max(compute alone, communication alone), or whose
+//     CUDA-event and host-clock times disagree, is re-measured under a strict protocol (candidate
+//     alone, host clock); still implausible -> public "plausibility": "flagged" and the score is
+//     withheld (combined_score 0);
 //   * NVLink multicast is off (NCCL_NVLS_ENABLE=0, lsaMultimem=false).
 // Command line (filled by braid from workload.yaml):
 //   --mode verify|bench  --size N (repeatable, or --sizes a,b,c)  --seed S  --rtol R --atol A
-//   --warmup W --iters N --input_sets K  --results_dir D (or env BRAID_METRICS_PATH)
+//   --warmup W --iters N --results_dir D (or env BRAID_METRICS_PATH); --input_sets K is accepted
+//   and ignored (every call has its own inputs)
 // Results: rank 0 writes D/correct.json {"correct","error"} and, in bench mode, D/metrics.json
 // {"combined_score","public","private","text_feedback"}.
 #pragma once
@@ -53,6 +62,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -87,7 +97,8 @@ inline const char* dtype_name(DType t) {
   return "?";
 }
 
-// Input: random each trial. Receive/Intermediate/Output: poisoned before every iteration.
+// Input: fresh random values before every run() call. Receive/Intermediate/Output: poisoned
+// before every call.
 // Output: verified. State: zeroed once (flags, epochs), never poisoned.
 enum class Role { Input, Receive, Intermediate, Output, State };
 
@@ -271,7 +282,7 @@ struct Options {
   double atol = 1e-6;
   int warmup = 3;
   int iters = 20;
-  int input_sets = 2;
+  int input_sets = 2;        // accepted for older command lines; every call has fresh inputs now
   std::string results_dir;   // --results_dir
   std::string metrics_path;  // BRAID_METRICS_PATH (correct.json goes beside it)
 };
@@ -284,6 +295,7 @@ struct Options {
 struct RankVerdict {
   int32_t ok = 1;
   int32_t rank = 0;
+  int32_t iteration = -1;     // the first run() call (warm-up included, from 0) whose outputs were wrong
   int64_t first_bad = -1;
   int64_t bad_count = 0;
   double expected = 0, got = 0;
@@ -299,12 +311,24 @@ struct PhaseTiming {
   std::vector<double> makespan_ms;  // per timed iteration, slowest rank
 };
 
+// Whether a size's figure is physically believable (see Harness::implausibility).
+enum class Plausibility { Ok, Rechecked, Flagged };
+inline const char* plausibility_name(Plausibility p) {
+  return p == Plausibility::Ok ? "ok" : p == Plausibility::Rechecked ? "rechecked" : "flagged";
+}
+
 struct SizeReport {
   int64_t size = 0;
   bool correct = false;
   std::string error;
-  PhaseTiming candidate, baseline, compute, comm;
+  PhaseTiming candidate;        // the scored figure: CUDA events, or the host clock under the strict protocol
+  PhaseTiming baseline, compute, comm;
+  PhaseTiming candidate_events; // CUDA events around run() (+ any device tail after the end event)
+  PhaseTiming candidate_host;   // host steady_clock around the same run() + device sync, less an idle sync
   bool unjoined_work = false;
+  bool strict = false;          // measured under the strict protocol (candidate alone, host clock)
+  Plausibility plausibility = Plausibility::Ok;
+  std::string plausibility_reason;
   double comm_bytes = 0;
 };
 
@@ -313,6 +337,7 @@ struct Report {
   std::string error;
   std::vector<SizeReport> sizes;
   double combined_score = 0;
+  bool score_withheld = false;  // a size stayed implausible under the strict protocol: combined_score is 0
   bool gin_available = false;
   int world = 1;
 };
@@ -384,9 +409,44 @@ __global__ void canary_kernel(const unsigned char* base, size_t front, size_t da
 // The harness
 // ---------------------------------------------------------------------------------------------
 
+// The measurement protocol, per size (all of it collective: every rank takes the same steps):
+//   * fresh inputs for EVERY run() call of every phase, generated on the device by a counter-based
+//     hash of (run secret, size, phase, call, rank, buffer, element). The run secret mixes --seed
+//     with 64 bits from the OS drawn after the candidate's setup(), so nothing a candidate can see
+//     in setup() predicts an input, and no two calls share one (a cache keyed on input bytes never
+//     hits);
+//   * before each call (untimed): inputs written, Receive/Intermediate/Output poisoned, device
+//     idle, cross-rank barrier; then CUDA events around run() (+ joins of ctx streams) and the host
+//     clock around the same run() + device sync;
+//   * after each candidate call (untimed): its Output buffers are copied aside, the same inputs are
+//     written again (the candidate may have scribbled on them), the workload's reference runs on
+//     them and every output element is compared (a device kernel writes count and first bad
+//     index). One bad call, warm-up included, fails the candidate with rank, call, buffer, index.
+//     Why a full reference per call rather than a pool of precomputed sets: the reference is one
+//     host-driven run of the workload (gemm_allgather: an all-gather and one cuBLAS GEMM, about a
+//     baseline iteration, ~10 ms at 16384 on H200), so verifying 14 calls at two sizes adds well
+//     under a second to a bench that spends seconds on process start, NCCL and cuBLAS set-up; and
+//     computing it after the call means no answer for the current inputs exists anywhere in device
+//     memory while the candidate runs.
+//   * plausibility (bench): a size whose candidate is faster than kImplausibleRatio x its bound,
+//     or whose CUDA-event and host-clock times disagree, is measured again under the strict
+//     protocol (candidate alone, fresh inputs and verification as above, scored by the host clock);
+//     still implausible -> plausibility "flagged" and the run's score withheld (combined_score 0).
+constexpr double kImplausibleRatio = 0.9;   // of max(compute alone, communication alone)
+constexpr double kClockSlackMs = 0.5;       // events vs host clock: allowed gap, absolute ...
+constexpr double kClockSlackFraction = 0.25;  // ... plus this fraction of the larger figure
+
 class Harness {
  public:
   Harness(const Options& opt, const Workload& wl, const Candidate& cand) : opt_(opt), wl_(wl), cand_(cand) {}
+
+  // Self-test only: multiplies what CUDA events / the host clock report for the candidate's calls,
+  // as if its work had escaped a timer (tests/gpu/test_redteam.cu checks that such figures are
+  // flagged and the score withheld).
+  void distort_clocks_for_self_test(double event_scale, double host_scale) {
+    event_scale_ = event_scale;
+    host_scale_ = host_scale;
+  }
 
   // Collective over all ranks. Every rank returns the gathered report.
   Report run(const RankInfo& me) {
@@ -398,6 +458,7 @@ class Harness {
     BRAID_CUDA(cudaEventCreate(&start_));
     BRAID_CUDA(cudaEventCreate(&end_));
     BRAID_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    BRAID_CUDA(cudaMalloc(&mismatch_, 2 * sizeof(unsigned long long)));
     barrier_ = std::make_unique<HostBarrier>(comm_);
     int dev = 0;
     BRAID_CUDA(cudaGetDevice(&dev));
@@ -410,21 +471,25 @@ class Harness {
     report_.correct = true;
     std::vector<double> speedups;
     for (int64_t size : opt_.sizes) {
-      SizeReport sr = run_size(size);
+      SizeReport sr = run_size(size, false);
+      if (sr.correct && opt_.mode == Mode::Bench) sr = recheck_if_implausible(std::move(sr));
       if (!sr.correct) {
         report_.correct = false;
         if (report_.error.empty()) report_.error = sr.error;
       }
+      if (sr.plausibility == Plausibility::Flagged) report_.score_withheld = true;
       if (sr.candidate.median_ms > 0 && sr.baseline.median_ms > 0) speedups.push_back(sr.baseline.median_ms / sr.candidate.median_ms);
       report_.sizes.push_back(std::move(sr));
       if (!report_.correct) break;  // later sizes would only repeat the failure
     }
-    if (report_.correct && opt_.mode == Mode::Bench && !speedups.empty()) {
+    if (report_.correct && !report_.score_withheld && opt_.mode == Mode::Bench && !speedups.empty()) {
       double log_sum = 0;
       for (double s : speedups) log_sum += std::log(s);
       report_.combined_score = std::exp(log_sum / (double)speedups.size());
     }
     barrier_.reset();
+    cudaFree(mismatch_);
+    mismatch_ = nullptr;
     cudaEventDestroy(start_);
     cudaEventDestroy(end_);
     cudaEventDestroy(join_);
@@ -435,8 +500,47 @@ class Harness {
     return report_;
   }
 
+  // "" when the size's figures are believable, else why not. Every rank holds the same gathered
+  // figures, so every rank decides alike (the strict re-run is collective).
+  static std::string implausibility(const SizeReport& s) {
+    char why[320];
+    const double bound = std::max(s.compute.median_ms, s.comm.median_ms);
+    if (bound > 0 && s.candidate.median_ms > 0 && s.candidate.median_ms < kImplausibleRatio * bound) {
+      std::snprintf(why, sizeof(why), "candidate %.4f ms is faster than its bound allows (%.4f ms = max(compute alone, communication alone); ratio %.3f < %.2f)",
+                    s.candidate.median_ms, bound, s.candidate.median_ms / bound, kImplausibleRatio);
+      return why;
+    }
+    const double ev = s.candidate_events.median_ms, host = s.candidate_host.median_ms;
+    if (ev > 0 && host > 0 && std::fabs(host - ev) > kClockSlackMs + kClockSlackFraction * std::max(ev, host)) {
+      std::snprintf(why, sizeof(why), "CUDA events (%.4f ms) and the host clock (%.4f ms) disagree on the same iterations", ev, host);
+      return why;
+    }
+    return "";
+  }
+
  private:
+  // Timings gathered per size: the four phases, then the candidate's events and host clock.
+  static constexpr int kTimings = 6;
+  static constexpr int kEvents = 4;
+  static constexpr int kHost = 5;
+
   static bool gin_possible() { return rdma_device_present(); }
+
+  SizeReport recheck_if_implausible(SizeReport first) {
+    const std::string why = implausibility(first);
+    if (why.empty()) return first;
+    SizeReport strict = run_size(first.size, true);
+    // The strict run times the candidate alone; the bound and the baseline stay the first run's.
+    strict.baseline = first.baseline;
+    strict.compute = first.compute;
+    strict.comm = first.comm;
+    strict.unjoined_work = strict.unjoined_work || first.unjoined_work;
+    if (!strict.correct) return strict;
+    const std::string again = implausibility(strict);
+    strict.plausibility = again.empty() ? Plausibility::Rechecked : Plausibility::Flagged;
+    strict.plausibility_reason = "first run: " + why + "; strict re-run (candidate alone, host clock): " + (again.empty() ? "plausible" : again);
+    return strict;
+  }
 
   void calibrate_idle_sync() {
     std::vector<double> tails;
@@ -451,8 +555,6 @@ class Harness {
     idle_tail_ms_ = tails[tails.size() / 2];
   }
 
-  static std::string describe_fn_error(const char* where, const std::exception& e) { return std::string(where) + ": " + e.what(); }
-
   // Ranks reachable by loads and stores, from a device communicator with no resources.
   static int lsa_size_of(ncclComm_t comm) {
     ncclDevCommRequirements r;
@@ -464,9 +566,22 @@ class Harness {
     return n;
   }
 
-  SizeReport run_size(int64_t size) {
+  // 64 bits the candidate cannot know in setup(): the OS's entropy, mixed with --seed.
+  uint64_t draw_run_secret(int64_t size) const {
+    std::random_device os;
+    const uint64_t entropy = (uint64_t)os() << 32 ^ (uint64_t)os();
+    return mix64(opt_.seed ^ mix64(entropy) ^ mix64((uint64_t)size));
+  }
+
+  // The seed of one call's inputs: phase p (0 = candidate), call index, this rank.
+  uint64_t input_seed(size_t phase, int call) const {
+    return mix64(run_secret_ ^ mix64((uint64_t)call * 8 + phase) ^ mix64(0x5EED0000ull + (uint64_t)me_.rank));
+  }
+
+  SizeReport run_size(int64_t size, bool strict) {
     SizeReport sr;
     sr.size = size;
+    sr.strict = strict;
     Problem prob;
     prob.size = size;
     prob.rank = me_.rank;
@@ -475,7 +590,7 @@ class Harness {
 
     RankVerdict verdict;
     verdict.rank = me_.rank;
-    std::vector<double> durations[4];
+    std::vector<double> durations[kTimings];
     Context ctx;
     bool dev_comm_made = false;
     bool candidate_set_up = false;
@@ -528,7 +643,7 @@ class Harness {
       stage = "workload buffers";
       for (const BufferSpec& spec : wl_.buffers(prob))
         ctx.allocate(spec.name, spec.count * dtype_size(spec.dtype), spec.role, spec.dtype, spec.symmetric);
-      const size_t workload_buffers = ctx.buffers().size();
+      workload_buffers_ = ctx.buffers().size();
       stage = "workload init";
       if (wl_.init) wl_.init(ctx);
       workload_inited = true;
@@ -539,9 +654,8 @@ class Harness {
       barrier_->wait();
 
       stage = "inputs and reference";
-      const int nsets = opt_.mode == Mode::Bench ? std::max(2, opt_.input_sets) : 1;
-      make_input_sets(ctx, nsets, workload_buffers, size);
-      make_references(ctx, nsets, workload_buffers);
+      run_secret_ = draw_run_secret(size);
+      alloc_output_copies(ctx);
 
       const int iters = opt_.mode == Mode::Bench ? std::max(1, opt_.iters) : 1;
       const int warmup = opt_.mode == Mode::Bench ? std::max(0, opt_.warmup) : 0;
@@ -554,12 +668,12 @@ class Harness {
       // Bench: candidate, baseline, compute alone and communication alone are timed interleaved,
       // iteration by iteration, so clock and temperature drift (a GPU at its power limit slows
       // down over a run) falls on all of them alike instead of on whichever phase runs last.
+      // The strict protocol times the candidate alone.
       std::vector<const StreamFn*> phases{&candidate_run};
-      if (opt_.mode == Mode::Bench) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
-      time_phases(ctx, phases, warmup, iters, nsets, durations, &unjoined, &stage);
+      if (opt_.mode == Mode::Bench && !strict) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
+      time_phases(ctx, phases, warmup, iters, strict, durations, &unjoined, &stage, verdict);
       verdict.unjoined_work = unjoined ? 1 : 0;
       stage = "verification";
-      verify_outputs(ctx, (warmup + iters - 1) % nsets, verdict);
       check_canaries(ctx, verdict);
       stage = "candidate teardown";
       if (cand_.teardown) cand_.teardown(ctx);
@@ -587,7 +701,7 @@ class Harness {
     }
     cudaDeviceSynchronize();
     barrier_->wait();
-    free_sets();
+    free_output_copies();
     ctx.release_all();
     if (dev_comm_made) ncclDevCommDestroy(comm_, &ctx.dev_comm);
 
@@ -595,61 +709,55 @@ class Harness {
     return sr;
   }
 
-  void make_input_sets(Context& ctx, int nsets, size_t workload_buffers, int64_t size) {
-    stash_.assign((size_t)nsets, {});
+  // The workload's buffers of one role, in allocation order (what the candidate allocates in
+  // setup() is its own business).
+  template <typename F>
+  void for_workload_buffers(Context& ctx, Role role, F&& f) {
     size_t index = 0;
     for (Buffer& b : ctx.buffers()) {
-      if (index++ >= workload_buffers) break;
-      if (b.role != Role::Input) continue;
-      for (int s = 0; s < nsets; ++s) {
-        void* copy = nullptr;
-        BRAID_CUDA(cudaMalloc(&copy, std::max<size_t>(b.bytes, 1)));
-        const uint64_t seed = mix64(opt_.seed ^ mix64((uint64_t)size * 1315423911ull + (uint64_t)s * 2654435761ull +
-                                                      (uint64_t)me_.rank * 97531ull + index * 7919ull));
-        fill_random_kernel<><<<1024, 256, 0, stream_>>>(copy, b.count, (int)b.dtype, seed);
-        BRAID_LAUNCHED();
-        stash_[(size_t)s].push_back({&b, copy});
-      }
+      if (index >= workload_buffers_) break;
+      if (b.role == role) f(b, index);
+      ++index;
     }
-    BRAID_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  void load_set(Context& ctx, int set) {
-    for (const auto& [buf, copy] : stash_[(size_t)set])
-      BRAID_CUDA(cudaMemcpyAsync(buf->ptr, copy, buf->bytes, cudaMemcpyDeviceToDevice, stream_));
+  // Writes one call's inputs (deterministic in seed: written again for the reference).
+  void write_inputs(Context& ctx, uint64_t seed) {
+    for_workload_buffers(ctx, Role::Input, [&](Buffer& b, size_t index) {
+      fill_random_kernel<><<<1024, 256, 0, stream_>>>(b.ptr, b.count, (int)b.dtype, mix64(seed ^ mix64(index * 7919ull + 1)));
+      BRAID_LAUNCHED();
+    });
+  }
+
+  void poison(Context& ctx) {
     for (Buffer& b : ctx.buffers())
       if (b.role == Role::Receive || b.role == Role::Intermediate || b.role == Role::Output)
         BRAID_CUDA(cudaMemsetAsync(b.ptr, kPoisonByte, b.bytes, stream_));
   }
 
-  void make_references(Context& ctx, int nsets, size_t workload_buffers) {
-    expected_.assign((size_t)nsets, {});
-    for (int s = 0; s < nsets; ++s) {
-      load_set(ctx, s);
-      BRAID_CUDA(cudaStreamSynchronize(stream_));
-      barrier_->wait();
-      wl_.reference(ctx, stream_);
-      BRAID_CUDA(cudaDeviceSynchronize());
-      size_t index = 0;
-      for (Buffer& b : ctx.buffers()) {
-        if (index++ >= workload_buffers) break;
-        if (b.role != Role::Output) continue;
-        void* copy = nullptr;
-        BRAID_CUDA(cudaMalloc(&copy, std::max<size_t>(b.bytes, 1)));
-        BRAID_CUDA(cudaMemcpy(copy, b.ptr, b.bytes, cudaMemcpyDeviceToDevice));
-        expected_[(size_t)s].push_back({&b, copy});
-      }
-    }
-    barrier_->wait();
+  void alloc_output_copies(Context& ctx) {
+    free_output_copies();
+    for_workload_buffers(ctx, Role::Output, [&](Buffer& b, size_t) {
+      void* copy = nullptr;
+      BRAID_CUDA(cudaMalloc(&copy, std::max<size_t>(b.bytes, 1)));
+      output_copies_.push_back({&b, copy});
+    });
   }
 
-  // Per iteration: load the input set and poison (untimed), device idle, barrier, events around
-  // fn, join ctx streams, then the device sync. If the device was still busy after the end event
-  // (work on a stream the harness does not know), the time until it went idle is added.
-  double time_once(Context& ctx, const StreamFn& fn, int set, bool* unjoined) {
-    load_set(ctx, set);
+  struct CallTiming {
+    double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
+    double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
+  };
+
+  // Per call: fresh inputs and poison (untimed), device idle, barrier, events around fn, join ctx
+  // streams, then the device sync. If the device was still busy after the end event (work on a
+  // stream the harness does not know), the time until it went idle is added.
+  CallTiming time_once(Context& ctx, const StreamFn& fn, uint64_t seed, bool candidate, bool* unjoined) {
+    write_inputs(ctx, seed);
+    poison(ctx);
     BRAID_CUDA(cudaDeviceSynchronize());
     barrier_->wait();
+    const auto h0 = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaEventRecord(start_, stream_));
     fn(ctx, stream_);
     for (cudaStream_t s : ctx.extra_streams()) {
@@ -660,61 +768,76 @@ class Harness {
     wait_event(end_, comm_);
     const auto t_end = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaDeviceSynchronize());
-    const double tail_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_end).count();
+    const auto h1 = std::chrono::steady_clock::now();
+    const double tail_ms = std::chrono::duration<double, std::milli>(h1 - t_end).count();
     float ms = 0;
     BRAID_CUDA(cudaEventElapsedTime(&ms, start_, end_));
-    double d = ms;
+    CallTiming t;
+    t.event_ms = ms * (candidate ? event_scale_ : 1.0);
     if (tail_ms > 3 * idle_tail_ms_ + 0.05) {  // well above an idle sync, well below real work
-      d += tail_ms;
+      t.event_ms += tail_ms;
       if (unjoined != nullptr) *unjoined = true;
     }
-    return d;
+    t.host_ms = std::max(0.0, std::chrono::duration<double, std::milli>(h1 - h0).count() - idle_tail_ms_) * (candidate ? host_scale_ : 1.0);
+    return t;
   }
 
-  // phases[0] is the candidate; out[p] receives phase p's timed durations. Iteration i runs the
-  // phases in an order rotated by i, except that the candidate runs last in the final iteration:
-  // its outputs are the ones verified. Phases without a function are skipped.
-  void time_phases(Context& ctx, const std::vector<const StreamFn*>& phases, int warmup, int iters, int nsets, std::vector<double>* out,
-                   bool* unjoined, std::string* stage) {
+  // phases[0] is the candidate; out[k] receives timing k's figures (kTimings below). Iteration i
+  // runs the phases in an order rotated by i. Phases without a function are skipped. Every
+  // candidate call, warm-up included, is verified right after it.
+  void time_phases(Context& ctx, const std::vector<const StreamFn*>& phases, int warmup, int iters, bool strict, std::vector<double>* out,
+                   bool* unjoined, std::string* stage, RankVerdict& verdict) {
     static const char* const kNames[] = {"candidate run", "baseline", "compute alone", "communication alone"};
     const size_t n = phases.size();
     for (int it = 0; it < warmup + iters; ++it) {
-      std::vector<size_t> order;
-      for (size_t k = 0; k < n; ++k) order.push_back((k + (size_t)it) % n);
-      if (it == warmup + iters - 1) {
-        order.erase(std::find(order.begin(), order.end(), size_t{0}));
-        order.push_back(0);
-      }
-      for (size_t p : order) {
+      for (size_t k = 0; k < n; ++k) {
+        const size_t p = (k + (size_t)it) % n;
         if (!*phases[p]) continue;
         *stage = kNames[p];
-        const double d = time_once(ctx, *phases[p], it % nsets, p == 0 ? unjoined : nullptr);
-        if (it >= warmup) out[p].push_back(d);
+        const uint64_t seed = input_seed(p, it);
+        const CallTiming t = time_once(ctx, *phases[p], seed, p == 0, p == 0 ? unjoined : nullptr);
+        if (p == 0) {
+          *stage = "inputs and reference";
+          verify_call(ctx, seed, it, verdict);
+        }
+        if (it < warmup) continue;
+        if (p == 0) {
+          out[0].push_back(strict ? t.host_ms : t.event_ms);
+          out[kEvents].push_back(t.event_ms);
+          out[kHost].push_back(t.host_ms);
+        } else {
+          out[p].push_back(t.event_ms);
+        }
       }
     }
   }
 
-  void verify_outputs(Context& ctx, int set, RankVerdict& v) {
-    unsigned long long* dev = nullptr;
-    BRAID_CUDA(cudaMalloc(&dev, 2 * sizeof(unsigned long long)));
-    for (const auto& [buf, copy] : expected_[(size_t)set]) {
+  // Untimed, right after candidate call `call`: its outputs set aside, the call's inputs written
+  // again, the reference run on them, every element compared. The first bad call is recorded.
+  void verify_call(Context& ctx, uint64_t seed, int call, RankVerdict& v) {
+    for (const auto& [buf, copy] : output_copies_)
+      BRAID_CUDA(cudaMemcpyAsync(copy, buf->ptr, buf->bytes, cudaMemcpyDeviceToDevice, stream_));
+    write_inputs(ctx, seed);
+    wl_.reference(ctx, stream_);
+    BRAID_CUDA(cudaDeviceSynchronize());
+    for (const auto& [buf, copy] : output_copies_) {
       const unsigned long long init[2] = {~0ull, 0ull};
-      BRAID_CUDA(cudaMemcpy(dev, init, sizeof(init), cudaMemcpyHostToDevice));
-      compare_kernel<><<<512, 256, 0, stream_>>>(buf->ptr, copy, buf->count, (int)buf->dtype, opt_.rtol, opt_.atol, dev, dev + 1);
+      BRAID_CUDA(cudaMemcpyAsync(mismatch_, init, sizeof(init), cudaMemcpyHostToDevice, stream_));
+      compare_kernel<><<<512, 256, 0, stream_>>>(copy, buf->ptr, buf->count, (int)buf->dtype, opt_.rtol, opt_.atol, mismatch_, mismatch_ + 1);
       BRAID_LAUNCHED();
       unsigned long long res[2];
-      BRAID_CUDA(cudaMemcpyAsync(res, dev, sizeof(res), cudaMemcpyDeviceToHost, stream_));
+      BRAID_CUDA(cudaMemcpyAsync(res, mismatch_, sizeof(res), cudaMemcpyDeviceToHost, stream_));
       BRAID_CUDA(cudaStreamSynchronize(stream_));
       if (res[1] != 0 && v.ok) {
         v.ok = 0;
+        v.iteration = call;
         v.first_bad = (int64_t)res[0];
         v.bad_count = (int64_t)res[1];
-        v.expected = host_value(copy, res[0], buf->dtype);
-        v.got = host_value(buf->ptr, res[0], buf->dtype);
+        v.expected = host_value(buf->ptr, res[0], buf->dtype);
+        v.got = host_value(copy, res[0], buf->dtype);
         std::snprintf(v.buffer, sizeof(v.buffer), "%s", buf->name.c_str());
       }
     }
-    cudaFree(dev);
   }
 
   static double host_value(const void* p, size_t i, DType t) {
@@ -752,8 +875,42 @@ class Harness {
     cudaFree(dev);
   }
 
-  // All ranks exchange verdicts and per-iteration durations; makespan = max over ranks.
-  void gather(SizeReport& sr, const RankVerdict& mine, std::vector<double> (&durations)[4]) {
+  // Agrees on the count of figures over ranks (a rank that failed early has none), then the
+  // per-iteration maximum over ranks: the makespan.
+  std::vector<double> makespans(const std::vector<double>& mine) {
+    int64_t kk = (int64_t)mine.size();
+    int64_t* dk = nullptr;
+    BRAID_CUDA(cudaMalloc(&dk, sizeof(int64_t)));
+    BRAID_CUDA(cudaMemcpy(dk, &kk, sizeof(kk), cudaMemcpyHostToDevice));
+    BRAID_NCCL(ncclAllReduce(dk, dk, 1, ncclInt64, ncclMin, comm_, stream_));
+    BRAID_CUDA(cudaMemcpyAsync(&kk, dk, sizeof(kk), cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA(cudaStreamSynchronize(stream_));
+    cudaFree(dk);
+    const size_t most = (size_t)kk;
+    if (most == 0) return {};
+    double* dd = nullptr;
+    BRAID_CUDA(cudaMalloc(&dd, sizeof(double) * most));
+    BRAID_CUDA(cudaMemcpy(dd, mine.data(), sizeof(double) * most, cudaMemcpyHostToDevice));
+    BRAID_NCCL(ncclAllReduce(dd, dd, most, ncclFloat64, ncclMax, comm_, stream_));
+    std::vector<double> mk(most);
+    BRAID_CUDA(cudaMemcpyAsync(mk.data(), dd, sizeof(double) * most, cudaMemcpyDeviceToHost, stream_));
+    BRAID_CUDA(cudaStreamSynchronize(stream_));
+    cudaFree(dd);
+    return mk;
+  }
+
+  static PhaseTiming timing_of(std::vector<double> mk) {
+    PhaseTiming t;
+    t.makespan_ms = mk;
+    if (mk.empty()) return t;
+    std::sort(mk.begin(), mk.end());
+    const size_t m = mk.size();
+    t.median_ms = m % 2 ? mk[m / 2] : 0.5 * (mk[m / 2 - 1] + mk[m / 2]);
+    return t;
+  }
+
+  // All ranks exchange verdicts and per-iteration durations.
+  void gather(SizeReport& sr, const RankVerdict& mine, std::vector<double> (&durations)[kTimings]) {
     const int n = me_.world;
     std::vector<RankVerdict> all((size_t)n);
     char* dev = nullptr;
@@ -772,8 +929,9 @@ class Harness {
       if (v.error[0] != '\0') {
         std::snprintf(text, sizeof(text), "rank %d: %s", v.rank, v.error);
       } else if (!v.ok) {
-        std::snprintf(text, sizeof(text), "rank %d: buffer '%s' differs from the reference at index %lld (%lld bad elements): expected %.9g, got %.9g",
-                      v.rank, v.buffer, (long long)v.first_bad, (long long)v.bad_count, v.expected, v.got);
+        std::snprintf(text, sizeof(text),
+                      "rank %d, iteration %d: buffer '%s' differs from the reference at index %lld (%lld bad elements): expected %.9g, got %.9g",
+                      v.rank, v.iteration, v.buffer, (long long)v.first_bad, (long long)v.bad_count, v.expected, v.got);
       } else if (!v.canary_ok) {
         std::snprintf(text, sizeof(text), "rank %d: write outside buffer '%s' (canary band changed at byte offset %lld from its start)", v.rank,
                       v.buffer, (long long)v.canary_offset);
@@ -784,38 +942,8 @@ class Harness {
       sr.error = text;
     }
 
-    // Every phase has the same iteration count on every rank (or none on any).
-    PhaseTiming* phases[4] = {&sr.candidate, &sr.baseline, &sr.compute, &sr.comm};
-    for (int p = 0; p < 4; ++p) {
-      const size_t k = durations[p].size();
-      size_t most = k;
-      {
-        // Agree on the count: a rank that failed early has none.
-        int64_t* dk = nullptr;
-        BRAID_CUDA(cudaMalloc(&dk, sizeof(int64_t)));
-        int64_t kk = (int64_t)k;
-        BRAID_CUDA(cudaMemcpy(dk, &kk, sizeof(kk), cudaMemcpyHostToDevice));
-        BRAID_NCCL(ncclAllReduce(dk, dk, 1, ncclInt64, ncclMin, comm_, stream_));
-        BRAID_CUDA(cudaMemcpyAsync(&kk, dk, sizeof(kk), cudaMemcpyDeviceToHost, stream_));
-        BRAID_CUDA(cudaStreamSynchronize(stream_));
-        cudaFree(dk);
-        most = (size_t)kk;
-      }
-      if (most == 0) continue;
-      double* dd = nullptr;
-      BRAID_CUDA(cudaMalloc(&dd, sizeof(double) * most));
-      BRAID_CUDA(cudaMemcpy(dd, durations[p].data(), sizeof(double) * most, cudaMemcpyHostToDevice));
-      BRAID_NCCL(ncclAllReduce(dd, dd, most, ncclFloat64, ncclMax, comm_, stream_));
-      std::vector<double> mk(most);
-      BRAID_CUDA(cudaMemcpyAsync(mk.data(), dd, sizeof(double) * most, cudaMemcpyDeviceToHost, stream_));
-      BRAID_CUDA(cudaStreamSynchronize(stream_));
-      cudaFree(dd);
-      phases[p]->makespan_ms = mk;
-      std::vector<double> sorted = mk;
-      std::sort(sorted.begin(), sorted.end());
-      const size_t m = sorted.size();
-      phases[p]->median_ms = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
-    }
+    PhaseTiming* timings[kTimings] = {&sr.candidate, &sr.baseline, &sr.compute, &sr.comm, &sr.candidate_events, &sr.candidate_host};
+    for (int k = 0; k < kTimings; ++k) *timings[k] = timing_of(makespans(durations[k]));
     Problem prob;
     prob.size = sr.size;
     prob.rank = me_.rank;
@@ -824,13 +952,9 @@ class Harness {
     if (wl_.comm_bytes) sr.comm_bytes = wl_.comm_bytes(prob);
   }
 
-  void free_sets() {
-    for (auto& set : stash_)
-      for (auto& [b, p] : set) cudaFree(p);
-    for (auto& set : expected_)
-      for (auto& [b, p] : set) cudaFree(p);
-    stash_.clear();
-    expected_.clear();
+  void free_output_copies() {
+    for (auto& [b, p] : output_copies_) cudaFree(p);
+    output_copies_.clear();
   }
 
   Options opt_;
@@ -842,13 +966,16 @@ class Harness {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, end_ = nullptr, join_ = nullptr;
+  unsigned long long* mismatch_ = nullptr;  // compare_kernel's record: first bad index, bad count
   std::unique_ptr<HostBarrier> barrier_;
   double idle_tail_ms_ = 0.01;
-  std::vector<std::vector<std::pair<Buffer*, void*>>> stash_;
-  std::vector<std::vector<std::pair<Buffer*, void*>>> expected_;
+  double event_scale_ = 1.0, host_scale_ = 1.0;
+  uint64_t run_secret_ = 0;
+  size_t workload_buffers_ = 0;
+  std::vector<std::pair<Buffer*, void*>> output_copies_;
 
  public:
-  ~Harness() { free_sets(); }
+  ~Harness() { free_output_copies(); }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -909,37 +1036,50 @@ inline std::string metrics_json(const Report& r, const Options& opt) {
   priv += ", \"world\": " + std::to_string(r.world) + ", \"iterations\": " + std::to_string(opt.iters) + ", \"per_size\": [";
   bool any_unjoined = false;
   double worst_ratio = 0;  // the slowest size against its bound: one number for a goal (stop_when)
+  Plausibility worst = Plausibility::Ok;
   for (size_t i = 0; i < r.sizes.size(); ++i) {
     const SizeReport& s = r.sizes[i];
     const double bound = std::max(s.compute.median_ms, s.comm.median_ms);
     if (bound > 0 && s.candidate.median_ms > 0) worst_ratio = std::max(worst_ratio, s.candidate.median_ms / bound);
     const double speedup = s.candidate.median_ms > 0 ? s.baseline.median_ms / s.candidate.median_ms : 0;
+    worst = std::max(worst, s.plausibility);
     pub += std::string(i ? ", " : "") + "{\"size\": " + std::to_string(s.size) + ", \"candidate_ms\": " + json_number(s.candidate.median_ms) +
            ", \"baseline_ms\": " + json_number(s.baseline.median_ms) + ", \"compute_ms\": " + json_number(s.compute.median_ms) +
            ", \"comm_ms\": " + json_number(s.comm.median_ms) + ", \"bound_ms\": " + json_number(bound) +
            ", \"speedup\": " + json_number(speedup) +
-           ", \"ratio_to_bound\": " + json_number(bound > 0 ? s.candidate.median_ms / bound : 0);
+           ", \"ratio_to_bound\": " + json_number(bound > 0 ? s.candidate.median_ms / bound : 0) +
+           ", \"candidate_host_ms\": " + json_number(s.candidate_host.median_ms) +
+           ", \"timing\": " + (s.strict ? "\"host clock (strict protocol)\"" : "\"cuda events\"") +
+           ", \"plausibility\": \"" + plausibility_name(s.plausibility) + "\"";
+    if (!s.plausibility_reason.empty()) pub += ", \"plausibility_reason\": " + json_string(s.plausibility_reason);
     if (s.comm_bytes > 0 && s.candidate.median_ms > 0)
       pub += ", \"candidate_GBps\": " + json_number(s.comm_bytes / (s.candidate.median_ms * 1e-3) / 1e9);
     pub += "}";
     priv += std::string(i ? ", " : "") + "{\"size\": " + std::to_string(s.size) + ", \"candidate_makespans_ms\": " +
-            json_array(s.candidate.makespan_ms) + ", \"baseline_makespans_ms\": " + json_array(s.baseline.makespan_ms) +
+            json_array(s.candidate.makespan_ms) + ", \"candidate_event_makespans_ms\": " + json_array(s.candidate_events.makespan_ms) +
+            ", \"candidate_host_makespans_ms\": " + json_array(s.candidate_host.makespan_ms) +
+            ", \"baseline_makespans_ms\": " + json_array(s.baseline.makespan_ms) +
             ", \"unjoined_work\": " + (s.unjoined_work ? "true" : "false") + "}";
     any_unjoined = any_unjoined || s.unjoined_work;
     char line[256];
     std::snprintf(line, sizeof(line), "size %lld: candidate %.4f ms, baseline %.4f ms (x%.3f), bound %.4f ms (compute %.4f, comm %.4f). ",
                   (long long)s.size, s.candidate.median_ms, s.baseline.median_ms, speedup, bound, s.compute.median_ms, s.comm.median_ms);
     feedback += line;
+    if (s.plausibility != Plausibility::Ok)
+      feedback += "size " + std::to_string(s.size) + " timing " + (s.plausibility == Plausibility::Flagged ? "FLAGGED as implausible" : "re-measured") +
+                  ": " + s.plausibility_reason + ". ";
   }
   pub += "]";
-  if (worst_ratio > 0) pub += ", \"max_ratio_to_bound\": " + json_number(worst_ratio);
-  pub += "}";
+  if (worst_ratio > 0) pub += ", \"max_ratio_to_bound\": " + json_number(worst_ratio) + ", \"ratio_to_bound\": " + json_number(worst_ratio);
+  pub += std::string(", \"plausibility\": \"") + plausibility_name(worst) + "\"";
+  pub += std::string(", \"verified_iterations\": \"all\", \"score_withheld\": ") + (r.score_withheld ? "true" : "false") + "}";
   priv += "]}";
   if (!r.correct) feedback = "incorrect: " + r.error + ". " + feedback;
+  if (r.score_withheld) feedback = "Score withheld: the timing stayed implausible under the strict protocol (see plausibility_reason). " + feedback;
   if (any_unjoined) feedback += "Work was still running after run() returned (a stream the harness does not join); that time was added. ";
   if (!r.gin_available) feedback += "No GIN on this platform: GIN backends fall back to LSA. ";
-  return "{\"combined_score\": " + json_number(r.correct ? r.combined_score : 0.0) + ", \"public\": " + pub + ", \"private\": " + priv +
-         ", \"text_feedback\": " + json_string(feedback) + "}\n";
+  return "{\"combined_score\": " + json_number(r.correct && !r.score_withheld ? r.combined_score : 0.0) + ", \"public\": " + pub +
+         ", \"private\": " + priv + ", \"text_feedback\": " + json_string(feedback) + "}\n";
 }
 
 // Exit code 2 with one line "harness: problem" for bad flags (braid's user-error convention).
@@ -992,10 +1132,11 @@ inline Options parse_options(int argc, char** argv) {
       }
     } else if (a == "--seed") {
       o.seed = (uint64_t)to_int(value, "--seed");
-    } else if (a == "--rtol") {
-      o.rtol = to_double(value, "--rtol");
-    } else if (a == "--atol") {
-      o.atol = to_double(value, "--atol");
+    } else if (a == "--rtol" || a == "--atol") {
+      // A non-finite or negative tolerance would let anything (or nothing) pass.
+      const double x = to_double(value, a.c_str());
+      if (!std::isfinite(x) || x < 0) fail(a + " must be a finite number >= 0, got '" + value + "'");
+      (a == "--rtol" ? o.rtol : o.atol) = x;
     } else if (a == "--warmup") {
       o.warmup = (int)to_int(value, "--warmup");
     } else if (a == "--iters") {
@@ -1027,10 +1168,14 @@ inline std::string results_path(const Options& o, const char* file) {
   return std::string("./") + file;
 }
 
-inline void write_results(const Report& r, const Options& o) {
+// THE place where results leave the harness (rank 0 only, after the candidate has finished and
+// its teardown ran): today correct.json and, in bench mode, metrics.json in the results folder.
+// Switching to braid's verdict channel changes this function only.
+inline void publish_results(const Report& r, const Options& o) {
   write_file_atomic(results_path(o, "correct.json"), correct_json(r.correct, r.error));
-  if (o.mode == Mode::Bench) write_file_atomic(results_path(o, "metrics.json"), metrics_json(r, o));
+  if (o.mode == Mode::Bench && !r.sizes.empty()) write_file_atomic(results_path(o, "metrics.json"), metrics_json(r, o));
 }
+inline void write_results(const Report& r, const Options& o) { publish_results(r, o); }
 
 // The frozen main: bootstrap, run, rank 0 writes the results. Exit 0 when the candidate ran and
 // verified, 1 otherwise (the files say why).
@@ -1041,15 +1186,16 @@ inline int harness_main(int argc, char** argv, const Workload& wl, const Candida
     me = bootstrap_rank();
     Harness h(opt, wl, cand);
     const Report r = h.run(me);
-    if (me.rank == 0) write_results(r, opt);
+    if (me.rank == 0) publish_results(r, opt);
     if (me.rank == 0) std::printf("%s", r.correct ? "correct\n" : ("incorrect: " + r.error + "\n").c_str());
     return r.correct ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "harness: %s\n", e.what());
     announce_failure(me.rank, e.what());
     try {
-      std::string why = e.what();
-      write_file_atomic(results_path(opt, "correct.json"), correct_json(false, why));
+      Report failed;
+      failed.error = e.what();
+      publish_results(failed, opt);
     } catch (const std::exception&) {
     }
     return 1;
