@@ -14,8 +14,10 @@
 //   work_in_setup      computes C once in setup() and copies it in every run()
 //   work_in_teardown   leaves run() empty and computes C in teardown()
 //   work_after_return  a host thread launches the GEMM after run() has returned (timer dodging)
-//   lying_events       honest work, but the CUDA events report 1/5 of the time (a tampered timer)
-//   lying_clocks       events and host clock both report 1/5: faster than the bound allows
+//   lying_events       honest work, but the CUDA events report 1/5 of the time (a tampered timer):
+//                      flagged after a strict re-run, score withheld
+//   lying_clocks       events and host clock both report 1/5: faster than the bound allows;
+//                      flagged after a strict re-run
 #include <cublas_v2.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,7 +42,7 @@ using gemm_allgather::gemm_rows;
 
 namespace {
 
-constexpr int64_t kSize = 4096;  // M = N = K: a ~0.2 ms GEMM on an H100/H200, 32 MiB of C
+constexpr int64_t kSize = 8192;  // M = N = K: a ~1.5 ms GEMM on an H100/H200 (timer lies show above the clock slack)
 constexpr int kWarmup = 2;
 constexpr int kIters = 8;
 
@@ -394,15 +396,17 @@ int run_rank(const RankInfo& me) {
     else rejected("work_after_return", r, "differs from the reference");
   }
 
-  // Tampered timers: the figures must be flagged and the score withheld, the outputs still right.
+  // Tampered timers (the candidate's figures only): re-measured under the strict protocol and
+  // flagged. Events that disagree with the host clock: score withheld. Both clocks lying (faster
+  // than the bound, clocks agreeing): flagged in the metrics braid reads.
   for (bool host_too : {false, true}) {
     const char* name = host_too ? "lying_clocks" : "lying_events";
     const Report r = run(honest(), bench, 0.2, host_too ? 0.2 : 1.0);
     const SizeReport* s = r.sizes.empty() ? nullptr : &r.sizes[0];
-    const bool flagged = r.correct && s != nullptr && s->strict && s->plausibility == Plausibility::Flagged && r.combined_score == 0 &&
-                         r.score_withheld;
-    check.expect(flagged, std::string("flagged, score withheld: ") + name, s != nullptr ? s->plausibility_reason : r.error);
-    say(name, flagged ? "flagged, score withheld: " + s->plausibility_reason
+    const bool withheld = r.score_withheld && r.combined_score == 0;
+    const bool flagged = r.correct && s != nullptr && s->strict && s->plausibility == Plausibility::Flagged && (host_too || withheld);
+    check.expect(flagged, std::string("flagged after a strict re-run: ") + name, s != nullptr ? s->plausibility_reason : r.error);
+    say(name, flagged ? std::string(withheld ? "flagged, score withheld: " : "flagged: ") + s->plausibility_reason
                       : std::string("NOT FLAGGED: ") + (s != nullptr ? plausibility_name(s->plausibility) : r.error.c_str()));
   }
 
