@@ -11,7 +11,7 @@ out=${2:-.device-carry}
 rm -rf "$out/bin"
 mkdir -p "$out/bin/lib"
 system='linux-vdso|ld-linux|libc\.so|libresolv|libutil|libnss|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcudart|libcublas|libnccl'
-for exe in "$build/braid" "$build/tests/gpu/gpu_test_primitives" "$build/tests/gpu/gpu_test_harness" "$build/tests/gpu/gpu_test_redteam" \
+for exe in "$build/braid" "$build/tests/gpu/gpu_test_primitives" "$build/tests/gpu/gpu_test_harness" "$build/tests/gpu/gpu_test_redteam" "$build/tests/gpu/gpu_test_harness_report" \
            "$build/device/bench_allgather" "$build/device/bench_gemm_split_probe" "$build/tests/gpu/cascade/gpu_cascade_test" \
            "$build/tests/rewrite_gate_driver" "$build/tests/annotate_gate_driver"; do
   [ -x "$exe" ] || { echo "bundle: missing $exe (build it first)"; exit 1; }

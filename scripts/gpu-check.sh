@@ -71,6 +71,7 @@ run() {  # name timeout command...
 }
 run test_primitives "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_primitives"
 run test_harness "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness"
+run test_harness_report "${BRAID_GPU_TEST_TIMEOUT:-70}" "$bin/gpu_test_harness_report"
 # Cheating GEMM + AllGather candidates against the harness (issue #17): 1 rank where they can, 2
 # where they must (skipped visibly on one GPU); one "REDTEAM name: verdict" line each.
 run test_redteam "${BRAID_GPU_REDTEAM_TIMEOUT:-300}" "$bin/gpu_test_redteam"
@@ -213,7 +214,7 @@ echo "== harness"
 grep -h "^honest\|  -> \|rank 0:\|^SKIP" "$out/test_harness.log" | head -14
 grep -h "rank 0:" "$out/test_primitives.log"
 echo "== red team"
-grep -h "^REDTEAM\|rank 0:\|refused" "$out/test_redteam.log" | cut -c1-220
+grep -h "^REDTEAM\|rank 0:" "$out/test_redteam.log" | cut -c1-220
 echo "== benchmark"
 grep -h "^|" "$out/bench_allgather.log"
 grep -h "^S=" "$out/bench_gemm_split.log"

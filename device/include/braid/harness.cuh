@@ -436,8 +436,8 @@ __global__ void canary_kernel(const unsigned char* base, size_t front, size_t da
 //     still implausible -> plausibility "flagged" (braid reads it); clocks that still disagree
 //     -> the run's score is withheld too (combined_score 0).
 constexpr double kImplausibleRatio = 0.9;   // of max(compute alone, communication alone)
-constexpr double kClockSlackMs = 0.15;      // events vs host clock: allowed gap, absolute (an honest call: tens of us) ...
-constexpr double kClockSlackFraction = 0.25;  // ... plus this fraction of the larger figure
+constexpr double kClockSlackMs = 0.2;        // events vs host clock: allowed gap, absolute (an honest call: tens of us) ...
+constexpr double kClockSlackFraction = 0.1;   // ... plus this fraction of the larger figure
 
 class Harness {
  public:
