@@ -36,7 +36,7 @@ constexpr Loads kLoads = Loads::Plain;  // braid:knob Loads::Plain|Loads::ReadOn
 constexpr bool kStreamingStores = false;  // braid:knob
 // kBlocksPerSm only matters for the persistent grid; at most 2048 resident threads per SM.
 // braid:require kGrid == Grid::Persistent || kBlocksPerSm == 4
-// braid:require kThreads * kBlocksPerSm <= 2048
+// braid:require kGrid == Grid::RowTiles || kThreads * kBlocksPerSm <= 2048
 
 namespace cand {
 
