@@ -20,6 +20,8 @@
 //   kFastExp         exp2 of pre-scaled logits (ex2.approx) instead of expf.
 //   kUnroll          unroll of the streamed loops.
 //   kStreamingStores probabilities written with st.global.cs (evict-first).
+//   kMinBlocksPerSm  __launch_bounds__ minimum CTAs per SM: caps registers so more CTAs overlap
+//                    their load, reduce and store phases (too low a cap spills).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,8 +34,8 @@ using namespace braid::dev;
 // EVOLVE-BLOCK-START softmax
 enum class Stats { Online, MaxThenSum };
 
-constexpr int kClusterCtas = 4;  // braid:knob 1|2|4|8
-constexpr int kThreads = 1024;  // braid:knob 256|512|1024
+constexpr int kClusterCtas = 8;  // braid:knob 1|2|4|8
+constexpr int kThreads = 512;  // braid:knob 256|512|1024
 constexpr int kVec = 8;  // braid:knob 4|8
 constexpr bool kRowInRegisters = true;  // braid:knob
 constexpr int kRegVectors = 4;  // braid:knob 2|4|8|16
@@ -41,10 +43,13 @@ constexpr Stats kStats = Stats::Online;  // braid:knob Stats::Online|Stats::MaxT
 constexpr bool kFastExp = true;  // braid:knob
 constexpr int kUnroll = 2;  // braid:knob 1|2|4
 constexpr bool kStreamingStores = false;  // braid:knob
+constexpr int kMinBlocksPerSm = 1;  // braid:knob 1|2|3|4
 // kRegVectors only matters with the slice in registers; the cached slice (packed bf16) takes at
 // most half of the register file.
 // braid:require kRowInRegisters || kRegVectors == 4
 // braid:require kThreads * kRegVectors * kVec / 2 <= 32768
+// At most 2048 resident threads per SM.
+// braid:require kThreads * kMinBlocksPerSm <= 2048
 
 namespace cand {
 
@@ -168,7 +173,7 @@ __device__ __forceinline__ Vec probabilities(const Vec& v, float m, float inv) {
   return o;
 }
 
-__global__ void __launch_bounds__(kThreads) softmax_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int width) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int width) {
   __shared__ Shared sh;
   int rank = 0;
   if constexpr (kClusterCtas > 1) rank = (int)cg::this_cluster().block_rank();
