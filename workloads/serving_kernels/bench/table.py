@@ -46,13 +46,13 @@ def main():
     for op in sorted(os.listdir(a.results)):
         runs = {}
         for program in ("gen0", "best"):
+            # Timings of a program that did not verify are not shown (its metrics.json exists).
+            c = load(os.path.join(a.results, op, program, "correct.json"))
             m = load(os.path.join(a.results, op, program, "metrics.json"))
-            if m is not None:
+            if c is not None and not c.get("correct", False):
+                print(f"| {op} | {program} failed: {c.get('error', '')[:200]} |")
+            elif m is not None:
                 runs[program] = {s["size"]: s for s in m["public"]["sizes"]}
-            else:
-                c = load(os.path.join(a.results, op, program, "correct.json"))
-                if c is not None and not c.get("correct", False):
-                    print(f"| {op} | {program} failed: {c.get('error', '')[:200]} |")
         if not runs:
             continue
         sizes = sorted({s for r in runs.values() for s in r})
