@@ -17,8 +17,14 @@ std::vector<fs::path> shipped_programs() {
     if (!fs::is_directory(root)) continue;
     for (const auto& dir : fs::directory_iterator(root)) {
       if (!dir.is_directory()) continue;
-      for (const auto& file : fs::directory_iterator(dir.path()))
-        if (file.path().stem() == "program" || file.path().stem() == "gen0") out.push_back(file.path());
+      std::vector<fs::path> dirs{dir.path()};
+      // A family of workloads without a workload.yaml of its own (workloads/serving_kernels/<op>/).
+      if (std::string(top) == "workloads" && !fs::exists(dir.path() / "workload.yaml"))
+        for (const auto& sub : fs::directory_iterator(dir.path()))
+          if (sub.is_directory()) dirs.push_back(sub.path());
+      for (const fs::path& d : dirs)
+        for (const auto& file : fs::directory_iterator(d))
+          if (file.path().stem() == "program" || file.path().stem() == "gen0") out.push_back(file.path());
     }
   }
   std::sort(out.begin(), out.end());
