@@ -1,5 +1,5 @@
 // The harness's host-side decisions, without a GPU: plausibility (faster than the bound, events
-// against the host clock), the metrics JSON braid reads (plausibility, ratio_to_bound, withheld
+// against the host clock, foreign work during the workload's phases), the metrics JSON braid reads (plausibility, ratio_to_bound, withheld
 // score) and the refusal of tolerances that would let NaN or anything pass. Runs anywhere nvcc
 // builds it (no device work: exit 0 or 1, never 77).
 #include <sys/wait.h>
@@ -67,6 +67,12 @@ int main() {
   lying.candidate_host.median_ms = 1.80;
   const std::string why_lying = Harness::implausibility(lying);
   check.expect(contains(why_lying, "disagree"), "events 0.5 ms short of the host clock on a 1.8 ms call are implausible", why_lying);
+
+  SizeReport foreign = ok;  // a tail after the baseline / compute / comm end events in most iterations
+  foreign.foreign_tail.makespan_ms = {0.12, 0.0, 0.15};
+  foreign.foreign_tail.median_ms = 0.12;
+  check.expect(contains(Harness::implausibility(foreign), "did not launch"),
+               "device work running past the workload's own phases in most iterations is implausible", Harness::implausibility(foreign));
 
   SizeReport small = ok;  // a 0.1 ms call: launch and sync latency are a large share, within the slack
   small.candidate.median_ms = small.candidate_events.median_ms = 0.10;

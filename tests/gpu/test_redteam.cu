@@ -15,6 +15,8 @@
 //   work_in_setup      computes C once in setup() and copies it in every run()
 //   work_in_teardown   leaves run() empty and computes C in teardown()
 //   work_after_return  a host thread launches the GEMM after run() has returned (timer dodging)
+//   slows_baseline     a host thread keeps the GPU busy outside run(), slowing the baseline and
+//                      the bound it is compared with
 //   lying_events       honest work, but the CUDA events report 1/5 of the time (a tampered timer):
 //                      flagged after a strict re-run, score withheld
 //   lying_clocks       events and host clock both report 1/5: faster than the bound allows;
@@ -296,6 +298,61 @@ Candidate work_after_return() {
           }};
 }
 
+// --- slows the figures it is compared with: a host thread keeps the GPU busy with kernels that
+// hold most of each SM's shared memory (so GEMM CTAs cannot share the SM) except for a few
+// milliseconds after each run() call, i.e. mostly while the baseline, compute alone and
+// communication alone are timed
+__global__ void hog_kernel(long long cycles) {
+  extern __shared__ unsigned char smem[];
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) smem[threadIdx.x] += 1;
+}
+struct Hog {
+  std::thread worker;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> quiet_until_ns{0};
+  cudaStream_t stream = nullptr;
+};
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+Candidate slows_baseline() {
+  return {no_requirements,
+          [](Context& c) {
+            setup_honest(c);
+            auto* h = new Hog;
+            BRAID_CUDA(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+            constexpr int kSmem = 120 * 1024;
+            BRAID_CUDA(cudaFuncSetAttribute(hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+            int dev = 0, sms = 0;
+            BRAID_CUDA(cudaGetDevice(&dev));
+            BRAID_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            h->worker = std::thread([h, dev, sms] {
+              cudaSetDevice(dev);
+              while (!h->stop.load()) {
+                if (now_ns() < h->quiet_until_ns.load()) {
+                  std::this_thread::sleep_for(std::chrono::microseconds(100));
+                  continue;
+                }
+                hog_kernel<<<sms, 32, kSmem, h->stream>>>(400000);  // ~0.2 ms at ~2 GHz
+                cudaStreamSynchronize(h->stream);
+              }
+            });
+            gemm_of(c).extra = h;
+          },
+          [](Context& c, cudaStream_t s) {
+            static_cast<Hog*>(gemm_of(c).extra)->quiet_until_ns = now_ns() + 5'000'000;
+            honest_run(c, s);
+          },
+          [](Context& c) {
+            auto* h = static_cast<Hog*>(gemm_of(c).extra);
+            h->stop = true;
+            h->worker.join();
+            cudaStreamSynchronize(h->stream);
+            cudaStreamDestroy(h->stream);
+            delete h;
+            teardown_honest(c);
+          }};
+}
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 int run_rank(const RankInfo& me) {
@@ -392,6 +449,22 @@ int run_rank(const RankInfo& me) {
     const Report r = run(work_after_return(), bench);
     if (r.correct) scored_honestly("work_after_return", r);
     else rejected("work_after_return", r, "differs from the reference");
+  }
+
+  {
+    // Work kept running outside run() slows the baseline and the bound: flagged with the score
+    // withheld, or (if the slowdown did not show) a score no better than the honest program's.
+    const Report r = run(slows_baseline(), bench);
+    const SizeReport* s = r.sizes.empty() ? nullptr : &r.sizes[0];
+    const bool withheld = r.correct && s != nullptr && s->plausibility == Plausibility::Flagged && r.score_withheld && r.combined_score == 0;
+    const bool honest_score = r.correct && s != nullptr && s->plausibility == Plausibility::Ok && r.combined_score <= 1.1 * ok.combined_score;
+    std::snprintf(line, sizeof(line), "score %.3f vs honest %.3f, plausibility %s", r.combined_score, ok.combined_score,
+                  s != nullptr ? plausibility_name(s->plausibility) : "-");
+    check.expect(withheld || honest_score || !r.correct, "slows_baseline: score withheld, or not inflated", line);
+    say("slows_baseline", withheld       ? "flagged, score withheld: " + s->plausibility_reason
+                          : honest_score ? std::string("scored honestly: ") + line
+                          : !r.correct   ? "rejected: " + r.error
+                                         : std::string("NOT CAUGHT: ") + line);
   }
 
   // Tampered timers (the candidate's figures only): re-measured under the strict protocol and

@@ -37,7 +37,8 @@
 //   * plausibility: a size faster than 0.9 x max(compute alone, communication alone), or whose
 //     CUDA-event and host-clock times disagree, is re-measured under a strict protocol (candidate
 //     alone, host clock, which is then the figure); still implausible -> public "plausibility":
-//     "flagged" with "plausibility_reason"; if the clocks still disagree the score is withheld
+//     "flagged" with "plausibility_reason"; if the clocks still disagree, or device work the
+//     candidate left running slowed the baseline or the bound, the score is withheld
 //     (combined_score 0);
 //   * NVLink multicast is off (NCCL_NVLS_ENABLE=0, lsaMultimem=false).
 // Command line (filled by braid from workload.yaml):
@@ -326,6 +327,9 @@ struct SizeReport {
   PhaseTiming baseline, compute, comm;
   PhaseTiming candidate_events; // CUDA events around run() (+ any device tail after the end event)
   PhaseTiming candidate_host;   // host steady_clock around the same run() + device sync, less an idle sync
+  PhaseTiming foreign_tail;     // per iteration: device work still running after the end event of the
+                                // baseline / compute alone / communication alone (0 when none). The
+                                // workload joins all its work, so any is the candidate's, slowing them
   bool unjoined_work = false;
   bool strict = false;          // measured under the strict protocol (candidate alone, host clock)
   Plausibility plausibility = Plausibility::Ok;
@@ -433,8 +437,10 @@ __global__ void canary_kernel(const unsigned char* base, size_t front, size_t da
 //   * plausibility (bench): a size whose candidate is faster than kImplausibleRatio x its bound,
 //     or whose CUDA-event and host-clock times disagree, is measured again under the strict
 //     protocol (candidate alone, fresh inputs and verification as above, scored by the host clock);
-//     still implausible -> plausibility "flagged" (braid reads it); clocks that still disagree
-//     -> the run's score is withheld too (combined_score 0).
+//     still implausible -> plausibility "flagged" (braid reads it); clocks that still disagree,
+//     or device work still running after the end of a workload phase in most iterations (work
+//     left running outside run(), which slows the baseline and the bound) -> the run's score is
+//     withheld too (combined_score 0).
 constexpr double kImplausibleRatio = 0.9;   // of max(compute alone, communication alone)
 constexpr double kClockSlackMs = 0.2;        // events vs host clock: allowed gap, absolute (an honest call: tens of us) ...
 constexpr double kClockSlackFraction = 0.1;   // ... plus this fraction of the larger figure
@@ -508,6 +514,8 @@ class Harness {
   static std::string implausibility(const SizeReport& s) {
     const std::string clocks = clock_disagreement(s);
     if (!clocks.empty()) return clocks;
+    const std::string foreign = foreign_work(s);
+    if (!foreign.empty()) return foreign;
     char why[320];
     const double bound = std::max(s.compute.median_ms, s.comm.median_ms);
     if (bound > 0 && s.candidate.median_ms > 0 && s.candidate.median_ms < kImplausibleRatio * bound) {
@@ -516,6 +524,16 @@ class Harness {
       return why;
     }
     return "";
+  }
+
+  // Work still running after the end event of a phase the workload runs (which joins all it
+  // launches), in most iterations: the candidate's, slowing the figures it is compared with.
+  static std::string foreign_work(const SizeReport& s) {
+    if (s.foreign_tail.median_ms <= 0) return "";
+    char why[240];
+    std::snprintf(why, sizeof(why), "device work the workload did not launch ran past the end of the baseline / compute alone / communication alone timings (median %.4f ms): work left running outside run()",
+                  s.foreign_tail.median_ms);
+    return why;
   }
 
   // The events lie inside the host clock's interval (both around the same run() + sync), so they
@@ -532,9 +550,10 @@ class Harness {
 
  private:
   // Timings gathered per size: the four phases, then the candidate's events and host clock.
-  static constexpr int kTimings = 6;
+  static constexpr int kTimings = 7;
   static constexpr int kEvents = 4;
   static constexpr int kHost = 5;
+  static constexpr int kForeign = 6;
 
   static bool gin_possible() { return rdma_device_present(); }
 
@@ -554,6 +573,11 @@ class Harness {
     const std::string again = implausibility(strict);
     strict.plausibility = again.empty() ? Plausibility::Rechecked : Plausibility::Flagged;
     strict.score_withheld = !clock_disagreement(strict).empty();
+    // Foreign work slowed the first run's baseline and bound, which the strict run reuses: no score.
+    if (!foreign_work(first).empty()) {
+      strict.plausibility = Plausibility::Flagged;
+      strict.score_withheld = true;
+    }
     strict.plausibility_reason = "first run: " + why + "; strict re-run (candidate alone, host clock): " + (again.empty() ? "plausible" : again);
     return strict;
   }
@@ -762,6 +786,7 @@ class Harness {
 
   struct CallTiming {
     double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
+    double tail_ms = 0;   // that tail (0 when the device was idle at the end event)
     double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
   };
 
@@ -792,6 +817,7 @@ class Harness {
     t.event_ms = ms * (candidate ? event_scale_ : 1.0);
     if (tail_ms > 3 * idle_tail_ms_ + 0.05) {  // well above an idle sync, well below real work
       t.event_ms += tail_ms;
+      t.tail_ms = tail_ms;
       if (unjoined != nullptr) *unjoined = true;
     }
     t.host_ms = std::max(0.0, std::chrono::duration<double, std::milli>(h1 - h0).count() - idle_tail_ms_) * (candidate ? host_scale_ : 1.0);
@@ -806,6 +832,7 @@ class Harness {
     static const char* const kNames[] = {"candidate run", "baseline", "compute alone", "communication alone"};
     const size_t n = phases.size();
     for (int it = 0; it < warmup + iters; ++it) {
+      double foreign_ms = 0;
       for (size_t k = 0; k < n; ++k) {
         const size_t p = (k + (size_t)it) % n;
         if (!*phases[p]) continue;
@@ -823,8 +850,10 @@ class Harness {
           out[kHost].push_back(t.host_ms);
         } else {
           out[p].push_back(t.event_ms);
+          foreign_ms = std::max(foreign_ms, t.tail_ms);
         }
       }
+      if (it >= warmup && n > 1) out[kForeign].push_back(foreign_ms);
     }
   }
 
@@ -958,7 +987,8 @@ class Harness {
       sr.error = text;
     }
 
-    PhaseTiming* timings[kTimings] = {&sr.candidate, &sr.baseline, &sr.compute, &sr.comm, &sr.candidate_events, &sr.candidate_host};
+    PhaseTiming* timings[kTimings] = {&sr.candidate,        &sr.baseline,       &sr.compute,     &sr.comm,
+                                      &sr.candidate_events, &sr.candidate_host, &sr.foreign_tail};
     for (int k = 0; k < kTimings; ++k) *timings[k] = timing_of(makespans(durations[k]));
     Problem prob;
     prob.size = sr.size;
@@ -1075,6 +1105,7 @@ inline std::string metrics_json(const Report& r, const Options& opt) {
             json_array(s.candidate.makespan_ms) + ", \"candidate_event_makespans_ms\": " + json_array(s.candidate_events.makespan_ms) +
             ", \"candidate_host_makespans_ms\": " + json_array(s.candidate_host.makespan_ms) +
             ", \"baseline_makespans_ms\": " + json_array(s.baseline.makespan_ms) +
+            ", \"foreign_tail_ms\": " + json_array(s.foreign_tail.makespan_ms) +
             ", \"unjoined_work\": " + (s.unjoined_work ? "true" : "false") + "}";
     any_unjoined = any_unjoined || s.unjoined_work;
     char line[256];
@@ -1091,7 +1122,8 @@ inline std::string metrics_json(const Report& r, const Options& opt) {
   pub += std::string(", \"verified_iterations\": \"all\", \"score_withheld\": ") + (r.score_withheld ? "true" : "false") + "}";
   priv += "]}";
   if (!r.correct) feedback = "incorrect: " + r.error + ". " + feedback;
-  if (r.score_withheld) feedback = "Score withheld: CUDA events and the host clock still disagreed under the strict protocol (see plausibility_reason). " + feedback;
+  if (r.score_withheld)
+    feedback = "Score withheld: the CUDA events disagreed with the host clock, or work outside run() slowed the figures it is compared with (see plausibility_reason). " + feedback;
   if (any_unjoined) feedback += "Work was still running after run() returned (a stream the harness does not join); that time was added. ";
   if (!r.gin_available) feedback += "No GIN on this platform: GIN backends fall back to LSA. ";
   return "{\"combined_score\": " + json_number(r.correct && !r.score_withheld ? r.combined_score : 0.0) + ", \"public\": " + pub +
