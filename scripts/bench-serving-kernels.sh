@@ -46,6 +46,8 @@ mkdir -p "$results"
 : >"$out/bench.log"
 log() { echo "$*" | tee -a "$out/bench.log"; }
 
+# No GPU: say so and exit 77 (ctest's skip code for the serving_kernels_verify test).
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no GPU (nvidia-smi -L lists none)"; exit 77; fi
 source scripts/gpu-env.sh
 [ -z "$braid_gpu_env_missing" ] || { log "FAIL: not found: $braid_gpu_env_missing"; exit 1; }
 mkdir -p "$build/nccl-link"
