@@ -7,6 +7,11 @@
 #
 #   scripts/bench-serving-kernels.sh [--quick]     --quick: 2 shapes per op (decode-sized and the
 #                                                  largest), fewer iterations (~1.5 min)
+#   scripts/bench-serving-kernels.sh --verify [N]  correctness only: seed, gen0 and N (default 4)
+#                                                  other valid knob vectors per op (the first sets
+#                                                  every knob to its last value where allowed), each
+#                                                  verified once at every shape; one line each, then
+#                                                  "verify: P of T correct"
 #   BRAID_SK_OPS="add_rmsnorm softmax"             ops (default: all four)
 #   BRAID_SK_BEST_<op>=path.cu                     the best program of an op (`braid export RUN -o f.cu`)
 #   BRAID_SK_BEST_<op>="kThreads=256 kVec=8"       ... or a knob vector of its gen0.cu
@@ -23,7 +28,13 @@ root=$(pwd)
 family=$root/workloads/serving_kernels
 out=${OUT:-$root/serving-kernels-out}
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+verify=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  --verify) verify=1; samples=${2:-4} ;;
+  "") ;;
+  *) echo "usage: $0 [--quick | --verify [N]]" >&2; exit 2 ;;
+esac
 ops=${BRAID_SK_OPS:-add_rmsnorm silu_mul rope softmax}
 iters=${BRAID_SK_ITERS:-$([ $quick = 1 ] && echo 20 || echo 30)}
 warmup=${BRAID_SK_WARMUP:-5}
@@ -35,6 +46,8 @@ mkdir -p "$results"
 : >"$out/bench.log"
 log() { echo "$*" | tee -a "$out/bench.log"; }
 
+# No GPU: say so and exit 77 (ctest's skip code for the serving_kernels_verify test).
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no GPU (nvidia-smi -L lists none)"; exit 77; fi
 source scripts/gpu-env.sh
 [ -z "$braid_gpu_env_missing" ] || { log "FAIL: not found: $braid_gpu_env_missing"; exit 1; }
 mkdir -p "$build/nccl-link"
@@ -51,7 +64,7 @@ sizes_of() {
 tolerances_of() { grep -E '^\s*args:' "$family/$1/workload.yaml" | grep -oE -- '--(rtol|atol) [^ "]+' | tr '\n' ' '; }
 
 # --- optional evolve first: its best program becomes the op's best
-if [ "${BRAID_SK_EVOLVE:-0}" -gt 0 ]; then
+if [ $verify = 0 ] && [ "${BRAID_SK_EVOLVE:-0}" -gt 0 ]; then
   braid=${BRAID_BIN:-$root/build/braid}
   for op in $ops; do
     run_dir=$out/evolve-$op
@@ -73,6 +86,18 @@ for op in $ops; do
   mkdir -p "$build/$op"
   cp "$family/$op/gen0.cu" "$build/$op/gen0.cu"
   jobs+=("$op/gen0")
+  if [ $verify = 1 ]; then
+    cp "$family/$op/seed.cu" "$build/$op/seed.cu"
+    jobs+=("$op/seed")
+    i=0
+    while read -r knobs; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      python3 "$root/workloads/gemm_allgather/bench/make_variant.py" "$family/$op/gen0.cu" "$build/$op/sample$i.cu" $knobs \
+        && echo "$knobs" >"$build/$op/sample$i.knobs" && jobs+=("$op/sample$i")
+    done < <(python3 "$family/bench/sample_knobs.py" "$family/$op/gen0.cu" "$samples" "${BRAID_SK_SAMPLE_SEED:-1}")
+    continue
+  fi
   best_var="BRAID_SK_BEST_$op"
   best=${!best_var:-}
   if [ -n "$best" ]; then
@@ -95,6 +120,31 @@ printf '%s\n' "${jobs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
    -Xlinker -rpath,'$BRAID_NCCL_LIB' >'$build/{}.build.log' 2>&1 || echo {} >>'$build/failed-builds'"
 log "build: ${#jobs[@]} programs in $(( $(date +%s) - start ))s; failed: $(cat "$build/failed-builds" 2>/dev/null | tr '\n' ' ')"
 for f in $(cat "$build/failed-builds" 2>/dev/null); do tail -5 "$build/$f.build.log" | tee -a "$out/bench.log"; done
+
+# --- verify only: one run per program in --mode verify, every shape
+if [ $verify = 1 ]; then
+  ok=0
+  for job in "${jobs[@]}"; do
+    op=$(dirname "$job")
+    dir=$results/$job
+    mkdir -p "$dir"
+    if [ ! -x "$build/$job" ]; then log "$job: BUILD FAILED ($build/$job.build.log)"; continue; fi
+    size_args=""
+    for s in $(sizes_of "$op"); do size_args="$size_args --size $s"; done
+    eval_dir=$(mktemp -d)
+    # shellcheck disable=SC2046
+    BRAID_RANK=0 BRAID_WORLD_SIZE=1 BRAID_LOCAL_RANK=0 BRAID_RUN_ID=${job//\//_} BRAID_EVAL_DIR=$eval_dir \
+      timeout -k 5 "${BRAID_SK_RUN_TIMEOUT:-180}" "$build/$job" --mode verify --seed "${BRAID_SK_SAMPLE_SEED:-1}" $(tolerances_of "$op") \
+      $size_args --results_dir "$dir" >"$dir/rank0.log" 2>&1
+    rc=$?
+    rm -rf "$eval_dir"
+    [ $rc = 0 ] && ok=$((ok + 1))
+    log "$job: rc=$rc $(tr '\n' ' ' <"$dir/rank0.log" | head -c 400) $(cat "$build/$job.knobs" 2>/dev/null)"
+  done
+  log "verify: $ok of ${#jobs[@]} correct"
+  [ $ok = ${#jobs[@]} ]
+  exit
+fi
 
 # --- run: one process per program (1 rank), every size verified
 for job in "${jobs[@]}"; do

@@ -5,12 +5,18 @@
 // EVOLVE-BLOCK; only includes and main() are frozen.
 //
 // The knobs:
+//   kMapping         Flat: the (token, head, vector) items of the whole batch are spread evenly,
+//                    kItemsPerThread per thread (as many blocks as the batch needs: a decode batch
+//                    of 32 tokens still fills the GPU); TokenBlocks: kTokensPerBlock tokens per
+//                    block, the block's threads walk their items.
 //   kThreads         threads per block.
 //   kVec             bf16 elements of each half-head per access: 2 (4 bytes), 4, 8 (16 bytes).
-//   kTokensPerBlock  tokens per block; a block's threads walk (token, head, vector) items.
-//   kCosSin          Global: each thread reads its cos/sin from the table (L1/L2 hits across
-//                    heads); Shared: the block stages its tokens' table rows in shared memory.
-//   kUnroll          unroll of the item loop.
+//   kItemsPerThread  Flat: items per thread, their loads issued together.
+//   kTokensPerBlock  TokenBlocks: tokens per block.
+//   kCosSin          TokenBlocks: Global: each thread reads its cos/sin from the table (L1/L2 hits
+//                    across heads); Shared: the block stages its tokens' table rows in shared
+//                    memory. (Flat reads them from the table.)
+//   kUnroll          TokenBlocks: unroll of the item loop.
 //   kStreamingStores outputs written with st.global.cs (evict-first).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,14 +27,20 @@
 using namespace braid::dev;
 
 // EVOLVE-BLOCK-START rope
+enum class Mapping { Flat, TokenBlocks };
 enum class CosSin { Global, Shared };
 
+constexpr Mapping kMapping = Mapping::Flat;  // braid:knob Mapping::Flat|Mapping::TokenBlocks
 constexpr int kThreads = 128;  // braid:knob 64|128|256|512
 constexpr int kVec = 8;  // braid:knob 2|4|8
+constexpr int kItemsPerThread = 2;  // braid:knob 1|2|4
 constexpr int kTokensPerBlock = 2;  // braid:knob 1|2|4|8
 constexpr CosSin kCosSin = CosSin::Global;  // braid:knob CosSin::Global|CosSin::Shared
 constexpr int kUnroll = 1;  // braid:knob 1|2|4
 constexpr bool kStreamingStores = false;  // braid:knob
+// Knobs a mapping ignores stay at their defaults.
+// braid:require kMapping == Mapping::Flat || kItemsPerThread == 2
+// braid:require kMapping == Mapping::TokenBlocks || (kTokensPerBlock == 2 && kCosSin == CosSin::Global && kUnroll == 1)
 
 namespace cand {
 
@@ -75,6 +87,27 @@ __device__ __forceinline__ void rotate(const __nv_bfloat16* __restrict__ x, __nv
   store_vec(o + kHalf + d0, rb);
 }
 
+// Flat: item = (token * heads + head) * kVecsPerHalf + vector over the whole batch.
+__global__ void __launch_bounds__(kThreads) rope_flat_kernel(const uint32_t* __restrict__ positions, const __nv_bfloat16* __restrict__ q,
+                                                             const __nv_bfloat16* __restrict__ k, const float* __restrict__ cos_sin,
+                                                             __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out, int64_t rows,
+                                                             int hq) {
+  const int heads = hq + kKvHeads;
+  const int64_t per_token = (int64_t)heads * kVecsPerHalf, total = rows * per_token;
+  const int64_t first = (int64_t)blockIdx.x * kThreads * kItemsPerThread + threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int64_t item = first + (int64_t)i * kThreads;
+    if (item >= total) break;
+    const int64_t t = item / per_token;
+    const int rest = (int)(item - t * per_token);
+    const int h = rest / kVecsPerHalf, d0 = (rest % kVecsPerHalf) * kVec;
+    const float* cs = cos_sin + (int64_t)rope::position_of(positions[t]) * kHeadDim;
+    if (h < hq) rotate(q + (t * hq + h) * kHeadDim, q_out + (t * hq + h) * kHeadDim, cs, d0);
+    else rotate(k + (t * kKvHeads + (h - hq)) * kHeadDim, k_out + (t * kKvHeads + (h - hq)) * kHeadDim, cs, d0);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) rope_kernel(const uint32_t* __restrict__ positions, const __nv_bfloat16* __restrict__ q,
                                                         const __nv_bfloat16* __restrict__ k, const float* __restrict__ cos_sin,
                                                         __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_out, int64_t rows, int hq) {
@@ -111,10 +144,19 @@ void setup(Context&) {}
 
 void run(Context& c, cudaStream_t stream) {
   const serving::Shape s = serving::shape_of(c.problem);
-  const unsigned blocks = (unsigned)((s.rows + kTokensPerBlock - 1) / kTokensPerBlock);
-  cand::rope_kernel<<<blocks, kThreads, 0, stream>>>(c.buffer("positions").as<const uint32_t>(), serving::in_bf16(c, "q"), serving::in_bf16(c, "k"),
-                                                     c.buffer("cos_sin").as<const float>(), serving::out_bf16(c, "q_out"),
-                                                     serving::out_bf16(c, "k_out"), s.rows, (int)rope::q_heads(s));
+  const int hq = (int)rope::q_heads(s);
+  const uint32_t* positions = c.buffer("positions").as<const uint32_t>();
+  const float* cos_sin = c.buffer("cos_sin").as<const float>();
+  if constexpr (kMapping == Mapping::Flat) {
+    const int64_t items = s.rows * (hq + cand::kKvHeads) * cand::kVecsPerHalf, per_block = (int64_t)kThreads * kItemsPerThread;
+    const unsigned blocks = (unsigned)((items + per_block - 1) / per_block);
+    cand::rope_flat_kernel<<<blocks, kThreads, 0, stream>>>(positions, serving::in_bf16(c, "q"), serving::in_bf16(c, "k"), cos_sin,
+                                                            serving::out_bf16(c, "q_out"), serving::out_bf16(c, "k_out"), s.rows, hq);
+  } else {
+    const unsigned blocks = (unsigned)((s.rows + kTokensPerBlock - 1) / kTokensPerBlock);
+    cand::rope_kernel<<<blocks, kThreads, 0, stream>>>(positions, serving::in_bf16(c, "q"), serving::in_bf16(c, "k"), cos_sin,
+                                                       serving::out_bf16(c, "q_out"), serving::out_bf16(c, "k_out"), s.rows, hq);
+  }
   BRAID_LAUNCHED();
 }
 

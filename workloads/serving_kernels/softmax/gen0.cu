@@ -17,6 +17,8 @@
 //   kRegVectors      vectors per thread held in registers.
 //   kStats           Online: (max, sum) in one pass, combined pairwise; MaxThenSum: the max
 //                    first, then the sum (streamed: one more read of the slice).
+//   kKeepExp         registers path: keep the exponentials of the sum (fp32) and scale them for
+//                    the output instead of computing exp again (half the exps, more registers).
 //   kFastExp         exp2 of pre-scaled logits (ex2.approx) instead of expf.
 //   kUnroll          unroll of the streamed loops.
 //   kStreamingStores probabilities written with st.global.cs (evict-first).
@@ -40,6 +42,7 @@ constexpr int kVec = 8;  // braid:knob 4|8
 constexpr bool kRowInRegisters = true;  // braid:knob
 constexpr int kRegVectors = 4;  // braid:knob 2|4|8|16
 constexpr Stats kStats = Stats::Online;  // braid:knob Stats::Online|Stats::MaxThenSum
+constexpr bool kKeepExp = true;  // braid:knob
 constexpr bool kFastExp = true;  // braid:knob
 constexpr int kUnroll = 2;  // braid:knob 1|2|4
 constexpr bool kStreamingStores = false;  // braid:knob
@@ -47,6 +50,8 @@ constexpr int kMinBlocksPerSm = 1;  // braid:knob 1|2|3|4
 // kRegVectors only matters with the slice in registers; the cached slice (packed bf16) takes at
 // most half of the register file.
 // braid:require kRowInRegisters || kRegVectors == 4
+// The kept exponentials are fp32: at most 16384 per CTA (32 registers a thread at 512 threads).
+// braid:require kKeepExp == false || (kRowInRegisters && kThreads * kRegVectors * kVec <= 16384)
 // braid:require kThreads * kRegVectors * kVec / 2 <= 32768
 // At most 2048 resident threads per SM.
 // braid:require kThreads * kMinBlocksPerSm <= 2048
@@ -195,6 +200,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
       if (v < v1) cache[i] = load_vec(xr + (int64_t)v * kVec);
     }
     float m = -INFINITY, s = 0.f;
+    float kept[kKeepExp ? kRegVectors : 1][kKeepExp ? kVec : 1];
 #pragma unroll
     for (int i = 0; i < kRegVectors; ++i) {
       const int v = v0 + i * kThreads + (int)threadIdx.x;
@@ -214,7 +220,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
 #pragma unroll
         for (int j = 0; j < kVec / 2; ++j) {
           const float2 f = cache[i].get(j);
-          s += ex(f.x * kScale - m) + ex(f.y * kScale - m);
+          const float e0 = ex(f.x * kScale - m), e1 = ex(f.y * kScale - m);
+          s += e0 + e1;
+          if constexpr (kKeepExp) {
+            kept[i][2 * j] = e0;
+            kept[i][2 * j + 1] = e1;
+          }
         }
       }
     }
@@ -222,10 +233,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
     if constexpr (kStats == Stats::MaxThenSum) total = make_float2(m, reduce(make_float2(s, 0.f), SumOp{}, make_float2(0.f, 0.f), sh).x);
     else total = reduce(make_float2(m, s), PairOp{}, none, sh);
     const float inv = 1.0f / total.y;
+    // kept[] is relative to this thread's m (the row max after MaxThenSum): rescale once.
+    const float factor = kKeepExp && m != -INFINITY ? ex(m - total.x) * inv : 0.f;
 #pragma unroll
     for (int i = 0; i < kRegVectors; ++i) {
       const int v = v0 + i * kThreads + (int)threadIdx.x;
-      if (v < v1) store_vec(orow + (int64_t)v * kVec, probabilities(cache[i], total.x, inv));
+      if (v < v1) {
+        if constexpr (kKeepExp) {
+          Vec o;
+#pragma unroll
+          for (int j = 0; j < kVec / 2; ++j) o.set(j, kept[i][2 * j] * factor, kept[i][2 * j + 1] * factor);
+          store_vec(orow + (int64_t)v * kVec, o);
+        } else {
+          store_vec(orow + (int64_t)v * kVec, probabilities(cache[i], total.x, inv));
+        }
+      }
     }
   } else {
     float2 total;
