@@ -85,6 +85,7 @@ TEST_F(HostileEndpoint, Latin1BadGatewayIsARetriedServerError) {
   EXPECT_EQ(r.attempts, 3);
   EXPECT_NE(r.error.find("502"), std::string::npos);
   EXPECT_TRUE(is_json_safe(r.error)) << r.error;
+  EXPECT_NE(r.error.find("Passerelle d\xEF\xBF\xBD" "fectueuse"), std::string::npos) << r.error;
   EXPECT_NO_THROW(to_json(r).dump());
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "../e2e/e2e_support.hpp"
 #include "braid/util/fs.hpp"
@@ -257,6 +258,35 @@ TEST(LlmEvolveE2E, RejectedKeyStopsTheRun) {
   EXPECT_NE(o.output.find("401"), std::string::npos) << o.output;
   EXPECT_EQ(o.output.find("sk-wrong-key-0042"), std::string::npos) << o.output;
   EXPECT_LE(server.request_count(), 2u);  // not one request per candidate
+  for (auto& r : programs(run / "evolution.db")) EXPECT_EQ(r.patch_type, "seed") << r.id << " " << r.error;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// Ctrl-C while a request is stalled: the request is cancelled (it would otherwise wait out a
+// 600 s timeout), braid exits 130, and the interrupted proposal is not stored.
+TEST(LlmEvolveE2E, CtrlCCancelsAStalledRequest) {
+  LoopbackLlmServer server;
+  server.set_stall_seconds(600);
+  server.set_fault_plan([](std::size_t) { return Fault::Stall; });
+  auto root = test::fresh_dir("llm_sigint");
+  std::filesystem::create_directories(root);
+  write_file_atomic(root / "config.yaml", "num_generations: 5\nnum_islands: 1\nrequest_timeout_s: 600\napi_type: host\n"
+                                          "feedback_llm_model: none\nmeta_llm_model: none\n");
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run = root / "run";
+  auto log = root / "braid.log";
+  test::Proc p = test::start_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                                    run.string(), "--seed", "5", "--llm", "local:m@" + server.base_url()},
+                                   log);
+  for (int i = 0; i < 1200 && server.request_count() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GT(server.request_count(), 0u) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(p.pid, SIGINT);
+  int code = test::wait_exit(p);
+  std::printf("exited %.2f s after SIGINT\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(code, 130) << read_file(log);
+  EXPECT_NE(read_file(log).find("braid resume"), std::string::npos);
   for (auto& r : programs(run / "evolution.db")) EXPECT_EQ(r.patch_type, "seed") << r.id << " " << r.error;
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }

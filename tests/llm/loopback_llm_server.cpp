@@ -185,7 +185,7 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
       case Fault::Latin1BadGateway:
         // "Passerelle défectueuse" with é as the single byte 0xE9, as an old proxy sends it.
         res.status = 502;
-        res.set_content(std::string("<html><body><h1>502 Passerelle d\xE9fectueuse</h1></body></html>"), "text/html; charset=iso-8859-1");
+        res.set_content(std::string("<html><body><h1>502 Passerelle d\xE9" "fectueuse</h1></body></html>"), "text/html; charset=iso-8859-1");
         return;
       case Fault::GzipBomb:
         res.status = 200;

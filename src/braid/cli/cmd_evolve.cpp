@@ -119,6 +119,13 @@ SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) 
   return cfg;
 }
 
+// The file an error in the LLM keys is reported against: -c, else the workload's config.yaml.
+std::string config_origin(const EvolveRequest& req, const WorkloadSpec& spec) {
+  if (!req.config.empty()) return req.config.string();
+  if (!spec.config.empty()) return spec.config.string();
+  return "config";
+}
+
 RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
   // Seed programs must parse (markers, knobs in their domains) before anything is written.
   std::vector<std::filesystem::path> seeds;
@@ -136,7 +143,7 @@ RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, cons
   parts.workload = spec;
   parts.config = cfg;
   if (uses_llm(req, cfg)) {
-    parse_llm_settings(llm_config_json(cfg), "config");  // bad LLM settings fail before any write
+    parse_llm_settings(llm_config_json(cfg), config_origin(req, spec));  // bad LLM settings fail before any write
   } else {
     if (!has_knobs)
       throw UserError(seeds.front().string(), "has no braid:knob lines: the knob mutator needs knobs (or use --llm MODEL)");
@@ -165,7 +172,7 @@ class FunctionEmbedder : public Embedder {
 
 void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results) {
   if (!uses_llm(req, parts.config)) return;
-  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), "config");
+  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), config_origin(req, parts.workload));
   std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
   LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
   parts.mutator = std::move(ops.mutator);
