@@ -3,7 +3,9 @@
 // read-only folder, damaged databases, a start killed in its first milliseconds, a full disk.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <fstream>
 #include <map>
@@ -213,14 +215,13 @@ TEST_F(Reliability, ExportIntoAFolderIsAClearError) {
 
 // Runs braid where writes to the read-only folder really fail: as an unprivileged user when
 // the tests run as root (where chmod does not stop writes), through a user namespace.
-Outcome run_braid_unprivileged(const std::vector<std::string>& args) {
-  if (::geteuid() != 0) return run_braid(args);
+Proc start_braid_unprivileged(const std::vector<std::string>& args, const fs::path& log) {
+  if (::geteuid() != 0) return start_braid(args, log);
   std::vector<std::string> wrapped = {"-U", "--", BRAID_BIN};
   wrapped.insert(wrapped.end(), args.begin(), args.end());
-  auto log = fs::temp_directory_path() / ("braid_unpriv_" + std::to_string(::getpid()) + ".log");
-  fs::remove(log);
-  pid_t pid = ::fork();
-  if (pid == 0) {
+  Proc p;
+  p.pid = ::fork();
+  if (p.pid == 0) {
     if (::chdir(BRAID_SOURCE_DIR) != 0) _exit(127);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0666);
     ::dup2(fd, 1);
@@ -231,11 +232,36 @@ Outcome run_braid_unprivileged(const std::vector<std::string>& args) {
     ::execvp("unshare", argv.data());
     _exit(127);
   }
+  return p;
+}
+
+Outcome run_braid_unprivileged(const std::vector<std::string>& args) {
+  auto log = fs::temp_directory_path() / ("braid_unpriv_" + std::to_string(::getpid()) + ".log");
+  fs::remove(log);
   Outcome o;
-  o.code = wait_exit(Proc{pid});
+  o.code = wait_exit(start_braid_unprivileged(args, log));
   o.output = slurp(log);
   fs::remove(log);
   return o;
+}
+
+// GET `path` from 127.0.0.1:`port`; the whole HTTP answer, "" when nothing answered.
+std::string http_get(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) > 0) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, std::size_t(n));
+    }
+  }
+  ::close(fd);
+  return answer;
 }
 
 bool writes_are_refused(const fs::path& dir) {
@@ -279,6 +305,23 @@ TEST_F(Reliability, ReadCommandsWorkOnAReadOnlyFolder) {
   fs::remove("/tmp/braid_ro_report_" + std::to_string(::getpid()) + ".html");
   auto show = run_braid_unprivileged({"show", results_.string(), first_id_});
   EXPECT_EQ(show.code, 0) << show.output;
+  // serve: the live web UI reads the same folder.
+  auto serve_log = root_ / "serve.log";
+  Proc serve = start_braid_unprivileged({"serve", results_.string(), "--port", "0"}, serve_log);
+  int port = 0;
+  for (int i = 0; i < 200 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string text = slurp(serve_log);
+    if (auto at = text.find("http://127.0.0.1:"); at != std::string::npos) port = std::atoi(text.c_str() + at + 17);
+  }
+  EXPECT_GT(port, 0) << slurp(serve_log);
+  if (port > 0) {
+    std::string answer = http_get(port, "/api/runs");
+    EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("results"), std::string::npos) << answer;
+  }
+  ::kill(serve.pid, SIGTERM);
+  wait_exit(serve);
   EXPECT_EQ(snapshot(results_), before) << "a read command changed the results folder";
   EXPECT_FALSE(fs::exists(results_ / "evolution.db-wal"));
   EXPECT_FALSE(fs::exists(results_ / "evolution.db-shm"));
