@@ -27,8 +27,8 @@ constexpr int kEnvironmentFailure = 1;
 
 std::string with_hint(std::string message) {
   if (message.find("No space left") != std::string::npos || message.find("disk is full") != std::string::npos ||
-      message.find("File too large") != std::string::npos)
-    message += " (disk full: free space, then continue with `braid resume <results>`; stored candidates are kept)";
+      message.find("File too large") != std::string::npos || message.find("disk I/O error") != std::string::npos)
+    message += " (is the disk full? free space, then continue with `braid resume <results>`; stored candidates are kept)";
   return message;
 }
 
