@@ -11,6 +11,7 @@
 #include <map>
 
 #include "../e2e/e2e_support.hpp"
+#include "braid/db/database.hpp"
 
 namespace braid::test {
 namespace {
@@ -178,6 +179,24 @@ TEST_F(Reliability, StartKilledInItsFirstMillisecondsLeavesAFolderThatIsAccepted
     if (o.code == 2 && o.output.find("already holds a run") != std::string::npos) o = run_braid({"resume", results_.string()});
     EXPECT_EQ(o.code, 0) << "killed after " << delay_ms << " ms:\n" << o.output;
   }
+}
+
+// The states such a kill leaves, made on purpose (the kills above hit them only by timing):
+// a 0-byte database (killed as SQLite created it) and one with the schema but no run.
+TEST_F(Reliability, InterruptedSetUpStatesAreTakenOverByEvolve) {
+  fs::create_directories(results_);
+  std::ofstream(results_ / "evolution.db").flush();
+  auto o = run_braid(evolve_args(1));
+  EXPECT_EQ(o.code, 0) << o.output;
+  fs::remove_all(results_);
+  fs::create_directories(results_);
+  { ProgramDatabase schema_only(results_ / "evolution.db"); }
+  auto r = run_braid({"resume", results_.string()});
+  expect_refused(r, "set-up was interrupted", "braid evolve");
+  o = run_braid(evolve_args(1));
+  EXPECT_EQ(o.code, 0) << o.output;
+  EXPECT_NE(o.output.find("starting the run afresh"), std::string::npos) << o.output;
+  EXPECT_EQ(run_braid({"resume", results_.string()}).code, 0);
 }
 
 TEST_F(Reliability, DamagedDatabasesAreNamedInOneLine) {
