@@ -25,6 +25,7 @@
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
+#include "braid/util/text.hpp"
 
 namespace braid::cli {
 namespace {
@@ -213,7 +214,7 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
   if (tty) std::fprintf(stderr, "\n");
   if (auto auth = llm::auth_failure()) {
     const std::string var = auth->key_env.empty() ? "the model's API key" : auth->key_env;
-    throw UserError(var, "was refused by " + auth->model + " (" + auth->detail.substr(0, 160) +
+    throw UserError(var, "was refused by " + auth->model + " (" + std::string(utf8_prefix(auth->detail, 160)) +
                              "); the run stopped: set a valid key and continue with `braid resume " + results.string() + "`");
   }
   log::info("done: {}", status_text(s));
