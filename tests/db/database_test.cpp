@@ -1,6 +1,8 @@
 #include "braid/db/database.hpp"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -436,7 +438,67 @@ TEST_F(DatabaseTest, ReadOnlyOpenRejectsOtherFiles) {
     sqlite3_exec(raw, "CREATE TABLE t (x)", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
   }
-  EXPECT_THROW(ProgramDatabase(dir_ / "other.db", DbAccess::ReadOnly), SystemError);
+  EXPECT_THROW(ProgramDatabase(dir_ / "other.db", DbAccess::ReadOnly), UserError);
+  EXPECT_THROW(ProgramDatabase(dir_ / "other.db", DbAccess::Existing), UserError);
+}
+
+// Issue #18: a damaged, truncated or empty file is named in one UserError and never turned
+// into a new, empty run.
+TEST_F(DatabaseTest, DamagedOrEmptyFilesAreRefusedByName) {
+  const auto garbage = dir_ / "garbage.db";
+  std::ofstream(garbage, std::ios::binary) << std::string(64 << 10, 'x');
+  for (auto access : {DbAccess::ReadOnly, DbAccess::Existing, DbAccess::ReadWrite}) {
+    try {
+      ProgramDatabase db(garbage, access);
+      ADD_FAILURE() << "garbage opened";
+    } catch (const UserError& e) {
+      EXPECT_EQ(e.file(), garbage.string());
+      EXPECT_NE(std::string(e.what()).find("not a braid database"), std::string::npos) << e.what();
+    }
+  }
+  const auto empty = dir_ / "empty.db";
+  std::ofstream(empty, std::ios::binary).flush();
+  for (auto access : {DbAccess::ReadOnly, DbAccess::Existing}) {
+    try {
+      ProgramDatabase db(empty, access);
+      ADD_FAILURE() << "0-byte file opened";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("0 bytes"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(std::filesystem::file_size(empty), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "empty.db-wal"));
+  EXPECT_THROW(ProgramDatabase(dir_ / "absent.db", DbAccess::Existing), UserError);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "absent.db"));
+}
+
+TEST_F(DatabaseTest, SetMetasWritesAllKeysInOneTransaction) {
+  ProgramDatabase db(db_path());
+  db.set_metas({{"a", "1"}, {"b", "2"}, {"config", "{}"}});
+  EXPECT_EQ(db.meta("a"), "1");
+  EXPECT_EQ(db.meta("b"), "2");
+  EXPECT_EQ(db.meta("config"), "{}");
+  db.set_metas({{"a", "3"}});
+  EXPECT_EQ(db.meta("a"), "3");
+}
+
+// A reader never writes: no -wal/-shm appear beside a cleanly closed database and its bytes
+// stay the same.
+TEST_F(DatabaseTest, ReadOnlyOpenLeavesTheFolderAsItWas) {
+  {
+    ProgramDatabase writer(db_path());
+    writer.insert(make_record(1));
+  }
+  const auto before = std::filesystem::file_size(db_path());
+  const auto mtime = std::filesystem::last_write_time(db_path());
+  {
+    ProgramDatabase reader(db_path(), DbAccess::ReadOnly);
+    EXPECT_EQ(reader.count(), 1);
+  }
+  EXPECT_EQ(std::filesystem::file_size(db_path()), before);
+  EXPECT_EQ(std::filesystem::last_write_time(db_path()), mtime);
+  EXPECT_FALSE(std::filesystem::exists(db_path().string() + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(db_path().string() + "-journal"));
 }
 
 TEST_F(DatabaseTest, NewerSchemaIsRefused) {

@@ -238,11 +238,15 @@ TEST(Client, KeysAreRedactedFromErrors) {
   EXPECT_NE(std::find(names.begin(), names.end(), "BRAID_TEST_SECRET_KEY"), names.end());
   auto client = make_http_client(parse_model_spec("local:m@" + server.base_url()), *key, fast_policy());
   auto r = client->complete(simple_request());
-  EXPECT_EQ(r.error_kind, "http_error");
+  EXPECT_EQ(r.error_kind, "auth");  // a rejected key: not retried, ends the run (http.hpp)
   EXPECT_EQ(r.attempts, 1);
   EXPECT_NE(r.error.find("401"), std::string::npos);
   EXPECT_EQ(r.error.find(*key), std::string::npos);
   EXPECT_NE(r.error.find("[redacted]"), std::string::npos);
+  ASSERT_TRUE(auth_failure().has_value());
+  EXPECT_EQ(auth_failure()->detail.find(*key), std::string::npos);
+  clear_auth_failure();
+  reset_cancel();
 }
 
 TEST(Client, ConnectionRefusedIsAConnectionError) {

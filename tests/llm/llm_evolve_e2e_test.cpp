@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "../e2e/e2e_support.hpp"
 #include "braid/util/fs.hpp"
@@ -187,6 +188,106 @@ TEST(LlmEvolveE2E, FaultStormFeedbackMetaCostReplayAndSecrets) {
   auto replayed = programs(run2 / "evolution.db");
   ASSERT_EQ(replayed.size(), rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_TRUE(replayed[i] == rows[i]) << "program " << rows[i].id;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// Hostile answers (issue #18): text that is not UTF-8, a Latin-1 502 page, a gzip bomb and a huge
+// answer are failures of single calls; the run finishes, every exchange record is bounded JSON,
+// and the run resumes.
+TEST(LlmEvolveE2E, HostileAnswersDoNotStopTheRun) {
+  LoopbackLlmServer server;
+  server.set_retry_after("0");
+  server.set_fault_plan([](std::size_t n) {
+    switch (n % 6) {
+      case 0: return Fault::InvalidUtf8;
+      case 1: return Fault::Latin1BadGateway;
+      case 2: return Fault::GzipBomb;
+      case 3: return Fault::Huge;
+      default: return Fault::None;
+    }
+  });
+  auto root = test::fresh_dir("llm_hostile");
+  std::filesystem::create_directories(root);
+  write_file_atomic(root / "config.yaml",
+                    "num_generations: 4\nnum_islands: 1\nmax_parallel_jobs: 2\nmax_retries: 2\nretry_backoff_s: 0\n"
+                    "retry_backoff_max_s: 0\napi_type: host\nfeedback_llm_model: none\nmeta_llm_model: none\n"
+                    "code_embed_sim_threshold: 0.9999\n");
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run = root / "run";
+  const std::string model = "local:m@" + server.base_url();
+  auto first = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                                run.string(), "--seed", "5", "--llm", model});
+  ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_EQ(first.output.find("terminate called"), std::string::npos);
+  auto injected = server.faults_injected();
+  for (auto k : {"invalid_utf8", "latin1_bad_gateway", "gzip_bomb", "huge"}) EXPECT_GT(injected[k], 0) << k;
+  // Every exchange record is valid JSON and bounded; the log holds no megabytes of answer.
+  std::ifstream in(run / "llm_exchanges.jsonl");
+  std::size_t lines = 0, bytes = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    bytes += line.size();
+    EXPECT_FALSE(json::parse(line, nullptr, false).is_discarded()) << "line " << lines;
+  }
+  EXPECT_GT(lines, 4u);
+  EXPECT_LT(bytes, std::size_t(4) << 20);
+  auto rows = programs(run / "evolution.db");
+  std::size_t children = 0;
+  for (auto& r : rows) children += r.patch_type != "seed";
+  EXPECT_EQ(children, 4u);
+  auto more = test::run_braid({"resume", run.string(), "--generations", "6"});
+  EXPECT_EQ(more.code, 0) << more.output;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// A rejected key (401) ends the run at once with one line naming the key's variable and exit
+// code 2; no candidate is stored as rejected because of it.
+TEST(LlmEvolveE2E, RejectedKeyStopsTheRun) {
+  LoopbackLlmServer server;
+  server.require_key("the-right-key");
+  auto root = test::fresh_dir("llm_auth");
+  std::filesystem::create_directories(root);
+  write_file_atomic(root / "config.yaml", "num_generations: 20\nnum_islands: 1\napi_key_env: BRAID_E2E_AUTH_KEY\napi_type: host\n");
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run = root / "run";
+  ::setenv("BRAID_E2E_AUTH_KEY", "sk-wrong-key-0042", 1);
+  auto o = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                            run.string(), "--seed", "5", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ::unsetenv("BRAID_E2E_AUTH_KEY");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_NE(o.output.find("braid: BRAID_E2E_AUTH_KEY: was refused"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("401"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("sk-wrong-key-0042"), std::string::npos) << o.output;
+  EXPECT_LE(server.request_count(), 2u);  // not one request per candidate
+  for (auto& r : programs(run / "evolution.db")) EXPECT_EQ(r.patch_type, "seed") << r.id << " " << r.error;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// Ctrl-C while a request is stalled: the request is cancelled (it would otherwise wait out a
+// 600 s timeout), braid exits 130, and the interrupted proposal is not stored.
+TEST(LlmEvolveE2E, CtrlCCancelsAStalledRequest) {
+  LoopbackLlmServer server;
+  server.set_stall_seconds(600);
+  server.set_fault_plan([](std::size_t) { return Fault::Stall; });
+  auto root = test::fresh_dir("llm_sigint");
+  std::filesystem::create_directories(root);
+  write_file_atomic(root / "config.yaml", "num_generations: 5\nnum_islands: 1\nrequest_timeout_s: 600\napi_type: host\n"
+                                          "feedback_llm_model: none\nmeta_llm_model: none\n");
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run = root / "run";
+  auto log = root / "braid.log";
+  test::Proc p = test::start_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                                    run.string(), "--seed", "5", "--llm", "local:m@" + server.base_url()},
+                                   log);
+  for (int i = 0; i < 1200 && server.request_count() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GT(server.request_count(), 0u) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(p.pid, SIGINT);
+  int code = test::wait_exit(p);
+  std::printf("exited %.2f s after SIGINT\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ(code, 130) << read_file(log);
+  EXPECT_NE(read_file(log).find("braid resume"), std::string::npos);
+  for (auto& r : programs(run / "evolution.db")) EXPECT_EQ(r.patch_type, "seed") << r.id << " " << r.error;
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 

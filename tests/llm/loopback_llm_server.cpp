@@ -1,6 +1,7 @@
 #include "loopback_llm_server.hpp"
 
 #include <httplib.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <regex>
@@ -101,6 +102,31 @@ std::string section(const std::string& text, const std::string& heading) {
   return rest.substr(start + 1, end - start - 1);
 }
 
+// `n` zero bytes gzip-compressed (about n / 1000 bytes): a decompression bomb.
+std::string gzip_of_zeros(std::size_t n) {
+  z_stream z{};
+  deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY);
+  std::string out;
+  std::vector<unsigned char> in(1 << 20, 0), buf(1 << 16);
+  std::size_t left = n;
+  int flush = Z_NO_FLUSH;
+  do {
+    std::size_t take = std::min(left, in.size());
+    left -= take;
+    flush = left == 0 ? Z_FINISH : Z_NO_FLUSH;
+    z.next_in = in.data();
+    z.avail_in = static_cast<uInt>(take);
+    do {
+      z.next_out = buf.data();
+      z.avail_out = static_cast<uInt>(buf.size());
+      deflate(&z, flush);
+      out.append(reinterpret_cast<char*>(buf.data()), buf.size() - z.avail_out);
+    } while (z.avail_out == 0);
+  } while (flush != Z_FINISH);
+  deflateEnd(&z);
+  return out;
+}
+
 }  // namespace
 
 struct LoopbackLlmServer::Impl {
@@ -147,9 +173,34 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
         res.status = 500;
         res.set_content(R"({"error":{"message":"internal error"}})", "application/json");
         return;
-      case Fault::Stall:
-        std::this_thread::sleep_for(std::chrono::duration<double>(stall_s_));
+      case Fault::Stall: {
+        auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(stall_s_);
+        while (!stopping_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         break;
+      }
+      case Fault::Unauthorized:
+        res.status = 401;
+        res.set_content(R"({"error":{"message":"invalid api key"}})", "application/json");
+        return;
+      case Fault::Latin1BadGateway:
+        // "Passerelle défectueuse" with é as the single byte 0xE9, as an old proxy sends it.
+        res.status = 502;
+        res.set_content(std::string("<html><body><h1>502 Passerelle d\xE9" "fectueuse</h1></body></html>"), "text/html; charset=iso-8859-1");
+        return;
+      case Fault::GzipBomb:
+        res.status = 200;
+        res.set_header("Content-Encoding", "gzip");
+        res.set_content(gzip_of_zeros(gzip_bomb_bytes_), "application/octet-stream");  // httplib leaves it as is
+        return;
+      case Fault::Huge: {
+        res.status = 200;
+        std::string body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":")";
+        body.append(huge_bytes_, 'a');
+        body += R"("},"finish_reason":"stop"}]})";
+        // Not a type httplib compresses: the client sees the full Content-Length.
+        res.set_content(body, "application/octet-stream");
+        return;
+      }
       case Fault::Malformed:
         res.status = 200;
         res.set_content("<html><body>502 Bad Gateway</body></html>", "text/html");
@@ -212,6 +263,12 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
     }
     std::string out = body.dump();
     if (fault == Fault::Truncated) out = out.substr(0, out.size() / 2);
+    if (fault == Fault::InvalidUtf8) {
+      // Raw bytes that are not UTF-8 inside the answer's JSON string (a stray 0xFF, a Latin-1
+      // 0xE9, a cut 3-byte sequence), as a broken proxy or model server emits them.
+      const std::string key = "\"content\":\"";
+      if (auto at = out.find(key); at != std::string::npos) out.insert(at + key.size(), "\xFF caf\xE9 \xE2\x82 ");
+    }
     res.status = 200;
     res.set_content(out, "application/json");
   };
@@ -226,6 +283,7 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
 }
 
 LoopbackLlmServer::~LoopbackLlmServer() {
+  stopping_ = true;
   impl_->server.stop();
   if (thread_.joinable()) thread_.join();
 }
@@ -252,8 +310,9 @@ Fault LoopbackLlmServer::next_fault() {
   } else if (plan_) {
     f = plan_(n);
   }
-  static const char* names[] = {"none", "rate_limit", "server_error", "stall", "truncated",
-                                "malformed", "empty", "no_patch", "refusal", "drop"};
+  static const char* names[] = {"none",    "rate_limit", "server_error", "stall",        "truncated",
+                                "malformed", "empty",    "no_patch",     "refusal",      "drop",
+                                "invalid_utf8", "latin1_bad_gateway", "gzip_bomb", "huge", "unauthorized"};
   if (f != Fault::None) ++injected_[names[static_cast<int>(f)]];
   return f;
 }

@@ -25,7 +25,13 @@
 
 namespace braid::testing {
 
-enum class Fault { None, RateLimit, ServerError, Stall, Truncated, Malformed, Empty, NoPatch, Refusal, Drop };
+// Hostile answers (issue #18): InvalidUtf8 (a 200 whose answer text holds bytes that are not
+// UTF-8), Latin1BadGateway (a 502 error page in ISO-8859-1), GzipBomb (a small gzip body that
+// inflates to gzip_bomb_bytes), Huge (a 200 of huge_bytes), Unauthorized (401 whatever the key).
+enum class Fault {
+  None, RateLimit, ServerError, Stall, Truncated, Malformed, Empty, NoPatch, Refusal, Drop,
+  InvalidUtf8, Latin1BadGateway, GzipBomb, Huge, Unauthorized
+};
 
 struct ReceivedRequest {
   std::string path;
@@ -50,6 +56,8 @@ class LoopbackLlmServer {
   void set_fault_plan(std::function<Fault(std::size_t n)> plan);
   void set_retry_after(std::string value) { retry_after_ = std::move(value); }
   void set_stall_seconds(double s) { stall_s_ = s; }
+  void set_gzip_bomb_bytes(std::size_t n) { gzip_bomb_bytes_ = n; }
+  void set_huge_bytes(std::size_t n) { huge_bytes_ = n; }
   // Required key: requests without it (Authorization: Bearer, x-api-key or api-key) get 401.
   void require_key(std::string key) { key_ = std::move(key); }
   // Every n-th mutation answer (n > 0) first breaks the build; 0 = never.
@@ -86,6 +94,9 @@ class LoopbackLlmServer {
   std::size_t served_ = 0;
   std::string retry_after_ = "0";
   double stall_s_ = 2.0;
+  std::size_t gzip_bomb_bytes_ = std::size_t(64) << 20;
+  std::size_t huge_bytes_ = std::size_t(24) << 20;
+  std::atomic<bool> stopping_{false};  // ends stalls early so the destructor does not wait them out
   std::string key_;
   int break_every_ = 0;
   int mutations_ = 0;

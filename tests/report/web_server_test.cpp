@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -131,6 +135,66 @@ TEST_F(WebServerTest, ServesManyRequestsAtOnce) {
     });
   for (auto& t : clients) t.join();
   EXPECT_EQ(ok.load(), 60);
+}
+
+// A port another braid serve (or anything) listens on is refused with a clear error, even when
+// the other listener allows port sharing (SO_REUSEPORT): two runs must not answer in turn.
+TEST_F(WebServerTest, RefusesAPortInUse) {
+  WebServer second({a_->dir}, {"127.0.0.1", port_});
+  try {
+    second.bind();
+    ADD_FAILURE() << "bound port " << port_ << " a second time";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("in use"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(port_)), std::string::npos) << e.what();
+  }
+  int sharing = ::socket(AF_INET, SOCK_STREAM, 0);
+  int yes = 1;
+  ::setsockopt(sharing, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  ::setsockopt(sharing, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof yes);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(sharing, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(sharing, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(sharing, reinterpret_cast<sockaddr*>(&addr), &len);
+  WebServer third({a_->dir}, {"127.0.0.1", ntohs(addr.sin_port)});
+  EXPECT_THROW(third.bind(), UserError);
+  ::close(sharing);
+}
+
+// Clients that open a connection and never finish their request headers do not stop the
+// server from answering others.
+TEST_F(WebServerTest, SlowHeaderClientsDoNotBlockOthers) {
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const char partial[] = "GET /api/runs HTTP/1.1\r\nHost: x\r\n";  // no blank line: never ends
+    ASSERT_GT(::send(fd, partial, sizeof partial - 1, 0), 0);
+    slow.push_back(fd);
+  }
+  // One more header line every 0.5 s keeps each slow request alive past any read timeout.
+  std::atomic<bool> done{false};
+  std::thread dribble([&] {
+    while (!done) {
+      for (int fd : slow) ::send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  });
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(std::chrono::seconds(20));
+  auto res = c.Get("/api/runs");
+  done = true;
+  dribble.join();
+  for (int fd : slow) ::close(fd);
+  ASSERT_TRUE(res) << "no answer with 16 slow clients connected";
+  EXPECT_EQ(res->status, 200);
 }
 
 TEST(WebServer, RefusesAFolderThatIsNotARun) {

@@ -320,6 +320,56 @@ TEST_F(ConfigFile, WrongTypesAndRangesAreErrors) {
   EXPECT_THROW(load_search_config("/nonexistent/braid.yaml"), UserError);
 }
 
+// Issue #18: a drawn seed is >= 2^63 half of the time; it must survive YAML, the stored JSON of
+// a run (resume) and never read back as negative.
+TEST_F(ConfigFile, SeedsCoverTheWholeUint64Range) {
+  SearchConfig c = load_search_config(write("seed: 18446744073709551615\n"));
+  EXPECT_EQ(c.seed, 18446744073709551615ull);
+  SearchConfig back = search_config_from_json(json::parse(c.to_json().dump()), "stored");
+  EXPECT_EQ(back.seed, 18446744073709551615ull);
+  c.seed = (1ull << 63) + 12345;
+  EXPECT_EQ(search_config_from_json(json::parse(c.to_json().dump()), "stored").seed, (1ull << 63) + 12345);
+  for (const char* bad : {"seed: -1\n", "seed: 18446744073709551616\n", "seed: 1.5\n"}) {
+    try {
+      load_search_config(write(bad));
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("'seed'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Every integer key has a range, checked where it is read (no wrap on narrowing to int) and in
+// validate() (values set from the command line); doubles must be finite.
+TEST_F(ConfigFile, EveryNumberHasARange) {
+  for (const char* bad : {"num_islands: 100000\n", "num_islands: 4294967297\n", "num_generations: 1000000000000\n",
+                          "max_parallel_jobs: 0\n", "max_parallel_jobs: 100000\n", "archive_size: 0\n",
+                          "num_beams: -3\n", "embedding_dims: 9000\n", "max_patch_attempts: 100000000\n",
+                          "migration_graph: [[0, 4294967297]]\n", "exploitation_alpha: .inf\n",
+                          "stop_when: {metric: combined_score, at_least: 1, confirm: 4294967297}\n"}) {
+    try {
+      load_search_config(write(bad));
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UserError& e) {
+      std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  SearchConfig c;
+  c.num_islands = 100000;
+  EXPECT_THROW(validate(c, "command line"), UserError);
+  EXPECT_THROW(check_int_config_value("num_generations", -1, "--generations"), UserError);
+  EXPECT_THROW(check_int_config_value("max_parallel_jobs", 0, "--parallel"), UserError);
+  try {
+    check_int_config_value("num_generations", 2000000000, "--generations");
+    ADD_FAILURE() << "2e9 generations accepted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--generations: must be an integer between 0 and", 0), 0u) << e.what();
+  }
+  EXPECT_NO_THROW(check_int_config_value("num_generations", 0, "--generations"));
+  EXPECT_NO_THROW(load_search_config(write("num_islands: 256\nnum_generations: 10000000\n")));
+}
+
 TEST_F(ConfigFile, StopWhenReadsAGoalOnAMetric) {
   SearchConfig c = load_search_config(write("stop_when: {metric: max_ratio_to_bound, at_most: 1.05}\n"));
   ASSERT_TRUE(c.stop_when.enabled());

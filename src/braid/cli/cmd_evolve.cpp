@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -9,10 +11,13 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 #include <spdlog/spdlog.h>
 
 #include "braid/cli/command.hpp"
+#include "braid/cli/run_lock.hpp"
 #include "braid/cli/run_setup.hpp"
+#include "braid/llm/http.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/search/replay_evaluator.hpp"
@@ -20,16 +25,22 @@
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
+#include "braid/util/text.hpp"
 
 namespace braid::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop = true; }
+// Ctrl-C / SIGTERM: stop proposing and end the LLM requests in flight (async-signal-safe).
+extern "C" void on_signal(int) {
+  g_stop = true;
+  llm::cancel_requests();
+}
 
 std::string format_duration(double s) {
-  if (s < 0) return "?";
-  int t = int(s + 0.5);
+  if (!(s >= 0)) return "?";  // negative or NaN: not known yet
+  if (s >= 1e7) return ">100d";  // int64 below; a run this long shows no more digits
+  std::int64_t t = std::int64_t(s + 0.5);
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
   return fmt::format("{}s", t);
@@ -53,6 +64,29 @@ std::filesystem::path default_results(const WorkloadSpec& spec) {
   return std::filesystem::path("results") / fmt::format("{}-{}", spec.name, buf);
 }
 
+// Whether the database holds a run whose set-up completed (its "config" is committed last).
+// Files a set-up killed in its first milliseconds leaves behind (0 bytes, no tables yet, a hot
+// rollback journal) hold no run; anything else that is not a braid database is refused by
+// name rather than overwritten.
+bool run_was_started(const std::filesystem::path& db_file) {
+  std::error_code ec;
+  if (std::filesystem::file_size(db_file, ec) == 0 && !ec) return false;
+  if (std::filesystem::exists(db_file.string() + "-journal")) return false;
+  sqlite3* raw = nullptr;
+  std::int64_t tables = -1;
+  if (sqlite3_open_v2(db_file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM sqlite_master", -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+      tables = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close_v2(raw);
+  if (tables == 0) return false;
+  ProgramDatabase db(db_file, DbAccess::ReadOnly);  // UserError naming a damaged/foreign file
+  return db.meta("config").has_value() || db.count() > 0;
+}
+
 }  // namespace
 
 // --llm none: the knob mutator; no --llm: the config's llm_models if it names any.
@@ -73,11 +107,24 @@ SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) 
   SearchConfig cfg;
   if (!spec.config.empty()) cfg = load_search_config(spec.config, cfg);
   if (!req.config.empty()) cfg = load_search_config(req.config, cfg);
-  if (req.generations) cfg.num_generations = *req.generations;
+  if (req.generations) {
+    check_int_config_value("num_generations", *req.generations, "--generations");
+    cfg.num_generations = *req.generations;
+  }
   if (req.seed) cfg.seed = *req.seed;
-  if (req.parallel) cfg.max_parallel_jobs = *req.parallel;
+  if (req.parallel) {
+    check_int_config_value("max_parallel_jobs", *req.parallel, "--parallel");
+    cfg.max_parallel_jobs = int(*req.parallel);
+  }
   validate(cfg, req.config.empty() ? "command line" : req.config.string());
   return cfg;
+}
+
+// The file an error in the LLM keys is reported against: -c, else the workload's config.yaml.
+std::string config_origin(const EvolveRequest& req, const WorkloadSpec& spec) {
+  if (!req.config.empty()) return req.config.string();
+  if (!spec.config.empty()) return spec.config.string();
+  return "config";
 }
 
 RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
@@ -97,7 +144,7 @@ RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, cons
   parts.workload = spec;
   parts.config = cfg;
   if (uses_llm(req, cfg)) {
-    parse_llm_settings(llm_config_json(cfg), "config");  // bad LLM settings fail before any write
+    parse_llm_settings(llm_config_json(cfg), config_origin(req, spec));  // bad LLM settings fail before any write
   } else {
     if (!has_knobs)
       throw UserError(seeds.front().string(), "has no braid:knob lines: the knob mutator needs knobs (or use --llm MODEL)");
@@ -126,7 +173,7 @@ class FunctionEmbedder : public Embedder {
 
 void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results) {
   if (!uses_llm(req, parts.config)) return;
-  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), "config");
+  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), config_origin(req, parts.workload));
   std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
   LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
   parts.mutator = std::move(ops.mutator);
@@ -141,6 +188,10 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
 
 int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results) {
   g_stop = false;
+  llm::reset_cancel();
+  llm::clear_auth_failure();
+  // A rejected key stops the run at once (every later request would be rejected too).
+  llm::set_auth_failure_hook([] { g_stop = true; });
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -159,7 +210,13 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
     }
   };
   RunStatus s = runner.run(g_stop, on_status);
+  llm::set_auth_failure_hook({});
   if (tty) std::fprintf(stderr, "\n");
+  if (auto auth = llm::auth_failure()) {
+    const std::string var = auth->key_env.empty() ? "the model's API key" : auth->key_env;
+    throw UserError(var, "was refused by " + auth->model + " (" + std::string(utf8_prefix(auth->detail, 160)) +
+                             "); the run stopped: set a valid key and continue with `braid resume " + results.string() + "`");
+  }
   log::info("done: {}", status_text(s));
   std::printf("results: %s\nbest: %s (score %.6g)\n", results.string().c_str(), s.best_id.c_str(), s.best_score);
   if (g_stop) {
@@ -183,18 +240,29 @@ namespace {
 
 struct EvolveArgs {
   EvolveRequest req;
-  std::int64_t generations = -1;
-  std::int64_t seed = -1;
-  int parallel = -1;
+  std::optional<std::int64_t> generations;
+  std::optional<std::string> seed;  // parsed by parse_seed: the full uint64 range
+  std::optional<std::int64_t> parallel;
   std::optional<int> ranks;
 };
+
+// --seed: a decimal integer in [0, 2^64 - 1] (0 = draw one); no sign, no wrap-around.
+std::uint64_t parse_seed(const std::string& text) {
+  const std::string why = "must be an integer between 0 and 18446744073709551615, got '" + text + "'";
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) throw UserError("--seed", why);
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno == ERANGE || *end != '\0') throw UserError("--seed", why);
+  return v;
+}
 
 
 int do_evolve(EvolveArgs& a) {
   EvolveRequest& req = a.req;
-  if (a.generations >= 0) req.generations = a.generations;
-  if (a.seed >= 0) req.seed = std::uint64_t(a.seed);
-  if (a.parallel > 0) req.parallel = a.parallel;
+  req.generations = a.generations;
+  if (a.seed) req.seed = parse_seed(*a.seed);
+  req.parallel = a.parallel;
   if (a.ranks) {
     if (*a.ranks < 1) throw UserError("--ranks", "must be at least 1 (got " + std::to_string(*a.ranks) + ")");
     req.ranks = *a.ranks;
@@ -203,29 +271,50 @@ int do_evolve(EvolveArgs& a) {
   apply_ranks_override(spec, req.ranks);
   SearchConfig cfg = resolve_config(req, spec);
   auto results = req.results.empty() ? default_results(spec) : req.results;
-  if (std::filesystem::exists(db_path(results)))
-    throw UserError(results.string(), "already holds a run: continue it with `braid resume " + results.string() + "`");
+  std::optional<RunLock> lock;
+  if (std::filesystem::exists(db_path(results))) {
+    lock.emplace(results);  // a live braid there is named in the refusal
+    if (run_was_started(db_path(results)))
+      throw UserError(results.string(), "already holds a run: continue it with `braid resume " + results.string() + "`");
+  }
   if (cfg.seed == 0) cfg.seed = std::random_device{}() | (std::uint64_t(std::random_device{}()) << 32);
   RunnerParts parts = prepare_run(req, spec, cfg);
   // Input is valid: from here on we write. Should the LLM set-up still refuse (a missing API
   // key), the folder made here is removed again, so bad input leaves nothing behind.
   bool created = !std::filesystem::exists(results);
   std::filesystem::create_directories(results);
+  try {
+    if (!lock) lock.emplace(results);
+  } catch (...) {
+    if (created) std::filesystem::remove_all(results);
+    throw;
+  }
+  // A braid killed during its set-up (before the run's metadata was committed) left a database
+  // that holds no run: start afresh. The lock above makes sure that braid is gone.
+  if (std::filesystem::exists(db_path(results)) && !run_was_started(db_path(results))) {
+    log::warn("{}: an earlier start was interrupted during set-up; starting the run afresh", db_path(results).string());
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(db_path(results).string() + suffix);
+  }
   auto db = std::make_unique<ProgramDatabase>(db_path(results));
   try {
     attach_llm(parts, req, *db, results);
   } catch (const UserError&) {
     db.reset();
+    lock.reset();
     if (created) std::filesystem::remove_all(results);
     throw;
   }
-  db->set_meta("workload_dir", std::filesystem::absolute(spec.dir).string());
-  db->set_meta("config", cfg.to_json().dump());
-  db->set_meta("run_seed", std::to_string(cfg.seed));
-  db->set_meta("llm", req.llm);
-  db->set_meta("replay_evals", req.replay_evals ? "1" : "0");
-  db->set_meta("braid_version", BRAID_VERSION);
-  if (req.ranks) db->set_meta("evaluator_ranks", std::to_string(*req.ranks));
+  // One transaction: "config" marks a run as started, so a kill before this commit leaves a
+  // folder that `evolve` takes over (above) and a kill after it one that `resume` continues.
+  std::vector<std::pair<std::string, std::string>> meta = {
+      {"workload_dir", std::filesystem::absolute(spec.dir).string()},
+      {"run_seed", std::to_string(cfg.seed)},
+      {"llm", req.llm},
+      {"replay_evals", req.replay_evals ? "1" : "0"},
+      {"braid_version", BRAID_VERSION},
+      {"config", cfg.to_json().dump()}};
+  if (req.ranks) meta.emplace_back("evaluator_ranks", std::to_string(*req.ranks));
+  db->set_metas(meta);
   write_file_atomic(results / "config.json", cfg.to_json().dump(2));
   log::info("run seed {}; results in {}", cfg.seed, results.string());
   EvolutionRunner runner(results, *db, std::move(parts));
@@ -234,18 +323,28 @@ int do_evolve(EvolveArgs& a) {
 
 struct ResumeArgs {
   std::filesystem::path results;
-  std::int64_t generations = -1;
-  int parallel = -1;
+  std::optional<std::int64_t> generations;
+  std::optional<std::int64_t> parallel;
 };
 
 int do_resume(ResumeArgs& a) {
-  if (is_pipeline_run(a.results)) return continue_pipeline(a.results, a.generations, a.parallel);
-  if (!std::filesystem::exists(db_path(a.results)))
+  if (a.generations) check_int_config_value("num_generations", *a.generations, "--generations");
+  if (a.parallel) check_int_config_value("max_parallel_jobs", *a.parallel, "--parallel");
+  if (!std::filesystem::is_directory(a.results)) throw UserError(a.results.string(), "no such results folder");
+  const bool pipeline = is_pipeline_run(a.results);
+  if (!pipeline && !std::filesystem::exists(db_path(a.results)))
     throw UserError(a.results.string(), "holds no braid run (no evolution.db)");
-  ProgramDatabase db(db_path(a.results));
+  // Before anything else: a live braid on this folder owns its evaluations (which would
+  // otherwise look orphaned below) and its database.
+  RunLock lock(a.results);
+  if (pipeline) return continue_pipeline(a.results, a.generations.value_or(-1), int(a.parallel.value_or(-1)));
+  ProgramDatabase db(db_path(a.results), DbAccess::Existing);
   auto workload_dir = db.meta("workload_dir");
   auto config = db.meta("config");
-  if (!workload_dir || !config) throw UserError(db_path(a.results).string(), "run metadata missing (workload_dir, config)");
+  if (!config)
+    throw UserError(db_path(a.results).string(),
+                    "holds no started run (its set-up was interrupted): start it again with `braid evolve`");
+  if (!workload_dir) throw UserError(db_path(a.results).string(), "run metadata missing (workload_dir)");
   EvolveRequest req;
   req.workload = *workload_dir;
   req.llm = db.meta("llm").value_or("none");
@@ -254,9 +353,11 @@ int do_resume(ResumeArgs& a) {
   if (auto r = db.meta("evaluator_ranks")) req.ranks = std::stoi(*r);
   apply_ranks_override(spec, req.ranks);
   register_extra_config_keys(llm_config_keys());
-  SearchConfig cfg = search_config_from_json(json::parse(*config), db_path(a.results).string());
-  if (a.generations >= 0) cfg.num_generations = a.generations;
-  if (a.parallel > 0) cfg.max_parallel_jobs = a.parallel;
+  json stored = json::parse(*config, nullptr, false);
+  if (stored.is_discarded()) throw UserError(db_path(a.results).string(), "stored config is not valid JSON");
+  SearchConfig cfg = search_config_from_json(stored, db_path(a.results).string());
+  if (a.generations) cfg.num_generations = *a.generations;
+  if (a.parallel) cfg.max_parallel_jobs = int(*a.parallel);
   if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
   RunnerParts parts = prepare_run(req, spec, cfg);
   attach_llm(parts, req, db, a.results);

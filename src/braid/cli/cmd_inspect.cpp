@@ -21,10 +21,12 @@
 namespace braid::cli {
 namespace {
 
-std::unique_ptr<ProgramDatabase> open_results(const std::filesystem::path& results) {
+// Views open the database read-only: they work on a read-only folder (or one a live run is
+// writing) and never create -wal/-shm files or tables there. rebench writes its table.
+std::unique_ptr<ProgramDatabase> open_results(const std::filesystem::path& results, DbAccess access = DbAccess::ReadOnly) {
   if (!std::filesystem::exists(db_path(results)))
     throw UserError(results.string(), "holds no braid run (no evolution.db)");
-  return std::make_unique<ProgramDatabase>(db_path(results));
+  return std::make_unique<ProgramDatabase>(db_path(results), access);
 }
 
 std::string short_knobs(const std::string& key, std::size_t width) {
@@ -147,6 +149,10 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
   if (out.empty() || out == "-") {
     std::fwrite(r->code.data(), 1, r->code.size(), stdout);
   } else {
+    if (std::filesystem::is_directory(out))
+      throw UserError(out.string(), "is a folder: -o names the file to write (e.g. " + (out / "best.cu").string() + ")");
+    if (!out.parent_path().empty() && !std::filesystem::is_directory(out.parent_path()))
+      throw UserError(out.string(), "its folder " + out.parent_path().string() + " does not exist");
     write_file_atomic(out, r->code);
     std::fprintf(stderr, "wrote %s (candidate %s, score %.6g)\n", out.string().c_str(), r->id.c_str(), r->combined_score);
   }
@@ -159,7 +165,7 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
 int do_rebench(const std::filesystem::path& results, int top, int runs) {
   if (top < 1 || top > 100) throw UserError("--top", "must be between 1 and 100");
   if (runs < 1 || runs > 20) throw UserError("--runs", "must be between 1 and 20");
-  auto db = open_results(results);
+  auto db = open_results(results, DbAccess::Existing);
   auto workload_dir = db->meta("workload_dir");
   auto config = db->meta("config");
   if (!workload_dir || !config) throw UserError(db_path(results).string(), "run metadata missing (workload_dir, config)");

@@ -14,7 +14,7 @@ struct EvolveRequest {
   std::filesystem::path config;            // optional --config
   std::optional<std::int64_t> generations;
   std::optional<std::uint64_t> seed;
-  std::optional<int> parallel;
+  std::optional<std::int64_t> parallel;
   std::filesystem::path results;           // optional --results
   std::string llm;                         // --llm ("" = config's llm_models, else knob mutator)
   bool replay_evals = false;

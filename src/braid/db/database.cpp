@@ -7,6 +7,10 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
+#include <unistd.h>
+
 #include "braid/db/sqlite_statement.hpp"
 #include "braid/util/error.hpp"
 
@@ -207,14 +211,63 @@ std::optional<FailureKind> failure_kind_from(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+
+// SQLite's codes for a file that is not (or no longer) a database.
+bool is_damaged(sqlite3* db) {
+  int code = db ? sqlite3_errcode(db) & 0xff : SQLITE_OK;
+  return code == SQLITE_NOTADB || code == SQLITE_CORRUPT;
+}
+
+std::string not_a_run(std::uintmax_t size) {
+  if (size == 0) return "is empty (0 bytes): not a braid run (a run killed before it started; start it again with `braid evolve`)";
+  return "is not a braid database (damaged, truncated or another kind of file)";
+}
+
+}  // namespace
+
+std::string read_only_sqlite_name(const std::filesystem::path& path, bool live_reader) {
+  std::error_code ec;
+  auto beside = [&](const char* suffix) {
+    auto p = path;
+    p += suffix;
+    return p;
+  };
+  const bool wal_empty = !std::filesystem::exists(beside("-wal"), ec) || std::filesystem::file_size(beside("-wal"), ec) == 0;
+  const bool no_shm = !std::filesystem::exists(beside("-shm"), ec);
+  const auto folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const bool folder_read_only = ::access(folder.c_str(), W_OK) != 0;
+  // No -wal content and no -shm: no writer has the file open, and every commit is in the file.
+  const bool snapshot = wal_empty && (live_reader ? folder_read_only : no_shm || folder_read_only);
+  // sqlite3 URIs escape '%', '?' and '#' in the path.
+  std::string uri = "file:";
+  for (char c : std::filesystem::absolute(path).string()) {
+    if (c == '%' || c == '?' || c == '#') uri += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else uri += c;
+  }
+  return snapshot ? uri + "?immutable=1" : uri + "?mode=ro";
+}
+
 ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess access) : path_(path) {
   const bool read_only = access == DbAccess::ReadOnly;
-  if (read_only && !std::filesystem::exists(path)) {
+  std::error_code size_ec;
+  const bool exists = std::filesystem::exists(path);
+  if (read_only && !exists) {
     throw SystemError("no program database at " + path.string());
   }
+  if (access == DbAccess::Existing && !exists) throw UserError(path.string(), "no such database");
+  const std::uintmax_t size = exists ? std::filesystem::file_size(path, size_ec) : 0;
+  // A 0-byte file is a valid empty SQLite database: never let it pass for a run.
+  if (access != DbAccess::ReadWrite && exists && !size_ec && size == 0) throw UserError(path.string(), not_a_run(0));
   int flags = SQLITE_OPEN_FULLMUTEX |
-              (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+              (read_only ? SQLITE_OPEN_READONLY
+                         : access == DbAccess::Existing ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  std::string target = path.string();
+  if (read_only) {
+    flags |= SQLITE_OPEN_URI;
+    target = read_only_sqlite_name(path, /*live_reader=*/false);
+  }
+  if (sqlite3_open_v2(target.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     std::string message = "cannot open database " + path.string() + ": " +
                           (db_ ? sqlite3_errmsg(db_) : "out of memory");
     sqlite3_close_v2(db_);
@@ -229,12 +282,11 @@ ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess acc
     // Reads through a memory map instead of a read() per page: summaries() of 100k programs
     // scans ~0.5 GB, and this halves its time. SQLite clamps the size to its compiled limit.
     sql::exec(db_, "PRAGMA mmap_size = 2147418112");
-    if (read_only) {
+    if (access != DbAccess::ReadWrite) {
       Statement has_meta(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'");
-      if (!has_meta.step() || !meta("schema_version")) {
-        throw SystemError(path.string() + " is not a braid program database");
-      }
-    } else {
+      if (!has_meta.step() || !meta("schema_version")) throw UserError(path.string(), not_a_run(size));
+    }
+    if (!read_only) {
       // WAL: readers in other processes never block the writer and see only committed rows.
       // synchronous=NORMAL keeps every committed transaction across a process kill (the WAL
       // is written before COMMIT returns); only a power loss can drop the last commits.
@@ -256,6 +308,13 @@ ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess acc
       }
       tx.commit();
     }
+  } catch (const SystemError&) {
+    const bool damaged = is_damaged(db_);
+    const std::string reason = db_ ? sqlite3_errmsg(db_) : "";
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    if (damaged) throw UserError(path.string(), not_a_run(size) + " (SQLite: " + reason + ")");
+    throw;
   } catch (...) {
     sqlite3_close_v2(db_);
     db_ = nullptr;
@@ -434,6 +493,19 @@ void ProgramDatabase::set_meta(const std::string& key, const std::string& value)
                "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
   st.bind(1, key).bind(2, value).run();
+}
+
+void ProgramDatabase::set_metas(const std::vector<std::pair<std::string, std::string>>& entries) {
+  sql::ConnectionLock lock(db_);
+  sql::Transaction tx(db_);
+  Statement st(db_,
+               "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+               "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+  for (const auto& [key, value] : entries) {
+    st.bind(1, key).bind(2, value).run();
+    st.reset();
+  }
+  tx.commit();
 }
 
 std::optional<std::string> ProgramDatabase::meta(const std::string& key) const {

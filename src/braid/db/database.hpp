@@ -21,8 +21,19 @@ struct sqlite3;
 namespace braid {
 
 // ReadOnly opens an existing database (another process may be writing it: WAL lets readers
-// see the last committed state) and never changes the file; ReadWrite creates it if absent.
-enum class DbAccess { ReadWrite, ReadOnly };
+// see the last committed state) and never changes the file or its folder, which may be
+// read-only; ReadWrite creates it if absent; Existing writes a database that must already be a
+// braid one (resume: a missing, empty or foreign file is refused, never turned into a new run).
+// A file that is not a braid database (garbage, truncated, 0 bytes) is a UserError naming it.
+enum class DbAccess { ReadWrite, ReadOnly, Existing };
+
+// The name to open `path` with (sqlite3_open_v2, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI) so
+// that reading writes nothing beside the file: a read-only connection to a WAL database would
+// otherwise create -wal/-shm files, and fails where they cannot be created (a read-only
+// folder). When no writer can have the file open (no -wal content, no -shm; or a read-only
+// folder) it is read as immutable. A `live_reader` (the web UI, which keeps reading while a
+// run may start writing) takes the immutable path only in a read-only folder.
+std::string read_only_sqlite_name(const std::filesystem::path& path, bool live_reader);
 
 struct ProgramQuery {
   std::optional<int> island;
@@ -60,6 +71,8 @@ class ProgramDatabase {
   std::vector<AttemptRecord> attempts(std::int64_t since_generation = 0, int limit = -1) const;
 
   void set_meta(const std::string& key, const std::string& value);
+  // Several keys in one transaction: all or none survive a kill.
+  void set_metas(const std::vector<std::pair<std::string, std::string>>& entries);
   std::optional<std::string> meta(const std::string& key) const;
 
   // Process groups of evaluations in flight (pgid + the process start time, so a recycled

@@ -51,8 +51,10 @@ class WorkloadReader {
     const YAML::Node node = map[key];
     if (!node) return std::nullopt;
     double value = 0.0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value <= 0)
-      error(node, "'" + key + "' must be a positive number of seconds");
+    // At most a week: larger values overflow the millisecond clocks of the evaluators.
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value <= 0 ||
+        value > 604800)
+      error(node, "'" + key + "' must be a positive number of seconds, at most 604800 (a week)");
     return value;
   }
 

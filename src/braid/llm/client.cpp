@@ -18,8 +18,9 @@
 namespace braid::llm {
 namespace {
 
+// Never cuts a UTF-8 sequence: messages go into JSON (the exchange log, the database).
 std::string shorten(const std::string& s, std::size_t n = 400) {
-  return s.size() <= n ? s : s.substr(0, n) + "...";
+  return s.size() <= n ? s : std::string(utf8_prefix(s, n)) + "...";
 }
 
 bool looks_like_refusal(const std::string& text) {
@@ -43,8 +44,7 @@ class HttpLlmClient final : public LlmClient {
  public:
   HttpLlmClient(ModelSpec spec, std::string key, RetryPolicy policy, std::function<void(double)> sleep)
       : spec_(std::move(spec)), key_(std::move(key)), policy_(policy), sleep_(std::move(sleep)) {
-    if (!sleep_)
-      sleep_ = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+    if (!sleep_) sleep_ = cancellable_sleep;  // Ctrl-C does not wait out a back-off
   }
 
   const std::string& model() const override { return spec_.text; }
@@ -63,15 +63,13 @@ class HttpLlmClient final : public LlmClient {
     const std::string url = spec_.endpoint();
     const std::vector<std::string> headers = auth_headers();
     auto t0 = std::chrono::steady_clock::now();
+    int timeouts = 0;
     for (int attempt = 0;; ++attempt) {
       out.attempts = attempt + 1;
-      HttpResponse http = http_post(url, headers, payload, policy_.timeout_s);
+      HttpResponse http = http_post(url, headers, payload, policy_.timeout_s, policy_.limits);
       std::optional<double> retry_after;
-      std::string kind, message;
-      if (http.status == 0) {
-        kind = http.timed_out ? "timeout" : "connection";
-        message = http.timed_out ? "no answer within " + fmt_seconds(policy_.timeout_s) : http.transport_error;
-      } else if (http.status == 200) {
+      std::string kind = failure_kind(http), message;
+      if (kind.empty()) {
         LlmResponse parsed = out;
         parse_response_body(spec_.protocol, http.body, parsed);
         if (parsed.error_kind.empty() || parsed.error_kind != "malformed") {
@@ -81,20 +79,26 @@ class HttpLlmClient final : public LlmClient {
         }
         kind = parsed.error_kind;
         message = parsed.error;
+      } else if (http.status == 0) {
+        message = kind == "timeout" && !http.too_large && http.transport_error.find("stopped") == std::string::npos
+                      ? "no answer within " + fmt_seconds(policy_.timeout_s)
+                      : http.transport_error;
       } else {
-        kind = http.status == 429 ? "rate_limited"
-               : http.status >= 500 ? "server_error"
-               : http.status == 408 ? "timeout"
-                                    : "http_error";
         message = "HTTP " + std::to_string(http.status) + ": " + shorten(trimmed(http.body));
         if (auto it = http.headers.find("retry-after"); it != http.headers.end())
           retry_after = parse_retry_after(it->second);
       }
       message = redact(message);
-      bool retryable = kind != "http_error";
-      if (!retryable || attempt >= policy_.max_retries) {
-        out.error_kind = kind;
-        out.error = message;
+      if (kind == "auth") {
+        report_auth_failure({spec_.text, spec_.key_env, message});
+      }
+      if (kind == "timeout") ++timeouts;
+      // A stalled endpoint is asked again only max_timeout_retries times: each try costs a whole
+      // request timeout.
+      bool retryable = is_retryable(kind) && !(kind == "timeout" && timeouts > policy_.max_timeout_retries);
+      if (!retryable || attempt >= policy_.max_retries || requests_cancelled()) {
+        out.error_kind = requests_cancelled() && kind != "auth" ? "cancelled" : kind;
+        out.error = out.error_kind == "cancelled" && kind != "cancelled" ? "cancelled (" + message + ")" : message;
         out.latency_s = seconds_since(t0);
         return out;
       }

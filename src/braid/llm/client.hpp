@@ -3,7 +3,9 @@
 //
 // Error kinds (also the keys of the "errors" totals): rate_limited (429), server_error (5xx),
 // timeout, connection (reset, refused, empty reply), malformed (unparsable or truncated JSON),
-// http_error (other 4xx: not retried), empty (no text), refusal, replay_missing, budget.
+// too_large (answer over the size cap: not retried), auth (401/403: not retried, ends the run,
+// see http.hpp), cancelled (Ctrl-C or a rejected key), http_error (other 4xx: not retried),
+// empty (no text), refusal, replay_missing, budget.
 // The mutator adds no_patch (an answer without a patch).
 #pragma once
 #include <functional>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/llm/http.hpp"
 #include "braid/llm/model_spec.hpp"
 #include "braid/util/json.hpp"
 
@@ -61,10 +64,12 @@ class LlmClient {
 
 struct RetryPolicy {
   int max_retries = 4;            // further attempts after the first
+  int max_timeout_retries = 1;    // of those, after a timeout (each costs a whole timeout_s)
   double timeout_s = 120.0;       // per request
   double backoff_base_s = 1.0;    // delay before retry i: base * 2^i, scaled by jitter in [0.5, 1]
   double backoff_max_s = 60.0;
   double retry_after_max_s = 300.0;  // a server's Retry-After is honoured up to this
+  HttpLimits limits;                 // answer size cap, connect and stall timeouts
 };
 
 // Client for the model's protocol (OpenAI chat completions or Anthropic Messages) with

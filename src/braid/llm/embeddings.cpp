@@ -1,5 +1,7 @@
 #include "braid/llm/embeddings.hpp"
 
+#include "braid/util/text.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -31,12 +33,9 @@ EmbeddingResult embed_text(const ModelSpec& spec, const std::string& api_key, co
     headers.push_back(spec.provider == "azure" ? "api-key: " + api_key : "Authorization: Bearer " + api_key);
   const std::string body = json{{"model", spec.model}, {"input", text}}.dump();
   for (int attempt = 0;; ++attempt) {
-    HttpResponse http = http_post(embeddings_endpoint(spec), headers, body, policy.timeout_s);
-    std::string kind, message;
-    if (http.status == 0) {
-      kind = http.timed_out ? "timeout" : "connection";
-      message = http.transport_error;
-    } else if (http.status == 200) {
+    HttpResponse http = http_post(embeddings_endpoint(spec), headers, body, policy.timeout_s, policy.limits);
+    std::string kind = failure_kind(http), message;
+    if (kind.empty()) {
       json j = json::parse(http.body, nullptr, false);
       if (!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
           j["data"][0].contains("embedding") && j["data"][0]["embedding"].is_array()) {
@@ -54,11 +53,13 @@ EmbeddingResult embed_text(const ModelSpec& spec, const std::string& api_key, co
       }
       kind = "malformed";
       message = "embedding answer has no data[0].embedding";
+    } else if (http.status == 0) {
+      message = http.transport_error;
     } else {
-      kind = http.status == 429 ? "rate_limited" : http.status >= 500 ? "server_error" : "http_error";
-      message = "HTTP " + std::to_string(http.status) + ": " + http.body.substr(0, 300);
+      message = "HTTP " + std::to_string(http.status) + ": " + std::string(utf8_prefix(http.body, 300));
     }
-    if (kind == "http_error" || attempt >= policy.max_retries) {
+    if (kind == "auth") report_auth_failure({spec.text, spec.key_env, redact(message)});
+    if (!is_retryable(kind) || attempt >= policy.max_retries || requests_cancelled()) {
       out.error_kind = kind;
       out.error = redact(message);
       return out;
@@ -66,7 +67,7 @@ EmbeddingResult embed_text(const ModelSpec& spec, const std::string& api_key, co
     double delay = std::min(policy.backoff_max_s, policy.backoff_base_s * std::pow(2.0, attempt));
     if (auto it = http.headers.find("retry-after"); it != http.headers.end())
       if (auto ra = parse_retry_after(it->second)) delay = std::min(*ra, policy.retry_after_max_s);
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    cancellable_sleep(delay);
   }
 }
 

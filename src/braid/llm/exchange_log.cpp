@@ -8,6 +8,7 @@
 #include "braid/llm/secrets.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/log.hpp"
+#include "braid/util/text.hpp"
 
 namespace braid::llm {
 
@@ -33,13 +34,42 @@ std::int64_t ExchangeRecorder::next_seq() {
   return next_++;
 }
 
-void ExchangeRecorder::append(std::int64_t seq, const LlmRequest& request, const LlmResponse& response) {
+namespace {
+
+// One exchange as a line, at most kMaxExchangeRecordBytes: a huge prompt or answer is cut
+// (UTF-8 safe) and the record marked "truncated", so a hostile endpoint cannot fill the disk.
+std::string exchange_line(std::int64_t seq, const LlmRequest& request, const LlmResponse& response) {
   json line = {{"seq", seq},
                {"key", request.replay_key},
                {"model", response.model},
                {"request", to_json(request)},
                {"response", to_json(response)}};
-  std::string text = redact(line.dump()) + "\n";
+  // Strings are valid UTF-8 by construction (http.cpp); replace anything that is not anyway.
+  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() <= kMaxExchangeRecordBytes) return text;
+  const std::size_t share = kMaxExchangeRecordBytes / 4;
+  auto cut = [&](json& field) {
+    if (field.is_string() && field.get_ref<const std::string&>().size() > share)
+      field = std::string(utf8_prefix(field.get_ref<const std::string&>(), share)) + "\n[... cut by braid: record over the size cap]";
+  };
+  cut(line["response"]["text"]);
+  cut(line["response"]["error"]);
+  cut(line["request"]["system"]);
+  auto& messages = line["request"]["messages"];
+  const std::size_t n = std::max<std::size_t>(1, messages.size());
+  for (auto& m : messages) {
+    auto& content = m["content"];
+    if (content.is_string() && content.get_ref<const std::string&>().size() > share / n)
+      content = std::string(utf8_prefix(content.get_ref<const std::string&>(), share / n)) + "\n[... cut by braid]";
+  }
+  line["truncated"] = true;
+  return line.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void ExchangeRecorder::append(std::int64_t seq, const LlmRequest& request, const LlmResponse& response) {
+  std::string text = redact(exchange_line(seq, request, response)) + "\n";
   std::lock_guard lock(mu_);
   std::fwrite(text.data(), 1, text.size(), out_);
   std::fflush(out_);

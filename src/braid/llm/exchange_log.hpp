@@ -18,6 +18,8 @@
 namespace braid::llm {
 
 inline constexpr const char* kExchangeFile = "llm_exchanges.jsonl";
+// Cap of one line of that file; longer exchanges are stored cut, marked "truncated": true.
+inline constexpr std::size_t kMaxExchangeRecordBytes = std::size_t(4) << 20;
 
 // Appends exchanges to the run's file and numbers them. Shared by every client of a run.
 class ExchangeRecorder {

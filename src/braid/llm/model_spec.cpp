@@ -1,11 +1,31 @@
 #include "braid/llm/model_spec.hpp"
 
+#include <curl/curl.h>
+
 #include "braid/util/error.hpp"
 
 namespace braid::llm {
 namespace {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// libcurl's own URL parser decides, so what is accepted here is what the requests can reach:
+// "http://" (no host), port 99999, "http://[::1/v1" (unclosed IPv6) are refused at start.
+std::string url_problem(const std::string& url) {
+  CURLU* u = curl_url();
+  if (u == nullptr) return "cannot be parsed (out of memory)";
+  std::string problem;
+  if (CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0); rc != CURLUE_OK) {
+    problem = curl_url_strerror(rc);
+  } else {
+    char* host = nullptr;
+    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host == nullptr || *host == '\0')
+      problem = "no host";
+    curl_free(host);
+  }
+  curl_url_cleanup(u);
+  return problem;
+}
 
 std::string strip_slash(std::string s) {
   while (!s.empty() && s.back() == '/') s.pop_back();
@@ -91,6 +111,8 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_ove
       }
     }
     spec.base_url = strip_slash(location);
+    if (std::string problem = url_problem(spec.base_url); !problem.empty())
+      throw UserError(file, "model string '" + spec.text + "': '" + location + "' is not a valid URL (" + problem + ")");
   }
   if (spec.provider == "azure" && spec.api_version.empty())
     throw UserError(file, "model string '" + spec.text + "': azure needs ?api-version=... after the endpoint");

@@ -15,9 +15,10 @@
 //   llm_prices          {"<model string or id>": {"input": USD/Mtok, "output": USD/Mtok}}
 //   api_key_env         environment variable holding the key for every model (overrides defaults)
 //   max_api_cost        USD; when reached, budget_exhausted() turns true (0 = no limit)
-//   request_timeout_s   per request (default 120)
-//   max_retries         per request, on 429/5xx/timeouts/resets/malformed answers (default 4)
-//   retry_backoff_s, retry_backoff_max_s   exponential back-off base and cap (1, 60)
+//   request_timeout_s   per request (default 120, at most 86400)
+//   max_retries         per request, on 429/5xx/timeouts/resets/malformed answers (default 4,
+//                       at most 20; a timeout is retried once); 401/403 stop the run
+//   retry_backoff_s, retry_backoff_max_s   exponential back-off base and cap (1, 60; at most 3600)
 //   prompts_dir         folder whose *.md files override the shipped prompts/ by name
 //   use_novelty_judge   ask novelty_llm_model after the embedding filter (default false)
 //   api_type            backend shown to the model: "lsa" | "gin" | "hybrid" | "host" (default "lsa")

@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include "braid/llm/model_spec.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/util/error.hpp"
@@ -7,21 +9,26 @@ namespace {
 
 std::string kind_of(const json& v) { return v.type_name(); }
 
-double get_number(const json& config, const char* key, double min, const std::string& file) {
+// Every number has a range: a timeout of 1e10 s must not overflow into "at once".
+double get_number(const json& config, const char* key, double min, double max, const std::string& file) {
   const json& v = config.at(key);
   if (!v.is_number()) throw UserError(file, std::string(key) + ": expected a number, got " + kind_of(v));
   double d = v.get<double>();
-  if (d < min) throw UserError(file, std::string(key) + ": must be at least " + std::to_string(min));
+  if (!(d >= min && d <= max))
+    throw UserError(file, fmt::format("{}: must be between {:g} and {:g}, got {}", key, min, max, v.dump()));
   return d;
 }
 
-int get_int(const json& config, const char* key, int min, const std::string& file) {
+int get_int(const json& config, const char* key, int min, int max, const std::string& file) {
   const json& v = config.at(key);
   if (!v.is_number_integer()) throw UserError(file, std::string(key) + ": expected an integer, got " + kind_of(v));
-  int i = v.get<int>();
-  if (i < min) throw UserError(file, std::string(key) + ": must be at least " + std::to_string(min));
-  return i;
+  const bool in_range = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(max)
+                                               : v.get<std::int64_t>() >= min && v.get<std::int64_t>() <= max;
+  if (!in_range) throw UserError(file, fmt::format("{}: must be between {} and {}, got {}", key, min, max, v.dump()));
+  return int(v.get<std::int64_t>());
 }
+
+constexpr int kMaxTokens = 10'000'000;
 
 std::string get_string(const json& config, const char* key, const std::string& file) {
   const json& v = config.at(key);
@@ -98,18 +105,18 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
     }
     if (s.kwargs.contains("max_tokens")) {
       const json& mt = s.kwargs["max_tokens"];
-      if (mt.is_number_integer() && mt.get<int>() > 0) {
+      if (mt.is_number_integer() && mt.get<std::int64_t>() > 0 && mt.get<std::int64_t>() <= kMaxTokens) {
         s.max_tokens_explore = s.max_tokens_exploit = mt.get<int>();
       } else if (mt.is_object()) {
         for (auto& [phase, n] : mt.items()) {
-          if (!n.is_number_integer() || n.get<int>() <= 0)
-            throw UserError(file, "llm_kwargs.max_tokens." + phase + ": expected a positive integer");
+          if (!n.is_number_integer() || n.get<std::int64_t>() <= 0 || n.get<std::int64_t>() > kMaxTokens)
+            throw UserError(file, "llm_kwargs.max_tokens." + phase + ": expected an integer between 1 and 10000000");
           if (phase == "explore") s.max_tokens_explore = n.get<int>();
           else if (phase == "exploit") s.max_tokens_exploit = n.get<int>();
           else throw UserError(file, "llm_kwargs.max_tokens: unknown phase '" + phase + "' (explore, exploit)");
         }
       } else {
-        throw UserError(file, "llm_kwargs.max_tokens: expected a positive integer or {explore: n, exploit: m}");
+        throw UserError(file, "llm_kwargs.max_tokens: expected an integer between 1 and 10000000 or {explore: n, exploit: m}");
       }
       s.kwargs.erase("max_tokens");
     }
@@ -120,7 +127,7 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
     else if (v == "ucb") s.selection = llm::Selection::Ucb;
     else throw UserError(file, "llm_selection: expected round_robin or ucb, got '" + v + "'");
   }
-  if (has("llm_ucb_exploration")) s.ucb_exploration = get_number(config, "llm_ucb_exploration", 0.0, file);
+  if (has("llm_ucb_exploration")) s.ucb_exploration = get_number(config, "llm_ucb_exploration", 0.0, 1e3, file);
   if (has("meta_llm_model")) s.meta_model = get_string(config, "meta_llm_model", file);
   if (has("feedback_llm_model")) s.feedback_model = get_string(config, "feedback_llm_model", file);
   if (has("novelty_llm_model")) s.novelty_model = get_string(config, "novelty_llm_model", file);
@@ -147,11 +154,11 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
       s.prices[model] = price;
     }
   }
-  if (has("max_api_cost")) s.max_api_cost = get_number(config, "max_api_cost", 0.0, file);
-  if (has("request_timeout_s")) s.request_timeout_s = get_number(config, "request_timeout_s", 0.001, file);
-  if (has("max_retries")) s.max_retries = get_int(config, "max_retries", 0, file);
-  if (has("retry_backoff_s")) s.retry_backoff_s = get_number(config, "retry_backoff_s", 0.0, file);
-  if (has("retry_backoff_max_s")) s.retry_backoff_max_s = get_number(config, "retry_backoff_max_s", 0.0, file);
+  if (has("max_api_cost")) s.max_api_cost = get_number(config, "max_api_cost", 0.0, 1e9, file);
+  if (has("request_timeout_s")) s.request_timeout_s = get_number(config, "request_timeout_s", 0.001, 24 * 3600.0, file);
+  if (has("max_retries")) s.max_retries = get_int(config, "max_retries", 0, 20, file);
+  if (has("retry_backoff_s")) s.retry_backoff_s = get_number(config, "retry_backoff_s", 0.0, 3600.0, file);
+  if (has("retry_backoff_max_s")) s.retry_backoff_max_s = get_number(config, "retry_backoff_max_s", 0.0, 3600.0, file);
   if (has("prompts_dir")) s.prompts_dir = get_string(config, "prompts_dir", file);
   if (has("use_novelty_judge")) s.use_novelty_judge = get_bool(config, "use_novelty_judge", file);
   if (has("api_type")) {
@@ -168,9 +175,9 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
     }
   }
   if (has("hardware_facts")) s.hardware_facts = get_string(config, "hardware_facts", file);
-  if (has("feedback_max_tokens")) s.feedback_max_tokens = get_int(config, "feedback_max_tokens", 1, file);
-  if (has("meta_max_tokens")) s.meta_max_tokens = get_int(config, "meta_max_tokens", 1, file);
-  if (has("novelty_max_tokens")) s.novelty_max_tokens = get_int(config, "novelty_max_tokens", 1, file);
+  if (has("feedback_max_tokens")) s.feedback_max_tokens = get_int(config, "feedback_max_tokens", 1, kMaxTokens, file);
+  if (has("meta_max_tokens")) s.meta_max_tokens = get_int(config, "meta_max_tokens", 1, kMaxTokens, file);
+  if (has("novelty_max_tokens")) s.novelty_max_tokens = get_int(config, "novelty_max_tokens", 1, kMaxTokens, file);
   return s;
 }
 

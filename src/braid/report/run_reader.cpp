@@ -1,5 +1,7 @@
 #include "braid/report/run_reader.hpp"
 
+#include "braid/db/database.hpp"
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -60,7 +62,9 @@ RunReader::RunReader(const std::filesystem::path& results_dir) : dir_(results_di
     throw UserError(dir_.string(), "not a folder (expected a results folder of `braid evolve`)");
   if (!std::filesystem::exists(db_path_)) throw UserError(db_path_.string(), "no such database (has the run started?)");
   // Read-only: the UI never writes a run's database, even by accident.
-  int rc = sqlite3_open_v2(db_path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr);
+  // In a read-only folder (where -wal/-shm cannot be created) it reads the file as immutable.
+  int rc = sqlite3_open_v2(read_only_sqlite_name(db_path_, /*live_reader=*/true).c_str(), &db_,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "cannot open";
     sqlite3_close(db_);

@@ -2,7 +2,14 @@
 
 #include <httplib.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstring>
 
 #include "braid/report/plots.hpp"
 #include "braid/report/run_reader.hpp"
@@ -66,12 +73,50 @@ json endpoint_index() {
           {"doc", "web/API.md"}};
 }
 
+constexpr std::size_t kWorkers = 64;
+
+// Why `host:port` cannot be bound (httplib does not keep errno): the same bind, done again.
+int bind_error(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) != 0) return EADDRNOTAVAIL;
+  int error = 0;
+  for (addrinfo* a = list; a != nullptr; a = a->ai_next) {
+    int sock = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (sock < 0) continue;
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    error = ::bind(sock, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    ::close(sock);
+    if (error == EADDRINUSE) break;
+  }
+  ::freeaddrinfo(list);
+  return error;
+}
+
 }  // namespace
 
 WebServer::WebServer(const std::vector<std::filesystem::path>& results, ServeOptions options) : options_(std::move(options)) {
   if (results.empty()) throw UserError("", "serve: give at least one results folder");
   for (const auto& r : results) runs_.push_back(std::make_unique<RunReader>(r));
   server_ = std::make_unique<httplib::Server>();
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second braid serve
+  // share a port with the first (requests then alternate between the two runs).
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+  });
+  // Connections that never finish their request each hold a worker until the read timeout:
+  // many workers and short timeouts keep the UI answering with a few such clients connected.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  server_->set_read_timeout(std::chrono::seconds(5));
+  server_->set_write_timeout(std::chrono::seconds(5));
+  server_->set_keep_alive_timeout(2);
+  server_->set_keep_alive_max_count(100);
+  server_->set_payload_max_length(64 * 1024);  // the API takes no request bodies
   install_routes();
 }
 
@@ -84,7 +129,14 @@ int WebServer::bind() {
   } else if (!server_->bind_to_port(options_.host, port)) {
     port = -1;
   }
-  if (port < 0) throw SystemError("serve: cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  if (port < 0) {
+    const int e = bind_error(options_.host, options_.port);
+    const std::string where = options_.host + ":" + std::to_string(options_.port);
+    if (e == EADDRINUSE)
+      throw UserError("--port", "port " + std::to_string(options_.port) + " on " + options_.host +
+                                    " is in use (another braid serve?): pick another with --port, or --port 0 for a free one");
+    throw UserError("--host", "cannot listen on " + where + ": " + (e ? std::strerror(e) : "address not usable"));
+  }
   return port;
 }
 

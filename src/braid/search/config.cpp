@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -41,6 +43,13 @@ json yaml_to_json(const YAML::Node& n) {
         if (pos == s.size()) return v;
       } catch (...) {
       }
+      // Seeds above 2^63 - 1 (half of all drawn seeds) are integers too, not doubles.
+      if (!s.empty() && s[0] != '-') try {
+          size_t pos = 0;
+          unsigned long long v = std::stoull(s, &pos);
+          if (pos == s.size()) return v;
+        } catch (...) {
+        }
       try {
         size_t pos = 0;
         double v = std::stod(s, &pos);
@@ -73,12 +82,69 @@ struct Ctx {
 
 std::int64_t as_int(const json& v, const Ctx& c) {
   if (!v.is_number_integer()) c.fail("expected an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    c.fail("too large (" + v.dump() + ")");
   return v.get<std::int64_t>();
 }
 double as_double(const json& v, const Ctx& c) {
   if (!v.is_number()) c.fail("expected a number, got " + v.dump());
-  return v.get<double>();
+  double d = v.get<double>();
+  if (!std::isfinite(d)) c.fail("expected a finite number, got " + v.dump());
+  return d;
 }
+
+// Every integer key of the search with its range, in one place: the YAML/JSON setters, the
+// stored config of a resumed run and the command line (-g, -j) are all checked against it, so
+// no value can wrap when narrowed to int or make the run allocate without bound.
+struct IntKey {
+  std::int64_t lo, hi;
+  std::int64_t (*get)(const SearchConfig&);
+  void (*set)(SearchConfig&, std::int64_t);
+};
+
+#define BRAID_INT_KEY(name, lo, hi)                                                          \
+  {                                                                                          \
+    #name, IntKey {                                                                          \
+      lo, hi, [](const SearchConfig& s) { return std::int64_t(s.name); },                    \
+          [](SearchConfig& s, std::int64_t v) { s.name = static_cast<decltype(s.name)>(v); } \
+    }                                                                                        \
+  }
+
+const std::map<std::string, IntKey>& int_keys() {
+  static const std::map<std::string, IntKey> table = {
+      BRAID_INT_KEY(num_generations, 0, kMaxGenerations),
+      BRAID_INT_KEY(max_parallel_jobs, 1, 1024),
+      BRAID_INT_KEY(num_islands, 1, 256),
+      BRAID_INT_KEY(num_beams, 1, 1000),
+      BRAID_INT_KEY(archive_size, 1, 100000),
+      BRAID_INT_KEY(num_archive_inspirations, 0, 50),
+      BRAID_INT_KEY(num_top_k_inspirations, 0, 50),
+      BRAID_INT_KEY(num_failed_neighbours, 0, 50),
+      BRAID_INT_KEY(migration_interval, 0, kMaxGenerations),
+      BRAID_INT_KEY(max_novelty_attempts, 1, 100),
+      BRAID_INT_KEY(max_patch_attempts, 1, 100),
+      BRAID_INT_KEY(embedding_dims, 16, 8192),
+      BRAID_INT_KEY(meta_rec_interval, 0, kMaxGenerations),
+  };
+  return table;
+}
+#undef BRAID_INT_KEY
+
+// The whole uint64 range: a drawn seed is >= 2^63 half of the time.
+std::uint64_t as_seed(const json& v, const Ctx& c) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return std::uint64_t(v.get<std::int64_t>());
+  c.fail("must be an integer between 0 and 18446744073709551615, got " + v.dump());
+}
+
+// An island number of migration_graph; the edge check against num_islands comes in validate().
+int island_index(const json& v, const Ctx& c) {
+  std::int64_t i = as_int(v, c);
+  if (i < 0 || i > int_keys().at("num_islands").hi) c.fail("island index out of range: " + std::to_string(i));
+  return int(i);
+}
+
+std::string range_text(const IntKey& k) { return fmt::format("must be an integer between {} and {}", k.lo, k.hi); }
 bool as_bool(const json& v, const Ctx& c) {
   if (!v.is_boolean()) c.fail("expected true or false, got " + v.dump());
   return v.get<bool>();
@@ -102,19 +168,10 @@ using Setter = std::function<void(SearchConfig&, const json&, const Ctx&)>;
 
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
-      {"num_generations", [](auto& s, auto& v, auto& c) { s.num_generations = as_int(v, c); }},
-      {"max_parallel_jobs", [](auto& s, auto& v, auto& c) { s.max_parallel_jobs = int(as_int(v, c)); }},
-      {"num_islands", [](auto& s, auto& v, auto& c) { s.num_islands = int(as_int(v, c)); }},
       {"parent_selection_strategy", [](auto& s, auto& v, auto& c) { s.parent_selection_strategy = as_string(v, c); }},
       {"exploitation_alpha", [](auto& s, auto& v, auto& c) { s.exploitation_alpha = as_double(v, c); }},
       {"parent_selection_lambda", [](auto& s, auto& v, auto& c) { s.parent_selection_lambda = as_double(v, c); }},
-      {"num_beams", [](auto& s, auto& v, auto& c) { s.num_beams = int(as_int(v, c)); }},
-      {"archive_size", [](auto& s, auto& v, auto& c) { s.archive_size = int(as_int(v, c)); }},
       {"elite_selection_ratio", [](auto& s, auto& v, auto& c) { s.elite_selection_ratio = as_double(v, c); }},
-      {"num_archive_inspirations", [](auto& s, auto& v, auto& c) { s.num_archive_inspirations = int(as_int(v, c)); }},
-      {"num_top_k_inspirations", [](auto& s, auto& v, auto& c) { s.num_top_k_inspirations = int(as_int(v, c)); }},
-      {"num_failed_neighbours", [](auto& s, auto& v, auto& c) { s.num_failed_neighbours = int(as_int(v, c)); }},
-      {"migration_interval", [](auto& s, auto& v, auto& c) { s.migration_interval = int(as_int(v, c)); }},
       {"migration_rate", [](auto& s, auto& v, auto& c) { s.migration_rate = as_double(v, c); }},
       {"migration_strategy", [](auto& s, auto& v, auto& c) { s.migration_strategy = as_string(v, c); }},
       {"migration_graph",
@@ -124,17 +181,19 @@ const std::map<std::string, Setter>& setters() {
          if (v.is_array()) {
            for (const auto& e : v) {
              if (!e.is_array() || e.size() != 2) c.fail("expected a list of [from, to] pairs");
-             s.migration_graph.emplace_back(int(as_int(e[0], c)), int(as_int(e[1], c)));
+             s.migration_graph.emplace_back(island_index(e[0], c), island_index(e[1], c));
            }
          } else if (v.is_object()) {
            for (auto it = v.begin(); it != v.end(); ++it) {
              int from = 0;
              try {
-               from = std::stoi(it.key());
+               from = island_index(json(std::stoll(it.key())), c);
+             } catch (const UserError&) {
+               throw;
              } catch (...) {
                c.fail("island index expected, got '" + it.key() + "'");
              }
-             for (const auto& to : it.value()) s.migration_graph.emplace_back(from, int(as_int(to, c)));
+             for (const auto& to : it.value()) s.migration_graph.emplace_back(from, island_index(to, c));
            }
          } else {
            c.fail("expected [[from, to], ...] or {from: [to, ...]}");
@@ -147,21 +206,12 @@ const std::map<std::string, Setter>& setters() {
       {"exploit_temperatures", [](auto& s, auto& v, auto& c) { s.exploit.temperatures = as_triple(v, c); }},
       {"patch_types", [](auto& s, auto& v, auto& c) { s.patch_types = as_strings(v, c); }},
       {"code_embed_sim_threshold", [](auto& s, auto& v, auto& c) { s.code_embed_sim_threshold = as_double(v, c); }},
-      {"max_novelty_attempts", [](auto& s, auto& v, auto& c) { s.max_novelty_attempts = int(as_int(v, c)); }},
-      {"max_patch_attempts", [](auto& s, auto& v, auto& c) { s.max_patch_attempts = int(as_int(v, c)); }},
-      {"embedding_dims", [](auto& s, auto& v, auto& c) { s.embedding_dims = int(as_int(v, c)); }},
-      {"meta_rec_interval", [](auto& s, auto& v, auto& c) { s.meta_rec_interval = int(as_int(v, c)); }},
       {"use_text_feedback", [](auto& s, auto& v, auto& c) { s.use_text_feedback = as_bool(v, c); }},
       {"init_program_paths_per_island",
        [](auto& s, auto& v, auto& c) { s.init_program_paths_per_island = as_strings(v, c); }},
       {"task_sys_msg_per_island", [](auto& s, auto& v, auto& c) { s.task_sys_msg_per_island = as_strings(v, c); }},
       {"island_api_types", [](auto& s, auto& v, auto& c) { s.island_api_types = as_strings(v, c); }},
-      {"seed",
-       [](auto& s, auto& v, auto& c) {
-         auto x = as_int(v, c);
-         if (x < 0) c.fail("must be >= 0");
-         s.seed = std::uint64_t(x);
-       }},
+      {"seed", [](auto& s, auto& v, auto& c) { s.seed = as_seed(v, c); }},
       {"stop_when",
        [](auto& s, auto& v, auto& c) {
          if (v.is_null()) {
@@ -175,8 +225,9 @@ const std::map<std::string, Setter>& setters() {
            else if (it.key() == "at_most") w.at_most = as_double(it.value(), c);
            else if (it.key() == "at_least") w.at_least = as_double(it.value(), c);
            else if (it.key() == "confirm") {
-             w.confirm = int(as_int(it.value(), c));
-             if (w.confirm < 0 || w.confirm > 20) c.fail("confirm must be between 0 and 20 re-runs");
+             std::int64_t n = as_int(it.value(), c);
+             if (n < 0 || n > 20) c.fail("confirm must be between 0 and 20 re-runs");
+             w.confirm = int(n);
            } else c.fail("unknown field '" + it.key() + "' (metric, at_most, at_least, confirm)");
          }
          if (w.metric.empty()) c.fail("needs a metric name");
@@ -188,6 +239,13 @@ const std::map<std::string, Setter>& setters() {
 }
 
 }  // namespace
+
+void check_int_config_value(const std::string& key, std::int64_t value, const std::string& origin) {
+  auto k = int_keys().find(key);
+  if (k == int_keys().end()) throw std::logic_error("no integer config key " + key);
+  if (value < k->second.lo || value > k->second.hi)
+    throw UserError(origin, range_text(k->second) + " (" + key + "), got " + std::to_string(value));
+}
 
 void register_extra_config_keys(const std::vector<std::string>& keys) {
   std::lock_guard lock(extra_mutex());
@@ -201,6 +259,12 @@ SearchConfig search_config_from_json(const json& j, const std::string& origin, S
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
     Ctx ctx{origin, key};
+    if (auto k = int_keys().find(key); k != int_keys().end()) {
+      std::int64_t v = as_int(it.value(), ctx);
+      if (v < k->second.lo || v > k->second.hi) ctx.fail(range_text(k->second) + ", got " + std::to_string(v));
+      k->second.set(base, v);
+      continue;
+    }
     if (auto s = table.find(key); s != table.end()) {
       s->second(base, it.value(), ctx);
       continue;
@@ -238,20 +302,15 @@ void validate(const SearchConfig& c, const std::string& origin) {
   auto fail = [&](const std::string& key, const std::string& what) {
     throw UserError(origin, fmt::format("config key '{}': {}", key, what));
   };
-  if (c.num_generations < 0) fail("num_generations", "must be >= 0");
-  if (c.max_parallel_jobs < 1) fail("max_parallel_jobs", "must be >= 1");
-  if (c.num_islands < 1) fail("num_islands", "must be >= 1");
+  for (const auto& [key, k] : int_keys())
+    if (k.get(c) < k.lo || k.get(c) > k.hi) fail(key, range_text(k) + ", got " + std::to_string(k.get(c)));
   static const std::set<std::string> strategies{"power_law", "weighted", "beam"};
   if (!strategies.count(c.parent_selection_strategy))
     fail("parent_selection_strategy", "must be power_law, weighted or beam, got '" + c.parent_selection_strategy + "'");
-  if (c.exploitation_alpha < 0) fail("exploitation_alpha", "must be >= 0");
-  if (c.parent_selection_lambda < 0) fail("parent_selection_lambda", "must be >= 0");
-  if (c.num_beams < 1) fail("num_beams", "must be >= 1");
-  if (c.archive_size < 1) fail("archive_size", "must be >= 1");
+  if (!(c.exploitation_alpha >= 0 && c.exploitation_alpha <= 1e3)) fail("exploitation_alpha", "must be in [0, 1000]");
+  if (!(c.parent_selection_lambda >= 0 && c.parent_selection_lambda <= 1e6))
+    fail("parent_selection_lambda", "must be in [0, 1e6]");
   if (c.elite_selection_ratio < 0 || c.elite_selection_ratio > 1) fail("elite_selection_ratio", "must be in [0, 1]");
-  if (c.num_archive_inspirations < 0) fail("num_archive_inspirations", "must be >= 0");
-  if (c.num_top_k_inspirations < 0) fail("num_top_k_inspirations", "must be >= 0");
-  if (c.migration_interval < 0) fail("migration_interval", "must be >= 0 (0 disables migration)");
   if (c.migration_rate < 0 || c.migration_rate > 1) fail("migration_rate", "must be in [0, 1]");
   if (c.migration_strategy != "elitist" && c.migration_strategy != "directional")
     fail("migration_strategy", "must be elitist or directional");
@@ -277,10 +336,6 @@ void validate(const SearchConfig& c, const std::string& origin) {
     if (t != "full" && t != "diff" && t != "cross") fail("patch_types", "unknown patch type '" + t + "'");
   if (c.code_embed_sim_threshold <= 0 || c.code_embed_sim_threshold > 1)
     fail("code_embed_sim_threshold", "must be in (0, 1]");
-  if (c.max_novelty_attempts < 1) fail("max_novelty_attempts", "must be >= 1");
-  if (c.max_patch_attempts < 1) fail("max_patch_attempts", "must be >= 1");
-  if (c.embedding_dims < 16 || c.embedding_dims > 8192) fail("embedding_dims", "must be in [16, 8192]");
-  if (c.meta_rec_interval < 0) fail("meta_rec_interval", "must be >= 0 (0 disables meta summaries)");
   if (!c.init_program_paths_per_island.empty() && int(c.init_program_paths_per_island.size()) != c.num_islands)
     fail("init_program_paths_per_island", fmt::format("needs one path per island ({})", c.num_islands));
   if (!c.task_sys_msg_per_island.empty() && int(c.task_sys_msg_per_island.size()) != c.num_islands)

@@ -85,6 +85,13 @@ struct SearchConfig {
   json to_json() const;
 };
 
+// Upper bound of num_generations (and of the intervals counted in generations).
+inline constexpr std::int64_t kMaxGenerations = 10'000'000;
+
+// Checks a value given outside a config file (-g, -j) against the range of config key `key`;
+// throws UserError(origin, "must be an integer between lo and hi (key), got v").
+void check_int_config_value(const std::string& key, std::int64_t value, const std::string& origin);
+
 // Keys accepted besides the search's own (the LLM operators register theirs).
 void register_extra_config_keys(const std::vector<std::string>& keys);
 

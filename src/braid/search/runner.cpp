@@ -782,6 +782,7 @@ struct EvolutionRunner::Impl {
         }
         if (target_reached) break;  // indexing above may have met the goal
         Candidate c = propose(next);
+        if (stop.load()) break;  // cut short by Ctrl-C or a rejected LLM key: proposed again on resume
         if (c.rejected) {
           insert(c.record);
           in_flight.insert(next);
