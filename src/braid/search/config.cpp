@@ -104,6 +104,8 @@ const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
       {"num_generations", [](auto& s, auto& v, auto& c) { s.num_generations = as_int(v, c); }},
       {"max_parallel_jobs", [](auto& s, auto& v, auto& c) { s.max_parallel_jobs = int(as_int(v, c)); }},
+      {"confirm_runs", [](auto& s, auto& v, auto& c) { s.confirm_runs = int(as_int(v, c)); }},
+      {"noise_runs", [](auto& s, auto& v, auto& c) { s.noise_runs = int(as_int(v, c)); }},
       {"num_islands", [](auto& s, auto& v, auto& c) { s.num_islands = int(as_int(v, c)); }},
       {"parent_selection_strategy", [](auto& s, auto& v, auto& c) { s.parent_selection_strategy = as_string(v, c); }},
       {"exploitation_alpha", [](auto& s, auto& v, auto& c) { s.exploitation_alpha = as_double(v, c); }},
@@ -241,6 +243,8 @@ void validate(const SearchConfig& c, const std::string& origin) {
   if (c.num_generations < 0) fail("num_generations", "must be >= 0");
   if (c.max_parallel_jobs < 1) fail("max_parallel_jobs", "must be >= 1");
   if (c.num_islands < 1) fail("num_islands", "must be >= 1");
+  if (c.confirm_runs < 0 || c.confirm_runs > 20) fail("confirm_runs", "must be in [0, 20] (0: no confirmation)");
+  if (c.noise_runs < 0 || c.noise_runs > 20) fail("noise_runs", "must be in [0, 20] (0: no noise measurement)");
   static const std::set<std::string> strategies{"power_law", "weighted", "beam"};
   if (!strategies.count(c.parent_selection_strategy))
     fail("parent_selection_strategy", "must be power_law, weighted or beam, got '" + c.parent_selection_strategy + "'");
@@ -293,6 +297,8 @@ json SearchConfig::to_json() const {
   json j;
   j["num_generations"] = num_generations;
   j["max_parallel_jobs"] = max_parallel_jobs;
+  j["confirm_runs"] = confirm_runs;
+  j["noise_runs"] = noise_runs;
   j["num_islands"] = num_islands;
   j["parent_selection_strategy"] = parent_selection_strategy;
   j["exploitation_alpha"] = exploitation_alpha;
