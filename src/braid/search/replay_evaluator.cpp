@@ -43,7 +43,7 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& recorded_results, 
     };
     const bool noise = c.why == "seed re-timed";
     for (std::size_t k = 0; k < c.samples.size(); ++k)
-      answer(c.code_hash, fmt::format(noise ? "{}-noise{}" : "{}-trust{}", c.id, k + 1), c.samples[k]);
+      answer(c.code_hash, fmt::format("{}-{}{}", c.id, noise ? "noise" : "trust", k + 1), c.samples[k]);
     for (std::size_t k = 0; k < c.against_samples.size(); ++k)
       answer(c.against_hash, fmt::format("{}-vs-{}-{}", c.against, c.id, k + 1), c.against_samples[k]);
   }
