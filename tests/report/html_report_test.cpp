@@ -40,6 +40,13 @@ TEST(HtmlReport, SelfContainedWithPlotsAndEscapedCandidates) {
   EXPECT_NE(html.find("&lt;i&gt;model&lt;/i&gt;"), std::string::npos);
   EXPECT_EQ(html.find("<img"), std::string::npos);
   EXPECT_NE(html.find("Recommendation 20: larger tiles"), std::string::npos);
+  // The Islands table has one row per island (it was empty: a loop over a dangling reference).
+  const auto islands = html.find("<h2>Islands</h2>");
+  ASSERT_NE(islands, std::string::npos);
+  const std::string table = html.substr(islands, html.find("</table>", islands) - islands);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(table.find("<tr><td>" + std::to_string(i) + "</td>"), std::string::npos) << table;
+  // A run without confirmations says its best is a single measurement.
+  EXPECT_NE(html.find("single measurement"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

@@ -218,7 +218,9 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
                              "); the run stopped: set a valid key and continue with `braid resume " + results.string() + "`");
   }
   log::info("done: {}", status_text(s));
-  std::printf("results: %s\nbest: %s (score %.6g)\n", results.string().c_str(), s.best_id.c_str(), s.best_score);
+  std::printf("results: %s\nbest: %s (score %.6g, %s)\n", results.string().c_str(), s.best_id.c_str(), s.best_score,
+              s.best_confirmed ? fmt::format("median of {} re-runs", s.best_runs).c_str() : "single measurement");
+  if (!s.noise.empty()) std::printf("%s\n", s.noise.c_str());
   if (g_stop) {
     std::printf("interrupted: continue with `braid resume %s`\n", results.string().c_str());
     return 130;
@@ -372,6 +374,9 @@ int do_resume(ResumeArgs& a) {
 Registrar evolve_reg(10, [](CLI::App& app, Action& action) {
   static EvolveArgs a;
   auto* cmd = app.add_subcommand("evolve", "Evolve a workload's program (island search)");
+  cmd->footer("Reference (workload.yaml, config keys, knobs, LLM, exit codes): docs/reference.md\n"
+              "Exit codes: 0 done, 2 bad input or a seed program that fails (then no candidate can be correct), 1 braid's own error, "
+              "130 interrupted.");
   cmd->add_option("workload", a.req.workload, "Workload folder or its workload.yaml")->required();
   cmd->add_option("--config,-c", a.req.config, "Search config (YAML); overrides the workload's config.yaml");
   cmd->add_option("--generations,-g", a.generations, "Number of generations (children) to propose");

@@ -11,6 +11,7 @@
 #include "braid/db/database.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/program/patch.hpp"
+#include "braid/search/confirmation.hpp"
 #include "braid/search/remeasure.hpp"
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
@@ -83,34 +84,35 @@ json refuted_programs(ProgramDatabase& db) {
   return t.is_object() ? t : json::object();
 }
 
+// Ranked by the trusted figure (search/confirmation.hpp): the median of re-runs where the
+// program was re-measured, else its single measurement ("1 run").
 int do_top(const std::filesystem::path& results, int n) {
   auto db = open_results(results);
-  ProgramQuery q;
-  q.correct = true;
-  q.order_by = "score";
-  q.limit = n * 4;  // migrants are copies of programs already listed: skipped below
-  auto all = db->query(q);
-  std::vector<ProgramRecord> rows;
-  for (auto& r : all)
-    if (r.patch_type != "migrant" && int(rows.size()) < n) rows.push_back(std::move(r));
+  const auto rows = rank_by_trusted_score(*db, n);
   const json refuted = refuted_programs(*db);
-  std::printf("%-4s %-16s %5s %6s %-7s %12s  %s\n", "rank", "id", "gen", "island", "patch", "score", "knobs");
+  std::printf("%-4s %-16s %5s %6s %-7s %10s %-16s %10s  %s\n", "rank", "id", "gen", "island", "patch", "score", "measured", "first", "knobs");
   int rank = 1;
-  for (const auto& r : rows) {
+  for (const auto& row : rows) {
+    const auto& r = row.record;
     auto it = refuted.find(hash_hex(r.code));
-    const std::string note = it == refuted.end() ? "" : "  [not confirmed: " + it->value("why", std::string()) + "]";
-    std::printf("%-4d %-16s %5lld %6d %-7s %12.6g  %s%s\n", rank++, r.id.c_str(), (long long)r.generation, r.island_idx,
-                r.patch_type.c_str(), r.combined_score, short_knobs(r.knob_key, 70).c_str(), note.c_str());
+    std::string note = it == refuted.end() ? "" : "  [not confirmed: " + it->value("why", std::string()) + "]";
+    if (row.refuted && note.empty()) note = "  [lost its confirmation]";
+    const std::string measured = row.runs <= 1 && !row.confirmed && !row.refuted ? "1 run"
+                                 : fmt::format("{} re-runs ±{:.0f}%", row.runs, row.spread * 50.0);
+    std::printf("%-4d %-16s %5lld %6d %-7s %10.4g %-16s %10.4g  %s%s\n", rank++, r.id.c_str(), (long long)r.generation, r.island_idx,
+                r.patch_type.c_str(), row.score, measured.c_str(), r.combined_score, short_knobs(r.knob_key, 60).c_str(), note.c_str());
   }
   if (rows.empty()) std::printf("(no correct candidate yet)\n");
+  if (auto best = reported_best(*db)) std::printf("best: %s %s\n", best->record.id.c_str(), best->describe().c_str());
+  if (auto noise = noise_level(*db)) std::printf("%s\n", noise->describe().c_str());
   print_totals(*db);
   return 0;
 }
 
-int do_show(const std::filesystem::path& results, const std::string& id) {
+int do_show(const std::filesystem::path& results, const std::string& id_or_prefix) {
   auto db = open_results(results);
-  auto r = db->get(id);
-  if (!r) throw UserError(results.string(), "no candidate with id " + id);
+  auto r = db->get(resolve_candidate_id(*db, id_or_prefix, results.string()));
+  if (!r) throw UserError(results.string(), "no candidate with id " + id_or_prefix);
   std::printf("id: %s\ngeneration: %lld  island: %d  patch: %s  model: %s\nparents: %s\n", r->id.c_str(),
               (long long)r->generation, r->island_idx, r->patch_type.c_str(), r->model.c_str(),
               fmt::format("{}", fmt::join(r->parent_ids, ", ")).c_str());
@@ -131,19 +133,17 @@ int do_show(const std::filesystem::path& results, const std::string& id) {
 int do_export(const std::filesystem::path& results, bool best, const std::string& id, const std::filesystem::path& out) {
   auto db = open_results(results);
   std::optional<ProgramRecord> r;
+  std::string figure;
   if (!id.empty()) {
-    r = db->get(id);
-    if (!r) throw UserError(results.string(), "no candidate with id " + id);
+    r = db->get(resolve_candidate_id(*db, id, results.string()));
+    figure = fmt::format("score {:.6g}", r->combined_score);
   } else {
-    // The best correct candidate whose score held up (not refuted by stop_when re-runs).
-    const json refuted = refuted_programs(*db);
-    ProgramQuery q;
-    q.correct = true;
-    q.order_by = "score";
-    q.limit = refuted.empty() ? 1 : -1;  // refuted programs and their copies may come first
-    for (auto& row : db->query(q))
-      if (!r && !refuted.contains(hash_hex(row.code))) r = std::move(row);
-    if (!r) throw UserError(results.string(), "no correct candidate to export");
+    // The confirmed best (search/confirmation.hpp); a run without confirmations: its highest
+    // single measurement not refuted by stop_when re-runs, said so.
+    auto b = reported_best(*db);
+    if (!b) throw UserError(results.string(), "no correct candidate to export");
+    figure = "score " + b->describe();
+    r = std::move(b->record);
   }
   (void)best;
   if (out.empty() || out == "-") {
@@ -154,7 +154,7 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
     if (!out.parent_path().empty() && !std::filesystem::is_directory(out.parent_path()))
       throw UserError(out.string(), "its folder " + out.parent_path().string() + " does not exist");
     write_file_atomic(out, r->code);
-    std::fprintf(stderr, "wrote %s (candidate %s, score %.6g)\n", out.string().c_str(), r->id.c_str(), r->combined_score);
+    std::fprintf(stderr, "wrote %s (candidate %s, %s)\n", out.string().c_str(), r->id.c_str(), figure.c_str());
   }
   return 0;
 }
@@ -177,20 +177,19 @@ int do_rebench(const std::filesystem::path& results, int top, int runs) {
   const int round = (previous.is_object() ? previous.value("round", 0) : 0) + 1;
   auto evaluator = make_evaluator(spec);
 
-  // The best programs, one per program text (copies on other islands and migrants share it).
-  ProgramQuery q;
-  q.correct = true;
-  q.order_by = "score";
+  // The best programs by their trusted figure, one per program text (copies share it).
   std::vector<ProgramRecord> picked;
-  std::set<std::string> seen;
-  for (auto& r : db->query(q))
-    if (int(picked.size()) < top && seen.insert(hash_hex(r.code)).second) picked.push_back(std::move(r));
+  std::map<std::string, double> reported;
+  for (auto& row : rank_by_trusted_score(*db, top)) {
+    reported[row.record.id] = row.score;
+    picked.push_back(std::move(row.record));
+  }
   if (picked.empty()) throw UserError(results.string(), "no correct candidate to re-measure");
 
   json out = {{"round", round}, {"runs", runs}, {"metric", goal.enabled() ? goal.metric : ""}, {"rows", json::array()}};
   const auto dir = results / fmt::format("rebench_{}", round);
   for (const auto& rec : picked) {
-    json row = {{"id", rec.id}, {"knobs", rec.knob_key}, {"recorded", rec.combined_score}, {"scores", json::array()},
+    json row = {{"id", rec.id}, {"knobs", rec.knob_key}, {"recorded", rec.combined_score}, {"reported", reported[rec.id]}, {"scores", json::array()},
                 {"failures", json::array()}};
     if (goal.enabled())
       if (auto v = goal.value(rec.combined_score, rec.public_metrics)) row["recorded_metric"] = *v;
@@ -261,7 +260,7 @@ Registrar show_reg(31, [](CLI::App& app, Action& action) {
   static std::string id;
   auto* cmd = app.add_subcommand("show", "One candidate: code, patch, diff, metrics, feedback");
   cmd->add_option("results", results, "Results folder")->required();
-  cmd->add_option("id", id, "Candidate id")->required();
+  cmd->add_option("id", id, "Candidate id (a unique prefix is enough)")->required();
   cmd->callback([&action] { action = [] { return do_show(results, id); }; });
 });
 
@@ -272,7 +271,7 @@ Registrar export_reg(32, [](CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("export", "Write a candidate's program (the best by default)");
   cmd->add_option("results", results, "Results folder")->required();
   cmd->add_flag("--best", best, "The best correct candidate (default)");
-  cmd->add_option("--id", id, "A candidate by id");
+  cmd->add_option("--id", id, "A candidate by id (a unique prefix is enough)");
   cmd->add_option("-o,--output", out, "Output file (default: standard output)");
   cmd->callback([&action] { action = [] { return do_export(results, best, id, out); }; });
 });

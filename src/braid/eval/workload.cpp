@@ -181,7 +181,7 @@ class WorkloadReader {
     const std::string kind = string_at(node, "kind", true, " in evaluator");
     json section = {{"kind", kind}};
     if (kind == "cascade") {
-      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "env"},
+      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env"},
                  " in evaluator");
       section["build"] = command_at(node, "build", true);
       section["run"] = command_at(node, "run", true);
@@ -189,8 +189,10 @@ class WorkloadReader {
       section["build_timeout_s"] = seconds_at(node, "build_timeout_s").value_or(60.0);
       section["run_timeout_s"] = seconds_at(node, "run_timeout_s").value_or(30.0);
       section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
+      section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
     } else if (kind == "external") {
-      check_keys(node, {"kind", "command", "timeout_s", "env"}, " in evaluator");
+      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env"}, " in evaluator");
+      section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
     } else if (kind == "gpu") {

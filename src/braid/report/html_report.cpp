@@ -112,6 +112,13 @@ std::string goal_html(const json& g) {
   return h + "</table>";
 }
 
+// Whether the best's figure is a confirmed median or one measurement.
+std::string best_measured_text(const json& best) {
+  if (!best.value("confirmed", false)) return "<span class=\"muted\">single measurement</span>";
+  return fmt::format("<span class=\"muted\">median of {} re-runs (&plusmn;{:.0f}%), first measured {}</span>", best.value("runs", 0),
+                     best.value("spread", 0.0) * 50.0, fmt_score(best.value("first_measurement", 0.0)));
+}
+
 }  // namespace
 
 std::string render_html_report(RunReader& run, const ReportOptions& options) {
@@ -127,7 +134,11 @@ std::string render_html_report(RunReader& run, const ReportOptions& options) {
   h += "<div>";
   h += fmt::format("<span class=\"kpi\">candidates<b>{}</b></span>", ov.at("count").get<std::int64_t>());
   h += fmt::format("<span class=\"kpi\">generations<b>{}</b></span>", ov.at("max_generation").get<std::int64_t>() + 1);
-  h += fmt::format("<span class=\"kpi\">best score<b>{}</b></span>", best.is_null() ? "-" : fmt_score(best.at("score").get<double>()));
+  h += fmt::format("<span class=\"kpi\">best score<b>{}</b>{}</span>", best.is_null() ? "-" : fmt_score(best.at("score").get<double>()),
+                   best.is_null() ? "" : best_measured_text(best));
+  if (const json& noise = ov.at("noise"); noise.is_object())
+    h += fmt::format("<span class=\"kpi\">noise (seed re-timed {}x)<b>&plusmn;{:.0f}%</b><span class=\"muted\">median {}</span></span>",
+                     noise.value("samples", json::array()).size(), noise.value("spread", 0.0) * 50.0, fmt_score(noise.value("median", 0.0)));
   if (!best.is_null() && best.at("ratio_to_bound").is_number())
     h += fmt::format("<span class=\"kpi\">best ratio to bound<b>{}</b></span>", fmt_score(best.at("ratio_to_bound").get<double>()));
   h += fmt::format("<span class=\"kpi\">wall time<b>{:.0f} s</b></span>", ov.at("elapsed_s").get<double>());
@@ -143,7 +154,8 @@ std::string render_html_report(RunReader& run, const ReportOptions& options) {
   h += "<figure>" + *run_plot_svg(run, "failures") + "</figure>";
 
   h += "<h2>Islands</h2><table><tr><th>island</th><th>candidates</th><th>correct</th><th>in archive</th><th>migrants</th><th>best score</th><th>best</th></tr>";
-  for (const auto& isl : run.islands().at("islands")) {
+  const json islands = run.islands();  // held: a range-for over islands() itself would dangle
+  for (const auto& isl : islands.at("islands")) {
     h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
                      isl.at("island").get<int>(), isl.at("count").get<std::int64_t>(), isl.at("correct").get<std::int64_t>(),
                      isl.at("archive").get<std::int64_t>(), isl.at("migrants").get<std::int64_t>(),

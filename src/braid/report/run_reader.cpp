@@ -189,8 +189,20 @@ std::optional<std::uint32_t> RunReader::index_of(const std::string& id) const {
   return it->second;
 }
 
-// Best = highest score among correct candidates; ties go to the earliest.
+json RunReader::meta_json(const char* key) const {
+  sql::Statement s(db_, "SELECT value FROM meta WHERE key = ?");
+  s.bind(1, key);
+  if (!s.step()) return nullptr;
+  json v = json::parse(s.column_text(0), nullptr, false);
+  return v.is_discarded() ? json(nullptr) : v;
+}
+
+// Best = the best the search confirmed by re-runs (meta "best", search/confirmation.hpp); in a
+// run without it, the highest score among correct candidates (ties: the earliest).
 std::optional<std::uint32_t> RunReader::best_index() const {
+  const json confirmed = meta_json("best");
+  if (confirmed.is_object())
+    if (auto i = index_of(confirmed.value("id", std::string()))) return i;
   std::optional<std::uint32_t> best;
   for (std::uint32_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
@@ -198,6 +210,26 @@ std::optional<std::uint32_t> RunReader::best_index() const {
     if (!best || n.score > nodes_[*best].score) best = i;
   }
   return best;
+}
+
+// The best's node with its trusted figure: `score` is the median of its re-runs when confirmed,
+// `first_measurement` its evaluation's own score, `runs` how many measurements stand behind it.
+json RunReader::best_json() const {
+  auto b = best_index();
+  if (!b) return nullptr;
+  json j = node_json(nodes_[*b]);
+  j["first_measurement"] = nodes_[*b].score;
+  j["confirmed"] = false;
+  j["runs"] = 1;
+  j["spread"] = nullptr;
+  const json confirmed = meta_json("best");
+  if (confirmed.is_object() && confirmed.value("id", std::string()) == nodes_[*b].id) {
+    j["score"] = confirmed.value("score", nodes_[*b].score);
+    j["confirmed"] = confirmed.value("confirmed", false);
+    j["runs"] = confirmed.value("runs", 1);
+    j["spread"] = confirmed.value("spread", 0.0);
+  }
+  return j;
 }
 
 json RunReader::node_json(const CandidateNode& n) const {
@@ -234,8 +266,7 @@ json RunReader::status() {
     max_gen = std::max(max_gen, n.generation);
     last_at = std::max(last_at, n.created_at);
   }
-  json best = nullptr;
-  if (auto b = best_index()) best = node_json(nodes_[*b]);
+  json best = best_json();
   return {{"name", name()}, {"count", nodes_.size()}, {"changes", changes_},
           {"max_generation", max_gen}, {"last_at", last_at}, {"best", best}};
 }
@@ -272,8 +303,8 @@ json RunReader::overview() {
   j["last_at"] = last_at;
   j["elapsed_s"] = last_at - first_at;
   j["has_ratio_to_bound"] = any_ratio;
-  j["best"] = nullptr;
-  if (auto b = best_index()) j["best"] = node_json(nodes_[*b]);
+  j["best"] = best_json();
+  j["noise"] = meta_json("noise");  // the seed re-timed: {id, samples, median, spread}
   if (auto seed_text = [&]() -> std::optional<std::string> {
         sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'run_seed'");
         if (s.step()) return s.column_text(0);
@@ -376,8 +407,20 @@ json RunReader::candidates(const CandidatePageQuery& q) {
 std::optional<json> RunReader::candidate(const std::string& id) {
   std::lock_guard lock(mutex_);
   refresh_locked();
+  // A unique prefix stands for the id (tables and the UI show short ids).
+  std::string full = id;
+  if (!index_of(id)) {
+    std::optional<std::uint32_t> only;
+    for (std::uint32_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].id.compare(0, id.size(), id) == 0) {
+        if (only) return std::nullopt;  // ambiguous
+        only = i;
+      }
+    if (!only || id.empty()) return std::nullopt;
+    full = nodes_[*only].id;
+  }
   sql::Statement row(db_, "SELECT * FROM programs WHERE id = ?");
-  row.bind(1, id);
+  row.bind(1, full);
   if (!row.step()) return std::nullopt;
   json rec = json::object();
   // Column names come from the database itself so columns added later are shown too.
@@ -433,7 +476,7 @@ std::optional<json> RunReader::candidate(const std::string& id) {
   }
   // Children, best first, capped: the tree view pages through the rest.
   j["children"] = json::array();
-  if (auto i = index_of(id)) {
+  if (auto i = index_of(full)) {
     auto kids = nodes_[*i].children;
     std::sort(kids.begin(), kids.end(), [&](auto a, auto b) { return nodes_[a].score > nodes_[b].score; });
     for (std::size_t k = 0; k < kids.size() && k < 50; ++k) j["children"].push_back(node_json(nodes_[kids[k]]));

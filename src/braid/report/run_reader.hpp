@@ -113,6 +113,8 @@ class RunReader {
   void refresh_archive_flags();
   std::optional<std::uint32_t> index_of(const std::string& id) const;
   std::optional<std::uint32_t> best_index() const;
+  json best_json() const;
+  json meta_json(const char* key) const;  // a meta value parsed; null when absent or unreadable
   json node_json(const CandidateNode& n) const;
   std::vector<Curve> curves_locked(CurveAxis axis, CurveValue value, bool per_island) const;
 

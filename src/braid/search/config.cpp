@@ -125,6 +125,8 @@ const std::map<std::string, IntKey>& int_keys() {
       BRAID_INT_KEY(max_patch_attempts, 1, 100),
       BRAID_INT_KEY(embedding_dims, 16, 8192),
       BRAID_INT_KEY(meta_rec_interval, 0, kMaxGenerations),
+      BRAID_INT_KEY(confirm_runs, 0, 20),  // 0: no confirmation
+      BRAID_INT_KEY(noise_runs, 0, 20),    // 0: no noise measurement
   };
   return table;
 }
@@ -348,6 +350,8 @@ json SearchConfig::to_json() const {
   json j;
   j["num_generations"] = num_generations;
   j["max_parallel_jobs"] = max_parallel_jobs;
+  j["confirm_runs"] = confirm_runs;
+  j["noise_runs"] = noise_runs;
   j["num_islands"] = num_islands;
   j["parent_selection_strategy"] = parent_selection_strategy;
   j["exploitation_alpha"] = exploitation_alpha;

@@ -80,6 +80,12 @@ struct SearchConfig {
 
   StopWhen stop_when;
 
+  // Trust in the reported best (search/confirmation.hpp): a candidate that would become the best
+  // is re-measured confirm_runs times, interleaved with the incumbent, before it is promoted; the
+  // seed is re-timed noise_runs times to measure the run's noise. 0 turns either off.
+  int confirm_runs = 3;
+  int noise_runs = 3;
+
   json llm = json::object();  // keys owned by the LLM operators (llm/operators.hpp)
 
   json to_json() const;

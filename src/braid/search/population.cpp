@@ -59,6 +59,23 @@ void Population::set_in_archive(const std::string& id, bool in) {
   if (auto it = by_id_.find(id); it != by_id_.end()) all_[it->second].in_archive = in;
 }
 
+void Population::set_score(const std::string& id, double score) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;
+  const std::size_t idx = it->second;
+  ProgramSummary& p = all_[idx];
+  if (!p.correct || p.failure != FailureKind::Ok || p.combined_score == score) {
+    p.combined_score = score;
+    return;
+  }
+  auto& island = ranked_by_island_[std::size_t(p.island_idx)];
+  island.erase(std::find(island.begin(), island.end(), idx));
+  ranked_all_.erase(std::find(ranked_all_.begin(), ranked_all_.end(), idx));
+  p.combined_score = score;
+  insert_ranked(island, idx);
+  insert_ranked(ranked_all_, idx);
+}
+
 const ProgramSummary* Population::find(const std::string& id) const {
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : &all_[it->second];

@@ -19,6 +19,9 @@ class Population {
  public:
   void add(ProgramSummary s);
   void set_in_archive(const std::string& id, bool in);
+  // Replaces a correct program's score by a trusted estimate (confirmed median) and re-ranks it,
+  // so selection and the archive do not chase one lucky timing.
+  void set_score(const std::string& id, double score);
 
   std::size_t size() const { return all_.size(); }
   const ProgramSummary& at(std::size_t i) const { return all_[i]; }

@@ -1,6 +1,9 @@
 #include "braid/search/replay_evaluator.hpp"
 
+#include <fmt/format.h>
+
 #include "braid/db/database.hpp"
+#include "braid/search/confirmation.hpp"
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/hash.hpp"
@@ -29,9 +32,25 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& recorded_results, 
     e.timings = r.timings;
     by_code_hash_.emplace(hash_hex(r.code), std::move(e));
   }
+  // Re-measurements (noise, confirmations) by their labels, so a replay promotes the same bests.
+  for (const auto& c : load_confirmations(db.handle())) {
+    auto answer = [&](const std::string& code_hash, const std::string& label, double score) {
+      auto it = by_code_hash_.find(code_hash);
+      if (it == by_code_hash_.end()) return;
+      EvalResult e = it->second;
+      e.combined_score = score;
+      by_label_.emplace(label, std::move(e));
+    };
+    const bool noise = c.why == "seed re-timed";
+    for (std::size_t k = 0; k < c.samples.size(); ++k)
+      answer(c.code_hash, fmt::format("{}-{}{}", c.id, noise ? "noise" : "trust", k + 1), c.samples[k]);
+    for (std::size_t k = 0; k < c.against_samples.size(); ++k)
+      answer(c.against_hash, fmt::format("{}-vs-{}-{}", c.against, c.id, k + 1), c.against_samples[k]);
+  }
 }
 
 EvalResult ReplayEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
+  if (auto it = by_label_.find(request.candidate_id); it != by_label_.end()) return it->second;
   if (auto it = by_code_hash_.find(hash_hex(request.code)); it != by_code_hash_.end()) return it->second;
   ++misses_;
   log::warn("replay: candidate {} was not evaluated in {}; evaluating it for real", request.candidate_id, source_.string());

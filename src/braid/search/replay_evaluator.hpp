@@ -21,6 +21,7 @@ class ReplayEvaluator : public Evaluator {
 
  private:
   std::unordered_map<std::string, EvalResult> by_code_hash_;
+  std::unordered_map<std::string, EvalResult> by_label_;  // re-measurements: "<id>-trust1", ...
   std::unique_ptr<Evaluator> fallback_;
   std::filesystem::path source_;
   std::atomic<long> misses_{0};

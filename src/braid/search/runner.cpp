@@ -17,6 +17,8 @@
 #include "braid/program/patch.hpp"
 #include "braid/program/program.hpp"
 #include "braid/search/archive.hpp"
+#include "braid/search/confirmation.hpp"
+#include "braid/search/exclusive_bench.hpp"
 #include "braid/search/meta_stats.hpp"
 #include "braid/search/migration.hpp"
 #include "braid/search/population.hpp"
@@ -28,6 +30,7 @@
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
+#include "braid/db/sqlite_statement.hpp"
 
 namespace braid {
 
@@ -104,6 +107,10 @@ struct EvolutionRunner::Impl {
   const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
   std::string best_id;                            // the program in best/
   double best_score = 0.0;
+  // Trusted estimates by program text (confirmed medians, search/confirmation.hpp).
+  std::unordered_map<std::string, Estimate> estimates;
+  std::unordered_map<std::string, std::string> code_hash_of;  // program id -> hash_hex(code)
+  std::optional<NoiseLevel> noise;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
 
@@ -135,7 +142,25 @@ struct EvolutionRunner::Impl {
       if (auto m = db.meta("last_meta_at")) last_meta_at = std::stoll(*m);
       if (auto m = db.meta("last_migration_at")) last_migration_at = std::stoll(*m);
     }
-    for (auto& s : all) pop.add(std::move(s));
+    {
+      std::lock_guard lock(db_mutex);
+      ensure_confirmation_table(db.handle());
+      estimates = estimates_by_code(load_confirmations(db.handle()));
+      if (auto n = db.meta("noise")) noise = noise_from_json(*n);
+      if (auto b = db.meta("best")) {
+        json j = json::parse(*b, nullptr, false);
+        if (j.is_object()) {
+          best_id = j.value("id", std::string());
+          best_score = j.value("score", 0.0);
+        }
+      }
+      sql::Statement st(db.handle(), "SELECT id, code FROM programs WHERE correct = 1");
+      while (st.step()) code_hash_of[st.column_text(0)] = hash_hex(st.column_text_view(1));
+    }
+    for (auto& s : all) {
+      apply_estimate(s);
+      pop.add(std::move(s));
+    }
     archive.load(pop);
     seed_ids.assign(std::size_t(cfg.num_islands), "");
     for (std::size_t i = 0; i < pop.size(); ++i) {
@@ -205,10 +230,18 @@ struct EvolutionRunner::Impl {
       status.best_score = b.combined_score;
       status.best_id = b.id;
     }
-    if (!refuted.empty() && !best_id.empty()) {  // the best whose score held up (best/)
+    status.best_confirmed = false;
+    status.best_runs = status.best_id.empty() ? 0 : 1;
+    if (!best_id.empty()) {  // the best whose score held up (best/)
       status.best_score = best_score;
       status.best_id = best_id;
+      if (auto h = code_hash_of.find(best_id); h != code_hash_of.end() && trusted(h->second)) {
+        status.best_confirmed = true;
+        status.best_runs = int(estimates.at(h->second).samples.size());
+      }
     }
+    status.correct = std::int64_t(pop.ranked_all().size());
+    status.noise = noise ? noise->describe() : std::string();
     status.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::int64_t progressed = status.generations_done - done_at_start;
     std::int64_t left = cfg.num_generations - status.generations_done;
@@ -243,7 +276,10 @@ struct EvolutionRunner::Impl {
 
   // In-memory bookkeeping of a stored record (main thread only).
   void index(const ProgramRecord& rec) {
-    pop.add(summary_of(rec));
+    ProgramSummary summary = summary_of(rec);
+    if (rec.correct) code_hash_of[rec.id] = hash_hex(rec.code);
+    apply_estimate(summary);
+    pop.add(std::move(summary));
     std::size_t idx = pop.size() - 1;
     // A migrant is a copy: its original already competes for an archive cell.
     ArchiveChange change = rec.patch_type == "migrant" ? ArchiveChange{} : archive.offer(pop, idx);
@@ -253,11 +289,164 @@ struct EvolutionRunner::Impl {
     }
     if (rec.patch_type != "seed" && rec.patch_type != "migrant") recent_ids.push_back(rec.id);
     if (rec.failure == FailureKind::Rejected) ++status.rejected;
-    if (!refuted.empty()) rewrite_best();
-    else if (!pop.ranked_all().empty() && pop.at(pop.ranked_all().front()).id == rec.id) write_best(rec);
     log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
               to_string(rec.failure), rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
+    if (rec.patch_type != "seed") settle_best();  // seeds: once all are stored (ensure_seeds)
     check_target(rec);
+  }
+
+  // ---- trust in the best (search/confirmation.hpp) ----
+  // A summary carries its program text's trusted estimate where one was measured.
+  void apply_estimate(ProgramSummary& s) const {
+    if (!s.correct) return;
+    auto h = code_hash_of.find(s.id);
+    if (h == code_hash_of.end()) return;
+    if (auto e = estimates.find(h->second); e != estimates.end()) s.combined_score = e->second.score;
+  }
+
+  bool trusted(const std::string& code_hash) const {
+    auto e = estimates.find(code_hash);
+    return e != estimates.end() && !e->second.refuted && !e->second.samples.empty();
+  }
+
+  // best/ holds the highest-ranked program whose figure was confirmed by re-runs (and not
+  // refuted by stop_when's). A program that would rank above it unconfirmed is re-measured
+  // beside it first; a few rounds at most per call, the rest on the next.
+  void settle_best() {
+    for (int round = 0; round < 4; ++round) {
+      const ProgramRecord* pick = nullptr;
+      std::optional<ProgramRecord> rec;
+      for (std::size_t idx : pop.ranked_all()) {
+        rec = get(pop.at(idx).id);
+        if (!rec || refuted.contains(hash_hex(rec->code))) continue;
+        const std::string key = hash_hex(rec->code);
+        auto e = estimates.find(key);
+        if (e != estimates.end() && e->second.refuted) continue;  // lost its confirmation
+        pick = &*rec;
+        break;
+      }
+      if (!pick) return;
+      const std::string key = hash_hex(pick->code);
+      if (cfg.confirm_runs == 0 || trusted(key)) {
+        const double figure = trusted(key) ? estimates.at(key).score : pick->combined_score;
+        if (best_id.empty() || code_hash_of[best_id] != key || figure != best_score) write_best(*pick);
+        return;
+      }
+      if (!confirm(*pick)) return;  // stopping: decided on resume
+    }
+  }
+
+  // Re-measures `rec` confirm_runs times, each run followed by one of the incumbent best, and
+  // promotes it iff every re-run is correct and its median beats the incumbent's. Stored as a
+  // Confirmation; the estimates of both programs follow. False when a stop cut it short.
+  bool confirm(const ProgramRecord& rec) {
+    std::optional<ProgramRecord> incumbent;
+    if (!best_id.empty() && best_id != rec.id) incumbent = get(best_id);
+    if (incumbent && hash_hex(incumbent->code) == hash_hex(rec.code)) incumbent.reset();
+    Confirmation c;
+    c.id = rec.id;
+    c.code_hash = hash_hex(rec.code);
+    c.first = rec.combined_score;
+    if (incumbent) {
+      c.against = incumbent->id;
+      c.against_hash = hash_hex(incumbent->code);
+    }
+    const auto dir = results / "remeasure";
+    std::string failed;
+    auto once = [&](const ProgramRecord& who, const std::string& label) -> std::optional<double> {
+      const auto folder = dir / label;
+      EvalResult r = remeasure(*parts.evaluator, who.code, label, run_seed, folder, job_observer());
+      if (!(r.correct && r.failure == FailureKind::Ok)) {
+        if (&who == &rec) failed = fmt::format("re-run {} {}: {}", label, to_string(r.failure), r.error_text.substr(0, 300));
+        return std::nullopt;
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(folder, ec);  // kept only when a re-run failed
+      return r.combined_score;
+    };
+    for (int k = 1; k <= cfg.confirm_runs && failed.empty(); ++k) {
+      if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return false;
+      if (auto v = once(rec, fmt::format("{}-trust{}", rec.id, k))) c.samples.push_back(*v);
+      else break;
+      if (incumbent)
+        if (auto v = once(*incumbent, fmt::format("{}-vs-{}-{}", incumbent->id, rec.id, k))) c.against_samples.push_back(*v);
+    }
+    if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return false;
+    if (!failed.empty()) c.why = failed;
+    const double mine = c.estimate(), theirs = c.against_samples.empty() ? 0.0 : median(c.against_samples);
+    c.promoted = c.why.empty() && (c.against_samples.empty() || mine > theirs);
+    if (c.why.empty())
+      c.why = c.against_samples.empty() ? fmt::format("median {:.4g}", mine)
+                                        : fmt::format("median {:.4g} vs incumbent {} {:.4g}", mine, c.against, theirs);
+    c.created_at = now_s();
+    {
+      std::lock_guard lock(db_mutex);
+      store_confirmation(db.handle(), c);
+    }
+    log::info("{} {} after {} re-runs (first measured {:.4g}): {}", rec.id, c.promoted ? "confirmed as the new best" : "not promoted",
+              c.samples.size(), c.first, c.why);
+    // Both programs' estimates follow, wherever copies of them stand in the population.
+    estimates = estimates_by_code(load_confirmations_locked());
+    for (std::size_t i = 0; i < pop.size(); ++i) {
+      auto h = code_hash_of.find(pop.at(i).id);
+      if (h == code_hash_of.end() || (h->second != c.code_hash && h->second != c.against_hash)) continue;
+      if (auto e = estimates.find(h->second); e != estimates.end()) pop.set_score(pop.at(i).id, e->second.score);
+    }
+    return true;  // settle_best writes best/ with the refreshed figures
+  }
+
+  std::vector<Confirmation> load_confirmations_locked() {
+    std::lock_guard lock(db_mutex);
+    return load_confirmations(db.handle());
+  }
+
+  // The run's noise level: the first seed re-timed noise_runs times (meta "noise"); the runs
+  // also confirm the seed's figure, so the first best is a median, not one timing.
+  void measure_noise() {
+    if (cfg.noise_runs == 0 || noise || seed_ids.empty()) return;
+    std::optional<ProgramRecord> seed;
+    for (const auto& id : seed_ids)
+      if (!id.empty() && (seed = get(id)) && seed->correct) break;
+    if (!seed || !seed->correct) return;
+    Confirmation c;
+    c.id = seed->id;
+    c.code_hash = hash_hex(seed->code);
+    c.first = seed->combined_score;
+    for (int k = 1; k <= cfg.noise_runs; ++k) {
+      if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return;
+      const std::string label = fmt::format("{}-noise{}", seed->id, k);
+      EvalResult r = remeasure(*parts.evaluator, seed->code, label, run_seed, results / "remeasure" / label, job_observer());
+      if (!(r.correct && r.failure == FailureKind::Ok))
+        throw UserError(parts.workload.program.string(), fmt::format("the seed program passed its evaluation but failed re-run {} ({}): {}",
+                                                                   k, to_string(r.failure), r.error_text.substr(0, 800)));
+      std::error_code ec;
+      std::filesystem::remove_all(results / "remeasure" / label, ec);
+      c.samples.push_back(r.combined_score);
+    }
+    NoiseLevel n;
+    n.id = seed->id;
+    n.samples = c.samples;
+    n.samples.insert(n.samples.begin(), seed->combined_score);
+    n.median = median(n.samples);
+    n.spread = relative_spread(n.samples);
+    c.promoted = true;
+    c.why = "seed re-timed";
+    c.created_at = now_s();
+    {
+      std::lock_guard lock(db_mutex);
+      store_confirmation(db.handle(), c);
+      db.set_meta("noise", n.to_json().dump());
+    }
+    noise = n;
+    log::info("{}", n.describe());
+    estimates = estimates_by_code(load_confirmations_locked());
+    for (std::size_t i = 0; i < pop.size(); ++i) apply_estimate_to(pop.at(i).id);
+  }
+
+  void apply_estimate_to(const std::string& id) {
+    auto h = code_hash_of.find(id);
+    if (h == code_hash_of.end()) return;
+    if (auto e = estimates.find(h->second); e != estimates.end()) pop.set_score(id, e->second.score);
   }
 
   static std::string target_note(const std::string& metric, double value, const std::string& goal, const std::string& id,
@@ -319,26 +508,29 @@ struct EvolutionRunner::Impl {
     return std::nullopt;
   }
 
-  // best/ holds the highest-scoring program whose score was not refuted by re-runs.
-  void rewrite_best() {
-    for (std::size_t idx : pop.ranked_all()) {
-      auto r = get(pop.at(idx).id);
-      if (!r || refuted.contains(hash_hex(r->code))) continue;
-      if (r->id != best_id) write_best(*r);
-      return;
-    }
-  }
+  void rewrite_best() { settle_best(); }
 
+  // best/ and meta "best": the program with its trusted figure (the median of its re-runs) and
+  // the single measurement of its evaluation beside it.
   void write_best(const ProgramRecord& rec) {
+    const std::string key = hash_hex(rec.code);
+    const bool confirmed = trusted(key);
     best_id = rec.id;
-    best_score = rec.combined_score;
+    best_score = confirmed ? estimates.at(key).score : rec.combined_score;
+    const std::vector<double> samples = confirmed ? estimates.at(key).samples : std::vector<double>{rec.combined_score};
+    json best = {{"id", rec.id}, {"score", best_score}, {"first", rec.combined_score}, {"confirmed", confirmed},
+                 {"runs", samples.size()}, {"samples", samples}, {"spread", relative_spread(samples)}};
+    if (noise) best["noise"] = noise->to_json();
     auto dir = results / "best";
     std::filesystem::create_directories(dir);
     auto ext = parts.workload.program.extension().string();
     write_file_atomic(dir / ("program" + ext), rec.code);
     json info = {{"id", rec.id}, {"generation", rec.generation}, {"island", rec.island_idx},
-                 {"combined_score", rec.combined_score}, {"public", rec.public_metrics}, {"text_feedback", rec.text_feedback}};
+                 {"combined_score", best_score}, {"first_measurement", rec.combined_score}, {"confirmed", confirmed},
+                 {"runs", samples}, {"public", rec.public_metrics}, {"text_feedback", rec.text_feedback}};
     write_file_atomic(dir / "metrics.json", info.dump(2));
+    std::lock_guard lock(db_mutex);
+    db.set_meta("best", best.dump());
   }
 
   // ---- evaluation ----
@@ -466,7 +658,22 @@ struct EvolutionRunner::Impl {
         store(copy);
         seed_ids[std::size_t(island)] = copy.id;
       }
+      if (!rec.correct) throw_seed_failed(origin, rec);
     }
+    // A resumed run whose seed failed has nothing to evolve either.
+    for (const auto& id : seed_ids)
+      if (const auto* s = id.empty() ? nullptr : pop.find(id); s && !s->correct)
+        if (auto r = get(id)) throw_seed_failed(parts.workload.program.string(), *r);
+  }
+
+  // A seed that fails leaves nothing to evolve: the run stops at once with the seed's own error.
+  [[noreturn]] void throw_seed_failed(const std::string& origin, const ProgramRecord& rec) {
+    std::string error = rec.error_text;
+    if (error.size() > 2000) error = error.substr(0, 2000) + "\n...";
+    throw UserError(origin, fmt::format("the seed program failed its evaluation ({}): {}\n(work folder: {}; fix the program and "
+                                        "start a new run)",
+                                        to_string(rec.failure), error.empty() ? "no diagnostics" : error,
+                                        (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
   }
 
   // ---- proposal ----
@@ -759,6 +966,8 @@ struct EvolutionRunner::Impl {
       end_orphaned_jobs(db);
     }
     ensure_seeds();
+    measure_noise();
+    settle_best();
     auto emit = [&] {
       refresh_status();
       if (on_status) on_status(status);
@@ -824,6 +1033,7 @@ struct EvolutionRunner::Impl {
 
 EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatabase& db, RunnerParts parts)
     : impl_(std::make_unique<Impl>(std::move(results_dir), db, std::move(parts))) {
+  impl_->parts.evaluator = with_exclusive_bench(std::move(impl_->parts.evaluator), impl_->parts.workload.evaluator);
   if (!impl_->parts.embedder) impl_->parts.embedder = make_hashed_ngram_embedder(impl_->cfg.embedding_dims);
   if (!impl_->parts.meta) impl_->parts.meta = std::make_unique<StatsMetaSummarizer>();
   // The knob mutator steers away from vectors already evaluated or in flight.

@@ -31,8 +31,12 @@ struct RunStatus {
   std::int64_t failed = 0;      // not ok
   std::int64_t rejected = 0;
   int in_flight = 0;
-  double best_score = 0.0;
+  double best_score = 0.0;       // the trusted figure: the median of re-runs when confirmed
   std::string best_id;
+  bool best_confirmed = false;   // false: best_score is a single measurement
+  int best_runs = 0;             // measurements behind best_score
+  std::string noise;             // "noise: seed re-timed 3x, spread 12% (median 1.68)", "" if unmeasured
+  std::int64_t correct = 0;      // correct candidates (seeds included)
   double elapsed_s = 0.0;
   double eta_s = -1.0;          // unknown until a generation completes
   json llm_totals;              // from the LLM operators, when present

@@ -1,0 +1,211 @@
+#include "braid/search/confirmation.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "braid/db/sqlite_statement.hpp"
+#include "braid/search/remeasure.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/hash.hpp"
+
+namespace braid {
+namespace {
+
+bool table_exists(sqlite3* db, const char* name) {
+  sql::Statement st(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  st.bind(1, name);
+  return st.step();
+}
+
+std::vector<double> doubles_of(const std::string& text) {
+  std::vector<double> out;
+  json j = json::parse(text, nullptr, false);
+  if (j.is_array())
+    for (const auto& v : j)
+      if (v.is_number()) out.push_back(v.get<double>());
+  return out;
+}
+
+}  // namespace
+
+double relative_spread(const std::vector<double>& values) {
+  if (values.size() < 2) return 0.0;
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const double m = median(values);
+  return m > 0 ? (*hi - *lo) / m : 0.0;
+}
+
+double Confirmation::estimate() const { return samples.empty() ? 0.0 : median(samples); }
+double Confirmation::spread() const { return relative_spread(samples); }
+
+void ensure_confirmation_table(sqlite3* db) {
+  sql::exec(db,
+            "CREATE TABLE IF NOT EXISTS confirmations ("
+            " program_id TEXT NOT NULL, code_hash TEXT NOT NULL, first REAL NOT NULL, samples TEXT NOT NULL,"
+            " against TEXT NOT NULL, against_hash TEXT NOT NULL, against_samples TEXT NOT NULL,"
+            " promoted INTEGER NOT NULL, why TEXT NOT NULL, created_at REAL NOT NULL)");
+}
+
+void store_confirmation(sqlite3* db, const Confirmation& c) {
+  sql::ConnectionLock lock(db);
+  sql::Statement st(db,
+                    "INSERT INTO confirmations (program_id, code_hash, first, samples, against, against_hash, "
+                    "against_samples, promoted, why, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st.bind(1, c.id).bind(2, c.code_hash).bind(3, c.first).bind(4, json(c.samples).dump()).bind(5, c.against);
+  st.bind(6, c.against_hash).bind(7, json(c.against_samples).dump()).bind(8, c.promoted).bind(9, c.why).bind(10, c.created_at);
+  st.run();
+}
+
+std::vector<Confirmation> load_confirmations(sqlite3* db) {
+  std::vector<Confirmation> out;
+  sql::ConnectionLock lock(db);
+  if (!table_exists(db, "confirmations")) return out;
+  sql::Statement st(db,
+                    "SELECT program_id, code_hash, first, samples, against, against_hash, against_samples, promoted, why, "
+                    "created_at FROM confirmations ORDER BY rowid");
+  while (st.step()) {
+    Confirmation c;
+    c.id = st.column_text(0);
+    c.code_hash = st.column_text(1);
+    c.first = st.column_double(2);
+    c.samples = doubles_of(st.column_text(3));
+    c.against = st.column_text(4);
+    c.against_hash = st.column_text(5);
+    c.against_samples = doubles_of(st.column_text(6));
+    c.promoted = st.column_int(7) != 0;
+    c.why = st.column_text(8);
+    c.created_at = st.column_double(9);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::unordered_map<std::string, Estimate> estimates_by_code(const std::vector<Confirmation>& all) {
+  std::unordered_map<std::string, Estimate> out;
+  for (const auto& c : all) {
+    Estimate& e = out[c.code_hash];
+    e.samples.insert(e.samples.end(), c.samples.begin(), c.samples.end());
+    e.refuted = !c.promoted;
+    e.score = e.samples.empty() ? 0.0 : median(e.samples);
+    if (!c.against_hash.empty() && !c.against_samples.empty()) {
+      Estimate& inc = out[c.against_hash];
+      inc.samples.insert(inc.samples.end(), c.against_samples.begin(), c.against_samples.end());
+      inc.score = median(inc.samples);
+    }
+  }
+  return out;
+}
+
+std::string ReportedBest::describe() const {
+  if (!confirmed) return fmt::format("{:.4g} (single measurement)", score);
+  return fmt::format("{:.4g} (median of {} re-runs, spread {:.0f}%)", score, runs, spread * 100.0);
+}
+
+std::optional<ReportedBest> reported_best(const ProgramDatabase& db) {
+  if (auto m = db.meta("best")) {
+    json b = json::parse(*m, nullptr, false);
+    if (b.is_object())
+      if (auto rec = db.get(b.value("id", std::string()))) {
+        ReportedBest r;
+        r.record = std::move(*rec);
+        r.score = b.value("score", r.record.combined_score);
+        r.runs = b.value("runs", 1);
+        r.spread = b.value("spread", 0.0);
+        r.confirmed = b.value("confirmed", false);
+        return r;
+      }
+  }
+  // A run from before confirmations: the highest single measurement not refuted by stop_when.
+  json refuted = json::parse(db.meta("target_refuted").value_or("{}"), nullptr, false);
+  if (!refuted.is_object()) refuted = json::object();
+  ProgramQuery q;
+  q.correct = true;
+  q.order_by = "score";
+  q.limit = refuted.empty() ? 1 : -1;
+  for (auto& row : db.query(q))
+    if (!refuted.contains(hash_hex(row.code))) {
+      ReportedBest r;
+      r.score = row.combined_score;
+      r.record = std::move(row);
+      return r;
+    }
+  return std::nullopt;
+}
+
+std::vector<RankedCandidate> rank_by_trusted_score(const ProgramDatabase& db, int limit) {
+  const auto estimates = estimates_by_code(load_confirmations(db.handle()));
+  ProgramQuery q;
+  q.correct = true;
+  q.order_by = "score";
+  std::vector<RankedCandidate> rows;
+  std::set<std::string> seen;
+  for (auto& r : db.query(q)) {
+    const std::string key = hash_hex(r.code);
+    if (!seen.insert(key).second) continue;  // copies: migrants, the seed on other islands
+    RankedCandidate row;
+    row.score = r.combined_score;
+    if (auto it = estimates.find(key); it != estimates.end() && !it->second.samples.empty()) {
+      row.score = it->second.score;
+      row.runs = int(it->second.samples.size());
+      row.spread = relative_spread(it->second.samples);
+      row.confirmed = !it->second.refuted;
+      row.refuted = it->second.refuted;
+    } else if (it != estimates.end()) {
+      row.score = 0.0;  // every re-run failed
+      row.runs = 0;
+      row.refuted = true;
+    }
+    row.record = std::move(r);
+    rows.push_back(std::move(row));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const RankedCandidate& a, const RankedCandidate& b) { return a.score > b.score; });
+  if (limit >= 0 && int(rows.size()) > limit) rows.resize(std::size_t(limit));
+  return rows;
+}
+
+json NoiseLevel::to_json() const {
+  return {{"id", id}, {"samples", samples}, {"median", median}, {"spread", spread}};
+}
+
+std::string NoiseLevel::describe() const {
+  return fmt::format("noise: seed re-timed {}x, spread {:.0f}% (median {:.4g})", samples.size(), spread * 100.0, median);
+}
+
+std::optional<NoiseLevel> noise_from_json(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  NoiseLevel n;
+  n.id = j.value("id", std::string());
+  for (const auto& v : j.value("samples", json::array()))
+    if (v.is_number()) n.samples.push_back(v.get<double>());
+  if (n.samples.empty()) return std::nullopt;
+  n.median = j.value("median", median(n.samples));
+  n.spread = j.value("spread", relative_spread(n.samples));
+  return n;
+}
+
+std::optional<NoiseLevel> noise_level(const ProgramDatabase& db) {
+  auto m = db.meta("noise");
+  return m ? noise_from_json(*m) : std::nullopt;
+}
+
+std::string resolve_candidate_id(const ProgramDatabase& db, const std::string& prefix, const std::string& origin) {
+  if (prefix.empty()) throw UserError(origin, "empty candidate id");
+  std::vector<std::string> ids;
+  {
+    sql::ConnectionLock lock(db.handle());
+    sql::Statement st(db.handle(), "SELECT id FROM programs WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT 3");
+    st.bind(1, prefix);
+    while (st.step()) ids.push_back(st.column_text(0));
+  }
+  if (std::find(ids.begin(), ids.end(), prefix) != ids.end()) return prefix;
+  if (ids.empty()) throw UserError(origin, "no candidate with id " + prefix);
+  if (ids.size() > 1)
+    throw UserError(origin, fmt::format("candidate id prefix {} is ambiguous ({}, {}{}): give more characters", prefix, ids[0],
+                                        ids[1], ids.size() > 2 ? ", ..." : ""));
+  return ids.front();
+}
+
+}  // namespace braid
