@@ -10,7 +10,7 @@
 
 namespace braid {
 
-// Outcome of a candidate; names match ARCHITECTURE.md and are stored as text.
+// Outcome of a candidate; names match docs/architecture.md and are stored as text.
 enum class FailureKind { Ok, BuildFailed, RunFailed, Timeout, VerifyFailed, BenchFailed, Rejected };
 std::string_view to_string(FailureKind k);  // "ok", "build_failed", ...
 std::optional<FailureKind> failure_kind_from(std::string_view s);

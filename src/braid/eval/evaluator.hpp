@@ -1,4 +1,4 @@
-// Evaluation of one candidate, as plain values (Builder -> Runner split of ARCHITECTURE.md).
+// Evaluation of one candidate, as plain values (Builder -> Runner split of docs/architecture.md).
 //
 // Cascade: L1 build -> L2 run + verify -> L3 benchmark. Each level may fail; the failure is a
 // value (FailureKind + trimmed diagnostics), never an exception across the search.

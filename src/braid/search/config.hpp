@@ -1,5 +1,5 @@
 // Search configuration: the parameter names of the seed (ShinkaEvolve/CUCo) as YAML keys, with
-// the defaults of ARCHITECTURE.md. Unknown keys, wrong types and out-of-range values are
+// the defaults of docs/architecture.md. Unknown keys, wrong types and out-of-range values are
 // UserErrors naming the file.
 #pragma once
 #include <array>

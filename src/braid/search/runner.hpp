@@ -1,4 +1,4 @@
-// EvolutionRunner: the steady-state island search of ARCHITECTURE.md. One generation is one
+// EvolutionRunner: the steady-state island search of docs/architecture.md. One generation is one
 // proposed child: select parent -> inspirations -> propose (Mutator) -> apply patch -> novelty
 // -> evaluate (up to max_parallel_jobs at once) -> record (failures included) -> every k
 // generations: meta-summary and migration.
