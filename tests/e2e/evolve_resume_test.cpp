@@ -161,7 +161,8 @@ struct NoisyGoal {
     cfg = tmp / ("braid_noisy_" + name + "_" + std::to_string(::getpid()) + ".yaml");
     std::filesystem::remove_all(wl);
     std::filesystem::copy(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/e2e/noisy_goal", wl, std::filesystem::copy_options::recursive);
-    std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
+    // The best-confirmation re-runs (confirm_runs) are off: this is the goal's own confirm.
+    std::ofstream(cfg) << "num_islands: 2\nmax_parallel_jobs: 1\nconfirm_runs: 0\nnoise_runs: 0\nstop_when: {metric: ratio, at_most: 1.05, confirm: 2}\n";
   }
   ~NoisyGoal() {
     std::filesystem::remove(cfg);
