@@ -164,6 +164,65 @@ TEST(Subprocess, EnvironmentHasNoSecrets) {
   EXPECT_FALSE(is_secret_env_name("PATH"));
 }
 
+// A candidate's environment comes from an allowlist: secrets of any name stay behind.
+TEST(Subprocess, CandidateEnvironmentIsAnAllowlist) {
+  ::setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-1", 1);
+  ::setenv("GITHUB_PAT", "ghp-secret-2", 1);
+  ::setenv("DB_PASSWORD", "db-secret-3", 1);
+  ::setenv("NCCL_DEBUG", "WARN", 1);
+  SubprocessOptions options;
+  options.argv = {"sh", "-c", "env"};
+  options.candidate = true;
+  options.env_add["BRAID_SEED"] = "7";
+  options.timeout_s = 10;
+  auto r = run_subprocess(options);
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  ::unsetenv("GITHUB_PAT");
+  ::unsetenv("DB_PASSWORD");
+  ::unsetenv("NCCL_DEBUG");
+  ASSERT_TRUE(r.succeeded()) << r.describe_end();
+  for (const char* secret : {"aws-secret-1", "ghp-secret-2", "db-secret-3"}) EXPECT_EQ(r.stdout_text.find(secret), std::string::npos);
+  EXPECT_NE(r.stdout_text.find("PATH="), std::string::npos);
+  EXPECT_NE(r.stdout_text.find("NCCL_DEBUG=WARN"), std::string::npos);
+  EXPECT_NE(r.stdout_text.find("BRAID_SEED=7"), std::string::npos);
+  EXPECT_NE(r.stdout_text.find("BRAID_EVAL_TOKEN="), std::string::npos);
+  EXPECT_TRUE(candidate_env_allowed("LC_ALL"));
+  EXPECT_FALSE(candidate_env_allowed("NCCL_API_KEY"));  // a secret's name wins over an allowed prefix
+  EXPECT_FALSE(candidate_env_allowed("HTTPS_PROXY"));
+}
+
+// A process that left the group with setsid (a double fork) dies with the evaluation.
+TEST(Subprocess, CandidateDescendantsThatCalledSetsidAreKilled) {
+  const auto pid_file = std::filesystem::temp_directory_path() / ("braid_setsid_" + std::to_string(::getpid()));
+  std::filesystem::remove(pid_file);
+  SubprocessOptions options;
+  options.argv = {"sh", "-c", "setsid sh -c 'echo $$ > " + pid_file.string() + "; exec sleep 60' >/dev/null 2>&1 & sleep 0.3; exit 0"};
+  options.candidate = true;
+  options.timeout_s = 10;
+  auto r = run_subprocess(options);
+  ASSERT_TRUE(r.succeeded()) << r.describe_end();
+  auto text = try_read_file(pid_file);
+  ASSERT_TRUE(text.has_value());
+  const pid_t escaped = static_cast<pid_t>(std::stol(*text));
+  EXPECT_TRUE(wait_until_gone(escaped, 5.0)) << "pid " << escaped << " survived the evaluation";
+  if (!process_gone(escaped)) ::kill(escaped, SIGKILL);
+  std::filesystem::remove(pid_file);
+}
+
+// The workload's memory limit (RLIMIT_AS) holds in the candidate's processes.
+TEST(Subprocess, CandidateMemoryLimitStopsAnUnboundedAllocation) {
+  SubprocessOptions options;
+  options.argv = {"python3", "-c", "b = bytearray(2 << 30); print('allocated')"};
+  options.candidate = true;
+  options.memory_limit_bytes = std::size_t(512) << 20;
+  options.timeout_s = 20;
+  auto r = run_subprocess(options);
+  ASSERT_TRUE(r.started) << r.start_error;
+  EXPECT_FALSE(r.succeeded());
+  EXPECT_EQ(r.stdout_text.find("allocated"), std::string::npos);
+  EXPECT_NE(r.stderr_text.find("MemoryError"), std::string::npos) << r.stderr_text;
+}
+
 TEST(Subprocess, ChildDiesWithItsParent) {
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);

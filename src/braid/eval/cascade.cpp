@@ -36,6 +36,7 @@ CascadeConfig CascadeConfig::from_json(const json& section, const std::filesyste
   c.run_timeout_s = section.value("run_timeout_s", c.run_timeout_s);
   c.bench_timeout_s = section.value("bench_timeout_s", c.bench_timeout_s);
   c.env = env_from_json(section);
+  c.memory_limit_mb = section.value("memory_limit_mb", c.memory_limit_mb);
   return c;
 }
 
@@ -50,7 +51,7 @@ EvalResult CascadeEvaluator::evaluate(const EvalRequest& request, const JobObser
   EvalResult result;
   WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
   auto step = [&](const std::string& name, const std::string& command, double timeout_s) {
-    StepSpec spec{name, command_argv(command, folder.placeholders), folder.dir, timeout_s, config_.env};
+    StepSpec spec{name, command_argv(command, folder.placeholders), folder.dir, timeout_s, config_.env, config_.memory_limit_mb << 20};
     SubprocessResult run = run_step(spec, folder, request, jobs);
     result.timings[name] = run.wall_s;
     return run;

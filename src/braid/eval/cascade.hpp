@@ -35,6 +35,7 @@ struct CascadeConfig {
   double run_timeout_s = 30.0;
   double bench_timeout_s = 60.0;
   std::map<std::string, std::string> env;  // added to every command's environment
+  std::size_t memory_limit_mb = 0;         // RLIMIT_AS of every command (workload.yaml); 0: none
 
   // From a validated evaluator section (see load_workload).
   static CascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,

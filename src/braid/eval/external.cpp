@@ -15,6 +15,7 @@ ExternalConfig ExternalConfig::from_json(const json& section, const std::filesys
   c.program_filename = program_filename;
   c.command = section.value("command", std::string());
   c.timeout_s = section.value("timeout_s", c.timeout_s);
+  c.memory_limit_mb = section.value("memory_limit_mb", c.memory_limit_mb);
   if (auto e = section.find("env"); e != section.end())
     for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
   return c;
@@ -30,7 +31,7 @@ EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObse
   std::vector<std::string> argv = command_argv(config_.command, folder.placeholders);
   argv.insert(argv.end(), {"--program_path", folder.program.string(), "--results_dir", folder.results.string()});
   StepSpec spec{"external", std::move(argv), std::filesystem::absolute(config_.workload_dir), config_.timeout_s,
-                config_.env};
+                config_.env, config_.memory_limit_mb << 20};
   SubprocessResult run = run_step(spec, folder, request, jobs);
   result.timings["external"] = run.wall_s;
   auto fail = [&](FailureKind kind, const std::string& error) {

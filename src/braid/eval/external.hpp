@@ -22,6 +22,7 @@ struct ExternalConfig {
   std::string command;  // split into words; the same placeholders as the cascade may appear
   double timeout_s = 300.0;
   std::map<std::string, std::string> env;
+  std::size_t memory_limit_mb = 0;  // RLIMIT_AS of the evaluator's processes (workload.yaml); 0: none
 
   static ExternalConfig from_json(const json& section, const std::filesystem::path& workload_dir,
                                   const std::string& program_filename);

@@ -92,6 +92,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       options.env_add["BRAID_RANK"] = std::to_string(r);
       options.env_add["BRAID_WORLD_SIZE"] = std::to_string(n);
       options.env_add["BRAID_LOCAL_RANK"] = std::to_string(r);
+      options.candidate = true;  // environment from the allowlist; setsid escapees killed (util/subprocess.hpp)
       options.timeout_s = spec.timeout_s;
       options.kill_grace_s = spec.kill_grace_s;
       options.output_cap_bytes = spec.output_cap_bytes;
@@ -209,6 +210,7 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   options.argv = launcher_argv(spec);
   options.cwd = spec.cwd;
   options.env_add = common_env(spec, run_id);
+  options.candidate = true;
   options.timeout_s = spec.timeout_s;
   // mpirun needs a moment after SIGTERM to take its ranks down.
   options.kill_grace_s = std::max(spec.kill_grace_s, 3.0);

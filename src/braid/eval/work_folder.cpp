@@ -48,6 +48,8 @@ SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const 
   options.env_add["BRAID_WORKLOAD_DIR"] = folder.placeholders.at("workload_dir");
   options.env_add["BRAID_SEED"] = folder.placeholders.at("seed");
   options.timeout_s = step.timeout_s;
+  options.candidate = true;  // build, run and bench all run the candidate's code or its build
+  options.memory_limit_bytes = step.memory_limit_bytes;
   options.stdout_path = folder.logs / (step.name + ".stdout");
   options.stderr_path = folder.logs / (step.name + ".stderr");
   const std::string what = request.candidate_id.empty() ? step.name : request.candidate_id + " " + step.name;

@@ -33,6 +33,7 @@ struct StepSpec {
   std::filesystem::path cwd;
   double timeout_s = 0.0;
   std::map<std::string, std::string> env;
+  std::size_t memory_limit_bytes = 0;  // RLIMIT_AS of the step's processes; 0: none
 };
 
 // Runs one step, logging its capped output in the work folder and reporting its process

@@ -16,6 +16,9 @@
 namespace braid {
 namespace {
 
+// Address-space limit of a CPU candidate's processes unless workload.yaml says otherwise.
+constexpr long kDefaultMemoryLimitMb = 8192;
+
 // Reads one workload.yaml; every problem is a UserError naming the file and the line.
 class WorkloadReader {
  public:
@@ -181,8 +184,10 @@ class WorkloadReader {
     const std::string kind = string_at(node, "kind", true, " in evaluator");
     json section = {{"kind", kind}};
     if (kind == "cascade") {
-      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env"},
+      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
+                        "memory_limit_mb"},
                  " in evaluator");
+      section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       section["build"] = command_at(node, "build", true);
       section["run"] = command_at(node, "run", true);
       section["bench"] = command_at(node, "bench", false);
@@ -191,7 +196,8 @@ class WorkloadReader {
       section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
     } else if (kind == "external") {
-      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env"}, " in evaluator");
+      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb"}, " in evaluator");
+      section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);

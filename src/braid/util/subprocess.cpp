@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -123,6 +126,7 @@ std::vector<std::string> child_environment(const SubprocessOptions& options) {
     if (eq == std::string_view::npos) continue;
     std::string name(entry.substr(0, eq));
     if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name)) continue;
+    if (options.candidate && !candidate_env_allowed(name)) continue;
     env.emplace_back(entry);
   }
   for (const auto& [name, value] : options.env_add) {
@@ -143,7 +147,8 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 // Only async-signal-safe calls from here to execve: the parent may have other threads that
 // held locks (malloc, stdio) at the moment of fork.
 [[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int report_fd, const char* cwd,
-                                   const char* path, char* const* argv, char* const* envp, pid_t parent) {
+                                   const char* path, char* const* argv, char* const* envp, pid_t parent,
+                                   std::size_t memory_limit_bytes) {
   auto fail = [&report_fd](int stage) {
     int payload[2] = {stage, errno};
     ssize_t ignored = ::write(report_fd, payload, sizeof payload);
@@ -169,6 +174,10 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
     report_fd = 3;
   }
   ::syscall(SYS_close_range, 4U, ~0U, 0U);
+  if (memory_limit_bytes > 0) {
+    const rlimit limit{memory_limit_bytes, memory_limit_bytes};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) fail(1);
+  }
   if (cwd && *cwd && ::chdir(cwd) != 0) fail(2);
   ::execve(path, argv, envp);
   fail(3);
@@ -230,6 +239,12 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
 
   std::vector<std::string> env = child_environment(options);
+  std::string token;
+  if (options.candidate) {
+    std::random_device rd;
+    token = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+    env.push_back("BRAID_EVAL_TOKEN=" + token);
+  }
   std::string path_var = lookup_env(env, "PATH");
   std::string executable = resolve_executable(options.argv[0], path_var, options.cwd);
   if (executable.empty()) {
@@ -256,7 +271,7 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   if (pid < 0) throw SystemError(std::string("fork: ") + std::strerror(errno));
   if (pid == 0)
     child_after_fork(dev_null.fd, out_w.fd, err_w.fd, report_w.fd, cwd.c_str(), executable.c_str(), argv_ptrs.data(),
-                     env_ptrs.data(), parent);
+                     env_ptrs.data(), parent, options.memory_limit_bytes);
 
   // Both sides set the group so that on_start and kill(-pgid) never race the child.
   ::setpgid(pid, pid);
@@ -355,6 +370,7 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (!token.empty()) kill_processes_with_token(token);  // what left the group (setsid) dies too
   result.wall_s = seconds_since(t0);
   if (WIFSIGNALED(status)) {
     result.term_signal = WTERMSIG(status);
@@ -368,6 +384,48 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   if (!options.stdout_path.empty()) write_file_atomic(options.stdout_path, result.stdout_text);
   if (!options.stderr_path.empty()) write_file_atomic(options.stderr_path, result.stderr_text);
   return result;
+}
+
+bool candidate_env_allowed(const std::string& name) {
+  static const std::set<std::string> exact{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
+                                           "TMPDIR", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
+                                           "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"};
+  static const char* const prefixes[] = {"LC_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS", "TORCH_", "OMPI_", "PMIX_",
+                                         "PMI_", "SLURM_", "BRAID_"};
+  if (exact.count(name)) return true;
+  for (const char* p : prefixes)
+    if (name.rfind(p, 0) == 0) return !is_secret_env_name(name);
+  return false;
+}
+
+int kill_processes_with_token(const std::string& token) {
+  const std::string needle = "BRAID_EVAL_TOKEN=" + token;
+  int killed = 0;
+  // Twice: a process may fork between the scan and the kill.
+  for (int pass = 0; pass < 2; ++pass) {
+    DIR* proc = ::opendir("/proc");
+    if (proc == nullptr) return killed;
+    while (dirent* e = ::readdir(proc)) {
+      const char* n = e->d_name;
+      if (*n < '1' || *n > '9') continue;
+      const long pid = std::strtol(n, nullptr, 10);
+      if (pid <= 1 || pid == ::getpid()) continue;
+      auto environ_text = try_read_file("/proc/" + std::string(n) + "/environ");
+      if (!environ_text) continue;
+      // Entries are NUL-separated; match a whole entry.
+      std::string_view text(*environ_text);
+      for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + 1)) {
+        const bool starts = at == 0 || text[at - 1] == '\0';
+        const std::size_t end = at + needle.size();
+        if (starts && (end == text.size() || text[end] == '\0')) {
+          if (::kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+          break;
+        }
+      }
+    }
+    ::closedir(proc);
+  }
+  return killed;
 }
 
 std::string process_start_marker(long pid) {

@@ -33,6 +33,12 @@ struct SubprocessOptions {
   std::function<void(long pgid)> on_start;        // called in the parent once the group exists
   const std::atomic<bool>* stop = nullptr;        // optional: once true, the group is ended as on a
                                                   // timeout (SIGTERM, grace, SIGKILL), `stopped` set
+  // A candidate's process (code braid did not write): its environment is built from an
+  // allowlist (candidate_env_allowed) plus env_add, never from braid's whole environment; it
+  // carries a random BRAID_EVAL_TOKEN, and when it ends every process still holding that token
+  // (a setsid double fork escapes the process group) is killed.
+  bool candidate = false;
+  std::size_t memory_limit_bytes = 0;             // RLIMIT_AS in the child; 0: none
 };
 
 struct SubprocessResult {
@@ -64,6 +70,11 @@ SubprocessResult run_subprocess(const SubprocessOptions& options);
 // example the variable a config names as its LLM key).
 void register_secret_env_name(const std::string& name);
 bool is_secret_env_name(const std::string& name);
+// Whether a variable of braid's environment may reach a candidate: the locale, PATH, HOME/USER,
+// TMPDIR, the CUDA/NCCL/NVIDIA driver's and MPI/Slurm launchers' variables, and braid's own.
+bool candidate_env_allowed(const std::string& name);
+// Kills (SIGKILL) every process whose environment holds BRAID_EVAL_TOKEN=token; returns how many.
+int kill_processes_with_token(const std::string& token);
 
 // Identifies one process incarnation: "<boot id>:<start time in clock ticks>", or "" when the
 // process does not exist. Stored with a pgid so a recycled pid is never killed.
