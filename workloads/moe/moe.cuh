@@ -19,9 +19,12 @@
 //     a  = bf16( silu(h_g) * h_u )            (I values; the down GEMM's input is bf16)
 //     o  = kAlphaDown * a . w2_e^T            (H values)
 //     y[t] = bf16( sum_k g * o )              (fp32 sum)
-//   The alphas keep every stage at unit scale (inputs are uniform in [-1, 1)), so the tolerance
-//   rtol = atol = 0.02 is tight against outputs of order 1. Rounding h or o to bf16 on the way is
-//   allowed (expert_forward does); the reference keeps them in fp32.
+//   The alphas keep every stage at unit scale (inputs are uniform in [-1, 1)). Rounding h or o to
+//   bf16 on the way is allowed (expert_forward does); the reference keeps them in fp32, so correct
+//   programs differ from it by a bf16 rounding error carried through the down GEMM: on 2 x H200 the
+//   worst of ~30 M outputs was 0.024 off (every program, the seed included), so atol = 0.05 (twice
+//   that tail) with rtol = 0.02. One pick's share of y is g * o ~ 0.3, so a dropped expert, a wrong
+//   gate or a stale output still fails by far.
 //   Expert compute: expert_forward(ExpertGemm&, stream, blocks, ...) runs the SwiGLU expert on
 //   row blocks of an expert-major buffer: cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx, one
 //   group per block) when this cuBLAS supports it for bf16, else one cublasGemmEx per block.
