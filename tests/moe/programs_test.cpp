@@ -51,7 +51,7 @@ TEST(MoePrograms, Gen0KnobSpace) {
   EXPECT_EQ(p.find_knob("kSchedule")->value, "Schedule::Serial");
   EXPECT_EQ(p.find_knob("kLayout")->value, "Layout::Permute");
   const auto valid = valid_vectors(p);
-  EXPECT_EQ(valid.size(), 68u);  // 4 serial + 64 per-source
+  EXPECT_EQ(valid.size(), 102u);  // 6 serial + 96 per-source (kGemm: auto, grouped, per block)
   // Every value of every knob appears in some valid vector.
   for (const braid::Knob& k : p.knobs())
     for (const std::string& value : k.domain) {

@@ -13,7 +13,8 @@
 //                  straight into the expert-major position, and the return sent block by block
 //                  from there: no permute kernels, more p2p operations.
 //   kGemm          Grouped: cublasGemmGroupedBatchedEx, one group per expert block (3 launches per
-//                  phase). PerBlock: one cublasGemmEx per block.
+//                  phase). PerBlock: one cublasGemmEx per block. Auto (the seed's): grouped for
+//                  small blocks, per block for large ones (moe::ExpertGemm::Path::Auto).
 //   kReturnEarly   PerSource: each source's results go back as soon as its GEMMs are done
 //                  (combine overlapped with the remaining expert compute) instead of after all.
 //   kGemmSmMargin  PerSource: SMs withheld from cuBLAS (cublasSetSmCountTarget) while the exchange
@@ -31,12 +32,12 @@ using moe::bf16;
 
 enum class Schedule { Serial, PerSource };
 enum class Layout { Permute, Direct };
-enum class Gemm { Grouped, PerBlock };
+enum class Gemm { Auto, Grouped, PerBlock };
 
 // EVOLVE-BLOCK-START knobs
 constexpr Schedule kSchedule = Schedule::Serial;  // braid:knob Schedule::Serial|Schedule::PerSource
 constexpr Layout kLayout = Layout::Permute;  // braid:knob Layout::Permute|Layout::Direct
-constexpr Gemm kGemm = Gemm::Grouped;  // braid:knob Gemm::Grouped|Gemm::PerBlock
+constexpr Gemm kGemm = Gemm::Auto;  // braid:knob Gemm::Auto|Gemm::Grouped|Gemm::PerBlock
 constexpr bool kReturnEarly = false;  // braid:knob
 constexpr int kGemmSmMargin = 0;  // braid:knob 0|8|16|32
 constexpr bool kCommHighPriority = false;  // braid:knob
@@ -85,7 +86,9 @@ void setup(Context& c) {
   const size_t max_moves = E * (size_t)c.world + 1;
   BRAID_CUDA(cudaMalloc(&s->moves_dev, max_moves * 2 * sizeof(moe::RowMove)));
   BRAID_CUDA(cudaMallocHost(&s->moves_host, max_moves * 2 * sizeof(moe::RowMove)));
-  const auto path = kGemm == Gemm::Grouped ? moe::ExpertGemm::Path::Grouped : moe::ExpertGemm::Path::PerBlock;
+  const auto path = kGemm == Gemm::Grouped    ? moe::ExpertGemm::Path::Grouped
+                    : kGemm == Gemm::PerBlock ? moe::ExpertGemm::Path::PerBlock
+                                              : moe::ExpertGemm::Path::Auto;
   s->overlap_gemm.create(sh.experts_per_rank(), path, kGemmSmMargin > 0 ? std::max(1, c.sm_count - kGemmSmMargin) : 0);
   s->tail_gemm.create(sh.experts_per_rank(), path);
   if constexpr (kPipelined) {

@@ -44,7 +44,7 @@ void setup(Context& c) {
   BRAID_CUDA(cudaMallocHost(&st->pinned, E * 2 * sizeof(int32_t)));
   BRAID_CUDA(cudaMalloc(&st->moves_dev, (E * (size_t)c.world + 1) * 2 * sizeof(moe::RowMove)));
   BRAID_CUDA(cudaMallocHost(&st->moves_host, (E * (size_t)c.world + 1) * 2 * sizeof(moe::RowMove)));
-  st->gemm.create(s.experts_per_rank(), moe::ExpertGemm::Path::Grouped);
+  st->gemm.create(s.experts_per_rank(), moe::ExpertGemm::Path::Auto);
 }
 
 void run(Context& c, cudaStream_t stream) {
