@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "braid/cli/command.hpp"
+#include "braid/cli/run_lock.hpp"
 #include "braid/cli/run_setup.hpp"
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/annotate.hpp"
@@ -153,7 +154,10 @@ class Pipeline {
     if (wants_llm(a_.llm)) parse_llm_settings(llm_config(), a_.config.empty() ? "--llm" : a_.config.string());
     if (fs::exists(results_)) {
       if (!state_.exists()) {
-        if (!fs::is_directory(results_) || !fs::is_empty(results_))
+        // A folder holding only the lock is one whose first run died before its state was saved.
+        const bool only_lock = fs::is_directory(results_) && std::distance(fs::directory_iterator(results_), fs::directory_iterator()) == 1 &&
+                               fs::exists(results_ / kLockFile);
+        if (!fs::is_directory(results_) || (!fs::is_empty(results_) && !only_lock))
           throw UserError(results_.string(), "exists and holds no braid run (no run_state.json): choose a new folder");
       } else {
         const json& r = state_.root();
@@ -167,6 +171,7 @@ class Pipeline {
   int run() {
     const bool created = !fs::exists(results_);
     fs::create_directories(results_);
+    RunLock lock(results_);  // one braid per results folder, for every step (the evolve step re-enters it)
     json& r = state_.root();
     if (!r.contains("input")) {
       r["input"] = fs::absolute(a_.input).lexically_normal().string();
