@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "braid/eval/command_line.hpp"
+#include "braid/eval/verdict_channel.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -44,6 +45,14 @@ std::filesystem::path expand_home(const std::string& path) {
 }
 
 }  // namespace
+
+// `verdict: auto` asks the channel when the harness the program is built with speaks it.
+bool channel_required(const std::string& setting, const std::filesystem::path& device_include,
+                      const std::filesystem::path& program) {
+  std::string text = try_read_file(program).value_or("");
+  if (!device_include.empty()) text += try_read_file(device_include / "braid" / "harness.cuh").value_or("");
+  return resolve_verdict_source(setting, text) == VerdictSource::Channel;
+}
 
 std::filesystem::path default_compile_cache_dir() {
   if (const char* d = std::getenv("BRAID_CACHE_DIR"); d && *d) return std::filesystem::path(d) / "nvcc";
@@ -84,6 +93,9 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   }
   if (auto e = section.find("env"); e != section.end())
     for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
+  c.sandbox = SandboxSettings::from_json(section, c.sandbox);
+  c.sandbox.network = true;
+  c.verdict = section.value("verdict", c.verdict);
   return c;
 }
 
@@ -92,6 +104,8 @@ struct GpuCascadeEvaluator::LevelOutcome {
   std::string error;
   double wall_s = 0.0;
   bool probed = false;
+  std::string sandbox_level;
+  bool channel = false;  // the verdict came through the verdict channel
 };
 
 GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std::move(config)) {
@@ -115,6 +129,8 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std:
   pool_ = std::make_shared<GpuPool>(devices);
   if (config_.health_probe)
     probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+  channel_required_ = channel_required(config_.verdict, builder_->toolchain().device_include,
+                                       config_.workload_dir / config_.program_filename);
   log::info("gpu evaluator: {}; GPUs {}; arch {}", builder_->toolchain().describe(), fmt::join(devices, ","), arch_);
 }
 
@@ -126,6 +142,8 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config, std::shared_pt
   arch_ = *arch;
   if (config_.health_probe)
     probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+  channel_required_ = channel_required(config_.verdict, builder_->toolchain().device_include,
+                                       config_.workload_dir / config_.program_filename);
 }
 
 std::string GpuCascadeEvaluator::describe() const {
@@ -147,7 +165,7 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
                                                                  const std::vector<std::string>& argv, double timeout_s,
                                                                  bool exclusive, const std::filesystem::path& results,
                                                                  const std::filesystem::path& work_dir,
-                                                                 const JobObserver& jobs) {
+                                                                 const JobObserver& jobs, const SandboxPolicy& sandbox) {
   LevelOutcome out;
   const bool bench = level == "bench";
   // Without an earlier verify run, a crash of the bench run is the candidate's run failure.
@@ -174,11 +192,37 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   spec.peer_grace_s = config_.peer_grace_s;
   spec.launcher_args = config_.launcher_args;
   spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  spec.sandbox = sandbox;
+  spec.token = new_eval_token();
+  spec.env["HOME"] = work_dir.string();
+  spec.env["TMPDIR"] = work_dir.string();
+  spec.env["BRAID_WORK_DIR"] = work_dir.string();
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
+  out.sandbox_level = run.sandbox_level;
 
   const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
-  auto verdict = read_verdict(results);
+  // The verdict: from the channel when the harness speaks it (checked, then written to the
+  // files by braid), else from the files (unverified-channel).
+  std::optional<Verdict> verdict;
+  const bool need_channel = channel_required_;
+  ChannelVerdict cv = read_channel(run.channel_text, {spec.token, bench ? "bench" : "verify", request.seed, run.wall_s, bench});
+  if (!cv.problem.empty()) {
+    out.failure = FailureKind::VerifyFailed;
+    out.error = cv.problem;
+    return out;
+  }
+  if (cv.received) {
+    out.channel = true;
+    write_contract_files(results, cv);
+    verdict = Verdict{cv.correct, cv.error};
+  } else if (!need_channel) {
+    verdict = read_verdict(results);
+  } else {
+    std::error_code ec;
+    std::filesystem::remove(results / "correct.json", ec);
+    std::filesystem::remove(results / "metrics.json", ec);
+  }
   bool crashed = false;  // the GPUs may be left in a bad state: probe them
   if (!run.started) {
     out.failure = crash_kind;
@@ -229,10 +273,17 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
 EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
   EvalResult result;
   WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
+  const SandboxPolicy sandbox = candidate_sandbox(config_.sandbox, folder, SandboxProfile::Gpu);
+  std::string sandbox_level = sandbox.enabled ? "" : "off";
+  bool channel = true;
+  auto finish = [&]() -> EvalResult {
+    record_isolation(result, sandbox_level, channel ? "verified" : "unverified-channel");
+    return result;
+  };
   auto fail = [&](FailureKind kind, const std::string& error) {
     record_failure(result, kind, error);
     write_failure_contract(folder, result);
-    return result;
+    return finish();
   };
 
   // L1: build.
@@ -268,8 +319,10 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   result.level_reached = 2;
   if (!config_.verify_in_bench) {
     LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false, folder.results,
-                                    folder.dir, jobs);
+                                    folder.dir, jobs, sandbox);
     result.timings["run"] = verify.wall_s;
+    if (!verify.sandbox_level.empty()) sandbox_level = verify.sandbox_level;
+    channel = verify.channel;
     if (verify.failure != FailureKind::Ok) return fail(verify.failure, verify.error);
     result.level_reached = 3;
   }
@@ -279,14 +332,16 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   std::filesystem::remove(folder.results / "correct.json");
   std::filesystem::remove(folder.results / "metrics.json");
   LevelOutcome bench = run_level("bench", request, argv_for("bench", config_.bench_args), config_.bench_timeout_s,
-                                 config_.bench_exclusive, folder.results, folder.dir, jobs);
+                                 config_.bench_exclusive, folder.results, folder.dir, jobs, sandbox);
   result.timings["bench"] = bench.wall_s;
+  if (!bench.sandbox_level.empty()) sandbox_level = bench.sandbox_level;
+  channel = channel && bench.channel;
   if (bench.failure != FailureKind::Ok) return fail(bench.failure, bench.error);
   result.level_reached = 3;
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
   result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
   if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
-  return result;
+  return finish();
 }
 
 }  // namespace braid

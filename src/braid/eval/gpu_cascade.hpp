@@ -22,6 +22,7 @@
 //     launcher_args: []              # extra mpirun / srun arguments
 //     cache_dir: ~/.cache/braid/nvcc # compile cache (default $BRAID_CACHE_DIR or ~/.cache/braid/nvcc)
 //     env: {NCCL_DEBUG: WARN}
+//     sandbox: true                  # and memory_limit_mb (default 0), max_processes, verdict
 //
 // L1 NvccBuilder (cached, parallel) -> build_failed | timeout.
 // L2 ranks run `<artifact> --mode verify --seed S --results_dir D <args>` on leased GPUs:
@@ -45,6 +46,7 @@
 #include "braid/eval/gpu_pool.hpp"
 #include "braid/eval/launcher.hpp"
 #include "braid/eval/nvcc_builder.hpp"
+#include "braid/eval/work_folder.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid {
@@ -73,6 +75,10 @@ struct GpuCascadeConfig {
   std::vector<std::string> launcher_args;
   std::filesystem::path cache_dir;  // empty: default_compile_cache_dir()
   std::map<std::string, std::string> env;
+  // GPU profile (util/sandbox.hpp): no address-space limit by default (CUDA reserves far more
+  // virtual memory than it uses).
+  SandboxSettings sandbox{true, 0, 1024, true};
+  std::string verdict = "auto";  // auto: the channel when braid's device harness speaks it
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,
@@ -105,13 +111,14 @@ class GpuCascadeEvaluator : public Evaluator {
   struct LevelOutcome;
   LevelOutcome run_level(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
                          double timeout_s, bool exclusive, const std::filesystem::path& results,
-                         const std::filesystem::path& work_dir, const JobObserver& jobs);
+                         const std::filesystem::path& work_dir, const JobObserver& jobs, const SandboxPolicy& sandbox);
 
   GpuCascadeConfig config_;
   std::string arch_;
   std::shared_ptr<NvccBuilder> builder_;
   std::shared_ptr<GpuPool> pool_;
   std::unique_ptr<GpuHealthProbe> probe_;
+  bool channel_required_ = false;  // resolved `verdict`: files a candidate drops are never read
 };
 
 }  // namespace braid

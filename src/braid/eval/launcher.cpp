@@ -98,6 +98,12 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       options.stdout_path = spec.log_dir / fmt::format("rank{}.stdout", r);
       options.stderr_path = spec.log_dir / fmt::format("rank{}.stderr", r);
       options.stop = &stop;
+      options.env_allowlist = spec.sandbox.enabled;
+      options.sandbox = spec.sandbox;
+      if (!spec.token.empty()) {
+        options.env_add["BRAID_EVAL_TOKEN"] = spec.token;
+        options.result_channel = true;
+      }
       const std::string what = fmt::format("{} rank {}", spec.name, r);
       long pgid = 0;
       if (jobs)
@@ -125,6 +131,8 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       outcome.end_s = seconds_since(t0);
       outcome.stdout_text = ran.stdout_text;
       outcome.stderr_text = ran.started ? ran.stderr_text : ran.start_error;
+      outcome.channel_text = ran.channel_text;
+      if (!ran.sandbox_level.empty()) result.sandbox_level = ran.sandbox_level;
       if ((outcome.failed() || !ran.started) && !first_failure) first_failure = Clock::now();
       ++done;
       changed.notify_all();
@@ -154,6 +162,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
     if (ran.timed_out) result.timed_out = true;
   }
   result.launcher_exit_code = result.succeeded() ? 0 : 1;
+  for (const auto& o : result.ranks) result.channel_text += o.channel_text;
   return result;
 }
 
@@ -215,6 +224,15 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   options.output_cap_bytes = spec.output_cap_bytes;
   options.stdout_path = spec.log_dir / fmt::format("{}.stdout", to_string(spec.kind));
   options.stderr_path = spec.log_dir / fmt::format("{}.stderr", to_string(spec.kind));
+  options.env_allowlist = spec.sandbox.enabled;
+  options.sandbox = spec.sandbox;
+  // A descriptor does not pass through mpirun or srun: the ranks append to a file.
+  const std::filesystem::path verdicts = spec.log_dir / "verdicts.jsonl";
+  if (!spec.token.empty()) {
+    write_file_atomic(verdicts, "");
+    options.env_add["BRAID_EVAL_TOKEN"] = spec.token;
+    options.env_add["BRAID_RESULT_PATH"] = verdicts.string();
+  }
 
   std::atomic<long> root{0};
   std::atomic<bool> finished{false};
@@ -275,6 +293,8 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   result.launcher_exit_code = run.exit_code;
   result.launcher_signal = run.term_signal;
   result.launcher_output = run.stdout_text.empty() ? run.stderr_text : run.stderr_text + "\n" + run.stdout_text;
+  result.sandbox_level = run.sandbox_level;
+  if (!spec.token.empty()) result.channel_text = try_read_file(verdicts).value_or("");
   if (!run.started) return result;
 
   for (auto& o : result.ranks) {
@@ -398,6 +418,7 @@ std::vector<std::string> launcher_argv(const LaunchSpec& spec) {
       std::set<std::string> names;
       for (const auto& [name, value] : spec.env) names.insert(name);
       for (const char* name : {"BRAID_EVAL_DIR", "BRAID_RUN_ID", "CUDA_VISIBLE_DEVICES"}) names.insert(name);
+      if (!spec.token.empty()) names.insert({"BRAID_EVAL_TOKEN", "BRAID_RESULT_PATH"});
       if (spec.gpus.empty()) names.erase("CUDA_VISIBLE_DEVICES");
       for (const auto& name : names) argv.insert(argv.end(), {"-x", name});
       argv.insert(argv.end(), spec.launcher_args.begin(), spec.launcher_args.end());

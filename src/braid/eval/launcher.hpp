@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "braid/eval/evaluator.hpp"
+#include "braid/util/sandbox.hpp"
 
 namespace braid {
 
@@ -45,6 +46,13 @@ struct LaunchSpec {
   std::vector<std::string> launcher_args;       // extra mpirun / srun arguments
   std::string name = "run";                     // label for the JobObserver and messages
   std::size_t output_cap_bytes = 64 * 1024;     // per rank and stream: head and tail kept
+  // Candidate isolation (util/sandbox.hpp, GPU profile): local ranks each run in a sandbox of
+  // their own; under mpirun/srun the launcher and its ranks share one. The environment is the
+  // candidate allowlist plus `env` either way.
+  SandboxPolicy sandbox;
+  // Non-empty: BRAID_EVAL_TOKEN for every rank, and a verdict channel (verdict_channel.hpp):
+  // BRAID_RESULT_FD per local rank, BRAID_RESULT_PATH=<log_dir>/verdicts.jsonl otherwise.
+  std::string token;
 };
 
 struct RankOutcome {
@@ -57,6 +65,7 @@ struct RankOutcome {
   double end_s = 0.0;          // seconds after launch when it ended
   std::string stdout_text;     // capped
   std::string stderr_text;     // capped
+  std::string channel_text;    // local ranks: what came through the verdict channel
   bool failed() const { return known && !timed_out && !stopped && (term_signal != 0 || exit_code != 0); }
   // "rank 1: exit code 3", "rank 0: killed by signal SIGSEGV (Segmentation fault)", ...
   std::string describe() const;
@@ -71,6 +80,8 @@ struct LaunchResult {
   int launcher_exit_code = -1;          // mpirun/srun's own end (local: 0 when every rank did)
   int launcher_signal = 0;
   std::string launcher_output;          // mpirun/srun's own messages (capped)
+  std::string sandbox_level;            // SandboxPlan::level() of the ranks' sandbox
+  std::string channel_text;             // every record that came (all ranks, both channel kinds)
 
   bool succeeded() const;
   std::vector<int> ranks_still_running() const;  // at the time limit

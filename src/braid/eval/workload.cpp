@@ -132,10 +132,31 @@ class WorkloadReader {
     return args;
   }
 
+  // The sandbox and verdict keys every evaluator kind accepts (docs/sandbox.md).
+  void isolation_keys(const YAML::Node& node, json& section, bool gpu) const {
+    if (auto v = bool_at(node, "sandbox")) section["sandbox"] = *v;
+    if (auto v = integer_at(node, "memory_limit_mb", 0, 1L << 24)) {
+      if (*v > 0 && *v < 64) error(node["memory_limit_mb"], "'memory_limit_mb' in evaluator must be 0 (no limit) or at least 64");
+      section["memory_limit_mb"] = *v;
+    }
+    if (auto v = integer_at(node, "max_processes", 0, 1000000)) {
+      if (*v > 0 && *v < 8) error(node["max_processes"], "'max_processes' in evaluator must be 0 (no limit) or at least 8");
+      section["max_processes"] = *v;
+    }
+    if (auto v = bool_at(node, "network")) {
+      if (gpu) error(node["network"], "'network' applies to cpu evaluators only (GPU ranks keep the host's network for NCCL)");
+      section["network"] = *v;
+    }
+    const std::string verdict = string_at(node, "verdict", false, " in evaluator");
+    if (!verdict.empty() && verdict != "auto" && verdict != "channel" && verdict != "files")
+      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown (expected auto, channel or files)");
+    section["verdict"] = verdict.empty() ? "auto" : verdict;
+  }
+
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
                       "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
-                      "health_probe", "launcher_args", "cache_dir", "env"},
+                      "health_probe", "launcher_args", "cache_dir", "env", "sandbox", "memory_limit_mb", "max_processes", "verdict"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
     const std::string launcher = string_at(node, "launcher", false, " in evaluator");
@@ -172,6 +193,7 @@ class WorkloadReader {
     }
     const std::string cache_dir = string_at(node, "cache_dir", false, " in evaluator");
     if (!cache_dir.empty()) section["cache_dir"] = cache_dir;
+    isolation_keys(node, section, true);
   }
 
   json evaluator(const YAML::Node& root) const {
@@ -181,8 +203,10 @@ class WorkloadReader {
     const std::string kind = string_at(node, "kind", true, " in evaluator");
     json section = {{"kind", kind}};
     if (kind == "cascade") {
-      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env"},
+      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
+                        "sandbox", "memory_limit_mb", "max_processes", "network", "verdict"},
                  " in evaluator");
+      isolation_keys(node, section, false);
       section["build"] = command_at(node, "build", true);
       section["run"] = command_at(node, "run", true);
       section["bench"] = command_at(node, "bench", false);
@@ -191,8 +215,11 @@ class WorkloadReader {
       section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
     } else if (kind == "external") {
-      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env"}, " in evaluator");
+      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "sandbox", "memory_limit_mb", "max_processes",
+                        "network", "verdict"},
+                 " in evaluator");
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
+      isolation_keys(node, section, false);
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
     } else if (kind == "gpu") {
