@@ -277,7 +277,11 @@ Channel& channel() {
 }
 void open_channel() {
   Channel& c = channel();
-  if (const char* t = std::getenv("BRAID_EVAL_TOKEN")) c.token = t;
+  if (char* t = std::getenv("BRAID_EVAL_TOKEN")) {
+    c.token = t;
+    // Blanked in place, so that /proc/self/environ no longer shows it either.
+    std::memset(t, 'x', std::strlen(t));
+  }
   if (const char* f = std::getenv("BRAID_RESULT_FD")) c.fd = std::atoi(f);
   if (const char* p = std::getenv("BRAID_RESULT_PATH")) c.path = p;
   // The kernel has no business with them.

@@ -353,6 +353,8 @@ struct SandboxPlan::Data {
   std::vector<std::string> mkdirs;         // mount points to create inside the hidden tmpfs, in order
   std::vector<std::string> rehide;         // hidden folders beneath a folder bound back
   std::vector<std::string> scratch_mkdirs; // every folder from / down to the scratch folder
+  std::vector<std::string> private_tmp;    // hidden folders that stay writable (/tmp, /dev/shm)
+  std::string tmp_options;                 // their tmpfs options
   std::vector<std::string> writable;       // Landlock: full access beneath
   std::vector<std::string> dev_paths;      // Landlock: read, write, ioctl on devices
   std::string cgroup_dir, cgroup_procs;
@@ -363,8 +365,9 @@ struct SandboxPlan::Data {
 
 namespace {
 bool is_beneath(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  // Strictly beneath: `dir` itself is not.
   auto rel = path.lexically_relative(dir);
-  return !rel.empty() && *rel.begin() != "..";
+  return !rel.empty() && rel != "." && *rel.begin() != "..";
 }
 std::filesystem::path canonical_or_normal(const std::filesystem::path& p) {
   std::error_code ec;
@@ -393,14 +396,20 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   d.dev_paths.push_back("/dev");
   std::error_code ec;
   if (!d.cpu_profile) {
-    // NCCL's shared memory between the ranks of one evaluation; CUDA's MPS pipes.
-    for (const char* p : {"/dev/shm", "/tmp"})
+    // NCCL's shared memory between the ranks of one evaluation; CUDA's MPS pipes. Not /tmp:
+    // TMPDIR is the scratch folder, and a run folder may lie under /tmp.
+    for (const char* p : {"/dev/shm", "/tmp/nvidia-mps"})
       if (std::filesystem::is_directory(p, ec)) d.writable.push_back(p);
   }
   if (d.namespaces) {
-    for (const char* p : {"/tmp", "/dev/shm"})
-      if (std::filesystem::is_directory(p, ec)) d.writable.push_back(p);  // private tmpfs of this sandbox
     std::vector<std::filesystem::path> hidden, top;
+    // A private /tmp and /dev/shm: tmpfs like the hidden folders, but writable.
+    for (const char* p : {"/tmp", "/dev/shm"})
+      if (std::filesystem::is_directory(p, ec)) {
+        d.writable.push_back(p);
+        d.private_tmp.push_back(p);
+        hidden.push_back(p);
+      }
     for (const auto& h : policy.hidden) {
       auto c = canonical_or_normal(h);
       if (c == "/" || !std::filesystem::is_directory(c, ec)) continue;
@@ -449,6 +458,8 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
     }
   }
   d.memory_bytes = policy.memory_bytes;
+  // Files in the private /tmp are memory: bounded like the candidate's address space.
+  d.tmp_options = policy.memory_bytes > 0 ? fmt::format("mode=1777,size={}", policy.memory_bytes) : "mode=1777,size=25%";
   if (policy.max_processes > 0) {
     d.max_processes = static_cast<rlim_t>(policy.max_processes);
     // RLIMIT_NPROC counts per user namespace for non-root users; root is exempt from it.
@@ -545,8 +556,15 @@ void SandboxPlan::enter_in_child(void (*fail)(int, int, void*), void* ctx, const
     }
     const int scratch_fd = ::open(d.scratch.c_str(), O_PATH | O_CLOEXEC);
     check(scratch_fd >= 0, kStepScratch);
+    auto is_private_tmp = [&](const std::string& h) {
+      for (const auto& t : d.private_tmp)
+        if (t == h) return true;
+      return false;
+    };
     for (const auto& h : d.hidden)
-      check(::mount("tmpfs", h.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") == 0, kStepHide);
+      check(::mount("tmpfs", h.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                    is_private_tmp(h) ? d.tmp_options.c_str() : "mode=0755,size=1m") == 0,
+            kStepHide);
     for (const auto& m : d.mkdirs) check(::mkdir(m.c_str(), 0755) == 0 || errno == EEXIST, kStepBindBack);
     char fd_path[64];
     auto proc_fd_path = [&](int fd) {
@@ -576,11 +594,8 @@ void SandboxPlan::enter_in_child(void (*fail)(int, int, void*), void* ctx, const
     check(::mount(proc_fd_path(scratch_fd), d.scratch.c_str(), nullptr, MS_BIND | MS_REC, nullptr) == 0, kStepScratch);
     MountAttr rw{0, kMountAttrRdonly, 0, 0};
     check(::syscall(SYS_mount_setattr, AT_FDCWD, d.scratch.c_str(), kAtRecursive, &rw, sizeof rw) == 0, kStepScratch);
-    for (const char* t : {"/tmp", "/dev/shm"}) {
-      struct stat st {};
-      if (::stat(t, &st) == 0 && S_ISDIR(st.st_mode))
-        check(::mount("tmpfs", t, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0, kStepTmp);
-    }
+    for (const auto& t : d.private_tmp)
+      check(::mount(nullptr, t.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, nullptr) == 0, kStepTmp);
     for (int i = 0; i < n_back; ++i) ::close(back_fds[i]);
     ::close(scratch_fd);
 
