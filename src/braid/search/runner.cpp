@@ -730,6 +730,7 @@ struct EvolutionRunner::Impl {
 
   void stop_jobs() {
     discard_results = true;
+    parts.evaluator->cancel_jobs();
     std::lock_guard lock(db_mutex);
     for (auto& [pgid, what] : running_jobs) ::kill(-pid_t(pgid), SIGKILL);
   }
@@ -825,6 +826,7 @@ EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatab
     : impl_(std::make_unique<Impl>(std::move(results_dir), db, std::move(parts))) {
   if (!impl_->parts.embedder) impl_->parts.embedder = make_hashed_ngram_embedder(impl_->cfg.embedding_dims);
   if (!impl_->parts.meta) impl_->parts.meta = std::make_unique<StatsMetaSummarizer>();
+  impl_->parts.evaluator->attach_run(db, impl_->results);
   // The knob mutator steers away from vectors already evaluated or in flight.
   if (auto* knobs = dynamic_cast<KnobMutator*>(impl_->parts.mutator.get())) {
     Impl* impl = impl_.get();
