@@ -10,6 +10,7 @@ packages=(
   libcurl4-openssl-dev libxxhash-dev libcpp-httplib-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
+  slurmctld slurmd slurm-client munge
   chromium chromium-driver
 )
 # The web UI's browser tests drive Debian's chromium through playwright-core (npm, web/); a

@@ -20,6 +20,8 @@
 
 namespace braid {
 
+class ProgramDatabase;
+
 struct EvalRequest {
   std::string candidate_id;
   std::string code;                   // full program text
@@ -52,6 +54,10 @@ class Evaluator {
   // A short note for the status line when the evaluator's health changed (GPUs quarantined);
   // "" when all is well.
   virtual std::string status_note() const { return {}; }
+  // Evaluators whose jobs outlive braid (Slurm) record them in the run's database, so a resumed
+  // run finds them again, and end them when the run is stopped; local evaluators need neither.
+  virtual void attach_run(ProgramDatabase& db, const std::filesystem::path& results_dir) {}
+  virtual void cancel_jobs() {}
 };
 
 // Reads <dir>/metrics.json and <dir>/correct.json into `result` (score, metrics, feedback,

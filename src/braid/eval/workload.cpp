@@ -10,6 +10,8 @@
 #include "braid/eval/external.hpp"
 #include "braid/eval/gpu_cascade.hpp"
 #include "braid/eval/gpu_toolchain.hpp"
+#include "braid/eval/slurm_config.hpp"
+#include "braid/eval/slurm_evaluator.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 
@@ -185,9 +187,10 @@ class WorkloadReader {
     json section = {{"kind", kind}};
     if (kind == "cascade") {
       check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
-                        "memory_limit_mb"},
+                        "memory_limit_mb", "slurm"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
+      if (node["slurm"]) section["slurm"] = read_slurm_section(node["slurm"], yaml_.string());
       section["build"] = command_at(node, "build", true);
       section["run"] = command_at(node, "run", true);
       section["bench"] = command_at(node, "bench", false);
@@ -270,6 +273,9 @@ WorkloadSpec load_workload(const std::filesystem::path& dir_or_yaml) {
 std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
   const std::string kind = spec.evaluator.value("kind", std::string());
   const std::string program_filename = spec.program.filename().string();
+  if (kind == "cascade" && spec.evaluator.contains("slurm"))  // run and bench as Slurm jobs
+    return std::make_unique<SlurmEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename),
+                                            SlurmConfig::from_json(spec.evaluator["slurm"]));
   if (kind == "cascade")
     return std::make_unique<CascadeEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
   if (kind == "external")

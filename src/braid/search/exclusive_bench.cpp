@@ -14,6 +14,10 @@ class OneAtATime : public Evaluator {
   }
   std::string describe() const override { return inner_->describe() + " (evaluations one at a time: bench_exclusive)"; }
   std::string status_note() const override { return inner_->status_note(); }
+  void attach_run(ProgramDatabase& db, const std::filesystem::path& results_dir) override {
+    inner_->attach_run(db, results_dir);
+  }
+  void cancel_jobs() override { inner_->cancel_jobs(); }
 
  private:
   std::unique_ptr<Evaluator> inner_;
@@ -25,6 +29,9 @@ class OneAtATime : public Evaluator {
 bool evaluations_exclusive(const json& section) {
   // The GPU cascade leases the node for its bench level itself.
   if (section.value("kind", std::string()) == "gpu") return false;
+  // Slurm places each evaluation in its own allocation; node exclusivity is Slurm's to grant
+  // (`sbatch_args: [--exclusive]`), and a lock here would serialise the whole cluster.
+  if (section.contains("slurm")) return false;
   return section.value("bench_exclusive", true);
 }
 

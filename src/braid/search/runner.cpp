@@ -416,6 +416,8 @@ struct EvolutionRunner::Impl {
       if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return;
       const std::string label = fmt::format("{}-noise{}", seed->id, k);
       EvalResult r = remeasure(*parts.evaluator, seed->code, label, run_seed, results / "remeasure" / label, job_observer());
+      // A stop (Ctrl-C, or its jobs cancelled) mid re-run is not the seed's fault.
+      if ((stop_flag != nullptr && stop_flag->load()) || discard_results) return;
       if (!(r.correct && r.failure == FailureKind::Ok))
         throw UserError(parts.workload.program.string(), fmt::format("the seed program passed its evaluation but failed re-run {} ({}): {}",
                                                                    k, to_string(r.failure), r.error_text.substr(0, 800)));
@@ -937,6 +939,7 @@ struct EvolutionRunner::Impl {
 
   void stop_jobs() {
     discard_results = true;
+    parts.evaluator->cancel_jobs();
     std::lock_guard lock(db_mutex);
     for (auto& [pgid, what] : running_jobs) ::kill(-pid_t(pgid), SIGKILL);
   }
@@ -1036,6 +1039,7 @@ EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatab
   impl_->parts.evaluator = with_exclusive_bench(std::move(impl_->parts.evaluator), impl_->parts.workload.evaluator);
   if (!impl_->parts.embedder) impl_->parts.embedder = make_hashed_ngram_embedder(impl_->cfg.embedding_dims);
   if (!impl_->parts.meta) impl_->parts.meta = std::make_unique<StatsMetaSummarizer>();
+  impl_->parts.evaluator->attach_run(db, impl_->results);
   // The knob mutator steers away from vectors already evaluated or in flight.
   if (auto* knobs = dynamic_cast<KnobMutator*>(impl_->parts.mutator.get())) {
     Impl* impl = impl_.get();
