@@ -3,7 +3,7 @@
 // same bits in its paged cache "paged" (see kv_transfer.cuh for buffers, page table, reference,
 // baseline and bound). The defaults reproduce seed.cu's strategy: every layer first, then per layer
 // a group of ncclSend/ncclRecv of K and V on the same stream, then one re-layout into the pages
-// (the staging is the decode rank's "kv" window where seed.cu uses a cudaMalloc buffer).
+// (the staging is the decode rank's "kv" window where seed.cu uses a separate staging window).
 //
 // Three EVOLVE blocks: "knobs" (the settings below), "kernels" (the copy and re-layout kernels)
 // and "host" (setup, run, teardown: the orchestration). All three may be rewritten; the knobs

@@ -1,6 +1,6 @@
 // KV-cache transfer, host-driven (the input of `braid convert` and the plain-buffer program): on
 // one stream the prefill rank projects every layer's K and V, then each layer's K and V go to the
-// decode rank with ncclSend/ncclRecv (one group per layer) into a cudaMalloc staging buffer, and the
+// decode rank with ncclSend/ncclRecv (one group per layer) into a staging buffer, and the
 // decode rank re-lays the whole cache out into its pages. What a serving engine does without
 // co-design. The workload (buffers, reference, the window baseline, timing, verification) is
 // kv_transfer.cuh + the frozen harness.
@@ -16,8 +16,10 @@ namespace {
 Requirements requirements(const Problem&) { return {}; }
 
 void setup(Context& c) {
-  // The same size on every rank, so that a converted program can make it a symmetric window.
-  c.alloc("staging", kv_transfer::shape(c).cache_bytes(), Role::Receive, DType::BF16);
+  // A window like the prefill rank's "kv" it receives from: with NCCL 2.28.9 an ncclSend from a
+  // registered window into an unregistered (cudaMalloc) receive buffer never completes (seen on
+  // 2 x H200; NCCL_LOCAL_REGISTER=0 or registering both ends avoids it). Same size on every rank.
+  c.alloc_window("staging", kv_transfer::shape(c).cache_bytes(), Role::Receive, DType::BF16);
 }
 
 void run(Context& c, cudaStream_t s) {
