@@ -123,6 +123,32 @@ TEST(Cli, VersionAndHelp) {
   for (const char* cmd : {"evolve", "resume", "init", "top", "show", "export"}) EXPECT_NE(h.output.find(cmd), std::string::npos) << cmd;
 }
 
+TEST(Cli, ParseErrorsAreOneBraidLineWithExitCode2) {
+  auto unknown = run_braid({"frobnicate"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.output.find("braid: unknown command 'frobnicate' (commands: "), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("evolve"), std::string::npos) << unknown.output;
+  auto missing = run_braid({"top"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("braid: "), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("braid top --help"), std::string::npos) << missing.output;
+  auto h = run_braid({"--help"});
+  EXPECT_NE(h.output.find("Exit codes: 0 done"), std::string::npos) << h.output;
+}
+
+TEST(Cli, OneFlagNameForTheResultsFolderAndForHowMany) {
+  // -r/--results on every command that writes a run; -n/--top on every command that lists some.
+  for (const char* cmd : {"evolve", "run"}) {
+    auto h = run_braid({cmd, "--help"});
+    EXPECT_NE(h.output.find("-r,"), std::string::npos) << cmd;
+    EXPECT_NE(h.output.find("--results"), std::string::npos) << cmd << "\n" << h.output;
+  }
+  for (const char* cmd : {"top", "rebench", "report"}) {
+    auto h = run_braid({cmd, "--help"});
+    EXPECT_NE(h.output.find("-n,--top"), std::string::npos) << cmd << "\n" << h.output;
+  }
+}
+
 TEST(Cli, InitCreatesAWorkloadThatEvolves) {
   auto dir = fresh_dir("init");
   auto o = run_braid({"init", (dir / "wl").string()});

@@ -241,7 +241,7 @@ Registrar rebench_reg(33, [](CLI::App& app, Action& action) {
   static int top = 5, runs = 3;
   auto* cmd = app.add_subcommand("rebench", "Re-measure a run's best programs with fresh inputs (median of several runs)");
   cmd->add_option("results", results, "Results folder")->required();
-  cmd->add_option("--top,-n", top, "How many of the best programs")->default_val(5);
+  cmd->add_option("-n,--top", top, "How many of the best programs")->default_val(5);
   cmd->add_option("--runs", runs, "Runs per program")->default_val(3);
   cmd->callback([&action] { action = [] { return do_rebench(results, top, runs); }; });
 });
@@ -251,7 +251,7 @@ Registrar top_reg(30, [](CLI::App& app, Action& action) {
   static int n = 10;
   auto* cmd = app.add_subcommand("top", "Table of the best candidates of a run");
   cmd->add_option("results", results, "Results folder")->required();
-  cmd->add_option("-n", n, "How many rows")->default_val(10);
+  cmd->add_option("-n,--top", n, "How many rows")->default_val(10);
   cmd->callback([&action] { action = [] { return do_top(results, n); }; });
 });
 

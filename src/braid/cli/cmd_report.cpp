@@ -17,7 +17,7 @@ braid::cli::Registrar reg(81, [](CLI::App& app, braid::cli::Action& action) {
   auto* cmd = app.add_subcommand("report", "Write a self-contained HTML report of a run");
   cmd->add_option("results", o.results, "results folder of braid evolve")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("-o,--output", o.out, "HTML file to write")->capture_default_str();
-  cmd->add_option("--top", o.report.top, "rows in the best-candidates table")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("-n,--top", o.report.top, "rows in the best-candidates table")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--detailed", o.report.detailed, "best candidates shown with code and diff")->capture_default_str()->check(CLI::Range(0, 100));
   cmd->callback([&action] {
     action = [] {

@@ -583,7 +583,7 @@ Registrar run_reg(12, [](CLI::App& app, Action& action) {
   static RunArgs a;
   auto* cmd = app.add_subcommand("run", "Convert, verify, annotate and evolve a host-driven NCCL program (resumable)");
   cmd->add_option("file", a.input, "Host-driven CUDA/NCCL source (.cu)")->required();
-  cmd->add_option("-o,--results", a.results, "Results folder (default results/<name>-<time>); an existing one is continued");
+  cmd->add_option("-r,--results,-o", a.results, "Results folder (default results/<name>-<time>); an existing one is continued");
   cmd->add_option("--llm", a.llm, "Model for the rewrite loop, the annotation and the search (none: rules and the knob mutator)")
       ->envname("BRAID_LLM");
   cmd->add_option("--config,-c", a.config, "Search config (YAML; also the LLM keys)");

@@ -53,6 +53,23 @@ std::string with_hint(std::string message) {
 }  // namespace
 }  // namespace braid::cli
 
+// One line for a command line braid cannot parse: an unknown command is named, with the known ones.
+std::string parse_error_line(const CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  if (argc >= 2 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) return "unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")";
+  }
+  std::string what = e.what();
+  if (argc >= 2 && argv[1][0] != '-') what += " (see `braid " + std::string(argv[1]) + " --help`)";
+  else what += " (see `braid --help`)";
+  return what;
+}
+
 int main(int argc, char** argv) {
   using namespace braid::cli;
   std::set_terminate(on_terminate);
@@ -63,11 +80,16 @@ int main(int argc, char** argv) {
   std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
   Action action;
   for (auto& [order, setup] : reg) setup(app, action);
+  app.footer(
+      "Exit codes: 0 done; 1 braid's own error (or the environment's); 2 bad input (a file, key, flag or id,\n"
+      "named in one line) or a seed program that fails; 130 interrupted (resume with `braid resume DIR`).\n"
+      "Reference: docs/reference.md\n");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "braid: %s\n", parse_error_line(app, argc, argv, e).c_str());
+    return 2;
   }
   if (!action) return 0;
   try {
