@@ -1,4 +1,5 @@
 // `braid evolve` and `braid resume`.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -47,14 +48,35 @@ std::string format_duration(double s) {
 }
 
 std::string status_text(const RunStatus& s) {
-  std::string line = fmt::format("gen {}/{}  evaluated {}  failed {}  in flight {}  best {:.4g}  elapsed {}  eta {}",
+  std::string line = fmt::format("gen {}/{}  evaluated {}  failed {}  in flight {}  best {:.4g}{}  elapsed {}  eta {}",
                                  s.generations_done, s.generations_total, s.evaluated, s.failed, s.in_flight,
-                                 s.best_score, format_duration(s.elapsed_s), format_duration(s.eta_s));
+                                 s.best_score, s.best_confirmed || s.best_id.empty() ? "" : "?", format_duration(s.elapsed_s),
+                                 format_duration(s.eta_s));
   if (s.llm_totals.is_object() && s.llm_totals.contains("cost_usd"))
     line += fmt::format("  llm ${:.4f} ({} calls, {} errors)", s.llm_totals.value("cost_usd", 0.0),
                         s.llm_totals.value("calls", 0), s.llm_totals.value("errors_total", 0));
   if (!s.note.empty()) line += "  [" + s.note + "]";
   return line;
+}
+
+// The terminal's width for the one-line status (it must not wrap, or \r stops erasing it).
+std::size_t terminal_width() {
+  winsize w{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col >= 20) return w.ws_col;
+  return 120;
+}
+
+std::string fit(std::string line, std::size_t width) {
+  if (line.size() < width) return line;
+  line.resize(width - 4);
+  while (!line.empty() && (static_cast<unsigned char>(line.back()) & 0xC0) == 0x80) line.pop_back();  // whole UTF-8 characters
+  if (!line.empty() && static_cast<unsigned char>(line.back()) >= 0xC0) line.pop_back();
+  return line + "...";
+}
+
+std::string best_text(const RunStatus& s) {
+  return fmt::format("{} (score {:.6g}, {})", s.best_id, s.best_score,
+                     s.best_confirmed ? fmt::format("median of {} re-runs", s.best_runs) : std::string("single measurement"));
 }
 
 std::filesystem::path default_results(const WorkloadSpec& spec) {
@@ -200,9 +222,25 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
   const bool tty = ::isatty(STDERR_FILENO);
   if (tty) spdlog::set_level(spdlog::level::warn);  // the status line replaces per-candidate logs
   auto last_log = std::chrono::steady_clock::now();
+  std::string shown_best, shown_failure;
+  bool first = true;
+  // Events (a new best, a failed candidate) get a line of their own above the status line.
+  auto event = [&](const std::string& line) {
+    if (tty) std::fprintf(stderr, "\r\033[K%s\n", fit(line, terminal_width()).c_str());
+    else log::info("{}", line);
+  };
   auto on_status = [&](const RunStatus& s) {
+    if (!s.best_id.empty() && s.best_id != shown_best) {
+      if (!first) event("new best: " + best_text(s));
+      shown_best = s.best_id;
+    }
+    if (!s.last_failure.empty() && s.last_failure != shown_failure) {
+      if (!first) event("failed: " + s.last_failure);
+      shown_failure = s.last_failure;
+    }
+    first = false;
     if (tty) {
-      std::fprintf(stderr, "\r\033[K%s", status_text(s).c_str());
+      std::fprintf(stderr, "\r\033[K%s", fit(status_text(s), terminal_width()).c_str());
       std::fflush(stderr);
     } else if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
       log::info("status: {}", status_text(s));
@@ -218,9 +256,13 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
                              "); the run stopped: set a valid key and continue with `braid resume " + results.string() + "`");
   }
   log::info("done: {}", status_text(s));
-  std::printf("results: %s\nbest: %s (score %.6g, %s)\n", results.string().c_str(), s.best_id.c_str(), s.best_score,
-              s.best_confirmed ? fmt::format("median of {} re-runs", s.best_runs).c_str() : "single measurement");
+  std::printf("results: %s\nbest: %s\n", results.string().c_str(), best_text(s).c_str());
   if (!s.noise.empty()) std::printf("%s\n", s.noise.c_str());
+  std::printf("score: the workload's combined_score, higher is better (GPU workloads: the baseline's time over the candidate's)\n");
+  if (s.correct == 0) std::printf("no candidate was correct: see why with `braid top %s` and `braid show %s ID`\n", results.string().c_str(),
+                                  results.string().c_str());
+  std::printf("next: braid top %s | braid show %s %s | braid export %s -o FILE | braid report %s\n", results.string().c_str(),
+              results.string().c_str(), s.best_id.empty() ? "ID" : s.best_id.c_str(), results.string().c_str(), results.string().c_str());
   if (g_stop) {
     std::printf("interrupted: continue with `braid resume %s`\n", results.string().c_str());
     return 130;

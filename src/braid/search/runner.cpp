@@ -101,6 +101,7 @@ struct EvolutionRunner::Impl {
   std::int64_t last_migration_at = 0;
   std::string meta_recommendations;
   RunStatus status;
+  std::string last_failure_id;  // whose diagnostics status.last_failure holds
   std::string islands_note, stop_note;  // parts of status.note
   bool target_reached = false;          // config stop_when met by an indexed candidate
   json refuted = json::object();        // meta target_refuted: code hash -> runs and why (re-runs disagreed)
@@ -222,8 +223,17 @@ struct EvolutionRunner::Impl {
   void refresh_status() {
     status.generations_total = cfg.num_generations;
     status.generations_done = pop.done_count();
-    status.evaluated = std::int64_t(pop.size());
+    status.migrants = 0;
+    for (std::size_t i = 0; i < pop.size(); ++i) status.migrants += pop.at(i).patch_type == "migrant" ? 1 : 0;
+    status.evaluated = std::int64_t(pop.size()) - status.migrants;
     status.failed = std::int64_t(pop.failures().size());
+    if (!pop.failures().empty() && pop.at(pop.failures().back()).id != last_failure_id) {
+      const auto& f = pop.at(pop.failures().back());
+      last_failure_id = f.id;
+      std::string text;
+      if (auto rec = get(f.id)) text = rec->error_text.substr(0, rec->error_text.find('\n'));
+      status.last_failure = f.id + " " + std::string(to_string(f.failure)) + (text.empty() ? "" : ": " + text);
+    }
     status.in_flight = int(in_flight.size() - completed.size());
     if (!pop.ranked_all().empty()) {
       const auto& b = pop.at(pop.ranked_all().front());

@@ -27,7 +27,9 @@ namespace braid {
 struct RunStatus {
   std::int64_t generations_done = 0;
   std::int64_t generations_total = 0;
-  std::int64_t evaluated = 0;   // candidates stored (seeds and rejected included)
+  std::int64_t evaluated = 0;   // candidates evaluated (seeds and rejected included; migrants are copies, not counted)
+  std::int64_t migrants = 0;    // copies of programs sent to another island
+  std::string last_failure;     // the latest failed candidate: "<id> <kind>: <first line of its error>"
   std::int64_t failed = 0;      // not ok
   std::int64_t rejected = 0;
   int in_flight = 0;
