@@ -1,0 +1,195 @@
+// Cheating CPU candidates (tests/redteam/cpu/*.cpp: each replaces the evolve block of
+// examples/matmul_cpu) through the real CascadeEvaluator: each must be rejected with a clear
+// diagnostic or scored honestly, and the honest program still scores.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "../eval/eval_test_support.hpp"
+#include "braid/eval/cascade.hpp"
+#include "braid/eval/workload.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+const std::filesystem::path kRedteam = std::filesystem::path(BRAID_SOURCE_DIR) / "tests" / "redteam" / "cpu";
+
+// The example with its evolve block replaced by the cheating candidate's text.
+std::string candidate(const std::string& name) {
+  const std::string program = read_file(testing::example_dir("matmul_cpu") / "program.cpp");
+  std::string block = read_file(kRedteam / (name + ".cpp"));
+  const std::string include = "#include \"honest_kernel.inc\"";
+  if (auto at = block.find(include); at != std::string::npos)
+    block.replace(at, include.size(), read_file(kRedteam / "honest_kernel.inc"));
+  const std::string begin_marker = "// EVOLVE-BLOCK-START kernel\n", end_marker = "// EVOLVE-BLOCK-END";
+  const auto begin = program.find(begin_marker) + begin_marker.size();
+  const auto end = program.find(end_marker);
+  return program.substr(0, begin) + block + "\n" + program.substr(end);
+}
+
+// A run folder like braid's: evolution.db and a previous candidate's folder beside this one.
+class Redteam : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WorkloadSpec spec = load_workload(testing::example_dir("matmul_cpu"));
+    config_ = CascadeConfig::from_json(spec.evaluator, spec.dir, "program.cpp");
+    config_.run_timeout_s = 10;
+    config_.bench_timeout_s = 20;
+    config_.sandbox.memory_limit_mb = 512;
+    config_.sandbox.max_processes = 64;
+    run_ = dir_.path() / "run";
+    std::filesystem::create_directories(run_ / "gen_0" / "results");
+    write_file_atomic(run_ / "evolution.db", "the run's database\n");
+    write_file_atomic(run_ / "gen_0" / "results" / "metrics.json", "{\"combined_score\": 3.0}\n");
+    write_file_atomic(run_ / "gen_0" / "program.cpp", "previous candidate\n");
+  }
+
+  EvalResult evaluate(const std::string& code, int index = 1) {
+    CascadeEvaluator evaluator(config_);
+    EvalRequest request{"c" + std::to_string(index), code, run_ / ("gen_" + std::to_string(index)), 7};
+    return evaluator.evaluate(request, {});
+  }
+
+  std::filesystem::path work(int index = 1) const { return run_ / ("gen_" + std::to_string(index)); }
+  bool database_untouched() const { return read_file(run_ / "evolution.db") == "the run's database\n"; }
+
+  testing::TempDir dir_{"redteam"};
+  std::filesystem::path run_;
+  CascadeConfig config_;
+};
+
+bool process_with_argument_alive(const std::string& argument) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    auto cmdline = try_read_file(entry.path() / "cmdline");
+    if (cmdline && cmdline->find(argument) != std::string::npos && cmdline->find("sleep") != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_F(Redteam, HonestProgramScoresThroughTheVerdictChannel) {
+  EvalResult r = evaluate(read_file(testing::example_dir("matmul_cpu") / "program.cpp"));
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_TRUE(r.correct);
+  EXPECT_GT(r.combined_score, 0.0);
+  EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified");
+  const std::string level = r.private_metrics.value("sandbox", "");
+  EXPECT_FALSE(level.empty());
+  EXPECT_NE(level, "off");
+  // braid wrote the files from the channel's record.
+  EXPECT_TRUE(std::filesystem::exists(work() / "results" / "metrics.json"));
+}
+
+TEST_F(Redteam, ForgedVerdictFilesAreRejected) {
+  EvalResult r = evaluate(candidate("forged_verdict_files"));
+  EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
+  EXPECT_EQ(r.combined_score, 0.0);
+  EXPECT_NE(r.error_text.find("verdict channel"), std::string::npos) << r.error_text;
+}
+
+TEST_F(Redteam, ForgedChannelRecordIsRejected) {
+  EvalResult r = evaluate(candidate("forged_channel_record"));
+  EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
+  EXPECT_EQ(r.combined_score, 0.0);
+  EXPECT_NE(r.error_text.find("wrong token"), std::string::npos) << r.error_text;
+}
+
+TEST_F(Redteam, DatabaseStaysUntouched) {
+  EvalResult r = evaluate(candidate("database_tamper"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_TRUE(database_untouched());
+}
+
+TEST_F(Redteam, WritesOutsideTheScratchFolderFail) {
+  const std::filesystem::path other_tmp = dir_.path() / "other_candidate_tmp";
+  std::filesystem::create_directories(other_tmp);
+  config_.env["REDTEAM_OTHER_TMP"] = (other_tmp / "pwned_by_candidate").string();
+  EvalResult r = evaluate(candidate("write_outside"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_FALSE(std::filesystem::exists(testing::example_dir("matmul_cpu") / "pwned_by_candidate"));
+  EXPECT_FALSE(std::filesystem::exists(other_tmp / "pwned_by_candidate"));
+  EXPECT_FALSE(std::filesystem::exists(run_ / "gen_0" / "pwned_by_candidate"));
+  if (const char* home = std::getenv("HOME")) EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(home) / "pwned_by_candidate"));
+}
+
+TEST_F(Redteam, PreviousCandidatesAreInvisible) {
+  EvalResult r = evaluate(candidate("read_previous"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_FALSE(std::filesystem::exists(work() / "stolen.txt")) << read_file(work() / "stolen.txt");
+}
+
+TEST_F(Redteam, SetsidDoubleForkDiesWithTheEvaluation) {
+  EvalResult r = evaluate(candidate("setsid_orphan"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_FALSE(process_with_argument_alive("61.4242")) << "a `setsid` grandchild outlived its evaluation";
+}
+
+TEST_F(Redteam, UnboundedMallocIsBounded) {
+  EvalResult r = evaluate(candidate("unbounded_malloc"));
+  EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
+  EXPECT_LT(r.timings.value("run", 99.0), 9.0);
+}
+
+TEST_F(Redteam, ForkBombIsContained) {
+  const std::string level = sandbox_support().namespaces || sandbox_support().pids_cgroup ? "" : "unbounded";
+  if (!level.empty()) GTEST_SKIP() << "max_processes is not enforceable here: " << sandbox_support().notes;
+  config_.run_timeout_s = 3;
+  EvalResult r = evaluate(candidate("fork_bomb"));
+  EXPECT_TRUE(r.failure == FailureKind::Timeout || r.failure == FailureKind::RunFailed) << to_string(r.failure);
+  EXPECT_EQ(r.combined_score, 0.0);
+}
+
+TEST_F(Redteam, NoNetwork) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  config_.env["REDTEAM_PORT"] = std::to_string(ntohs(addr.sin_port));
+  EvalResult r = evaluate(candidate("network_connect"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  pollfd p{listener, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the candidate connected to 127.0.0.1";
+  ::close(listener);
+}
+
+TEST_F(Redteam, ClockOverrideIsTimedHonestly) {
+  EvalResult honest = evaluate(read_file(testing::example_dir("matmul_cpu") / "program.cpp"), 1);
+  EvalResult r = evaluate(candidate("clock_override"), 2);
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  // A plain i-k-j loop is a few times faster than the naive one, never thousands of times.
+  EXPECT_GT(r.combined_score, 0.0);
+  EXPECT_LT(r.combined_score, 100.0);
+  EXPECT_GT(r.public_metrics.value("ms", 0.0), 0.01);
+  (void)honest;
+}
+
+TEST_F(Redteam, SecretsNeverReachTheCandidate) {
+  ::setenv("AWS_SECRET_ACCESS_KEY", "redteam-aws-4b7e", 1);
+  ::setenv("GITHUB_PAT", "redteam-pat-91c2", 1);
+  ::setenv("DB_PASSWORD", "redteam-db-77aa", 1);
+  EvalResult r = evaluate(candidate("print_secrets"));
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  ::unsetenv("GITHUB_PAT");
+  ::unsetenv("DB_PASSWORD");
+  EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
+  const std::string logs = read_file(work() / "logs" / "run.stderr") + r.error_text;
+  EXPECT_NE(logs.find("BRAID_SEED"), std::string::npos) << "the candidate's environment was not printed";
+  for (const char* secret : {"redteam-aws-4b7e", "redteam-pat-91c2", "redteam-db-77aa"})
+    EXPECT_EQ(logs.find(secret), std::string::npos) << secret;
+}
+
+}  // namespace
+}  // namespace braid
