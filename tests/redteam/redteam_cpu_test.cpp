@@ -43,7 +43,7 @@ class Redteam : public ::testing::Test {
     config_ = CascadeConfig::from_json(spec.evaluator, spec.dir, "program.cpp");
     config_.run_timeout_s = 10;
     config_.bench_timeout_s = 20;
-    config_.sandbox.memory_limit_mb = 512;
+    config_.memory_limit_mb = 512;
     config_.sandbox.max_processes = 64;
     run_ = dir_.path() / "run";
     std::filesystem::create_directories(run_ / "gen_0" / "results");

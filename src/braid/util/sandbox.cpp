@@ -364,6 +364,22 @@ struct SandboxPlan::Data {
 };
 
 namespace {
+// Processes and threads of this real uid now (what RLIMIT_NPROC counts outside a user namespace).
+long tasks_of_this_user() {
+  long n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name[0] < '1' || name[0] > '9') continue;
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    std::error_code task_ec;
+    for (auto t = std::filesystem::directory_iterator(e.path() / "task", task_ec);
+         !task_ec && t != std::filesystem::directory_iterator(); t.increment(task_ec))
+      ++n;
+  }
+  return n;
+}
 bool is_beneath(const std::filesystem::path& path, const std::filesystem::path& dir) {
   // Strictly beneath: `dir` itself is not.
   auto rel = path.lexically_relative(dir);
@@ -384,7 +400,7 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
     return;
   }
   d.cpu_profile = policy.profile == SandboxProfile::Cpu;
-  d.namespaces = support.namespaces && d.cpu_profile;
+  d.namespaces = support.namespaces && d.cpu_profile && policy.namespaces;
   d.fresh_proc = support.fresh_proc;
   d.isolate_network = !policy.network;
   d.landlock_abi = support.landlock_abi;
@@ -462,8 +478,11 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   d.tmp_options = policy.memory_bytes > 0 ? fmt::format("mode=1777,size={}", policy.memory_bytes) : "mode=1777,size=25%";
   if (policy.max_processes > 0) {
     d.max_processes = static_cast<rlim_t>(policy.max_processes);
-    // RLIMIT_NPROC counts per user namespace for non-root users; root is exempt from it.
-    d.nproc_rlimit = ::geteuid() != 0 && d.namespaces;
+    // RLIMIT_NPROC binds non-root users only (root: the pids cgroup below). In a user
+    // namespace of its own the count starts afresh; without one it counts every process and
+    // thread of the user, so the ones running now are added to the limit.
+    d.nproc_rlimit = ::geteuid() != 0;
+    if (d.nproc_rlimit && !d.namespaces) d.max_processes += static_cast<rlim_t>(tasks_of_this_user());
     if (::geteuid() == 0 && support.pids_cgroup) {
       static std::atomic<unsigned> sequence{0};
       d.cgroup_dir = pids_cgroup_parent() + fmt::format("/braid-{}-{}", ::getpid(), sequence++);
@@ -488,9 +507,9 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   if (!d.namespaces) layers.push_back("keeper");
   layers.push_back("rlimits");
   if (!d.cgroup_procs.empty()) layers.push_back("pids-cgroup");
+  if (d.nproc_rlimit) layers.push_back("nproc");
   if (policy.max_processes > 0 && !d.nproc_rlimit && d.cgroup_procs.empty())
-    missing.push_back(::geteuid() == 0 ? "max_processes not enforced (root, no writable pids cgroup)"
-                                       : "max_processes not enforced (no user namespace)");
+    missing.push_back("max_processes not enforced (root, no writable pids cgroup)");
   if (d.landlock_abi > 0 && d.landlock_abi < 4 && d.isolate_network && !d.namespaces)
     missing.push_back("network not isolated (landlock < 4, no namespaces)");
   for (const auto& l : layers) level_ += (level_.empty() ? "" : "+") + l;
@@ -603,6 +622,13 @@ void SandboxPlan::enter_in_child(void (*fail)(int, int, void*), void* ctx, const
     // ends as the candidate did (the keeper reports the candidate's status through `status`).
     int status_pipe[2];
     check(::pipe2(status_pipe, O_CLOEXEC) == 0, kStepFork);
+    // Above the descriptors the candidate keeps (which the waiting processes close).
+    for (int& fd : status_pipe) {
+      const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 100);
+      check(high >= 0, kStepFork);
+      ::close(fd);
+      fd = high;
+    }
     pid_t init = ::fork();
     check(init >= 0, kStepFork);
     if (init > 0) {

@@ -13,9 +13,9 @@
 //               profile allows); no TCP; (CPU profile) no signals or abstract sockets outside.
 //   keeper      without a PID namespace, a subreaper process between braid and the candidate
 //               kills every descendant when the candidate ends or braid stops it.
-//   rlimits     address space (memory_bytes), processes (max_processes: RLIMIT_NPROC, and a
-//               pids cgroup where braid runs as root, which RLIMIT_NPROC does not bind), no
-//               core files.
+//   rlimits     address space (memory_bytes), processes (max_processes: RLIMIT_NPROC for
+//               non-root users, "nproc"; a pids cgroup where braid runs as root, which
+//               RLIMIT_NPROC does not bind, "pids-cgroup"), no core files.
 // The GPU profile keeps the host's PID, network and IPC namespaces and /dev/shm (NCCL's
 // shared memory and abstract-socket handle exchange between the ranks of one evaluation).
 #pragma once
@@ -38,6 +38,8 @@ struct SandboxPolicy {
   bool network = false;                             // CPU profile: keep the host's network
   std::size_t memory_bytes = 0;                     // RLIMIT_AS per process; 0: none
   long max_processes = 0;                           // processes and threads; 0: none
+  bool namespaces = true;                           // false: never the namespace layer (tests of
+                                                    // the fallback, hosts where it breaks tools)
 };
 
 // What this kernel and container allow, probed once per braid process by a throw-away child.
