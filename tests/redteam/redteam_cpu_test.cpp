@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -36,7 +37,9 @@ std::string candidate(const std::string& name) {
 }
 
 // A run folder like braid's: evolution.db and a previous candidate's folder beside this one.
-class Redteam : public ::testing::Test {
+// Parameter: whether the namespace layer may be used (false: the Landlock + keeper + rlimit
+// fallback of hosts without unprivileged user namespaces, such as containers that forbid them).
+class Redteam : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     WorkloadSpec spec = load_workload(testing::example_dir("matmul_cpu"));
@@ -45,6 +48,11 @@ class Redteam : public ::testing::Test {
     config_.bench_timeout_s = 20;
     config_.memory_limit_mb = 512;
     config_.sandbox.max_processes = 64;
+    config_.sandbox.namespaces = GetParam();
+    if (GetParam() && !sandbox_support().namespaces)
+      GTEST_SKIP() << "no namespace layer here (the fallback cases run instead): " << sandbox_support().notes;
+    if (!GetParam() && sandbox_support().landlock_abi == 0)
+      GTEST_SKIP() << "neither namespaces nor Landlock are forced here: the fallback has no file-system layer";
     run_ = dir_.path() / "run";
     std::filesystem::create_directories(run_ / "gen_0" / "results");
     write_file_atomic(run_ / "evolution.db", "the run's database\n");
@@ -75,40 +83,41 @@ bool process_with_argument_alive(const std::string& argument) {
   return false;
 }
 
-TEST_F(Redteam, HonestProgramScoresThroughTheVerdictChannel) {
+TEST_P(Redteam, HonestProgramScoresThroughTheVerdictChannel) {
   EvalResult r = evaluate(read_file(testing::example_dir("matmul_cpu") / "program.cpp"));
   ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
   EXPECT_TRUE(r.correct);
   EXPECT_GT(r.combined_score, 0.0);
   EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified");
   const std::string level = r.private_metrics.value("sandbox", "");
+  std::printf("sandbox level in force: %s\n", level.c_str());  // for CI logs: which layers this host has
   EXPECT_FALSE(level.empty());
   EXPECT_NE(level, "off");
   // braid wrote the files from the channel's record.
   EXPECT_TRUE(std::filesystem::exists(work() / "results" / "metrics.json"));
 }
 
-TEST_F(Redteam, ForgedVerdictFilesAreRejected) {
+TEST_P(Redteam, ForgedVerdictFilesAreRejected) {
   EvalResult r = evaluate(candidate("forged_verdict_files"));
   EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
   EXPECT_EQ(r.combined_score, 0.0);
   EXPECT_NE(r.error_text.find("verdict channel"), std::string::npos) << r.error_text;
 }
 
-TEST_F(Redteam, ForgedChannelRecordIsRejected) {
+TEST_P(Redteam, ForgedChannelRecordIsRejected) {
   EvalResult r = evaluate(candidate("forged_channel_record"));
   EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
   EXPECT_EQ(r.combined_score, 0.0);
   EXPECT_NE(r.error_text.find("wrong token"), std::string::npos) << r.error_text;
 }
 
-TEST_F(Redteam, DatabaseStaysUntouched) {
+TEST_P(Redteam, DatabaseStaysUntouched) {
   EvalResult r = evaluate(candidate("database_tamper"));
   EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
   EXPECT_TRUE(database_untouched());
 }
 
-TEST_F(Redteam, WritesOutsideTheScratchFolderFail) {
+TEST_P(Redteam, WritesOutsideTheScratchFolderFail) {
   const std::filesystem::path other_tmp = dir_.path() / "other_candidate_tmp";
   std::filesystem::create_directories(other_tmp);
   config_.env["REDTEAM_OTHER_TMP"] = (other_tmp / "pwned_by_candidate").string();
@@ -120,34 +129,34 @@ TEST_F(Redteam, WritesOutsideTheScratchFolderFail) {
   if (const char* home = std::getenv("HOME")) EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(home) / "pwned_by_candidate"));
 }
 
-TEST_F(Redteam, PreviousCandidatesAreInvisible) {
+TEST_P(Redteam, PreviousCandidatesAreInvisible) {
   EvalResult r = evaluate(candidate("read_previous"));
   EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
   EXPECT_FALSE(std::filesystem::exists(work() / "stolen.txt")) << read_file(work() / "stolen.txt");
 }
 
-TEST_F(Redteam, SetsidDoubleForkDiesWithTheEvaluation) {
+TEST_P(Redteam, SetsidDoubleForkDiesWithTheEvaluation) {
   EvalResult r = evaluate(candidate("setsid_orphan"));
   EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
   EXPECT_FALSE(process_with_argument_alive("61.4242")) << "a `setsid` grandchild outlived its evaluation";
 }
 
-TEST_F(Redteam, UnboundedMallocIsBounded) {
+TEST_P(Redteam, UnboundedMallocIsBounded) {
   EvalResult r = evaluate(candidate("unbounded_malloc"));
   EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
   EXPECT_LT(r.timings.value("run", 99.0), 9.0);
 }
 
-TEST_F(Redteam, ForkBombIsContained) {
-  const std::string level = sandbox_support().namespaces || sandbox_support().pids_cgroup ? "" : "unbounded";
-  if (!level.empty()) GTEST_SKIP() << "max_processes is not enforceable here: " << sandbox_support().notes;
+TEST_P(Redteam, ForkBombIsContained) {
+  if (::geteuid() == 0 && !sandbox_support().pids_cgroup)
+    GTEST_SKIP() << "max_processes is not enforceable here (root, no writable pids cgroup): " << sandbox_support().notes;
   config_.run_timeout_s = 3;
   EvalResult r = evaluate(candidate("fork_bomb"));
   EXPECT_TRUE(r.failure == FailureKind::Timeout || r.failure == FailureKind::RunFailed) << to_string(r.failure);
   EXPECT_EQ(r.combined_score, 0.0);
 }
 
-TEST_F(Redteam, NoNetwork) {
+TEST_P(Redteam, NoNetwork) {
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);
   sockaddr_in addr{};
@@ -165,7 +174,7 @@ TEST_F(Redteam, NoNetwork) {
   ::close(listener);
 }
 
-TEST_F(Redteam, ClockOverrideIsTimedHonestly) {
+TEST_P(Redteam, ClockOverrideIsTimedHonestly) {
   EvalResult honest = evaluate(read_file(testing::example_dir("matmul_cpu") / "program.cpp"), 1);
   EvalResult r = evaluate(candidate("clock_override"), 2);
   ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
@@ -176,7 +185,7 @@ TEST_F(Redteam, ClockOverrideIsTimedHonestly) {
   (void)honest;
 }
 
-TEST_F(Redteam, SecretsNeverReachTheCandidate) {
+TEST_P(Redteam, SecretsNeverReachTheCandidate) {
   ::setenv("AWS_SECRET_ACCESS_KEY", "redteam-aws-4b7e", 1);
   ::setenv("GITHUB_PAT", "redteam-pat-91c2", 1);
   ::setenv("DB_PASSWORD", "redteam-db-77aa", 1);
@@ -190,6 +199,9 @@ TEST_F(Redteam, SecretsNeverReachTheCandidate) {
   for (const char* secret : {"redteam-aws-4b7e", "redteam-pat-91c2", "redteam-db-77aa"})
     EXPECT_EQ(logs.find(secret), std::string::npos) << secret;
 }
+
+INSTANTIATE_TEST_SUITE_P(Layers, Redteam, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "namespaces" : "fallback"; });
 
 }  // namespace
 }  // namespace braid

@@ -54,6 +54,7 @@ SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolde
   p.profile = SandboxProfile::Cpu;
   p.scratch = folder.dir;
   p.network = settings.network;
+  p.namespaces = settings.namespaces;
   p.memory_bytes = memory_bytes;
   p.max_processes = std::max(0L, settings.max_processes);
   // The folder of the other candidates, and the run folder with evolution.db above it

@@ -37,6 +37,7 @@ struct SandboxSettings {
   bool enabled = true;
   long max_processes = 512;
   bool network = false;
+  bool namespaces = true;  // false: the fallback layers only (no workload key; tests of them)
   // From a section validated by load_workload; absent keys keep the defaults above.
   static SandboxSettings from_json(const json& section);
 };

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -356,6 +357,8 @@ struct SandboxPlan::Data {
   std::vector<std::string> private_tmp;    // hidden folders that stay writable (/tmp, /dev/shm)
   std::string tmp_options;                 // their tmpfs options
   std::vector<std::string> writable;       // Landlock: full access beneath
+  std::vector<std::string> read_roots;     // Landlock without namespaces: what may be read and
+                                           // executed (everything but the hidden folders); empty: "/"
   std::vector<std::string> dev_paths;      // Landlock: read, write, ioctl on devices
   std::string cgroup_dir, cgroup_procs;
   rlim_t memory_bytes = 0;
@@ -416,6 +419,42 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
     // TMPDIR is the scratch folder, and a run folder may lie under /tmp.
     for (const char* p : {"/dev/shm", "/tmp/nvidia-mps"})
       if (std::filesystem::is_directory(p, ec)) d.writable.push_back(p);
+  }
+  if (!d.namespaces && d.landlock_abi > 0 && d.cpu_profile) {
+    // Landlock only grants: the hidden folders stay unreadable by granting every sibling along
+    // the way down to them instead of "/", then what is bound back.
+    std::vector<std::filesystem::path> hidden;
+    for (const auto& h : policy.hidden) {
+      auto c = canonical_or_normal(h);
+      if (c != "/" && std::filesystem::is_directory(c, ec)) hidden.push_back(c);
+    }
+    auto is_hidden = [&](const std::filesystem::path& p) {
+      return std::find(hidden.begin(), hidden.end(), p) != hidden.end();
+    };
+    auto holds_hidden = [&](const std::filesystem::path& p) {
+      for (const auto& h : hidden)
+        if (is_beneath(h, p)) return true;
+      return false;
+    };
+    std::vector<std::filesystem::path> stack{"/"};
+    while (!hidden.empty() && !stack.empty()) {
+      const auto dir = stack.back();
+      stack.pop_back();
+      if (is_hidden(dir)) continue;
+      if (!holds_hidden(dir)) {
+        d.read_roots.push_back(dir.string());
+        continue;
+      }
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) stack.push_back(e.path());
+    }
+    for (const auto& r : policy.read_only) {
+      auto c = canonical_or_normal(r);
+      for (const auto& h : hidden)
+        if ((c == h || is_beneath(c, h)) && std::filesystem::exists(c, ec)) {
+          d.read_roots.push_back(c.string());
+          break;
+        }
+    }
   }
   if (d.namespaces) {
     std::vector<std::filesystem::path> hidden, top;
@@ -500,10 +539,13 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   std::vector<std::string> layers, missing;
   if (d.namespaces) layers.push_back(d.isolate_network ? "namespaces" : "namespaces(host network)");
   else if (!d.cpu_profile) missing.push_back("gpu profile keeps the host's pid/net/ipc namespaces");
+  else if (!policy.namespaces) missing.push_back("no namespaces (turned off)");
   else missing.push_back(support.notes.empty() ? "no namespaces" : support.notes);
   if (d.namespaces && !d.fresh_proc) missing.push_back("host /proc visible");
   if (d.landlock_abi > 0) layers.push_back(fmt::format("landlock{}", d.landlock_abi));
   else missing.push_back("no landlock");
+  if (!d.namespaces && d.cpu_profile && d.landlock_abi == 0)
+    missing.push_back("files outside the work folder readable and writable as braid's user");
   if (!d.namespaces) layers.push_back("keeper");
   layers.push_back("rlimits");
   if (!d.cgroup_procs.empty()) layers.push_back("pids-cgroup");
@@ -741,7 +783,8 @@ void SandboxPlan::restrict_in_child(void (*fail)(int, int, void*), void* ctx) co
     ::close(fd);
     check(r == 0, kStepLandlock);
   };
-  allow("/", kFsExecute | kFsReadFile | kFsReadDir);
+  if (d.read_roots.empty()) allow("/", kFsExecute | kFsReadFile | kFsReadDir);
+  for (const auto& p : d.read_roots) allow(p.c_str(), kFsExecute | kFsReadFile | kFsReadDir);
   for (const auto& p : d.dev_paths) allow(p.c_str(), kFsExecute | kFsReadFile | kFsReadDir | kFsWriteFile | kFsTruncate | kFsIoctlDev);
   for (const auto& p : d.writable) allow(p.c_str(), fs);
   check(::syscall(SYS_landlock_restrict_self, ruleset, 0u) == 0, kStepLandlock);
