@@ -65,9 +65,9 @@ TEST(VerdictChannel, AnyIncorrectRankFailsTheStep) {
 }
 
 TEST(VerdictChannel, SourceFromTheHarnessText) {
-  EXPECT_EQ(resolve_verdict_source("auto", "getenv(\"BRAID_EVAL_TOKEN\")"), VerdictSource::Channel);
+  EXPECT_EQ(resolve_verdict_source("auto", "getenv(\"BRAID_RESULT_FD\")"), VerdictSource::Channel);
   EXPECT_EQ(resolve_verdict_source("auto", "writes correct.json"), VerdictSource::Files);
-  EXPECT_EQ(resolve_verdict_source("files", "BRAID_EVAL_TOKEN"), VerdictSource::Files);
+  EXPECT_EQ(resolve_verdict_source("files", "BRAID_RESULT_FD"), VerdictSource::Files);
   EXPECT_EQ(resolve_verdict_source("channel", ""), VerdictSource::Channel);
 }
 

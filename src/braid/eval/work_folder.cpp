@@ -59,16 +59,26 @@ SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolde
   p.max_processes = std::max(0L, settings.max_processes);
   // The folder of the other candidates, and the run folder with evolution.db above it
   // (results/gen_3/..., results/remeasure/<label>/...).
-  p.hidden.push_back(folder.dir.parent_path());
+  // A work folder inside the workload folder (tests, hand-made layouts) leaves the workload visible.
+  const std::filesystem::path workload = std::filesystem::absolute(folder.placeholders.at("workload_dir")).lexically_normal();
+  if (folder.dir.parent_path().lexically_normal() != workload) p.hidden.push_back(folder.dir.parent_path());
   std::error_code ec;
   for (auto up = folder.dir.parent_path(); up.has_relative_path(); up = up.parent_path())
     if (std::filesystem::exists(up / "evolution.db", ec)) {
       p.hidden.push_back(up);
       break;
     }
-  if (const char* home = std::getenv("HOME"); home && *home) p.hidden.emplace_back(home);
+  const char* home_var = std::getenv("HOME");
+  const std::filesystem::path home = home_var && *home_var ? std::filesystem::path(home_var).lexically_normal() : "";
+  if (!home.empty()) p.hidden.push_back(home);
   p.read_only.emplace_back(folder.placeholders.at("workload_dir"));
-  // Toolchains installed under the home (conda, ~/.local) stay usable.
+  // Toolchains installed under the home stay usable: the whole top folder of one (~/.pyenv,
+  // ~/miniconda3, ~/.local), as their launchers reach beyond the folder on PATH.
+  auto toolchain = [&](const std::filesystem::path& dir) {
+    const auto rel = dir.lexically_normal().lexically_relative(home);
+    if (home.empty() || rel.empty() || *rel.begin() == ".." || *rel.begin() == ".") return dir;
+    return home / *rel.begin();
+  };
   for (const char* var : {"PATH", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH"}) {
     const char* value = std::getenv(var);
     std::string rest = value ? value : "";
@@ -76,7 +86,7 @@ SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolde
     while (pos <= rest.size() && !rest.empty()) {
       std::size_t colon = rest.find(':', pos);
       std::string dir = rest.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
-      if (!dir.empty() && dir[0] == '/') p.read_only.emplace_back(dir);
+      if (!dir.empty() && dir[0] == '/') p.read_only.push_back(toolchain(dir));
       if (colon == std::string::npos) break;
       pos = colon + 1;
     }
