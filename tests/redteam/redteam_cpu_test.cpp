@@ -156,6 +156,30 @@ TEST_P(Redteam, ForkBombIsContained) {
   EXPECT_EQ(r.combined_score, 0.0);
 }
 
+TEST_P(Redteam, NonceThiefIsRejectedUnrun) {
+  EvalResult r = evaluate(candidate("steal_nonce_early"));
+  EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
+  EXPECT_EQ(r.combined_score, 0.0);
+  EXPECT_NE(r.error_text.find("names the verdict channel"), std::string::npos) << r.error_text;
+}
+
+TEST_P(Redteam, NonceThiefWithoutTheNamesIsCaughtByTheToken) {
+  EvalResult r = evaluate(candidate("steal_nonce_fd3"));
+  EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
+  EXPECT_EQ(r.combined_score, 0.0);
+  EXPECT_NE(r.error_text.find("verdict channel"), std::string::npos) << r.error_text;
+}
+
+TEST_P(Redteam, HangIsKilledAndTheNextEvaluationRuns) {
+  config_.run_timeout_s = 2;
+  EvalResult r = evaluate(candidate("hang"), 1);
+  EXPECT_EQ(r.failure, FailureKind::Timeout) << r.error_text;
+  EXPECT_LT(r.timings.value("run", 99.0), 8.0);
+  EvalResult next = evaluate(read_file(testing::example_dir("matmul_cpu") / "program.cpp"), 2);
+  EXPECT_EQ(next.failure, FailureKind::Ok) << next.error_text;
+  EXPECT_TRUE(database_untouched());
+}
+
 TEST_P(Redteam, NoNetwork) {
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);

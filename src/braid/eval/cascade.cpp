@@ -38,8 +38,8 @@ CascadeConfig CascadeConfig::from_json(const json& section, const std::filesyste
   c.env = env_from_json(section);
   c.memory_limit_mb = section.value("memory_limit_mb", c.memory_limit_mb);
   c.sandbox = SandboxSettings::from_json(section);
-  const std::string program_text = try_read_file(workload_dir / program_filename).value_or("");
-  c.verdict = resolve_verdict_source(section.value("verdict", std::string("auto")), program_text);
+  c.harness_text = try_read_file(workload_dir / program_filename).value_or("");
+  c.verdict = resolve_verdict_source(section.value("verdict", std::string("auto")), c.harness_text);
   return c;
 }
 
@@ -89,6 +89,9 @@ EvalResult CascadeEvaluator::evaluate(const EvalRequest& request, const JobObser
 
   // L1: build.
   result.level_reached = 1;
+  if (channel)
+    if (std::string problem = channel_tampering(request.code, config_.harness_text); !problem.empty())
+      return fail(FailureKind::VerifyFailed, problem);
   SubprocessResult build = step("build", config_.build, config_.build_timeout_s, "");
   if (!build.started) return fail(FailureKind::BuildFailed, "build command " + build.describe_end());
   if (build.timed_out) return fail(FailureKind::Timeout, timeout_text("build", config_.build_timeout_s));

@@ -45,6 +45,7 @@ struct CascadeConfig {
   std::size_t memory_limit_mb = 0;         // RLIMIT_AS of every command (workload.yaml); 0: none
   SandboxSettings sandbox;
   VerdictSource verdict = VerdictSource::Files;
+  std::string harness_text;  // the workload's program, for channel_tampering
 
   // From a validated evaluator section (see load_workload).
   static CascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,

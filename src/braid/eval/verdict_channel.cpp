@@ -109,6 +109,19 @@ void write_contract_files(const std::filesystem::path& results, const ChannelVer
   else std::filesystem::remove(results / "metrics.json", ec);
 }
 
+std::string channel_tampering(const std::string& candidate, const std::string& harness) {
+  auto count = [](const std::string& text, const std::string& word) {
+    std::size_t n = 0;
+    for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + word.size())) ++n;
+    return n;
+  };
+  for (const std::string word : {"BRAID_RESULT_FD", "braid_verdict"})
+    if (count(candidate, word) > count(harness, word))
+      return "the candidate's code names the verdict channel (" + word +
+             "), which only the frozen harness may use; rejected unrun";
+  return {};
+}
+
 VerdictSource resolve_verdict_source(const std::string& setting, const std::string& harness_text) {
   if (setting == "channel") return VerdictSource::Channel;
   if (setting == "files") return VerdictSource::Files;

@@ -74,4 +74,10 @@ enum class VerdictSource { Channel, Files };
 // "channel" | "files" | "auto": auto is Channel when `harness_text` mentions BRAID_RESULT_FD.
 VerdictSource resolve_verdict_source(const std::string& setting, const std::string& harness_text);
 
+// "" or why `candidate` (a whole program) touches the verdict channel: it names
+// BRAID_RESULT_FD or braid_verdict more often than the workload's frozen `harness` does. Evolved
+// code has no business with the channel; this catches the plain attempts at the nonce before
+// they run (the runtime checks catch the rest that reach braid, see above).
+std::string channel_tampering(const std::string& candidate, const std::string& harness);
+
 }  // namespace braid

@@ -12,6 +12,7 @@
 #include "braid/eval/gpu_toolchain.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
 
 namespace braid {
 namespace {
@@ -290,8 +291,13 @@ WorkloadSpec load_workload(const std::filesystem::path& dir_or_yaml) {
 std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
   const std::string kind = spec.evaluator.value("kind", std::string());
   const std::string program_filename = spec.program.filename().string();
-  if (kind == "cascade")
-    return std::make_unique<CascadeEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  if (kind == "cascade") {
+    CascadeConfig config = CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename);
+    // The harness is the program workload.yaml names, wherever it lies.
+    config.harness_text = try_read_file(spec.program).value_or(config.harness_text);
+    config.verdict = resolve_verdict_source(spec.evaluator.value("verdict", std::string("auto")), config.harness_text);
+    return std::make_unique<CascadeEvaluator>(std::move(config));
+  }
   if (kind == "external")
     return std::make_unique<ExternalEvaluator>(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename));
   if (kind == "gpu")
