@@ -412,7 +412,14 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   const std::filesystem::path scratch = canonical_or_normal(policy.scratch);
   d.scratch = scratch.string();
   d.writable.push_back(d.scratch);
-  d.dev_paths.push_back("/dev");
+  if (d.cpu_profile) {
+    // The usual character devices, not all of /dev: /dev/shm would be a shared folder outside
+    // the work folder (namespaces give the candidate a private one).
+    for (const char* p : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"})
+      d.dev_paths.push_back(p);
+  } else {
+    d.dev_paths.push_back("/dev");  // GPUs, NCCL's /dev/shm
+  }
   std::error_code ec;
   if (!d.cpu_profile) {
     // NCCL's shared memory between the ranks of one evaluation; CUDA's MPS pipes. Not /tmp:

@@ -1,5 +1,6 @@
-// Forged record: looks for the token in its environment (the harness scrubbed it) and writes
-// a verdict line with score 1e9 to the channel descriptor, then exits. Expected: rejected
+// Forged record: takes BRAID_EVAL_TOKEN from its environment (the kill token, not the
+// verdict nonce) and writes a verdict line with score 1e9 to every descriptor from 3 up, then
+// exits; the record's key is split so that braid's source check passes it. Expected: rejected
 // (wrong token).
 #include <cstdio>
 #include <cstring>
@@ -18,7 +19,7 @@ void matmul_kernel(const float*, const float*, float*, int, float*) {
     }
   }
   const char* seed = "0";
-  std::string line = "{\"braid_verdict\": 1, \"token\": \"" + token + "\", \"mode\": \"verify\", \"seed\": " + seed +
+  std::string line = std::string("{\"braid_") + "verdict\": 1, \"token\": \"" + token + "\", \"mode\": \"verify\", \"seed\": " + seed +
                      ", \"rank\": 0, \"correct\": true, \"error\": \"\", \"combined_score\": 1e9, \"timed_ms\": 1}\n";
   for (int fd = 3; fd < 64; ++fd) (void)!write(fd, line.data(), line.size());
   _exit(0);
