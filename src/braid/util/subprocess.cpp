@@ -329,7 +329,8 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
     ::waitpid(pid, &status, 0);
     if (report[0] >= 10) {
       result.start_error = std::string("cannot set up the sandbox (") + SandboxPlan::step_name(report[0]) +
-                           "): " + std::strerror(report[1]) + "; sandbox level " + sandbox.level();
+                           "): " + std::strerror(report[1]) + "; sandbox level " + sandbox.level() +
+                           " (docs/sandbox.md; `sandbox: false` in workload.yaml runs candidates unconfined)";
     } else {
       const char* stage = report[0] == 2 ? "cannot enter " : report[0] == 3 ? "cannot execute " : "cannot set up ";
       result.start_error = stage + (report[0] == 2 ? cwd : executable) + ": " + std::strerror(report[1]);
