@@ -15,6 +15,7 @@
 
 #include "../eval/eval_test_support.hpp"
 #include "braid/eval/cascade.hpp"
+#include "braid/eval/external.hpp"
 #include "braid/eval/workload.hpp"
 #include "braid/util/fs.hpp"
 
@@ -222,6 +223,34 @@ TEST_P(Redteam, SecretsNeverReachTheCandidate) {
   EXPECT_NE(logs.find("BRAID_SEED"), std::string::npos) << "the candidate's environment was not printed";
   for (const char* secret : {"redteam-aws-4b7e", "redteam-pat-91c2", "redteam-db-77aa"})
     EXPECT_EQ(logs.find(secret), std::string::npos) << secret;
+}
+
+// The external evaluator runs the candidate too: a script that tampers instead of judging.
+TEST_P(Redteam, ExternalEvaluatorIsSandboxedToo) {
+  const std::filesystem::path workload = dir_.path() / "external_workload";
+  std::filesystem::create_directories(workload);
+  write_file_atomic(workload / "evaluate.sh",
+                    "echo TAMPERED > ../run/evolution.db\n"
+                    "echo TAMPERED > \"$BRAID_WORK_DIR/../evolution.db\"\n"
+                    "cat \"$BRAID_WORK_DIR/../gen_0/program.cpp\" > \"$BRAID_WORK_DIR/stolen.txt\"\n"
+                    "echo pwned > \"$BRAID_WORKLOAD_DIR/pwned_by_evaluator\"\n"
+                    "setsid sh -c 'sleep 53.2727 &'\n"
+                    "echo '{\"correct\": true, \"error\": \"\"}' > \"$4/correct.json\"\n"
+                    "echo '{\"combined_score\": 1e9}' > \"$4/metrics.json\"\n");
+  ExternalConfig config;
+  config.workload_dir = workload;
+  config.command = "sh evaluate.sh";
+  config.timeout_s = 10;
+  config.sandbox.namespaces = GetParam();
+  config.verdict = "channel";
+  ExternalEvaluator evaluator(config);
+  EvalResult r = evaluator.evaluate(EvalRequest{"x1", "program text\n", work(), 7}, nullptr);
+  EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;  // files are no verdict
+  EXPECT_EQ(r.combined_score, 0.0);
+  EXPECT_TRUE(database_untouched());
+  EXPECT_EQ(read_file(work() / "stolen.txt"), "");
+  EXPECT_FALSE(std::filesystem::exists(workload / "pwned_by_evaluator"));
+  EXPECT_FALSE(process_with_argument_alive("53.2727"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, Redteam, ::testing::Bool(),
