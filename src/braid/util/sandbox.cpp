@@ -576,8 +576,6 @@ SandboxPlan::~SandboxPlan() {
   }
 }
 
-bool SandboxPlan::uses_pid_namespace() const { return d_->enabled && d_->namespaces; }
-
 const char* SandboxPlan::step_name(int step) {
   switch (step) {
     case kStepCgroup: return "joining the pids cgroup";

@@ -62,7 +62,6 @@ class SandboxPlan {
 
   // e.g. "namespaces+landlock7+rlimits" or "landlock7+keeper+rlimits (no namespaces: ...)".
   const std::string& level() const { return level_; }
-  bool uses_pid_namespace() const;
 
   // In the child, after fork: applies the layers up to the point where the candidate's process
   // is forked (namespaces, mounts, keeper). Returns only in the process that must exec the
