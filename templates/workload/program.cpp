@@ -3,16 +3,22 @@
 // Frozen harness (everything outside the EVOLVE-BLOCK):
 //   program --mode verify|bench --seed S --results_dir D
 // verify: fresh random inputs from the seed, result compared with a double-precision
-//         reference; writes D/correct.json.
+//         reference.
 // bench:  median of timed runs against the plain loop, inputs alternating between two sets;
-//         the last timed result is verified; writes D/correct.json and D/metrics.json
-//         (combined_score = speedup over the plain loop).
+//         the last timed result is verified (combined_score = speedup over the plain loop).
+// The verdict goes through braid's verdict channel (BRAID_RESULT_FD: a nonce in, one JSON line
+// out; see braid's docs/sandbox.md); run by hand, the harness writes D/correct.json and
+// D/metrics.json instead. braid never reads files a candidate drops.
+// Keep the channel code when you replace the program.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <random>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -78,6 +84,42 @@ void write_json(const std::string& path, const std::string& text) {
   std::fclose(f);
 }
 
+// braid's verdict channel (docs/sandbox.md), taken before the candidate's code first runs: the
+// descriptor named by BRAID_RESULT_FD first gives one line, this step's nonce, which the
+// harness keeps; the record goes back on the same descriptor. Run by hand there is none.
+struct Channel {
+  std::string token;
+  int fd = -1;
+};
+Channel open_channel() {
+  Channel c;
+  const char* f = std::getenv("BRAID_RESULT_FD");
+  if (!f) return c;
+  c.fd = std::atoi(f);
+  ::fcntl(c.fd, F_SETFD, FD_CLOEXEC);  // not inherited by anything the program starts
+  char ch = 0;
+  while (c.token.size() < 128 && ::read(c.fd, &ch, 1) == 1 && ch != '\n') c.token += ch;
+  return c;
+}
+
+// One record (a single JSON line) through the channel, or the two files outside braid.
+// `metrics` is "" or the fields "combined_score": ..., "public": {...}, ... without braces.
+void report(const Channel& c, const std::string& dir, const std::string& mode, unsigned long seed, bool correct,
+            const std::string& error, const std::string& metrics, double timed_ms) {
+  const std::string verdict = std::string("\"correct\": ") + (correct ? "true" : "false") + ", \"error\": \"" + error + "\"";
+  if (c.fd >= 0) {
+    char head[200];
+    std::snprintf(head, sizeof head, "{\"braid_verdict\": 1, \"mode\": \"%s\", \"seed\": %lu, \"rank\": 0, \"timed_ms\": %.6f, ",
+                  mode.c_str(), seed, timed_ms);
+    std::string line = head + std::string("\"token\": \"") + c.token + "\", " + verdict +
+                       (metrics.empty() ? "" : ", " + metrics) + "}\n";
+    if (::write(c.fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) std::exit(3);
+    return;
+  }
+  write_json(dir + "/correct.json", "{" + verdict + "}");
+  if (!metrics.empty()) write_json(dir + "/metrics.json", "{" + metrics + "}");
+}
+
 bool close_enough(double got, double want) { return std::isfinite(got) && std::fabs(got - want) <= 1e-3 * std::fabs(want) + 1e-3; }
 
 template <typename F>
@@ -90,6 +132,7 @@ double time_ms(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const Channel channel = open_channel();
   std::string mode = "verify", dir = ".";
   unsigned long seed = 1;
   for (int a = 1; a + 1 < argc; a += 2) {
@@ -100,16 +143,15 @@ int main(int argc, char** argv) {
   }
   const long n = 1L << 22;
   auto x0 = random_input(seed, n), x1 = random_input(seed + 1, n);
-  double want0 = reference(x0), want1 = reference(x1);
+  double want0 = reference(x0);
   volatile double sink = 0.0;
   double got = sum_of_squares(x0.data(), n);
   if (!close_enough(got, want0)) {
-    write_json(dir + "/correct.json", "{\"correct\": false, \"error\": \"got " + std::to_string(got) + ", expected " +
-                                          std::to_string(want0) + "\"}");
+    report(channel, dir, mode, seed, false, "got " + std::to_string(got) + ", expected " + std::to_string(want0), "", 0.0);
     return 0;
   }
   if (mode == "verify") {
-    write_json(dir + "/correct.json", "{\"correct\": true, \"error\": \"\"}");
+    report(channel, dir, mode, seed, true, "", "", 0.0);
     return 0;
   }
   std::vector<double> cand, base;
@@ -120,17 +162,21 @@ int main(int argc, char** argv) {
     base.push_back(time_ms([&] { sink = plain_loop(x.data(), n); }));
   }
   (void)sink;
+  double timed = 0.0;
+  for (double t : cand) timed += t;
+  for (double t : base) timed += t;
   std::sort(cand.begin(), cand.end());
   std::sort(base.begin(), base.end());
-  bool ok = close_enough(last, want0);  // r = 14 used x0
-  write_json(dir + "/correct.json", ok ? "{\"correct\": true, \"error\": \"\"}" : "{\"correct\": false, \"error\": \"last timed result wrong\"}");
-  if (!ok) return 0;
+  if (!close_enough(last, want0)) {  // r = 14 used x0
+    report(channel, dir, mode, seed, false, "last timed result wrong", "", timed);
+    return 0;
+  }
   double speedup = base[7] / cand[7];
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"combined_score\": %.6f, \"public\": {\"ms\": %.4f, \"baseline_ms\": %.4f, \"speedup\": %.4f},"
-                " \"private\": {}, \"text_feedback\": \"median %.3f ms vs plain loop %.3f ms\"}",
+                "\"combined_score\": %.6f, \"public\": {\"ms\": %.4f, \"baseline_ms\": %.4f, \"speedup\": %.4f},"
+                " \"private\": {}, \"text_feedback\": \"median %.3f ms vs plain loop %.3f ms\"",
                 speedup, cand[7], base[7], speedup, cand[7], base[7]);
-  write_json(dir + "/metrics.json", buf);
+  report(channel, dir, mode, seed, true, "", buf, timed);
   return 0;
 }

@@ -42,9 +42,10 @@ TEST(External, EvaluatePyEndToEnd) {
 class ExternalScripts : public ::testing::Test {
  protected:
   TempDir workload{"external_scripts"};
-  EvalResult run(const std::string& script, double timeout_s = 10.0) {
+  EvalResult run(const std::string& script, double timeout_s = 10.0, const std::string& verdict = "auto") {
     write_file_atomic(workload / "evaluate.sh", script);
     ExternalConfig config;
+    config.verdict = verdict;
     config.workload_dir = workload.path();
     config.command = "sh evaluate.sh";
     config.timeout_s = timeout_s;
@@ -87,6 +88,28 @@ TEST_F(ExternalScripts, ClassifiesFailures) {
   EvalResult no_score = run("echo '{\"correct\": true}' > \"$4/correct.json\"; echo '{}' > \"$4/metrics.json\"\n");
   EXPECT_EQ(no_score.failure, FailureKind::RunFailed);
   EXPECT_NE(no_score.error_text.find("combined_score"), std::string::npos);
+}
+
+// `verdict: channel`: the evaluator reads this step's nonce from BRAID_RESULT_FD and answers
+// on it; files alone, or a record without the nonce, are refused.
+TEST_F(ExternalScripts, VerdictChannelRecordIsRequiredAndChecked) {
+  const std::string record =
+      "printf '{\"braid_verdict\": 1, \"token\": \"%s\", \"mode\": \"bench\", \"seed\": 3, \"rank\": 0, "
+      "\"correct\": true, \"error\": \"\", \"combined_score\": 2.5, \"timed_ms\": 1}\\n' \"$nonce\" >&$BRAID_RESULT_FD\n";
+  EvalResult ok = run("read nonce <&$BRAID_RESULT_FD\n" + record, 10.0, "channel");
+  ASSERT_EQ(ok.failure, FailureKind::Ok) << ok.error_text;
+  EXPECT_DOUBLE_EQ(ok.combined_score, 2.5);
+  EXPECT_EQ(ok.private_metrics.value("verdict_channel", ""), "verified");
+
+  EvalResult files = run(
+      "echo '{\"correct\": true}' > \"$4/correct.json\"; echo '{\"combined_score\": 1e9}' > \"$4/metrics.json\"\n", 10.0,
+      "channel");
+  EXPECT_EQ(files.failure, FailureKind::RunFailed) << files.error_text;
+  EXPECT_NE(files.error_text.find("verdict channel"), std::string::npos) << files.error_text;
+
+  EvalResult guessed = run("nonce=00000000000000000000000000000000\n" + record, 10.0, "channel");
+  EXPECT_EQ(guessed.failure, FailureKind::VerifyFailed) << guessed.error_text;
+  EXPECT_NE(guessed.error_text.find("wrong token"), std::string::npos) << guessed.error_text;
 }
 
 }  // namespace

@@ -130,6 +130,31 @@ TEST_F(WorkloadErrors, BadEvaluators) {
   EXPECT_NE(load_error().find("missing key 'evaluator'"), std::string::npos);
 }
 
+TEST_F(WorkloadErrors, SandboxKeys) {
+  write_yaml("program: program.cpp\n" + cascade("  verdict: trust_me\n"));
+  EXPECT_NE(load_error().find("evaluator verdict 'trust_me' is unknown (expected auto, channel or files)"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  max_processes: 3\n"));
+  EXPECT_NE(load_error().find("'max_processes' in evaluator must be 0 (no limit) or at least 8"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  network: maybe\n"));
+  EXPECT_NE(load_error().find("network"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  sandbox: false\n  max_processes: 0\n  network: true\n  verdict: files\n"));
+  WorkloadSpec spec = load_workload(dir.path());
+  EXPECT_EQ(spec.evaluator["sandbox"], false);
+  EXPECT_EQ(spec.evaluator["max_processes"], 0);
+  EXPECT_EQ(spec.evaluator["network"], true);
+  auto evaluator = make_evaluator(spec);
+  auto* cascade_evaluator = dynamic_cast<CascadeEvaluator*>(evaluator.get());
+  ASSERT_NE(cascade_evaluator, nullptr);
+  EXPECT_EQ(cascade_evaluator->config().verdict, VerdictSource::Files);
+  EXPECT_FALSE(cascade_evaluator->config().sandbox.enabled);
+  write_yaml("program: program.cpp\n" + cascade());
+  spec = load_workload(dir.path());
+  EXPECT_EQ(spec.evaluator["sandbox"], true);
+  EXPECT_EQ(spec.evaluator["max_processes"], 512);
+  EXPECT_EQ(spec.evaluator["network"], false);
+  EXPECT_EQ(spec.evaluator["verdict"], "auto");
+}
+
 TEST_F(WorkloadErrors, YamlSyntaxAndMissingFile) {
   write_yaml("program: program.cpp\nevaluator: {kind: cascade\n");
   EXPECT_NE(load_error().find("line "), std::string::npos);

@@ -1,10 +1,15 @@
 // The built-in cascade of workload.yaml's `evaluator: {kind: cascade, ...}`:
 //   L1 build  -> build_failed (trimmed compiler errors) or timeout
-//   L2 run    -> the program verifies itself and writes <results_dir>/correct.json;
-//                crash -> run_failed, timeout -> timeout, correct=false -> verify_failed
-//   L3 bench  -> the program writes <results_dir>/metrics.json with combined_score;
-//                failure -> bench_failed (verify_failed if it reports a wrong result)
-// Metrics come only from files in the results folder braid created, never from stdout.
+//   L2 run    -> the program verifies itself and sends its verdict through the verdict
+//                channel (verdict_channel.hpp); crash -> run_failed, timeout -> timeout,
+//                correct=false or a record that fails braid's checks -> verify_failed
+//   L3 bench  -> the same with metrics (combined_score); failure -> bench_failed
+//                (verify_failed if it reports a wrong result)
+// Metrics never come from stdout, nor from files a candidate drops: braid writes
+// results/correct.json and metrics.json from the channel's record. A workload whose harness
+// predates the channel (`verdict: files`) is read from those files, marked unverified-channel.
+// Every step runs in the candidate sandbox (util/sandbox.hpp; workload keys sandbox,
+// memory_limit_mb, max_processes, network); the level in force is stored with the result.
 // Commands are split into words (no shell) and run in the work folder below, with
 // BRAID_WORK_DIR, BRAID_RESULTS_DIR, BRAID_WORKLOAD_DIR and BRAID_SEED set; files of the
 // workload are named through {workload_dir}.
@@ -21,6 +26,8 @@
 #include <string>
 
 #include "braid/eval/evaluator.hpp"
+#include "braid/eval/verdict_channel.hpp"
+#include "braid/eval/work_folder.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid {
@@ -36,6 +43,9 @@ struct CascadeConfig {
   double bench_timeout_s = 60.0;
   std::map<std::string, std::string> env;  // added to every command's environment
   std::size_t memory_limit_mb = 0;         // RLIMIT_AS of every command (workload.yaml); 0: none
+  SandboxSettings sandbox;
+  VerdictSource verdict = VerdictSource::Files;
+  std::string harness_text;  // the workload's program, for channel_tampering
 
   // From a validated evaluator section (see load_workload).
   static CascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,

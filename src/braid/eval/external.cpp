@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "braid/eval/command_line.hpp"
+#include "braid/eval/verdict_channel.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/fs.hpp"
 
@@ -18,6 +19,8 @@ ExternalConfig ExternalConfig::from_json(const json& section, const std::filesys
   c.memory_limit_mb = section.value("memory_limit_mb", c.memory_limit_mb);
   if (auto e = section.find("env"); e != section.end())
     for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
+  c.sandbox = SandboxSettings::from_json(section);
+  c.verdict = section.value("verdict", c.verdict);
   return c;
 }
 
@@ -30,14 +33,23 @@ EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObse
   WorkFolder folder = prepare_work_folder(request, config_.workload_dir, config_.program_filename);
   std::vector<std::string> argv = command_argv(config_.command, folder.placeholders);
   argv.insert(argv.end(), {"--program_path", folder.program.string(), "--results_dir", folder.results.string()});
+  // Only an evaluator that relays its harness's record gets a channel; others' harnesses would
+  // write to a descriptor the evaluator's own child never inherits.
+  const std::string token = config_.verdict == "channel" ? new_eval_token() : "";
   StepSpec spec{"external", std::move(argv), std::filesystem::absolute(config_.workload_dir), config_.timeout_s,
-                config_.env, config_.memory_limit_mb << 20};
+                config_.env, config_.memory_limit_mb << 20,
+                candidate_sandbox(config_.sandbox, folder, config_.memory_limit_mb << 20), token};
   SubprocessResult run = run_step(spec, folder, request, jobs);
   result.timings["external"] = run.wall_s;
+  std::string channel_state = "unverified-channel";
+  auto finish = [&]() -> EvalResult {
+    record_isolation(result, run.sandbox_level, channel_state);
+    return result;
+  };
   auto fail = [&](FailureKind kind, const std::string& error) {
     record_failure(result, kind, error);
     write_failure_contract(folder, result);
-    return result;
+    return finish();
   };
 
   result.level_reached = 1;
@@ -46,10 +58,20 @@ EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObse
     return fail(FailureKind::Timeout,
                 fmt::format("evaluator timed out (limit {:g} s); the process group was killed", config_.timeout_s));
 
+  ChannelVerdict cv;
+  if (!token.empty()) cv = read_channel(run.channel_text, {token, "bench", request.seed, run.wall_s, true});
+  if (!cv.problem.empty()) return fail(FailureKind::VerifyFailed, cv.problem);
+  if (cv.received) {
+    channel_state = "verified";
+    write_contract_files(folder.results, cv);
+  } else if (config_.verdict == "channel") {
+    if (!run.succeeded()) return fail(FailureKind::RunFailed, describe_crash("evaluator", run));
+    return fail(FailureKind::RunFailed, "evaluator exited 0 but no verdict came through the verdict channel (BRAID_RESULT_FD)");
+  }
   read_metrics_contract(folder.results, FailureKind::RunFailed, result);
   if (result.failure == FailureKind::Ok) {
     result.level_reached = 3;
-    return result;
+    return finish();
   }
   if (result.failure == FailureKind::VerifyFailed) {
     result.level_reached = 2;
@@ -62,12 +84,12 @@ EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObse
         if (*kind == FailureKind::BenchFailed) result.level_reached = 3;
       }
     }
-    return result;
+    return finish();
   }
   // No usable verdict: say how the evaluator ended.
   if (!run.succeeded()) result.error_text += "\n" + describe_crash("evaluator", run);
   write_failure_contract(folder, result);
-  return result;
+  return finish();
 }
 
 }  // namespace braid

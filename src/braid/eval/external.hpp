@@ -6,12 +6,16 @@
 // Classification: timeout -> timeout; correct=false -> verify_failed, unless correct.json
 // also carries a braid failure kind in "failure" (e.g. "build_failed"), which is then used;
 // no usable metrics -> run_failed (with the exit status and stderr tail).
+// The evaluator runs in the candidate sandbox (it runs the candidate). It may send the verdict
+// through the verdict channel (verdict_channel.hpp), relaying its harness's record; otherwise
+// the files are read and the result is marked unverified-channel.
 #pragma once
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include "braid/eval/evaluator.hpp"
+#include "braid/eval/work_folder.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid {
@@ -23,6 +27,8 @@ struct ExternalConfig {
   double timeout_s = 300.0;
   std::map<std::string, std::string> env;
   std::size_t memory_limit_mb = 0;  // RLIMIT_AS of the evaluator's processes (workload.yaml); 0: none
+  SandboxSettings sandbox;
+  std::string verdict = "auto";  // channel: a record through BRAID_RESULT_FD is required
 
   static ExternalConfig from_json(const json& section, const std::filesystem::path& workload_dir,
                                   const std::string& program_filename);

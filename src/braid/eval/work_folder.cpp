@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "braid/eval/diagnostics.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -37,6 +40,66 @@ WorkFolder prepare_work_folder(const EvalRequest& request, const std::filesystem
   return f;
 }
 
+SandboxSettings SandboxSettings::from_json(const json& section) {
+  SandboxSettings s;
+  s.enabled = section.value("sandbox", s.enabled);
+  s.max_processes = section.value("max_processes", s.max_processes);
+  s.network = section.value("network", s.network);
+  return s;
+}
+
+SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolder& folder, std::size_t memory_bytes) {
+  SandboxPolicy p;
+  p.enabled = settings.enabled;
+  p.profile = SandboxProfile::Cpu;
+  p.scratch = folder.dir;
+  p.network = settings.network;
+  p.namespaces = settings.namespaces;
+  p.memory_bytes = memory_bytes;
+  p.max_processes = std::max(0L, settings.max_processes);
+  // The folder of the other candidates, and the run folder with evolution.db above it
+  // (results/gen_3/..., results/remeasure/<label>/...).
+  // A work folder inside the workload folder (tests, hand-made layouts) leaves the workload visible.
+  const std::filesystem::path workload = std::filesystem::absolute(folder.placeholders.at("workload_dir")).lexically_normal();
+  if (folder.dir.parent_path().lexically_normal() != workload) p.hidden.push_back(folder.dir.parent_path());
+  std::error_code ec;
+  for (auto up = folder.dir.parent_path(); up.has_relative_path(); up = up.parent_path())
+    if (std::filesystem::exists(up / "evolution.db", ec)) {
+      p.hidden.push_back(up);
+      break;
+    }
+  const char* home_var = std::getenv("HOME");
+  const std::filesystem::path home = home_var && *home_var ? std::filesystem::path(home_var).lexically_normal() : "";
+  if (!home.empty()) p.hidden.push_back(home);
+  p.read_only.emplace_back(folder.placeholders.at("workload_dir"));
+  // Toolchains installed under the home stay usable: the whole top folder of one (~/.pyenv,
+  // ~/miniconda3, ~/.local), as their launchers reach beyond the folder on PATH.
+  auto toolchain = [&](const std::filesystem::path& dir) {
+    const auto rel = dir.lexically_normal().lexically_relative(home);
+    if (home.empty() || rel.empty() || *rel.begin() == ".." || *rel.begin() == ".") return dir;
+    return home / *rel.begin();
+  };
+  for (const char* var : {"PATH", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH"}) {
+    const char* value = std::getenv(var);
+    std::string rest = value ? value : "";
+    std::size_t pos = 0;
+    while (pos <= rest.size() && !rest.empty()) {
+      std::size_t colon = rest.find(':', pos);
+      std::string dir = rest.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+      if (!dir.empty() && dir[0] == '/') p.read_only.push_back(toolchain(dir));
+      if (colon == std::string::npos) break;
+      pos = colon + 1;
+    }
+  }
+  return p;
+}
+
+void record_isolation(EvalResult& result, const std::string& sandbox_level, const std::string& verdict_channel) {
+  if (!result.private_metrics.is_object()) result.private_metrics = json::object();
+  result.private_metrics["sandbox"] = sandbox_level;
+  result.private_metrics["verdict_channel"] = verdict_channel;
+}
+
 SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const EvalRequest& request,
                           const JobObserver& jobs) {
   SubprocessOptions options;
@@ -47,6 +110,13 @@ SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const 
   options.env_add["BRAID_RESULTS_DIR"] = folder.results.string();
   options.env_add["BRAID_WORKLOAD_DIR"] = folder.placeholders.at("workload_dir");
   options.env_add["BRAID_SEED"] = folder.placeholders.at("seed");
+  options.env_add["HOME"] = folder.dir.string();
+  options.env_add["TMPDIR"] = folder.dir.string();
+  options.sandbox = step.sandbox;
+  if (!step.token.empty()) {
+    options.result_channel = true;
+    options.channel_greeting = step.token + "\n";
+  }
   options.timeout_s = step.timeout_s;
   options.candidate = true;  // build, run and bench all run the candidate's code or its build
   options.memory_limit_bytes = step.memory_limit_bytes;

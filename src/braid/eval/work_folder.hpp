@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "braid/eval/evaluator.hpp"
+#include "braid/util/json.hpp"
 #include "braid/util/subprocess.hpp"
 
 namespace braid {
@@ -27,6 +28,25 @@ const std::vector<std::string>& known_placeholders();
 WorkFolder prepare_work_folder(const EvalRequest& request, const std::filesystem::path& workload_dir,
                                const std::string& program_filename);
 
+// workload.yaml's sandbox keys of a CPU evaluator (docs/sandbox.md); memory_limit_mb is
+// read beside them (CascadeConfig, ExternalConfig):
+//   sandbox: true            # false: candidates run unconfined (trusted code only)
+//   max_processes: 512       # processes and threads of one evaluation; 0: none
+//   network: false           # true: keep the host's network
+struct SandboxSettings {
+  bool enabled = true;
+  long max_processes = 512;
+  bool network = false;
+  bool namespaces = true;  // false: the fallback layers only (no workload key; tests of them)
+  // From a section validated by load_workload; absent keys keep the defaults above.
+  static SandboxSettings from_json(const json& section);
+};
+
+// The sandbox of one evaluation's processes: writes only in the work folder (and a private
+// /tmp); the run folder (its other candidates, evolution.db) and the home hidden; the
+// workload and the toolchain folders on PATH visible, read-only.
+SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolder& folder, std::size_t memory_bytes);
+
 struct StepSpec {
   std::string name;                   // "build", "run", "bench", "external"
   std::vector<std::string> argv;
@@ -34,10 +54,13 @@ struct StepSpec {
   double timeout_s = 0.0;
   std::map<std::string, std::string> env;
   std::size_t memory_limit_bytes = 0;  // RLIMIT_AS of the step's processes; 0: none
+  SandboxPolicy sandbox;              // see candidate_sandbox
+  std::string token;                  // the verdict nonce; with it the step gets BRAID_RESULT_FD
 };
 
 // Runs one step, logging its capped output in the work folder and reporting its process
-// group to `jobs` while it runs.
+// group to `jobs` while it runs. The environment is the candidate allowlist plus the step's
+// env, HOME and TMPDIR (the work folder) and the BRAID_* variables.
 SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const EvalRequest& request,
                           const JobObserver& jobs);
 
@@ -46,6 +69,10 @@ std::string describe_crash(const std::string& what, const SubprocessResult& run)
 
 // Sets the failure (score 0, not correct) and appends the error.
 void record_failure(EvalResult& result, FailureKind kind, const std::string& error);
+
+// Stores the sandbox level in force and how the verdict came, with the evaluation's private
+// metrics (kept in the database with every result).
+void record_isolation(EvalResult& result, const std::string& sandbox_level, const std::string& verdict_channel);
 
 // Writes results/correct.json for a failure braid detected itself, so that every evaluated
 // folder holds the contract: {"correct": false, "error": ..., "failure": "<kind>"}.

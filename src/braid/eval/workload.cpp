@@ -14,12 +14,15 @@
 #include "braid/eval/slurm_evaluator.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
 
 namespace braid {
 namespace {
 
 // Address-space limit of a CPU candidate's processes unless workload.yaml says otherwise.
 constexpr long kDefaultMemoryLimitMb = 8192;
+// Processes and threads of one CPU evaluation (the sandbox's pids limit) unless it says otherwise.
+constexpr long kDefaultMaxProcesses = 512;
 
 // Reads one workload.yaml; every problem is a UserError naming the file and the line.
 class WorkloadReader {
@@ -137,6 +140,20 @@ class WorkloadReader {
     return args;
   }
 
+  // The sandbox and verdict keys of the CPU evaluators (docs/sandbox.md); memory_limit_mb is
+  // read beside them.
+  void isolation_keys(const YAML::Node& node, json& section) const {
+    section["sandbox"] = bool_at(node, "sandbox").value_or(true);
+    section["max_processes"] = integer_at(node, "max_processes", 0, 1000000).value_or(kDefaultMaxProcesses);
+    if (long n = section["max_processes"].get<long>(); n > 0 && n < 8)
+      error(node["max_processes"], "'max_processes' in evaluator must be 0 (no limit) or at least 8");
+    section["network"] = bool_at(node, "network").value_or(false);
+    const std::string verdict = string_at(node, "verdict", false, " in evaluator");
+    if (!verdict.empty() && verdict != "auto" && verdict != "channel" && verdict != "files")
+      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown (expected auto, channel or files)");
+    section["verdict"] = verdict.empty() ? "auto" : verdict;
+  }
+
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
                       "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
@@ -187,9 +204,10 @@ class WorkloadReader {
     json section = {{"kind", kind}};
     if (kind == "cascade") {
       check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
-                        "memory_limit_mb", "slurm"},
+                        "memory_limit_mb", "sandbox", "max_processes", "network", "verdict", "slurm"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
+      isolation_keys(node, section);
       if (node["slurm"]) section["slurm"] = read_slurm_section(node["slurm"], yaml_.string());
       section["build"] = command_at(node, "build", true);
       section["run"] = command_at(node, "run", true);
@@ -199,9 +217,12 @@ class WorkloadReader {
       section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
     } else if (kind == "external") {
-      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb"}, " in evaluator");
+      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb", "sandbox", "max_processes",
+                        "network", "verdict"},
+                 " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
+      isolation_keys(node, section);
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
     } else if (kind == "gpu") {
@@ -273,11 +294,18 @@ WorkloadSpec load_workload(const std::filesystem::path& dir_or_yaml) {
 std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
   const std::string kind = spec.evaluator.value("kind", std::string());
   const std::string program_filename = spec.program.filename().string();
+  // Slurm jobs run on other nodes: outside braid's sandbox, their verdict read from the job's
+  // result files (docs/sandbox.md).
   if (kind == "cascade" && spec.evaluator.contains("slurm"))  // run and bench as Slurm jobs
     return std::make_unique<SlurmEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename),
                                             SlurmConfig::from_json(spec.evaluator["slurm"]));
-  if (kind == "cascade")
-    return std::make_unique<CascadeEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  if (kind == "cascade") {
+    CascadeConfig config = CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename);
+    // The harness is the program workload.yaml names, wherever it lies.
+    config.harness_text = try_read_file(spec.program).value_or(config.harness_text);
+    config.verdict = resolve_verdict_source(spec.evaluator.value("verdict", std::string("auto")), config.harness_text);
+    return std::make_unique<CascadeEvaluator>(std::move(config));
+  }
   if (kind == "external")
     return std::make_unique<ExternalEvaluator>(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename));
   if (kind == "gpu")

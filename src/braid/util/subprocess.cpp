@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,14 +126,15 @@ std::vector<std::string> child_environment(const SubprocessOptions& options) {
     auto eq = entry.find('=');
     if (eq == std::string_view::npos) continue;
     std::string name(entry.substr(0, eq));
-    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name)) continue;
+    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name) || name == "BRAID_RESULT_FD") continue;
     if (options.candidate && !candidate_env_allowed(name)) continue;
     env.emplace_back(entry);
   }
   for (const auto& [name, value] : options.env_add) {
-    if (drop.count(name) || is_secret_env_name(name)) continue;
+    if (drop.count(name) || is_secret_env_name(name) || name == "BRAID_RESULT_FD") continue;
     env.push_back(name + "=" + value);
   }
+  if (options.result_channel) env.push_back("BRAID_RESULT_FD=3");
   return env;
 }
 
@@ -144,17 +146,25 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return out;
 }
 
+struct ChildFail {
+  int report_fd;
+};
+
+[[noreturn]] void report_and_exit(int report_fd, int stage, int err) {
+  int payload[2] = {stage, err};
+  ssize_t ignored = ::write(report_fd, payload, sizeof payload);
+  (void)ignored;
+  ::_exit(127);
+}
+
+void sandbox_failed(int step, int err, void* ctx) { report_and_exit(static_cast<ChildFail*>(ctx)->report_fd, step, err); }
+
 // Only async-signal-safe calls from here to execve: the parent may have other threads that
 // held locks (malloc, stdio) at the moment of fork.
-[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int report_fd, const char* cwd,
+[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int result_fd, int report_fd, const char* cwd,
                                    const char* path, char* const* argv, char* const* envp, pid_t parent,
-                                   std::size_t memory_limit_bytes) {
-  auto fail = [&report_fd](int stage) {
-    int payload[2] = {stage, errno};
-    ssize_t ignored = ::write(report_fd, payload, sizeof payload);
-    (void)ignored;
-    ::_exit(127);
-  };
+                                   const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
+  auto fail = [&report_fd](int stage) { report_and_exit(report_fd, stage, errno); };
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died between fork and prctl; then nobody would kill us.
@@ -167,18 +177,31 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   dfl.sa_handler = SIG_DFL;
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2}) ::sigaction(s, &dfl, nullptr);
 
+  // Out of the way of the numbers they move to.
+  report_fd = ::fcntl(report_fd, F_DUPFD_CLOEXEC, 100);
+  if (result_fd >= 0) result_fd = ::fcntl(result_fd, F_DUPFD_CLOEXEC, 100);
+  if (report_fd < 0) ::_exit(127);
   if (::dup2(stdin_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) fail(1);
-  // Keep the report pipe at fd 3 and close everything else braid had open (database, sockets).
-  if (report_fd != 3) {
-    if (::dup3(report_fd, 3, O_CLOEXEC) < 0) fail(1);
-    report_fd = 3;
+  // The report pipe at fd 4, the result channel (when asked for) at fd 3, and everything else
+  // braid had open (database, sockets) closed.
+  if (::dup3(report_fd, 4, O_CLOEXEC) < 0) fail(1);
+  report_fd = 4;
+  if (result_fd >= 0) {
+    if (::dup2(result_fd, 3) < 0) fail(1);  // dup2 clears close-on-exec
+  } else {
+    ::close(3);
   }
-  ::syscall(SYS_close_range, 4U, ~0U, 0U);
+  ::syscall(SYS_close_range, 5U, ~0U, 0U);
+  ChildFail ctx{report_fd};
+  const int keep[] = {0, 1, 2, 3, 4};
+  sandbox.enter_in_child(sandbox_failed, &ctx, keep, 5);
+  // After the keeper forks (it stays small), before exec: the candidate's address space.
   if (memory_limit_bytes > 0) {
     const rlimit limit{memory_limit_bytes, memory_limit_bytes};
     if (::setrlimit(RLIMIT_AS, &limit) != 0) fail(1);
   }
   if (cwd && *cwd && ::chdir(cwd) != 0) fail(2);
+  sandbox.restrict_in_child(sandbox_failed, &ctx);
   ::execve(path, argv, envp);
   fail(3);
   ::_exit(127);
@@ -255,14 +278,28 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   std::vector<char*> argv_ptrs = pointers(argv_strings);
   std::vector<char*> env_ptrs = pointers(env);
   std::string cwd = options.cwd.string();
+  const SandboxPlan sandbox(options.sandbox, options.sandbox.enabled ? sandbox_support() : SandboxSupport{});
+  result.sandbox_level = sandbox.level();
 
-  int out_pipe[2], err_pipe[2], report_pipe[2];
+  int out_pipe[2], err_pipe[2], report_pipe[2], result_pipe[2] = {-1, -1};
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
   Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
   Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
   if (::pipe2(report_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
   Fd report_r(report_pipe[0]), report_w(report_pipe[1]);
+  // One socket both ways: the greeting (the verdict nonce) goes in before the child exists,
+  // so the harness reads it at once; the records come back on the same descriptor.
+  if (options.result_channel && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, result_pipe) != 0)
+    throw SystemError(std::string("socketpair: ") + std::strerror(errno));
+  Fd result_r(result_pipe[0]), result_w(result_pipe[1]);
+  if (result_r.fd >= 0) {
+    const std::string& greeting = options.channel_greeting;
+    if (!greeting.empty() && ::send(result_r.fd, greeting.data(), greeting.size(), MSG_NOSIGNAL) !=
+                                 static_cast<ssize_t>(greeting.size()))
+      throw SystemError(std::string("verdict channel: ") + std::strerror(errno));
+    ::shutdown(result_r.fd, SHUT_WR);
+  }
   Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (dev_null.fd < 0) throw SystemError(std::string("open /dev/null: ") + std::strerror(errno));
 
@@ -270,14 +307,15 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   const pid_t pid = ::fork();
   if (pid < 0) throw SystemError(std::string("fork: ") + std::strerror(errno));
   if (pid == 0)
-    child_after_fork(dev_null.fd, out_w.fd, err_w.fd, report_w.fd, cwd.c_str(), executable.c_str(), argv_ptrs.data(),
-                     env_ptrs.data(), parent, options.memory_limit_bytes);
+    child_after_fork(dev_null.fd, out_w.fd, err_w.fd, result_w.fd, report_w.fd, cwd.c_str(), executable.c_str(),
+                     argv_ptrs.data(), env_ptrs.data(), parent, sandbox, options.memory_limit_bytes);
 
   // Both sides set the group so that on_start and kill(-pgid) never race the child.
   ::setpgid(pid, pid);
   out_w.reset();
   err_w.reset();
   report_w.reset();
+  result_w.reset();
   dev_null.reset();
   result.pgid = pid;
 
@@ -289,8 +327,14 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   if (got == static_cast<ssize_t>(sizeof report)) {
     int status = 0;
     ::waitpid(pid, &status, 0);
-    const char* stage = report[0] == 2 ? "cannot enter " : report[0] == 3 ? "cannot execute " : "cannot set up ";
-    result.start_error = stage + (report[0] == 2 ? cwd : executable) + ": " + std::strerror(report[1]);
+    if (report[0] >= 10) {
+      result.start_error = std::string("cannot set up the sandbox (") + SandboxPlan::step_name(report[0]) +
+                           "): " + std::strerror(report[1]) + "; sandbox level " + sandbox.level() +
+                           " (docs/sandbox.md; `sandbox: false` in workload.yaml runs candidates unconfined)";
+    } else {
+      const char* stage = report[0] == 2 ? "cannot enter " : report[0] == 3 ? "cannot execute " : "cannot set up ";
+      result.start_error = stage + (report[0] == 2 ? cwd : executable) + ": " + std::strerror(report[1]);
+    }
     result.wall_s = seconds_since(t0);
     return result;
   }
@@ -309,6 +353,8 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   }
 
   CappedBuffer out_buf(options.output_cap_bytes), err_buf(options.output_cap_bytes);
+  std::string channel;
+  constexpr std::size_t kChannelCap = 1 << 20;
   const bool has_deadline = options.timeout_s > 0;
   const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                  std::chrono::duration<double>(std::max(options.timeout_s, 0.0)));
@@ -339,14 +385,15 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
         ::kill(-pid, SIGKILL);
       }
     }
-    if (out_r.fd < 0 && err_r.fd < 0 && exited) break;
+    if (out_r.fd < 0 && err_r.fd < 0 && result_r.fd < 0 && exited) break;
     // A process that escaped the group may keep a pipe open; stop reading a moment after exit.
     if (exited && now >= drain_until) break;
 
-    pollfd fds[2];
+    pollfd fds[3];
     int nfds = 0;
     if (out_r.fd >= 0) fds[nfds++] = {out_r.fd, POLLIN, 0};
     if (err_r.fd >= 0) fds[nfds++] = {err_r.fd, POLLIN, 0};
+    if (result_r.fd >= 0) fds[nfds++] = {result_r.fd, POLLIN, 0};
     int wait_ms = exited ? 20 : 10;
     if (nfds == 0) {
       ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
@@ -356,6 +403,15 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
     if (ready <= 0) continue;
     for (int i = 0; i < nfds; ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (fds[i].fd == result_r.fd) {
+        ssize_t n = ::read(result_r.fd, chunk, sizeof chunk);
+        if (n > 0) {
+          channel.append(chunk, std::min(static_cast<std::size_t>(n), kChannelCap - std::min(kChannelCap, channel.size())));
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          result_r.reset();
+        }
+        continue;
+      }
       Fd& source = fds[i].fd == out_r.fd ? out_r : err_r;
       CappedBuffer& sink = fds[i].fd == out_r.fd ? out_buf : err_buf;
       ssize_t n = ::read(source.fd, chunk, sizeof chunk);
@@ -381,6 +437,7 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   result.stderr_text = err_buf.text();
   result.stdout_bytes = out_buf.total();
   result.stderr_bytes = err_buf.total();
+  result.channel_text = std::move(channel);
   if (!options.stdout_path.empty()) write_file_atomic(options.stdout_path, result.stdout_text);
   if (!options.stderr_path.empty()) write_file_atomic(options.stderr_path, result.stderr_text);
   return result;

@@ -3,8 +3,10 @@
 // Every child runs in its own process group (so a timeout ends its grandchildren too), dies
 // with braid (PR_SET_PDEATHSIG = SIGKILL, tied to the thread that called run_subprocess, which
 // blocks until the child ends), and never sees API keys in its environment. When the child
-// itself exits, whatever it left running in its group is killed, so an evaluation never
-// leaves orphans behind.
+// itself exits, whatever it left running in its group is killed. A candidate's processes run
+// in a sandbox (sandbox.hpp: namespaces or a subreaper keeper end every descendant, `setsid`
+// ones included) with an environment built from an allowlist, and may report their verdict
+// through a pipe of their own (BRAID_RESULT_FD, see eval/verdict_channel.hpp).
 //
 // Thread-safe: several threads may run children at once. argv, envp and paths are built
 // before fork; the forked child only makes async-signal-safe calls before exec.
@@ -16,6 +18,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "braid/util/sandbox.hpp"
 
 namespace braid {
 
@@ -39,7 +43,20 @@ struct SubprocessOptions {
   // (a setsid double fork escapes the process group) is killed.
   bool candidate = false;
   std::size_t memory_limit_bytes = 0;             // RLIMIT_AS in the child; 0: none
+  // Sandbox of the child and its descendants (sandbox.hpp); disabled by default.
+  SandboxPolicy sandbox;
+  // The verdict channel (eval/verdict_channel.hpp): a socket the child gets as fd 3, named by
+  // BRAID_RESULT_FD=3. braid writes `channel_greeting` into it before the child starts (the
+  // harness reads it once; it never appears in the environment or on the command line), and
+  // what the child writes back (at most 1 MiB) is SubprocessResult::channel_text.
+  bool result_channel = false;
+  std::string channel_greeting;
 };
+
+// Whether a variable of braid's environment may reach a candidate: PATH, LANG, LC_*, TZ, USER,
+// LOGNAME, TERM, LD_LIBRARY_PATH, compiler search paths, CUDA_*, NCCL_*, NVIDIA_*, the
+// launchers' OMPI_*/PMIX_*/SLURM_*/UCX_*/HWLOC_*, and BRAID_* (never one of a secret's name).
+bool candidate_env_allowed(const std::string& name);
 
 struct SubprocessResult {
   bool started = false;        // false: fork or exec failed; see start_error
@@ -54,6 +71,8 @@ struct SubprocessResult {
   std::string stderr_text;
   std::size_t stdout_bytes = 0;  // total bytes the child wrote, before capping
   std::size_t stderr_bytes = 0;
+  std::string channel_text;      // what came through the result channel
+  std::string sandbox_level;     // SandboxPlan::level(), "off" when not sandboxed
 
   bool succeeded() const { return started && !timed_out && term_signal == 0 && exit_code == 0; }
   // "exit code 3", "killed by signal SIGSEGV (Segmentation fault)", "timed out after 2.0 s",
