@@ -48,6 +48,10 @@ PY
   echo "$w"
 }
 
+# The seed's noise runs and a new best's confirmation are jobs too (the first evolve checks them);
+# the scenarios after it turn them off to stay short.
+no_remeasure() { printf 'noise_runs: 0\nconfirm_runs: 0\n' >> "$1/config.yaml"; }
+
 # "<job id> <job name>" of the jobs of results folder $1 in squeue states $2 (other tests' jobs
 # share the cluster).
 ours() {
@@ -96,6 +100,7 @@ w_timeout=$(make_workload timeout_wl '    time: "1"
     gpus_per_task: 1
     poll_interval_s: 0.2')
 sed -i 's/run_timeout_s: 30/run_timeout_s: 300/' "$w_timeout/workload.yaml"
+no_remeasure "$w_timeout"
 touch "$w_timeout/hang"   # the seed's job hangs: it meets its 1-minute limit
 r_timeout="$work/r_timeout"
 timeout 200 "$braid" evolve "$w_timeout" -g 1 -j 1 -s 3 -r "$r_timeout" > "$work/timeout.log" 2>&1 &
@@ -117,6 +122,7 @@ fi
 
 # --- scancel mid-run: the job ends CANCELLED, braid submits it again, it is scored once ---
 w=$(make_workload cancel_wl '    poll_interval_s: 0.2')
+no_remeasure "$w"
 r="$work/r_cancel"
 echo 3 > "$w/delay"
 timeout 120 "$braid" evolve "$w" -g 2 -j 1 -s 5 -r "$r" > "$work/cancel.log" 2>&1 &
@@ -137,6 +143,7 @@ fi
 
 # --- kill -9 of braid with jobs queued and running, then resume ---
 w=$(make_workload kill_wl '    poll_interval_s: 0.2')
+no_remeasure "$w"
 r="$work/r_kill"
 timeout 120 "$braid" evolve "$w" -g 8 -j 4 -s 9 -r "$r" > "$work/kill1.log" 2>&1 &
 bg_pid=$!
@@ -158,8 +165,7 @@ fi
 
 # --- Ctrl-C: braid cancels its jobs ---
 w=$(make_workload int_wl '    poll_interval_s: 0.2')
-# Re-measurements run one at a time; without them three evaluations are in flight at once.
-printf 'noise_runs: 0\nconfirm_runs: 0\n' >> "$w/config.yaml"
+no_remeasure "$w"  # re-measurements run one at a time; without them three evaluations are in flight
 r="$work/r_int"
 timeout 120 "$braid" evolve "$w" -g 6 -j 3 -s 13 -r "$r" > "$work/int.log" 2>&1 &
 bg_pid=$!
@@ -176,6 +182,7 @@ rm -f "$w/delay"
 
 # --- the node drained: jobs wait (status shows them queued), then run when it is resumed ---
 w=$(make_workload drain_wl '    poll_interval_s: 0.2')
+no_remeasure "$w"
 r="$work/r_drain"
 scontrol update nodename="$node" state=drain reason=braid-test
 timeout 120 "$braid" evolve "$w" -g 3 -j 2 -s 17 -r "$r" > "$work/drain.log" 2>&1 &
