@@ -1,5 +1,9 @@
-# Writes OUT: a C++ source defining braid::cli::workload_template_files() from the files of DIR.
-file(GLOB files RELATIVE ${DIR} ${DIR}/*)
+# Writes OUT: a C++ source defining braid::cli::FUNC() (default workload_template_files) from the
+# files of DIR.
+if(NOT FUNC)
+  set(FUNC workload_template_files)
+endif()
+file(GLOB files LIST_DIRECTORIES false RELATIVE ${DIR} ${DIR}/*)
 list(SORT files)
 set(body "")
 foreach(f ${files})
@@ -7,5 +11,5 @@ foreach(f ${files})
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," content "${content}")
   string(APPEND body "  {\"${f}\", std::string({${content}})},\n")
 endforeach()
-file(WRITE ${OUT}.tmp "#include \"braid/cli/templates.hpp\"\nnamespace braid::cli {\nconst std::vector<std::pair<std::string, std::string>>& workload_template_files() {\n  static const std::vector<std::pair<std::string, std::string>> files = {\n${body}  };\n  return files;\n}\n}  // namespace braid::cli\n")
+file(WRITE ${OUT}.tmp "#include \"braid/cli/templates.hpp\"\nnamespace braid::cli {\nconst std::vector<std::pair<std::string, std::string>>& ${FUNC}() {\n  static const std::vector<std::pair<std::string, std::string>> files = {\n${body}  };\n  return files;\n}\n}  // namespace braid::cli\n")
 file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

@@ -169,7 +169,8 @@ RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, cons
     parse_llm_settings(llm_config_json(cfg), config_origin(req, spec));  // bad LLM settings fail before any write
   } else {
     if (!has_knobs)
-      throw UserError(seeds.front().string(), "has no braid:knob lines: the knob mutator needs knobs (or use --llm MODEL)");
+      throw UserError(seeds.front().string(), "has no braid:knob lines, so the knob mutator (--llm none) has nothing to move: "
+                      "evolve it with an LLM operator (--llm MODEL)");
     parts.mutator = std::make_unique<KnobMutator>();
   }
   parts.evaluator = make_evaluator(spec);

@@ -1,4 +1,5 @@
-// Files of `braid init`'s workload skeleton, embedded at build time from templates/workload/.
+// Files of `braid init`'s workload skeleton, embedded at build time from templates/workload/, and
+// of `braid init --kernelbench`'s workload from templates/kernelbench/.
 #pragma once
 #include <string>
 #include <utility>
@@ -6,4 +7,5 @@
 
 namespace braid::cli {
 const std::vector<std::pair<std::string, std::string>>& workload_template_files();
+const std::vector<std::pair<std::string, std::string>>& kernelbench_template_files();
 }
