@@ -81,6 +81,8 @@ def report(channel, results_dir, seed, verdict, metrics, timed_ms):
         return
     record = {CHANNEL_NAMES[1]: 1, "token": nonce, "mode": "bench", "seed": seed, "rank": 0,
               "timed_ms": timed_ms, "correct": verdict["correct"], "error": verdict["error"]}
+    if "failure" in verdict:
+        record["failure"] = verdict["failure"]
     record.update(metrics)
     os.write(fd, (json.dumps(record) + "\n").encode())
 
@@ -194,8 +196,14 @@ def poison_free_memory(nbytes, device):
 
 # ---- models ----------------------------------------------------------------------------------
 
+def derived_seed(seed, trial):
+    """The seed of one trial: distinct per trial, within torch.manual_seed's range."""
+    return (seed * 1009 + trial) % (1 << 63)
+
+
 def build_models(reference, candidate, seed, device):
     import torch
+    seed = derived_seed(seed, 0)
     torch.manual_seed(seed)
     init = reference.get_init_inputs()
     torch.manual_seed(seed)
@@ -217,7 +225,7 @@ def check_correctness(reference, model, model_new, args, device):
     import torch
     earlier, held = [], set()  # earlier trials' outputs, kept alive, and their storages
     for trial in range(args.trials):
-        trial_seed = args.seed * 1000 + trial
+        trial_seed = derived_seed(args.seed, trial)
         torch.manual_seed(trial_seed)
         inputs = to_device(reference.get_inputs(), device)
         expected = model(*clone(inputs))
@@ -260,7 +268,7 @@ def time_calls(candidates, inputs, reps, device):
 def benchmark(reference, model, model_new, args, device):
     """(metrics, timed_ms): ModelNew against eager Model and torch.compile(Model)."""
     import torch
-    torch.manual_seed(args.seed * 1000)
+    torch.manual_seed(derived_seed(args.seed, 0))
     inputs = to_device(reference.get_inputs(), device)
     expected = model(*clone(inputs))
     calls = [("new", model_new), ("eager", model)]

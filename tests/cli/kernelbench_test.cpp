@@ -200,6 +200,26 @@ TEST_F(KernelBenchInit, KnobMutatorSaysItHasNothingToMove) {
   EXPECT_FALSE(std::filesystem::exists(results));
 }
 
+// The evaluator's verdict through braid's channel (nonce in, one record out), with PyTorch made
+// unimportable (-S -E: no site-packages, no PYTHONPATH) so that the verdict is known on any host:
+// not correct, the evaluator's reason and stage, the record verified.
+TEST_F(KernelBenchInit, EvaluatorAnswersThroughTheVerdictChannel) {
+  if (!python3_present()) GTEST_SKIP() << "python3 not found";
+  auto dir = init("bias_gelu");
+  std::string yaml = read(dir / "workload.yaml");
+  yaml.replace(yaml.find("\"python3 evaluate.py\""), 21, "\"python3 -E -S evaluate.py\"");
+  write(dir / "workload.yaml", yaml);
+  WorkloadSpec spec = load_workload(dir);
+  auto evaluator = make_evaluator(spec);
+  auto work = root_ / "run" / "gen_0" / "c1";
+  std::filesystem::create_directories(work);
+  EvalResult r = evaluator->evaluate(EvalRequest{"c1", read(dir / "program.py"), work, 11}, nullptr);
+  EXPECT_FALSE(r.correct);
+  EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
+  EXPECT_NE(r.error_text.find("PyTorch is not importable"), std::string::npos) << r.error_text;
+  EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified") << r.private_metrics.dump();
+}
+
 TEST_F(KernelBenchInit, PythonCompiles) {
   if (!python3_present()) GTEST_SKIP() << "python3 not found";
   EXPECT_EQ(py_compile(kSource / "templates/kernelbench/evaluate.py", root_), 0);

@@ -98,11 +98,14 @@ ChannelVerdict read_channel(const std::string& records, const ChannelExpectation
   for (const char* key : {"combined_score", "public", "private", "text_feedback"})
     if (lead.contains(key)) v.metrics[key] = lead[key];
   if (!v.correct && v.metrics.contains("combined_score")) v.metrics["combined_score"] = 0.0;
+  // Which stage failed, as an external evaluator says it in correct.json (external.cpp maps it).
+  if (!v.correct && lead.contains("failure") && lead["failure"].is_string()) v.failure = lead["failure"].get<std::string>();
   return v;
 }
 
 void write_contract_files(const std::filesystem::path& results, const ChannelVerdict& verdict) {
   json correct = {{"correct", verdict.correct}, {"error", verdict.error}};
+  if (!verdict.failure.empty()) correct["failure"] = verdict.failure;
   write_file_atomic(results / "correct.json", correct.dump(2) + "\n");
   std::error_code ec;
   if (verdict.metrics.contains("combined_score")) write_file_atomic(results / "metrics.json", verdict.metrics.dump(2) + "\n");

@@ -11,7 +11,8 @@
 //      "seed": <the --seed given>, "rank": <0 for a single process>,
 //      "correct": true | false, "error": "<why, when not correct>",
 //      "combined_score": <number>, "public": {...}, "private": {...}, "text_feedback": "...",
-//      "timed_ms": <milliseconds inside every timed region, baselines included>}
+//      "timed_ms": <milliseconds inside every timed region, baselines included>,
+//      "failure": "<optional, when not correct: build_failed, run_failed, bench_failed, ...>"}
 //   as one line of JSON ending in '\n'. combined_score and timed_ms are required when correct in
 //   bench mode (and in verify mode when the workload has no bench step).
 //
@@ -59,6 +60,7 @@ struct ChannelVerdict {
   std::string problem;       // a check that failed; "" when the records are consistent
   bool correct = false;
   std::string error;
+  std::string failure;       // rank 0's "failure" (a braid failure kind, e.g. build_failed) when not correct
   json metrics = json::object();  // {"combined_score", "public", "private", "text_feedback"} of rank 0
 };
 
