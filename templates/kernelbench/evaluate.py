@@ -346,7 +346,8 @@ def main():
             os.remove(os.path.join(results_dir, name))
     try:
         metrics, timed_ms = evaluate(args)
-    except Failure as f:
+    except Exception as exc:  # noqa: BLE001 - every ending is a verdict, never a missing one
+        f = exc if isinstance(exc, Failure) else Failure("run_failed", "evaluation failed:\n" + short_trace(exc))
         error = f.error[-MAX_ERROR_CHARS:]
         report(channel, results_dir, args.seed, {"correct": False, "error": error, "failure": f.kind},
                failure_metrics(f.kind, error), 0.0)
