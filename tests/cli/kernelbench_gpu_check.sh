@@ -5,11 +5,14 @@
 #   2. bias_gelu with a hand-written CUDA kernel in the evolve block (load_inline): correct and
 #      scored; the same kernel computing the wrong function: verify_failed; a CUDA syntax error:
 #      build_failed.
-# Usage: kernelbench_gpu_check.sh BRAID_BINARY SOURCE_DIR. Exit 77 (skip, said on stdout) without
-# a GPU or without PyTorch with CUDA; needs nvcc and ninja for step 2.
+#   3. with TEST_CLI (the test_cli binary) given: the seed through braid's own ExternalEvaluator
+#      (KernelBenchInit.SeedScoresThroughBraidOnAGpu: sandbox off, memory limit, verdict channel).
+# Usage: kernelbench_gpu_check.sh BRAID_BINARY SOURCE_DIR [TEST_CLI]. Exit 77 (skip, said on
+# stdout) without a GPU or without PyTorch with CUDA; needs nvcc and ninja for step 2.
 set -u
 braid=${1:?braid binary}
 src=${2:?source dir}
+test_cli=${3:-}
 python=${PYTHON:-python3}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -122,6 +125,14 @@ if [ -d "$tmp/bias_gelu" ]; then
   check "cuda:bias_gelu" "$tmp/bias_gelu" "$tmp/bias_gelu_good.py" "true - "
   check "wrong:bias_gelu" "$tmp/bias_gelu" "$tmp/bias_gelu_wrong.py" "false verify_failed"
   check "broken:bias_gelu" "$tmp/bias_gelu" "$tmp/bias_gelu_broken.py" "false build_failed"
+fi
+
+if [ -n "$test_cli" ]; then
+  if BRAID_KERNELBENCH_GPU=1 "$test_cli" --gtest_filter='KernelBenchInit.SeedScoresThroughBraidOnAGpu' > "$tmp/through_braid.log" 2>&1; then
+    echo "ok   seed through braid: $(grep -o 'combined_score.*' "$tmp/through_braid.log" | head -1)"
+  else
+    echo "FAIL seed through braid's ExternalEvaluator"; tail -30 "$tmp/through_braid.log"; failures=$((failures + 1))
+  fi
 fi
 
 if [ "$failures" -ne 0 ]; then echo "kernelbench GPU check: $failures failed"; exit 1; fi

@@ -4,6 +4,7 @@
 // The evaluator's run on a GPU is tests/cli/kernelbench_gpu_check.sh.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -218,6 +219,24 @@ TEST_F(KernelBenchInit, EvaluatorAnswersThroughTheVerdictChannel) {
   EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
   EXPECT_NE(r.error_text.find("PyTorch is not importable"), std::string::npos) << r.error_text;
   EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified") << r.private_metrics.dump();
+}
+
+// The seed through braid's ExternalEvaluator on a GPU with the user's PyTorch: the workload's own
+// settings (no sandbox, the address-space limit, the verdict channel) let CUDA work. Run by
+// tests/cli/kernelbench_gpu_check.sh, which sets BRAID_KERNELBENCH_GPU=1.
+TEST_F(KernelBenchInit, SeedScoresThroughBraidOnAGpu) {
+  if (!std::getenv("BRAID_KERNELBENCH_GPU")) GTEST_SKIP() << "GPU check: run by tests/cli/kernelbench_gpu_check.sh";
+  auto dir = init("row_softmax");
+  auto evaluator = make_evaluator(load_workload(dir));
+  auto work = root_ / "run" / "gen_0" / "seed";
+  std::filesystem::create_directories(work);
+  EvalResult r = evaluator->evaluate(EvalRequest{"seed", read(dir / "program.py"), work, 5}, nullptr);
+  EXPECT_TRUE(r.correct) << r.error_text;
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_GT(r.combined_score, 0.0);
+  EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified") << r.private_metrics.dump();
+  for (const char* key : {"ms", "eager_ms", "speedup_eager"}) EXPECT_TRUE(r.public_metrics.contains(key)) << key;
+  std::printf("seed through braid: combined_score %.4f, %s\n", r.combined_score, r.text_feedback.c_str());
 }
 
 TEST_F(KernelBenchInit, PythonCompiles) {
