@@ -143,6 +143,8 @@ void GpuCascadeEvaluator::set_up_profiler() {
 std::string GpuCascadeEvaluator::describe() const {
   std::string text = fmt::format("gpu cascade: {} ranks via {}, {}, {}", config_.ranks, to_string(config_.launcher), arch_,
                                  builder_->toolchain().describe());
+  if (profile_gate_)
+    text += ncu_ ? fmt::format("; profiles the top {} with {}", config_.profile.top_k, ncu_->string()) : "; no profiles: " + ncu_missing_;
   if (auto note = pool_->status_line(); !note.empty()) text += "; " + note;
   return text;
 }
