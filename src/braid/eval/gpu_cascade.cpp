@@ -157,6 +157,29 @@ void GpuCascadeEvaluator::warm_up() {
   if (!built.ok) log::warn("gpu health probe does not build: {}", built.error);
 }
 
+LaunchSpec GpuCascadeEvaluator::level_spec(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
+                                           double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
+                                           const std::filesystem::path& work_dir) const {
+  LaunchSpec spec;
+  spec.kind = config_.launcher;
+  spec.ranks = config_.ranks;
+  spec.argv = argv;
+  spec.cwd = work_dir;
+  spec.env = config_.env;
+  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
+  spec.env["BRAID_RESULTS_DIR"] = results.string();
+  spec.env["BRAID_SEED"] = std::to_string(request.seed);
+  spec.gpus = gpus;
+  spec.gpus_per_rank = config_.gpus_per_rank;
+  spec.log_dir = work_dir / "logs" / level;
+  spec.eval_dir = work_dir;
+  spec.timeout_s = timeout_s;
+  spec.peer_grace_s = config_.peer_grace_s;
+  spec.launcher_args = config_.launcher_args;
+  spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  return spec;
+}
+
 GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::string& level, const EvalRequest& request,
                                                                  const std::vector<std::string>& argv, double timeout_s,
                                                                  bool exclusive, const std::filesystem::path& results,
@@ -171,23 +194,7 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   // No healthy GPUs left ends the run: no candidate could be judged.
   if (!lease) throw SystemError("gpu evaluator: " + why);
 
-  LaunchSpec spec;
-  spec.kind = config_.launcher;
-  spec.ranks = config_.ranks;
-  spec.argv = argv;
-  spec.cwd = work_dir;
-  spec.env = config_.env;
-  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
-  spec.env["BRAID_RESULTS_DIR"] = results.string();
-  spec.env["BRAID_SEED"] = std::to_string(request.seed);
-  spec.gpus = lease->devices();
-  spec.gpus_per_rank = config_.gpus_per_rank;
-  spec.log_dir = work_dir / "logs" / level;
-  spec.eval_dir = work_dir;
-  spec.timeout_s = timeout_s;
-  spec.peer_grace_s = config_.peer_grace_s;
-  spec.launcher_args = config_.launcher_args;
-  spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  LaunchSpec spec = level_spec(level, request, argv, timeout_s, lease->devices(), results, work_dir);
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
 
@@ -325,23 +332,8 @@ void GpuCascadeEvaluator::profile_level(const EvalRequest& request, const std::v
   for (std::size_t i = 0; i + 1 < program.size(); ++i)
     if (program[i] == "--results_dir") program[i + 1] = results.string();
 
-  LaunchSpec spec;
-  spec.kind = config_.launcher;
-  spec.ranks = config_.ranks;
-  spec.argv = ncu_argv(config_.profile, ncu_->string(), program);
-  spec.cwd = work_dir;
-  spec.env = config_.env;
-  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
-  spec.env["BRAID_RESULTS_DIR"] = results.string();
-  spec.env["BRAID_SEED"] = std::to_string(request.seed);
-  spec.gpus = lease->devices();
-  spec.gpus_per_rank = config_.gpus_per_rank;
-  spec.log_dir = work_dir / "logs" / "profile";
-  spec.eval_dir = work_dir;
-  spec.timeout_s = config_.profile.timeout_s;
-  spec.peer_grace_s = config_.peer_grace_s;
-  spec.launcher_args = config_.launcher_args;
-  spec.name = request.candidate_id.empty() ? "profile" : request.candidate_id + " profile";
+  LaunchSpec spec = level_spec("profile", request, ncu_argv(config_.profile, ncu_->string(), program), config_.profile.timeout_s,
+                               lease->devices(), results, work_dir);
   spec.output_cap_bytes = 4 << 20;  // the CSV comes last on stdout; a cut would lose kernels
   LaunchResult run = launch_ranks(spec, jobs);
   result.timings["profile"] = run.wall_s;

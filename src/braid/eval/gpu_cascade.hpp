@@ -111,6 +111,10 @@ class GpuCascadeEvaluator : public Evaluator {
  private:
   struct LevelOutcome;
   void set_up_profiler();
+  // The launch of one level's ranks on `gpus`, its files in `results`, its logs in logs/<level>.
+  LaunchSpec level_spec(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
+                        double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
+                        const std::filesystem::path& work_dir) const;
   // L4: ncu around `argv` (the bench command); the figures or a note into result.public_metrics.
   void profile_level(const EvalRequest& request, const std::vector<std::string>& argv, const std::filesystem::path& work_dir,
                      const JobObserver& jobs, EvalResult& result);
