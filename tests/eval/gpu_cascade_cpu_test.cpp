@@ -403,9 +403,14 @@ TEST_F(GpuCascadeCpu, ProfileLevelRunsNcuForTheBestAndNotesFailures) {
   EXPECT_NE(args.find("--mode\nbench\n"), std::string::npos) << args;
   EXPECT_NE(args.find("/profile_results\n"), std::string::npos) << args;
 
-  // Same program again (a re-measurement) and a program below the best: not profiled.
+  // The same program again (a re-measurement), and a re-measurement run of a program never
+  // evaluated before: not profiled.
   std::filesystem::remove(tools / "args");
   EXPECT_FALSE(evaluate_with(*evaluator, "p0-confirm1", kCandidate).public_metrics.contains("profile"));
+  auto fresh = evaluator_with(fake_ncu, 60.0);
+  EvalResult rerun = evaluate_with(*fresh, "p9-noise1", kCandidate);
+  EXPECT_TRUE(rerun.correct);
+  EXPECT_FALSE(rerun.public_metrics.contains("profile"));
   EXPECT_FALSE(std::filesystem::exists(tools / "args"));
 
   // No ncu: a note; the candidate is as correct as before.

@@ -39,6 +39,10 @@ TEST(ProfileGate, NewBestsAndTheTopKAreProfiledOnce) {
   // a's re-measurement raised its best to 3.0: 1.9 now has a (3.0), d (2.0) above it.
   EXPECT_FALSE(gate.admit("g", 1.9));
   EXPECT_TRUE(gate.admit("h", 2.5));
+  // A re-measurement is counted (it raises i's best to 9) but not profiled; i itself then is.
+  EXPECT_FALSE(gate.admit("i", 9.0, false));
+  EXPECT_FALSE(gate.admit("j", 2.6));  // i (9.0) and a (3.0) above it
+  EXPECT_TRUE(gate.admit("i", 4.0));
 }
 
 TEST(ProfileGate, TopOneProfilesOnlyNewBests) {

@@ -310,7 +310,10 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
     write_failure_contract(folder, result);
     return result;
   }
-  if (result.correct && profile_gate_ && profile_gate_->admit(hash_hex(request.code), result.combined_score))
+  // Re-measurements (search/remeasure.hpp labels them "<id>-confirm1", "<id>-noise2", ...) keep
+  // only their score: a profile taken there would be thrown away.
+  const bool remeasurement = request.candidate_id.find('-') != std::string::npos;
+  if (result.correct && profile_gate_ && profile_gate_->admit(hash_hex(request.code), result.combined_score, !remeasurement))
     profile_level(request, argv_for("bench", config_.bench_args), folder.dir, jobs, result);
   return result;
 }

@@ -322,11 +322,11 @@ std::size_t ProfileGate::better_than(double score) const {
   return n;
 }
 
-bool ProfileGate::admit(const std::string& code_key, double score) {
+bool ProfileGate::admit(const std::string& code_key, double score, bool may_profile) {
   std::lock_guard lock(mu_);
   double& best = best_.try_emplace(code_key, score).first->second;
   best = std::max(best, score);
-  if (profiled_.count(code_key)) return false;
+  if (!may_profile || profiled_.count(code_key)) return false;
   // Fewer than k distinct programs above it: a new best or one of the k best.
   if (better_than(score) >= static_cast<std::size_t>(std::max(top_k_, 1))) return false;
   profiled_.insert(code_key);

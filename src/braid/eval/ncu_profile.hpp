@@ -103,8 +103,9 @@ std::optional<std::filesystem::path> find_ncu(const std::string& configured, con
 class ProfileGate {
  public:
   explicit ProfileGate(int top_k) : top_k_(top_k) {}
-  // Records `score` for `code_key` and says whether to profile it.
-  bool admit(const std::string& code_key, double score);
+  // Records `score` for `code_key` and says whether to profile it. A re-measurement
+  // (`may_profile` false: its result only gives a score) is counted, never profiled.
+  bool admit(const std::string& code_key, double score, bool may_profile = true);
 
  private:
   std::size_t better_than(double score) const;  // distinct programs scoring above `score`
