@@ -81,6 +81,24 @@ int main(int argc, char** argv) {
   check(evolve.succeeded(), "braid evolve ended: " + evolve.describe_end());
   if (!evolve.succeeded()) std::printf("%s\n", evolve.stderr_text.c_str());
 
+  // ncu's own output for the seed: which of the figures this GPU's ncu gave (the section names
+  // and metric names differ between ncu versions and architectures).
+  const auto raw = braid::try_read_file(results / "gen_0_island_0" / "logs" / "profile" / "rank0.stdout");
+  check(raw.has_value(), "ncu's output of the seed is kept in gen_0_island_0/logs/profile/rank0.stdout");
+  const braid::NcuProfile profile = braid::parse_ncu_csv(raw.value_or(""));
+  check(profile.ok(), "it parses as an ncu CSV" + (profile.ok() ? std::string() : ": " + profile.error));
+  if (profile.ok()) {
+    const braid::NcuSummary s = braid::summarize_kernel(profile.kernels.front());
+    std::printf("seed kernel %s: %zu metrics; duration %s, DRAM %s, L2 %s, occupancy %s, tensor %s, stalls %zu\n", s.kernel.c_str(),
+                profile.kernels.front().metrics.size(), s.duration_us ? "yes" : "NO", s.dram_pct ? "yes" : "NO",
+                s.l2_pct ? "yes" : "NO", s.occupancy_pct ? "yes" : "NO", s.tensor_pct ? "yes" : "no", s.top_stalls.size());
+    if (!s.tensor_pct)
+      for (const auto& m : profile.kernels.front().metrics)
+        if (m.name.find("tensor") != std::string::npos) std::printf("  tensor metric present: %s\n", m.name.c_str());
+    check(s.duration_us && s.dram_pct && s.l2_pct && s.occupancy_pct && !s.top_stalls.empty(),
+          "duration, DRAM, L2, occupancy and warp stalls found in the default sections");
+  }
+
   // The exchanges as recorded: mutation prompts showing the profiled parent's ncu lines.
   std::ifstream log(results / "llm_exchanges.jsonl");
   int mutations = 0, with_profile = 0;
