@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "braid/db/record.hpp"
 #include "braid/eval/gpu_cascade.hpp"
 #include "braid/eval/gpu_pool.hpp"
 #include "braid/eval/gpu_toolchain.hpp"
@@ -337,6 +338,101 @@ TEST_F(GpuCascadeCpu, BuildFailureIsTrimmed) {
   EXPECT_EQ(r.level_reached, 1);
   EXPECT_NE(r.error_text.find("gen0.cu(1)"), std::string::npos) << r.error_text;
   EXPECT_NE(r.error_text.find("missing_symbol"), std::string::npos);
+}
+
+// The profile level (workload.yaml `profile:`) end to end with a stand-in for ncu: a script that
+// records its arguments, runs the program it wraps and prints an ncu --page raw CSV
+// (tests/eval/ncu/add_rmsnorm_raw.csv). Its outcome is stored with the candidate; a missing ncu,
+// a timeout or output that is no profile is a note, never the candidate's failure.
+TEST_F(GpuCascadeCpu, ProfileLevelRunsNcuForTheBestAndNotesFailures) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  TempDir workload("gpu_workload_profile");
+  TempDir tools("fake_ncu");
+  const std::string csv = (std::filesystem::path(BRAID_SOURCE_DIR) / "tests/eval/ncu/add_rmsnorm_raw.csv").string();
+  auto script = [&](const std::string& name, const std::string& body) {
+    const auto path = tools / name;
+    write_file_atomic(path, "#!/bin/sh\n" + body);
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path.string();
+  };
+  const std::string fake_ncu = script("ncu", "printf '%s\\n' \"$@\" > " + (tools / "args").string() +
+                                                 "\nwhile [ $# -gt 0 ]; do case \"$1\" in /*) break;; esac; shift; done\n"
+                                                 "\"$@\" || exit $?\ncat " + csv + "\n");
+  auto evaluator_with = [&](const std::string& ncu, double timeout_s) {
+    GpuCascadeConfig config;
+    config.workload_dir = workload.path();
+    config.program_filename = "gen0.cu";
+    config.ranks = 1;
+    config.nvcc_flags = {"-O0", "-std=c++17"};
+    config.args = "--size 64";
+    config.verify_in_bench = true;
+    config.build_timeout_s = 240;
+    config.health_probe = false;
+    config.profile.enabled = true;
+    config.profile.top_k = 1;
+    config.profile.ncu = ncu;
+    config.profile.timeout_s = timeout_s;
+    config.profile.kernel_regex = "cand::";
+    return std::make_unique<GpuCascadeEvaluator>(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0}));
+  };
+  auto evaluate_with = [&](GpuCascadeEvaluator& evaluator, const std::string& id, const std::string& code) {
+    TempDir work("gpu_work_profile");
+    EvalResult r = evaluator.evaluate({id, code, work.path(), 3}, {});
+    // The candidate's own verdict and metrics stay where the bench wrote them.
+    EXPECT_TRUE(std::filesystem::exists(work / "results" / "metrics.json"));
+    return r;
+  };
+
+  auto evaluator = evaluator_with(fake_ncu, 60.0);
+  EvalResult best = evaluate_with(*evaluator, "p0", kCandidate);
+  ASSERT_EQ(best.failure, FailureKind::Ok) << best.error_text;
+  EXPECT_TRUE(best.correct);
+  ASSERT_TRUE(best.public_metrics.contains("profile")) << best.public_metrics.dump();
+  const std::string summary = profile_summary(best.public_metrics);
+  EXPECT_EQ(summary.rfind("cand::add_rmsnorm_kernel<8, 4>(", 0), 0u) << best.public_metrics.dump();
+  EXPECT_NE(summary.find("1093.3 us: DRAM 86% of peak, L2 41%, occupancy 72%, tensor 0%; stalls: long_scoreboard 18.9"),
+            std::string::npos)
+      << summary;
+  EXPECT_TRUE(best.timings.contains("profile"));
+  EXPECT_DOUBLE_EQ(best.public_metrics["speedup"].get<double>(), 1.25);  // the harness's metrics are kept
+  // What ncu was given: the raw CSV page, the kernel filter, then the bench command writing its
+  // results beside the candidate's.
+  const std::string args = try_read_file(tools / "args").value_or("");
+  EXPECT_EQ(args.rfind("--csv\n--page\nraw\n", 0), 0u) << args;
+  EXPECT_NE(args.find("--kernel-name\nregex:cand::\n"), std::string::npos) << args;
+  EXPECT_NE(args.find("--mode\nbench\n"), std::string::npos) << args;
+  EXPECT_NE(args.find("/profile_results\n"), std::string::npos) << args;
+
+  // The same program again (a re-measurement), and a re-measurement run of a program never
+  // evaluated before: not profiled.
+  std::filesystem::remove(tools / "args");
+  EXPECT_FALSE(evaluate_with(*evaluator, "p0-confirm1", kCandidate).public_metrics.contains("profile"));
+  auto fresh = evaluator_with(fake_ncu, 60.0);
+  EvalResult rerun = evaluate_with(*fresh, "p9-noise1", kCandidate);
+  EXPECT_TRUE(rerun.correct);
+  EXPECT_FALSE(rerun.public_metrics.contains("profile"));
+  EXPECT_FALSE(std::filesystem::exists(tools / "args"));
+
+  // No ncu: a note; the candidate is as correct as before.
+  auto missing = evaluator_with((tools / "no_such_ncu").string(), 60.0);
+  EvalResult noted = evaluate_with(*missing, "p1", kCandidate);
+  EXPECT_EQ(noted.failure, FailureKind::Ok);
+  EXPECT_TRUE(noted.correct);
+  EXPECT_NE(noted.public_metrics["profile"].value("note", "").find("no_such_ncu"), std::string::npos) << noted.public_metrics.dump();
+  EXPECT_EQ(profile_summary(noted.public_metrics), "");
+
+  // ncu refusing (no permission for the counters) and ncu past its time limit: notes.
+  auto refused = evaluator_with(script("ncu_refused", "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission'\nexit 1\n"), 60.0);
+  EvalResult r = evaluate_with(*refused, "p2", kCandidate);
+  EXPECT_EQ(r.failure, FailureKind::Ok);
+  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("==ERROR== ERR_NVGPUCTRPERM"), std::string::npos) << r.public_metrics.dump();
+  auto slow = evaluator_with(script("ncu_slow", "sleep 30\n"), 1.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  r = evaluate_with(*slow, "p3", kCandidate);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15.0);
+  EXPECT_EQ(r.failure, FailureKind::Ok);
+  EXPECT_TRUE(r.correct);
+  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("timed out"), std::string::npos) << r.public_metrics.dump();
 }
 
 TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "braid/db/database.hpp"
+#include "braid/eval/ncu_profile.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/llm/secrets.hpp"
 #include "braid/mutate/llm_agents.hpp"
@@ -152,6 +153,52 @@ TEST(LlmMutator, PromptShowsInspirationsFailuresAndRecommendations) {
   EXPECT_NE(user.find("1. Raise kTile"), std::string::npos);
   EXPECT_NE(user.find("Best program so far: 00000000000000aa"), std::string::npos);
   EXPECT_EQ(user.find("previous attempt"), std::string::npos);
+}
+
+// The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];
+// they reach the mutation prompt (the parent and the best programs shown) and the feedback
+// agent as lines of their own, not inside the metrics JSON.
+TEST(LlmMutator, NcuProfileLinesReachTheMutationAndFeedbackPrompts) {
+  const auto csv = try_read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/eval/ncu/add_rmsnorm_raw.csv");
+  ASSERT_TRUE(csv);
+  const NcuProfile profile = parse_ncu_csv(*csv);
+  ASSERT_TRUE(profile.ok()) << profile.error;
+  const json stored = profile_metrics(profile, 1);
+  const std::string line = stored["summary"].get<std::string>();
+  ASSERT_NE(line.find("DRAM 86% of peak, L2 41%, occupancy 72%, tensor 0%; stalls: long_scoreboard 18.9"), std::string::npos);
+
+  Fixture f("profile");
+  f.parent_rec.public_metrics["profile"] = stored;
+  LlmMutator m(f.rt);
+  ProgramRecord top = seed_record();
+  top.id = "00000000000000aa";
+  top.combined_score = 1.7;
+  top.public_metrics["profile"] = stored;
+  auto c = f.ctx(PatchType::Diff);
+  c.top_k_inspirations = {&top};
+  const std::string user = m.user_message(f.parent, c);
+  EXPECT_NE(user.find("Nsight Compute profile of this program"), std::string::npos) << user;
+  EXPECT_NE(user.find("Nsight Compute profile:\n" + line + "\n"), std::string::npos) << user;  // the top program's
+  EXPECT_EQ(user.find("\"profile\""), std::string::npos) << user;  // not repeated as JSON in "Metrics:"
+  EXPECT_NE(user.find("time_ms"), std::string::npos);
+  std::size_t count = 0;
+  for (std::size_t at = user.find(line); at != std::string::npos; at = user.find(line, at + 1)) ++count;
+  EXPECT_EQ(count, 2u);  // parent and top program
+
+  // A profile that failed is a note: nothing for the prompt.
+  f.parent_rec.public_metrics["profile"] = profile_note("ncu not found (looked in PATH, /usr/local/cuda/bin)");
+  EXPECT_EQ(m.user_message(f.parent, f.ctx(PatchType::Diff)).find("Nsight Compute"), std::string::npos);
+
+  LlmFeedbackAgent fb(f.rt);
+  ProgramRecord cand = seed_record();
+  cand.id = "00000000000000cd";
+  cand.model = f.rt->mutation_models[0];
+  cand.code_diff = "<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE";
+  cand.public_metrics = {{"level_reached", 3}, {"time_ms", 2.0}, {"profile", stored}};
+  fb.diagnose(cand, &f.parent_rec);
+  const std::string feedback_prompt = f.server.requests().back().body["messages"][1]["content"];
+  EXPECT_NE(feedback_prompt.find("Nsight Compute profile (longest kernels):\n" + line), std::string::npos) << feedback_prompt;
+  EXPECT_EQ(feedback_prompt.find("\"profile\""), std::string::npos) << feedback_prompt;
 }
 
 TEST(LlmMutator, ResampleShowsTheExactErrorAndPreviousAnswer) {

@@ -93,6 +93,14 @@ function kvTable(obj) {
   return table(['key', 'value'], Object.entries(obj).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)]));
 }
 
+// public_metrics.profile of the GPU cascade's Nsight Compute level: its per-kernel lines, or
+// the note saying why there is no profile.
+function profileView(p) {
+  if (!p || typeof p !== 'object') return null;
+  return [el('h2', {}, 'Profile (Nsight Compute)'),
+    p.summary ? el('pre', { id: 'profile' }, p.summary) : el('p', { className: 'muted' }, `none: ${p.note ?? ''}`)];
+}
+
 function plot(src, alt) {
   // SVG plots are rendered by braid and shown as images: they can never run script.
   return el('img', { src: `${src}?t=${lastChanges ?? 0}`, alt });
@@ -257,6 +265,7 @@ async function viewCandidate(r) {
       el('div', {}, el('h2', {}, 'Private metrics'), kvTable(rec.private_metrics)),
       el('div', {}, el('h2', {}, 'Knobs and cell'), kvTable({ knob_key: rec.knob_key, archive_cell: rec.archive_cell, in_archive: rec.in_archive }))),
     el('h2', {}, 'Feedback'), rec.text_feedback ? el('pre', { id: 'feedback' }, rec.text_feedback) : el('p', { className: 'muted' }, 'none'),
+    profileView(rec.public_metrics && rec.public_metrics.profile),
     el('h2', {}, d.parent ? `Diff against parent ${short(d.parent.id)} (score ${fmt(d.parent.score)})` : 'Diff'),
     d.diff !== null ? el('div', { id: 'diff' }, diffView(d.diff)) : el('p', { className: 'muted' }, 'a seed: no parent'),
     rec.code_diff ? el('details', {}, el('summary', {}, 'Patch as proposed'), el('pre', {}, rec.code_diff)) : null,

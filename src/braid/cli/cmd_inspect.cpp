@@ -118,7 +118,14 @@ int do_show(const std::filesystem::path& results, const std::string& id_or_prefi
               fmt::format("{}", fmt::join(r->parent_ids, ", ")).c_str());
   std::printf("outcome: %s  correct: %s  score: %.6g\n", std::string(to_string(r->failure)).c_str(),
               r->correct ? "yes" : "no", r->combined_score);
-  std::printf("\n== metrics ==\n%s\n", r->public_metrics.dump(2).c_str());
+  json metrics = r->public_metrics;
+  const json profile = metrics.is_object() && metrics.contains("profile") ? metrics["profile"] : json();
+  if (!profile.is_null()) metrics.erase("profile");
+  std::printf("\n== metrics ==\n%s\n", metrics.dump(2).c_str());
+  if (auto summary = profile_summary(r->public_metrics); !summary.empty())
+    std::printf("\n== profile (Nsight Compute) ==\n%s\n", summary.c_str());
+  else if (profile.is_object() && profile.contains("note"))
+    std::printf("\n== profile (Nsight Compute) ==\nnone: %s\n", profile["note"].is_string() ? profile["note"].get<std::string>().c_str() : "");
   if (!r->timings.empty()) std::printf("timings: %s\n", r->timings.dump().c_str());
   if (!r->error_text.empty()) std::printf("\n== diagnostics ==\n%s\n", r->error_text.c_str());
   if (!r->text_feedback.empty()) std::printf("\n== feedback ==\n%s\n", r->text_feedback.c_str());

@@ -44,6 +44,17 @@ struct ProgramRecord {
   std::string migrated_from;           // id of the original when patch_type == "migrant"
 };
 
+// The profiler's per-kernel lines stored with a program (public_metrics["profile"]["summary"],
+// written by the GPU cascade's profile level, eval/ncu_profile.hpp); "" when the program was
+// not profiled or its profile failed (then public_metrics["profile"]["note"] says why).
+inline std::string profile_summary(const json& public_metrics) {
+  if (!public_metrics.is_object()) return {};
+  auto p = public_metrics.find("profile");
+  if (p == public_metrics.end() || !p->is_object()) return {};
+  auto s = p->find("summary");
+  return s != p->end() && s->is_string() ? s->get<std::string>() : std::string();
+}
+
 // The compact view the search keeps in memory for every program (selection, archive,
 // novelty); loaded once at start and extended on every insert.
 struct ProgramSummary {

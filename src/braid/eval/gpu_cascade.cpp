@@ -9,6 +9,7 @@
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
+#include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
 
 namespace braid {
@@ -84,6 +85,7 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   }
   if (auto e = section.find("env"); e != section.end())
     for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
+  if (auto p = section.find("profile"); p != section.end()) c.profile = NcuConfig::from_json(*p);
   return c;
 }
 
@@ -116,6 +118,7 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std:
   if (config_.health_probe)
     probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
   log::info("gpu evaluator: {}; GPUs {}; arch {}", builder_->toolchain().describe(), fmt::join(devices, ","), arch_);
+  set_up_profiler();
 }
 
 GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config, std::shared_ptr<NvccBuilder> builder,
@@ -126,11 +129,22 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config, std::shared_pt
   arch_ = *arch;
   if (config_.health_probe)
     probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+  set_up_profiler();
+}
+
+void GpuCascadeEvaluator::set_up_profiler() {
+  if (!config_.profile.enabled) return;
+  profile_gate_ = std::make_unique<ProfileGate>(config_.profile.top_k);
+  ncu_ = find_ncu(config_.profile.ncu, builder_->toolchain().cuda_home, &ncu_missing_);
+  // Said once here; each candidate that would have been profiled carries the note.
+  if (!ncu_) log::warn("profile: {}; candidates are evaluated without profiles", ncu_missing_);
 }
 
 std::string GpuCascadeEvaluator::describe() const {
   std::string text = fmt::format("gpu cascade: {} ranks via {}, {}, {}", config_.ranks, to_string(config_.launcher), arch_,
                                  builder_->toolchain().describe());
+  if (profile_gate_)
+    text += ncu_ ? fmt::format("; profiles the top {} with {}", config_.profile.top_k, ncu_->string()) : "; no profiles: " + ncu_missing_;
   if (auto note = pool_->status_line(); !note.empty()) text += "; " + note;
   return text;
 }
@@ -141,6 +155,29 @@ void GpuCascadeEvaluator::warm_up() {
   if (!probe_) return;
   BuildResult built = probe_->build();
   if (!built.ok) log::warn("gpu health probe does not build: {}", built.error);
+}
+
+LaunchSpec GpuCascadeEvaluator::level_spec(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
+                                           double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
+                                           const std::filesystem::path& work_dir) const {
+  LaunchSpec spec;
+  spec.kind = config_.launcher;
+  spec.ranks = config_.ranks;
+  spec.argv = argv;
+  spec.cwd = work_dir;
+  spec.env = config_.env;
+  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
+  spec.env["BRAID_RESULTS_DIR"] = results.string();
+  spec.env["BRAID_SEED"] = std::to_string(request.seed);
+  spec.gpus = gpus;
+  spec.gpus_per_rank = config_.gpus_per_rank;
+  spec.log_dir = work_dir / "logs" / level;
+  spec.eval_dir = work_dir;
+  spec.timeout_s = timeout_s;
+  spec.peer_grace_s = config_.peer_grace_s;
+  spec.launcher_args = config_.launcher_args;
+  spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  return spec;
 }
 
 GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::string& level, const EvalRequest& request,
@@ -157,23 +194,7 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   // No healthy GPUs left ends the run: no candidate could be judged.
   if (!lease) throw SystemError("gpu evaluator: " + why);
 
-  LaunchSpec spec;
-  spec.kind = config_.launcher;
-  spec.ranks = config_.ranks;
-  spec.argv = argv;
-  spec.cwd = work_dir;
-  spec.env = config_.env;
-  spec.env["BRAID_METRICS_PATH"] = (results / "metrics.json").string();
-  spec.env["BRAID_RESULTS_DIR"] = results.string();
-  spec.env["BRAID_SEED"] = std::to_string(request.seed);
-  spec.gpus = lease->devices();
-  spec.gpus_per_rank = config_.gpus_per_rank;
-  spec.log_dir = work_dir / "logs" / level;
-  spec.eval_dir = work_dir;
-  spec.timeout_s = timeout_s;
-  spec.peer_grace_s = config_.peer_grace_s;
-  spec.launcher_args = config_.launcher_args;
-  spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  LaunchSpec spec = level_spec(level, request, argv, timeout_s, lease->devices(), results, work_dir);
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
 
@@ -285,8 +306,58 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   result.level_reached = 3;
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
   result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
-  if (result.failure != FailureKind::Ok) write_failure_contract(folder, result);
+  if (result.failure != FailureKind::Ok) {
+    write_failure_contract(folder, result);
+    return result;
+  }
+  // Re-measurements (search/remeasure.hpp labels them "<id>-confirm1", "<id>-noise2", ...) keep
+  // only their score: a profile taken there would be thrown away.
+  const bool remeasurement = request.candidate_id.find('-') != std::string::npos;
+  if (result.correct && profile_gate_ && profile_gate_->admit(hash_hex(request.code), result.combined_score, !remeasurement))
+    profile_level(request, argv_for("bench", config_.bench_args), folder.dir, jobs, result);
   return result;
+}
+
+void GpuCascadeEvaluator::profile_level(const EvalRequest& request, const std::vector<std::string>& argv,
+                                        const std::filesystem::path& work_dir, const JobObserver& jobs, EvalResult& result) {
+  if (!ncu_) {
+    result.public_metrics["profile"] = profile_note(ncu_missing_);
+    return;
+  }
+  std::string why;
+  // Alone on the node like the bench: other kernels would share the counters' passes.
+  auto lease = pool_->acquire(config_.ranks * config_.gpus_per_rank, true, &why);
+  if (!lease) throw SystemError("gpu evaluator: " + why);
+  // The candidate's own results are final; the profiled run writes beside them.
+  const std::filesystem::path results = work_dir / "profile_results";
+  std::filesystem::create_directories(results);
+  std::vector<std::string> program = argv;
+  for (std::size_t i = 0; i + 1 < program.size(); ++i)
+    if (program[i] == "--results_dir") program[i + 1] = results.string();
+
+  LaunchSpec spec = level_spec("profile", request, ncu_argv(config_.profile, ncu_->string(), program), config_.profile.timeout_s,
+                               lease->devices(), results, work_dir);
+  spec.output_cap_bytes = 4 << 20;  // the CSV comes last on stdout; a cut would lose kernels
+  LaunchResult run = launch_ranks(spec, jobs);
+  result.timings["profile"] = run.wall_s;
+
+  // Rank 0's stdout holds its program's output, then ncu's CSV.
+  const std::string out = run.ranks.empty() ? std::string() : run.ranks.front().stdout_text;
+  NcuProfile parsed = parse_ncu_csv(out);
+  if (!run.started || run.timed_out || !parsed.ok()) {
+    std::string note = !run.started || run.timed_out ? run.describe_failure("profile") : parsed.error;
+    // ncu says what went wrong on lines of its own (ERR_NVGPUCTRPERM, an unknown metric, ...).
+    for (const auto& r : run.ranks)
+      for (const std::string& text : {r.stdout_text, r.stderr_text})
+        for (std::size_t at = text.find("==ERROR=="); at != std::string::npos; at = text.find("==ERROR==", at + 1))
+          note += "\n" + text.substr(at, text.find('\n', at) - at);
+    if (note.size() > 2000) note = note.substr(0, 2000) + " [...]";
+    result.public_metrics["profile"] = profile_note(note);
+    log::warn("profile of {}: {}", spec.name, note.substr(0, note.find('\n')));
+    return;
+  }
+  // ncu's whole output stays in logs/profile/rank0.stdout.
+  result.public_metrics["profile"] = profile_metrics(parsed);
 }
 
 }  // namespace braid

@@ -22,6 +22,7 @@
 //     launcher_args: []              # extra mpirun / srun arguments
 //     cache_dir: ~/.cache/braid/nvcc # compile cache (default $BRAID_CACHE_DIR or ~/.cache/braid/nvcc)
 //     env: {NCCL_DEBUG: WARN}
+//   profile: {enabled: true, top_k: 3, timeout_s: 300, kernel_regex: "cand::", ...}   # top level
 //
 // L1 NvccBuilder (cached, parallel) -> build_failed | timeout.
 // L2 ranks run `<artifact> --mode verify --seed S --results_dir D <args>` on leased GPUs:
@@ -31,6 +32,10 @@
 //    verify_failed; metrics from D/metrics.json only. With verify_in_bench the L2 run is left
 //    out (it repeats process start, communicator set-up and the reference for every candidate)
 //    and a crash of the bench run counts as run_failed.
+// L4 (optional, `profile:`) runs the bench command under Nsight Compute for correct candidates
+//    among the best so far (ncu_profile.hpp: ProfileGate); the per-kernel figures go to
+//    public_metrics["profile"]. A missing ncu, a timeout or a failed profile is a note there,
+//    never a failure of the candidate.
 // After a timeout or crash the leased GPUs are probed (gpu_health.hpp) before they are released;
 // GPUs that fail are quarantined for the rest of the run.
 #pragma once
@@ -44,6 +49,7 @@
 #include "braid/eval/gpu_health.hpp"
 #include "braid/eval/gpu_pool.hpp"
 #include "braid/eval/launcher.hpp"
+#include "braid/eval/ncu_profile.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/util/json.hpp"
 
@@ -73,6 +79,7 @@ struct GpuCascadeConfig {
   std::vector<std::string> launcher_args;
   std::filesystem::path cache_dir;  // empty: default_compile_cache_dir()
   std::map<std::string, std::string> env;
+  NcuConfig profile;  // workload.yaml `profile:` (stored under the evaluator section)
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,
@@ -103,6 +110,14 @@ class GpuCascadeEvaluator : public Evaluator {
 
  private:
   struct LevelOutcome;
+  void set_up_profiler();
+  // The launch of one level's ranks on `gpus`, its files in `results`, its logs in logs/<level>.
+  LaunchSpec level_spec(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
+                        double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
+                        const std::filesystem::path& work_dir) const;
+  // L4: ncu around `argv` (the bench command); the figures or a note into result.public_metrics.
+  void profile_level(const EvalRequest& request, const std::vector<std::string>& argv, const std::filesystem::path& work_dir,
+                     const JobObserver& jobs, EvalResult& result);
   LevelOutcome run_level(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
                          double timeout_s, bool exclusive, const std::filesystem::path& results,
                          const std::filesystem::path& work_dir, const JobObserver& jobs);
@@ -112,6 +127,9 @@ class GpuCascadeEvaluator : public Evaluator {
   std::shared_ptr<NvccBuilder> builder_;
   std::shared_ptr<GpuPool> pool_;
   std::unique_ptr<GpuHealthProbe> probe_;
+  std::unique_ptr<ProfileGate> profile_gate_;  // null when profiling is off
+  std::optional<std::filesystem::path> ncu_;   // null: ncu_missing_ says why
+  std::string ncu_missing_;
 };
 
 }  // namespace braid

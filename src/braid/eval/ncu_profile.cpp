@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -197,6 +199,7 @@ NcuSummary summarize_kernel(const NcuKernel& k, std::size_t max_stalls) {
   s.occupancy_pct = first_of(k, {"sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved Occupancy"});
   s.tensor_pct = first_of(k, {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
                               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                              "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
                               "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active"});
   // Warp stalls: smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio (cycles a warp
   // spends stalled for <reason> per issued instruction); "_not_issued" variants are skipped.
@@ -239,5 +242,124 @@ std::string ncu_feedback(const NcuProfile& profile, std::size_t max_kernels) {
   }
   return out;
 }
+
+// ---- the profile level ----
+
+NcuConfig NcuConfig::from_json(const json& section) {
+  NcuConfig c;
+  if (!section.is_object()) return c;
+  c.enabled = section.value("enabled", c.enabled);
+  c.top_k = section.value("top_k", c.top_k);
+  c.timeout_s = section.value("timeout_s", c.timeout_s);
+  c.ncu = section.value("ncu", c.ncu);
+  c.launch_count = section.value("launch_count", c.launch_count);
+  c.launch_skip = section.value("launch_skip", c.launch_skip);
+  c.kernel_regex = section.value("kernel_regex", c.kernel_regex);
+  c.kernel_name_base = section.value("kernel_name_base", c.kernel_name_base);
+  if (auto it = section.find("sections"); it != section.end() && it->is_array()) c.sections = it->get<std::vector<std::string>>();
+  if (auto it = section.find("metrics"); it != section.end() && it->is_array()) c.metrics = it->get<std::vector<std::string>>();
+  return c;
+}
+
+std::vector<std::string> ncu_argv(const NcuConfig& config, const std::string& ncu, const std::vector<std::string>& program_argv) {
+  // --page raw: one row per kernel with every collected metric (the sections' own pages hold
+  // only their display figures, not the per-reason stalls).
+  std::vector<std::string> argv = {ncu, "--csv", "--page", "raw", "--target-processes", "all",
+                                   "--launch-skip", std::to_string(config.launch_skip),
+                                   "--launch-count", std::to_string(config.launch_count)};
+  if (!config.kernel_regex.empty()) {
+    argv.insert(argv.end(), {"--kernel-name-base", config.kernel_name_base, "--kernel-name", "regex:" + config.kernel_regex});
+  }
+  for (const std::string& section : config.sections) argv.insert(argv.end(), {"--section", section});
+  if (!config.metrics.empty()) argv.insert(argv.end(), {"--metrics", fmt::format("{}", fmt::join(config.metrics, ","))});
+  argv.insert(argv.end(), program_argv.begin(), program_argv.end());
+  return argv;
+}
+
+namespace {
+
+bool executable(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
+std::optional<std::filesystem::path> in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "";
+  while (true) {
+    const std::size_t colon = rest.find(':');
+    const std::string_view dir = rest.substr(0, colon);
+    if (!dir.empty() && executable(std::filesystem::path(dir) / name)) return std::filesystem::path(dir) / name;
+    if (colon == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(colon + 1);
+  }
+}
+
+}  // namespace
+
+std::optional<std::filesystem::path> find_ncu(const std::string& configured, const std::filesystem::path& cuda_home,
+                                              std::string* why) {
+  if (!configured.empty()) {
+    if (configured.find('/') != std::string::npos) {
+      if (executable(configured)) return std::filesystem::path(configured);
+    } else if (auto found = in_path(configured)) {
+      return found;
+    }
+    if (why) *why = "ncu '" + configured + "' (profile.ncu in workload.yaml) is not an executable file";
+    return std::nullopt;
+  }
+  if (auto found = in_path("ncu")) return found;
+  for (const auto& home : {cuda_home, std::filesystem::path("/usr/local/cuda")})
+    if (!home.empty() && executable(home / "bin" / "ncu")) return home / "bin" / "ncu";
+  if (why) *why = "ncu not found (looked in PATH, " + (cuda_home.empty() ? std::string() : (cuda_home / "bin").string() + ", ") +
+                  "/usr/local/cuda/bin)";
+  return std::nullopt;
+}
+
+std::size_t ProfileGate::better_than(double score) const {
+  std::size_t n = 0;
+  for (const auto& [key, best] : best_) n += best > score ? 1 : 0;
+  return n;
+}
+
+bool ProfileGate::admit(const std::string& code_key, double score, bool may_profile) {
+  std::lock_guard lock(mu_);
+  double& best = best_.try_emplace(code_key, score).first->second;
+  best = std::max(best, score);
+  if (!may_profile || profiled_.count(code_key)) return false;
+  // Fewer than k distinct programs above it: a new best or one of the k best.
+  if (better_than(score) >= static_cast<std::size_t>(std::max(top_k_, 1))) return false;
+  profiled_.insert(code_key);
+  return true;
+}
+
+json profile_metrics(const NcuProfile& profile, std::size_t max_kernels) {
+  if (!profile.ok()) return profile_note(profile.error);
+  json kernels = json::array();
+  std::vector<NcuSummary> all;
+  for (const NcuKernel& k : profile.kernels) all.push_back(summarize_kernel(k));
+  std::stable_sort(all.begin(), all.end(), [](const NcuSummary& a, const NcuSummary& b) { return a.duration_us.value_or(0) > b.duration_us.value_or(0); });
+  for (std::size_t i = 0; i < all.size() && i < max_kernels; ++i) {
+    const NcuSummary& s = all[i];
+    json k = {{"name", s.kernel}};
+    auto put = [&k](const char* key, const std::optional<double>& v) {
+      if (v) k[key] = *v;
+    };
+    put("duration_us", s.duration_us);
+    put("dram_pct", s.dram_pct);
+    put("l2_pct", s.l2_pct);
+    put("occupancy_pct", s.occupancy_pct);
+    put("tensor_pct", s.tensor_pct);
+    json stalls = json::object();
+    for (const auto& [reason, v] : s.top_stalls) stalls[reason] = v;
+    if (!stalls.empty()) k["stalls"] = stalls;
+    kernels.push_back(std::move(k));
+  }
+  std::string summary = ncu_feedback(profile, max_kernels);
+  while (!summary.empty() && summary.back() == '\n') summary.pop_back();
+  return {{"tool", "ncu"}, {"summary", summary}, {"kernels", kernels}};
+}
+
+json profile_note(const std::string& why) { return {{"tool", "ncu"}, {"note", why}}; }
 
 }  // namespace braid

@@ -96,30 +96,31 @@ class WorkloadReader {
     return env;
   }
 
-  std::optional<long> integer_at(const YAML::Node& map, const std::string& key, long min, long max) const {
+  std::optional<long> integer_at(const YAML::Node& map, const std::string& key, long min, long max,
+                                 const std::string& where = " in evaluator") const {
     const YAML::Node node = map[key];
     if (!node) return std::nullopt;
     long value = 0;
     if (!node.IsScalar() || !YAML::convert<long>::decode(node, value) || value < min || value > max)
-      error(node, "'" + key + "' in evaluator must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+      error(node, "'" + key + "'" + where + " must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
     return value;
   }
 
-  std::optional<bool> bool_at(const YAML::Node& map, const std::string& key) const {
+  std::optional<bool> bool_at(const YAML::Node& map, const std::string& key, const std::string& where = " in evaluator") const {
     const YAML::Node node = map[key];
     if (!node) return std::nullopt;
     bool value = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) error(node, "'" + key + "' in evaluator must be true or false");
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) error(node, "'" + key + "'" + where + " must be true or false");
     return value;
   }
 
-  json string_list_at(const YAML::Node& map, const std::string& key) const {
+  json string_list_at(const YAML::Node& map, const std::string& key, const std::string& where = " in evaluator") const {
     json list = json::array();
     const YAML::Node node = map[key];
     if (!node) return list;
-    if (!node.IsSequence()) error(node, "'" + key + "' in evaluator must be a list of strings");
+    if (!node.IsSequence()) error(node, "'" + key + "'" + where + " must be a list of strings");
     for (const auto& item : node) {
-      if (!item.IsScalar()) error(item, "'" + key + "' in evaluator must be a list of strings");
+      if (!item.IsScalar()) error(item, "'" + key + "'" + where + " must be a list of strings");
       list.push_back(item.as<std::string>());
     }
     return list;
@@ -196,6 +197,32 @@ class WorkloadReader {
     if (!cache_dir.empty()) section["cache_dir"] = cache_dir;
   }
 
+  // `profile:` (the GPU cascade's Nsight Compute level, eval/ncu_profile.hpp); stored as
+  // evaluator["profile"] so the evaluator's config carries it.
+  json profile(const YAML::Node& node, const std::string& kind) const {
+    const std::string where = " in profile";
+    if (!node.IsMap()) error(node, "'profile' must be a mapping (enabled, top_k, timeout_s, ...)");
+    check_keys(node, {"enabled", "top_k", "timeout_s", "ncu", "launch_count", "launch_skip", "kernel_regex", "kernel_name_base",
+                      "sections", "metrics"},
+               where);
+    json p = json::object();
+    p["enabled"] = bool_at(node, "enabled", where).value_or(true);
+    if (kind != "gpu" && p["enabled"].get<bool>()) error(node, "'profile' needs evaluator kind gpu (it runs ncu on the built program)");
+    p["top_k"] = integer_at(node, "top_k", 1, 1000000, where).value_or(3);
+    p["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
+    p["launch_count"] = integer_at(node, "launch_count", 1, 1000, where).value_or(3);
+    p["launch_skip"] = integer_at(node, "launch_skip", 0, 1000000, where).value_or(0);
+    p["ncu"] = string_at(node, "ncu", false, where);
+    p["kernel_regex"] = string_at(node, "kernel_regex", false, where);
+    const std::string base = string_at(node, "kernel_name_base", false, where);
+    if (!base.empty() && base != "function" && base != "demangled" && base != "mangled")
+      error(node["kernel_name_base"], "profile kernel_name_base '" + base + "' is unknown (expected function, demangled or mangled)");
+    p["kernel_name_base"] = base.empty() ? "function" : base;
+    if (node["sections"]) p["sections"] = string_list_at(node, "sections", where);
+    if (node["metrics"]) p["metrics"] = string_list_at(node, "metrics", where);
+    return p;
+  }
+
   json evaluator(const YAML::Node& root) const {
     const YAML::Node node = root["evaluator"];
     if (!node) error(root, "missing key 'evaluator'");
@@ -259,7 +286,7 @@ class WorkloadReader {
     }
     if (!root.IsMap()) throw UserError(yaml_.string(), "must be a mapping (name, program, evaluator, ...)");
     try {
-      check_keys(root, {"name", "program", "language", "evaluator", "task", "config"}, "");
+      check_keys(root, {"name", "program", "language", "evaluator", "task", "config", "profile"}, "");
       WorkloadSpec spec;
       spec.dir = std::filesystem::absolute(yaml_.parent_path()).lexically_normal();
       spec.name = string_at(root, "name", false, "");
@@ -270,6 +297,7 @@ class WorkloadReader {
       spec.task = string_at(root, "task", false, "");
       spec.config = existing_file(root, "config", spec.dir, false);
       spec.evaluator = evaluator(root);
+      if (const YAML::Node p = root["profile"]) spec.evaluator["profile"] = profile(p, spec.evaluator.value("kind", std::string()));
       return spec;
     } catch (const YAML::Exception& e) {
       // Conversions that yaml-cpp refuses (a key that is not a string, ...).

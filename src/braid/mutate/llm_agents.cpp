@@ -43,6 +43,7 @@ std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const Pro
   json metrics = candidate.public_metrics.is_object() ? candidate.public_metrics : json::object();
   std::string level = metrics.contains("level_reached") ? metrics["level_reached"].dump() : "?";
   metrics.erase("level_reached");
+  metrics.erase("profile");  // its lines go in {{profile}}
   llm::PromptVars vars = {
       {"language", rt_->language},
       {"outcome", std::string(to_string(candidate.failure))},
@@ -50,6 +51,7 @@ std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const Pro
       {"score", score_text(candidate)},
       {"parent_score", parent ? score_text(*parent) : "none (seed)"},
       {"metrics", metrics.empty() ? "" : elide(metrics.dump(), 1500)},
+      {"profile", trimmed(profile_summary(candidate.public_metrics))},
       {"error", elide(trimmed(candidate.error_text), 2500)},
       {"change", candidate.code_diff.empty() ? "(none: seed program)" : elide(trimmed(candidate.code_diff), 3000)},
   };

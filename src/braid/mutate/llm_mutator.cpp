@@ -19,6 +19,7 @@ std::string metrics_line(const json& m) {
   if (!m.is_object() || m.empty()) return "";
   json shown = m;
   shown.erase("level_reached");
+  shown.erase("profile");  // shown as lines of its own (profile_summary)
   std::string s = shown.dump();
   return s.size() > 1200 ? s.substr(0, 1200) + "..." : s;
 }
@@ -26,6 +27,7 @@ std::string metrics_line(const json& m) {
 std::string program_section(const ProgramRecord& r, const std::string& language, const std::string& title) {
   std::string s = fmt::format("## {} (id {}, generation {}, {})\n", title, r.id, r.generation, status_of(r));
   if (auto m = metrics_line(r.public_metrics); !m.empty()) s += "Metrics: " + m + "\n";
+  if (auto p = profile_summary(r.public_metrics); !p.empty()) s += "Nsight Compute profile:\n" + trimmed(p) + "\n";
   if (!r.text_feedback.empty()) s += "Feedback: " + trimmed(r.text_feedback) + "\n";
   s += "```" + language + "\n" + r.code + (r.code.empty() || r.code.back() == '\n' ? "" : "\n") + "```\n";
   return s;
@@ -159,6 +161,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
       {"parent_id", p.id},
       {"parent_status", status},
       {"parent_feedback", trimmed(p.text_feedback)},
+      {"parent_profile", trimmed(profile_summary(p.public_metrics))},
       {"parent_error", p.correct ? "" : elide(trimmed(p.error_text), 3000)},
       {"parent_code", parent.text().empty() || parent.text().back() != '\n' ? parent.text() : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
