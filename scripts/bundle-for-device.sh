@@ -13,7 +13,8 @@ mkdir -p "$out/bin/lib"
 system='linux-vdso|ld-linux|libc\.so|libresolv|libutil|libnss|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcudart|libcublas|libnccl'
 for exe in "$build/braid" "$build/tests/gpu/gpu_test_primitives" "$build/tests/gpu/gpu_test_harness" "$build/tests/gpu/gpu_test_redteam" "$build/tests/gpu/gpu_test_harness_report" \
            "$build/device/bench_allgather" "$build/device/bench_gemm_split_probe" "$build/tests/gpu/cascade/gpu_cascade_test" \
-           "$build/tests/rewrite_gate_driver" "$build/tests/annotate_gate_driver"; do
+           "$build/tests/rewrite_gate_driver" "$build/tests/annotate_gate_driver" \
+           "$build/tests/test_cli" "$build/tests/profile_prompt_driver"; do
   [ -x "$exe" ] || { echo "bundle: missing $exe (build it first)"; exit 1; }
   strip -o "$out/bin/$(basename "$exe")" "$exe"
   { ldd "$exe" | awk '/=> \// {print $3}' | grep -Ev "$system" || true; } | while read -r lib; do

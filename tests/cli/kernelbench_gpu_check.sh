@@ -128,7 +128,8 @@ if [ -d "$tmp/bias_gelu" ]; then
 fi
 
 if [ -n "$test_cli" ]; then
-  if BRAID_KERNELBENCH_GPU=1 "$test_cli" --gtest_filter='KernelBenchInit.SeedScoresThroughBraidOnAGpu' > "$tmp/through_braid.log" 2>&1; then
+  # the test binary may have been built on another machine: it finds braid and this checkout here
+  if BRAID_KERNELBENCH_GPU=1 BRAID_TEST_BIN="$braid" BRAID_TEST_SOURCE_DIR="$src" "$test_cli" --gtest_filter='KernelBenchInit.SeedScoresThroughBraidOnAGpu' > "$tmp/through_braid.log" 2>&1; then
     echo "ok   seed through braid: $(grep -o 'combined_score.*' "$tmp/through_braid.log" | head -1)"
   else
     echo "FAIL seed through braid's ExternalEvaluator"; tail -30 "$tmp/through_braid.log"; failures=$((failures + 1))

@@ -15,7 +15,7 @@
 namespace braid::test {
 namespace {
 
-const std::filesystem::path kSource = BRAID_SOURCE_DIR;
+const std::filesystem::path kSource = test_source_dir();
 
 std::string read(const std::filesystem::path& p) {
   std::ifstream in(p);

@@ -1,5 +1,6 @@
 // Helpers for tests that drive the real braid binary (BRAID_BIN) as a user would.
 #pragma once
+#include <cstdlib>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,8 +21,15 @@ struct Proc {
 };
 
 // Starts braid with `args`, stdout+stderr to `log`.
+// The checkout's root: BRAID_TEST_SOURCE_DIR when the test binary was carried to another machine
+// (a GPU host), else where it was built from.
+inline std::filesystem::path test_source_dir() {
+  const char* carried = std::getenv("BRAID_TEST_SOURCE_DIR");
+  return carried && *carried ? std::filesystem::path(carried) : std::filesystem::path(BRAID_SOURCE_DIR);
+}
+
 inline Proc start_braid(const std::vector<std::string>& args, const std::filesystem::path& log,
-                        const std::filesystem::path& cwd = BRAID_SOURCE_DIR) {
+                        const std::filesystem::path& cwd = test_source_dir()) {
   Proc p;
   p.pid = ::fork();
   if (p.pid == 0) {
@@ -30,7 +38,9 @@ inline Proc start_braid(const std::vector<std::string>& args, const std::filesys
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     std::vector<char*> argv;
-    std::string bin = BRAID_BIN;
+    // A test binary carried to another machine (a GPU host) finds braid through BRAID_TEST_BIN.
+    const char* carried = std::getenv("BRAID_TEST_BIN");
+    std::string bin = carried && *carried ? carried : BRAID_BIN;
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
@@ -53,7 +63,7 @@ struct Outcome {
   std::string output;
 };
 
-inline Outcome run_braid(const std::vector<std::string>& args, const std::filesystem::path& cwd = BRAID_SOURCE_DIR) {
+inline Outcome run_braid(const std::vector<std::string>& args, const std::filesystem::path& cwd = test_source_dir()) {
   auto log = std::filesystem::temp_directory_path() / ("braid_run_" + std::to_string(::getpid()) + ".log");
   std::filesystem::remove(log);
   Outcome o;

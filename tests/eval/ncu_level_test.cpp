@@ -155,6 +155,32 @@ TEST(ProfileMetrics, FromARawPageCsvOfTheCandidatesKernel) {
   EXPECT_EQ(profile_summary(json::object()), "");
 }
 
+// A real capture: the profile level's ncu output on one H100 (ncu 2025, CUDA 13, the default
+// sections, add_rmsnorm's first two launches), kept so the parser meets what ncu really prints.
+TEST(ProfileMetrics, ARealH100CaptureGivesEveryFigure) {
+  auto text = try_read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/eval/ncu/h100_add_rmsnorm_raw.csv");
+  ASSERT_TRUE(text.has_value());
+  NcuProfile profile = parse_ncu_csv(*text);
+  ASSERT_TRUE(profile.ok()) << profile.error;
+  ASSERT_EQ(profile.kernels.size(), 2u);
+  for (const NcuKernel& k : profile.kernels) {
+    EXPECT_NE(k.name.find("add_rmsnorm_kernel"), std::string::npos) << k.name;
+    NcuSummary s = summarize_kernel(k);
+    ASSERT_TRUE(s.duration_us && s.dram_pct && s.l2_pct && s.occupancy_pct && s.tensor_pct) << k.name;
+    EXPECT_GT(*s.duration_us, 1.0);
+    EXPECT_LT(*s.duration_us, 100.0);
+    EXPECT_GE(*s.dram_pct, 0.0);
+    EXPECT_LE(*s.dram_pct, 100.0);
+    EXPECT_GT(*s.occupancy_pct, 0.0);
+    EXPECT_DOUBLE_EQ(*s.tensor_pct, 0.0);  // a bf16 elementwise kernel issues no MMA
+    ASSERT_EQ(s.top_stalls.size(), 3u);
+    EXPECT_GE(s.top_stalls[0].second, s.top_stalls[1].second);
+  }
+  std::string feedback = ncu_feedback(profile);
+  EXPECT_NE(feedback.find("DRAM"), std::string::npos) << feedback;
+  EXPECT_NE(feedback.find("stalls: long_scoreboard"), std::string::npos) << feedback;
+}
+
 TEST(ProfileWorkload, TopLevelProfileKeyIsValidatedAndReachesTheConfig) {
   TempDir dir("profile_yaml");
   write_file_atomic(dir / "p.cu", "int main() {}\n");

@@ -205,7 +205,10 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
   parts.novelty_judge = std::move(ops.novelty_judge);
   parts.llm_totals = std::move(ops.totals);
   parts.budget_exhausted = std::move(ops.budget_exhausted);
-  parts.island_runnable = std::move(ops.island_runnable);
+  // An island's communication backend (LSA, GIN) only matters when ranks talk to each other: a
+  // one-rank workload (a single-GPU kernel) runs on any machine with a GPU.
+  int ranks = parts.workload.evaluator.is_object() ? parts.workload.evaluator.value("ranks", 1) : 1;
+  if (ranks > 1) parts.island_runnable = std::move(ops.island_runnable);
   if (ops.embed) parts.embedder = std::make_unique<FunctionEmbedder>(std::move(ops.embed));
 }
 
