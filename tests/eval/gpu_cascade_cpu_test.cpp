@@ -9,7 +9,7 @@
 
 #include "braid/eval/gpu_cascade.hpp"
 #include "braid/eval/gpu_pool.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/eval/workload.hpp"
 #include "braid/util/error.hpp"

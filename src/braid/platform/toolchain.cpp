@@ -67,14 +67,18 @@ std::vector<path> versioned_cuda_dirs() {
   return dirs;
 }
 
-// The folder above each nvcc in PATH (absolute PATH entries only).
+// The folder above each nvcc in PATH (absolute PATH entries only), symlinks resolved.
 std::vector<path> path_cuda_homes() {
   std::vector<path> homes;
   const char* env = std::getenv("PATH");
   std::stringstream in(env ? env : "");
   for (std::string dir; std::getline(in, dir, ':');) {
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    if (!dir.empty() && dir[0] == '/' && is_executable(path(dir) / "nvcc")) homes.push_back(path(dir).parent_path());
+    if (dir.empty() || dir[0] != '/' || !is_executable(path(dir) / "nvcc")) continue;
+    // Through symlinks (/usr/bin/nvcc -> /usr/local/cuda/bin/nvcc): the toolkit is where nvcc lives.
+    std::error_code ec;
+    const path nvcc = std::filesystem::canonical(path(dir) / "nvcc", ec);
+    if (!ec) homes.push_back(nvcc.parent_path().parent_path());
   }
   return homes;
 }

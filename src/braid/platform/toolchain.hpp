@@ -2,8 +2,9 @@
 // (device/CMakeLists.txt, through scripts/find-cuda.sh) and the scripts (scripts/find-cuda.sh asks
 // `braid env --shell`, and repeats this order in bash only before braid is built) follow it.
 //
-// nvcc: the first of CUDA_HOME, CUDA_PATH, the folder above an nvcc in PATH, /usr/local/cuda,
-//   /usr/local/cuda-* (newest version first) that holds an executable bin/nvcc.
+// nvcc: the first of CUDA_HOME, CUDA_PATH, the folder above each nvcc in PATH (symlinks
+//   resolved), /usr/local/cuda, /usr/local/cuda-* (newest version first) that holds an
+//   executable bin/nvcc. (CMake's own CUDACXX / -DCMAKE_CUDA_COMPILER still win in the build.)
 // NCCL roots, in order: NCCL_HOME; the Python wheel (nvidia.nccl as python3 imports it, then
 //   nvidia/nccl under the site-packages of $VIRTUAL_ENV/lib, ~/.local/lib, /usr/local/lib,
 //   /usr/lib); the CUDA toolkit found above; /usr.
