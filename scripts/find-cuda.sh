@@ -3,7 +3,7 @@
 # them as NAME='value' lines.
 #
 # The search order is braid's, written once in src/braid/platform/toolchain.hpp: when a braid
-# binary exists (BRAID_BIN, else build/braid) this asks it (`braid env --shell`). Before braid is
+# binary exists (BRAID_BIN, build/braid or .device-carry/bin/braid) this asks it (`braid env --shell`). Before braid is
 # built (scripts/setup.sh, and CMake, which needs NCCL to configure the device targets) the same
 # order is followed here in bash; tests/scripts/find_cuda_test.sh checks that both agree.
 # BRAID_FIND_CUDA_BASH=1 forces the bash search.
@@ -79,11 +79,12 @@ braid_find_cuda_bash() (
 )
 
 braid_find_cuda_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-braid_find_cuda_bin=${BRAID_BIN:-$braid_find_cuda_root/build/braid}
 braid_find_cuda_out=""
-if [ -z "${BRAID_FIND_CUDA_BASH:-}" ] && [ -x "$braid_find_cuda_bin" ]; then
+for braid_find_cuda_bin in "${BRAID_BIN:-}" "$braid_find_cuda_root/build/braid" "$braid_find_cuda_root/.device-carry/bin/braid"; do
+  [ -z "${BRAID_FIND_CUDA_BASH:-}" ] && [ -n "$braid_find_cuda_bin" ] && [ -x "$braid_find_cuda_bin" ] || continue
   braid_find_cuda_out=$("$braid_find_cuda_bin" env --shell 2>/dev/null) || braid_find_cuda_out=""
-fi
+  break
+done
 # An older binary without `braid env`, or none: the bash search.
 [ -n "$braid_find_cuda_out" ] || braid_find_cuda_out=$(braid_find_cuda_bash "$braid_find_cuda_root")
 eval "$braid_find_cuda_out"
