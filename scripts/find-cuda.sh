@@ -3,9 +3,10 @@
 # them as NAME='value' lines.
 #
 # The search order is braid's, written once in src/braid/platform/toolchain.hpp: when a braid
-# binary exists (BRAID_BIN, build/braid or .device-carry/bin/braid) this asks it (`braid env --shell`). Before braid is
-# built (scripts/setup.sh, and CMake, which needs NCCL to configure the device targets) the same
-# order is followed here in bash; tests/scripts/find_cuda_test.sh checks that both agree.
+# binary exists (BRAID_BIN, build/braid or .device-carry/bin/braid) this asks it
+# (`braid env --shell`). Before braid is built (scripts/setup.sh, and CMake, which needs NCCL to
+# configure the device targets) the same order is followed here in bash;
+# tests/scripts/find_cuda_test.sh checks that both agree.
 # BRAID_FIND_CUDA_BASH=1 forces the bash search.
 
 # The bash search: prints NAME='value' lines like `braid env --shell`. Runs in a subshell
