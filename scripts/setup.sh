@@ -36,7 +36,8 @@ if [ ! -f "$web_dir/node_modules/playwright-core/package.json" ]; then
     echo "setup: npm ci failed in web/: browser tests will be skipped"
 fi
 
-# CUDA / NCCL discovery (informational here; the build and the Builder use the same order).
+# CUDA / NCCL discovery (informational here): braid's one order (src/braid/platform/toolchain.hpp),
+# in bash before braid is built, else from `braid env --shell`.
 source "$(dirname "$0")/find-cuda.sh"
 if [ -n "${BRAID_NVCC:-}" ]; then
   echo "setup: nvcc $BRAID_NVCC"

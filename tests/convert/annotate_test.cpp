@@ -12,7 +12,7 @@
 #include "braid/convert/annotate.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/llm/client.hpp"
 #include "braid/llm/model_spec.hpp"
 #include "braid/mutate/knob_mutator.hpp"

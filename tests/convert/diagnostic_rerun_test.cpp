@@ -6,7 +6,7 @@
 
 #include "braid/convert/diagnostic_rerun.hpp"
 #include "braid/convert/transform.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/fs.hpp"
 #include "rewrite_script.hpp"
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "braid/convert/gate.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/fs.hpp"
 
 using namespace braid::convert;

@@ -9,7 +9,7 @@
 
 #include "../llm/loopback_llm_server.hpp"
 #include "braid/convert/rewrite_loop.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/llm/model_spec.hpp"
 #include "braid/util/fs.hpp"
 #include "rewrite_script.hpp"

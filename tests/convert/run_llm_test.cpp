@@ -8,7 +8,7 @@
 
 #include "../e2e/e2e_support.hpp"
 #include "../llm/loopback_llm_server.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/json.hpp"
 #include "rewrite_script.hpp"
 

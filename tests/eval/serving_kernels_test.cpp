@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "braid/eval/gpu_cascade.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/eval/workload.hpp"
 #include "braid/program/program.hpp"

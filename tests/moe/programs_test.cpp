@@ -7,7 +7,7 @@
 #include <random>
 
 #include "braid/convert/gate.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/fs.hpp"

@@ -29,7 +29,7 @@
 #include "braid/convert/gate.hpp"
 #include "braid/convert/rewrite_loop.hpp"
 #include "braid/convert/transform.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/llm/operators.hpp"
 #include "braid/mutate/llm_runtime.hpp"
 #include "braid/util/error.hpp"

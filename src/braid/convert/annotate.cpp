@@ -10,7 +10,7 @@
 #include "braid/convert/gate.hpp"
 #include "braid/convert/lexer.hpp"
 #include "braid/convert/rewrite_loop.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/llm/client.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/error.hpp"

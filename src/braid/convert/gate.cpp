@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/subprocess.hpp"

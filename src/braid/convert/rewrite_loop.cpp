@@ -9,7 +9,8 @@
 #include <sstream>
 
 #include "braid/convert/diagnostic_rerun.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/device_headers.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/llm/prompt_template.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -35,24 +36,8 @@ const StageInfo kStages[] = {
 
 // The contract comments of braid's device headers: the rewriter must build on these primitives.
 std::string primitive_contracts() {
-  std::string why;
-  const auto tc = find_cuda_toolchain(&why);
-  std::filesystem::path dir;
-  if (tc && !tc->device_include.empty()) dir = tc->device_include / "braid";
-#ifdef BRAID_SOURCE_DIR
-  if (dir.empty()) dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device" / "include" / "braid";
-#endif
-  std::vector<std::filesystem::path> headers;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".cuh") headers.push_back(e.path());
-  std::sort(headers.begin(), headers.end());
   std::string out;
-  for (const auto& h : headers)
-    if (auto text = try_read_file(h)) {
-      const std::string contract = leading_comment(*text, 80);
-      if (!contract.empty()) out += "### braid/" + h.filename().string() + "\n" + contract + "\n";
-    }
+  for (const auto& h : device_header_contracts(find_device_include())) out += h.prompt_section();
   if (out.empty()) throw SystemError("braid's device headers (device/include/braid/*.cuh) were not found: the rewrite prompt needs their contracts");
   return out;
 }

@@ -72,7 +72,7 @@ BuildResult NvccBuilder::build(const BuildInput& input, const JobObserver& jobs,
     return finish();
   }
   if (input.link_nccl && !toolchain_.nccl) {
-    result.error = "NCCL not found (NCCL_HOME, the CUDA toolkit, a Python wheel nvidia/nccl, /usr); " + toolchain_.describe();
+    result.error = "NCCL not found (NCCL_HOME, a Python wheel nvidia/nccl, the CUDA toolkit, /usr; `braid env` lists the search); " + toolchain_.describe();
     return finish();
   }
   const std::string display = input.display_name.empty() ? input.source.filename().string() : input.display_name;

@@ -18,7 +18,7 @@
 
 #include "braid/eval/compile_cache.hpp"
 #include "braid/eval/evaluator.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 
 namespace braid {
 

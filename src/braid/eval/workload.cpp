@@ -9,7 +9,7 @@
 #include "braid/eval/command_line.hpp"
 #include "braid/eval/external.hpp"
 #include "braid/eval/gpu_cascade.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/eval/slurm_config.hpp"
 #include "braid/eval/slurm_evaluator.hpp"
 #include "braid/eval/work_folder.hpp"

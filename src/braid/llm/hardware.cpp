@@ -1,27 +1,15 @@
-#include "braid/util/text.hpp"
 #include "braid/llm/hardware.hpp"
 
-#include <cstdio>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "braid/platform/machine.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
 
 namespace braid::llm {
 namespace {
-
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  std::FILE* p = ::popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
 
 // nvidia-smi does not report SMs; these are the published counts of the usual data-centre parts.
 int known_sm_count(const std::string& name) {
@@ -98,37 +86,19 @@ HardwareFacts probe_hardware(const std::filesystem::path& cache_file) {
       }
     }
   }
+  const MachineFacts machine = probe_machine();
   HardwareFacts h;
-  h.source = "none";
-  std::istringstream gpus(run_capture("nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"));
-  for (std::string line; std::getline(gpus, line);) {
-    if (trimmed(line).empty()) continue;
-    std::vector<std::string> cols;
-    std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) cols.push_back(trimmed(c));
-    if (cols.empty() || cols[0].find("NVIDIA-SMI") != std::string::npos) continue;
-    if (h.gpu_count++ == 0) {
-      h.gpu_name = cols[0];
-      if (cols.size() > 1) h.gpu_memory_gib = std::atof(cols[1].c_str()) / 1024.0;
-      if (cols.size() > 2) h.compute_capability = cols[2];
-      h.source = "nvidia-smi";
-    }
+  h.source = machine.gpus.empty() ? "none" : machine.gpu_source;
+  h.gpu_count = static_cast<int>(machine.gpus.size());
+  if (!machine.gpus.empty()) {
+    h.gpu_name = machine.gpus[0].name;
+    h.gpu_memory_gib = machine.gpus[0].memory_gib;
+    h.compute_capability = machine.gpus[0].compute_cap;
   }
   h.sm_count = known_sm_count(h.gpu_name);
-  if (h.gpu_count > 0) {
-    std::istringstream links(run_capture("nvidia-smi nvlink -s -i 0"));
-    for (std::string line; std::getline(links, line);) {
-      auto colon = line.find(':');
-      if (line.find("Link") == std::string::npos || colon == std::string::npos) continue;
-      std::string rate = trimmed(line.substr(colon + 1));
-      if (rate.find("GB/s") == std::string::npos) continue;  // "<inactive>"
-      ++h.nvlink_links;
-      h.nvlink_gb_s += std::atof(rate.c_str());
-    }
-  }
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec))
-    h.rdma_devices.push_back(e.path().filename().string());
+  h.nvlink_links = machine.nvlink_links;
+  h.nvlink_gb_s = machine.nvlink_gb_s;
+  h.rdma_devices = machine.rdma_devices;
   if (!cache_file.empty()) {
     try {
       write_file_atomic(cache_file, h.to_json().dump(2) + "\n");

@@ -1,6 +1,6 @@
 // Facts about the machine shown to the model (system message) and used to skip islands whose
-// API type cannot run here. Probed once (nvidia-smi, /sys/class/infiniband) and cached as
-// JSON; a facts file written by a measuring probe (same keys) takes precedence.
+// API type cannot run here. Probed once (platform/machine.hpp: nvidia-smi, /sys/class/infiniband)
+// and cached as JSON; a facts file written by a measuring probe (same keys) takes precedence.
 #pragma once
 #include <filesystem>
 #include <string>

@@ -11,6 +11,8 @@
 #include <fmt/ranges.h>
 
 #include "braid/llm/secrets.hpp"
+#include "braid/platform/device_headers.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
@@ -39,11 +41,6 @@ std::string agent_model(const std::string& configured, const std::vector<std::st
   return models.empty() ? "" : models.front();
 }
 
-std::filesystem::path device_header_dir() {
-  if (const char* env = std::getenv("BRAID_DEVICE_INCLUDE"); env && *env) return env;
-  return std::filesystem::path(BRAID_SOURCE_DIR) / "device" / "include" / "braid";
-}
-
 }  // namespace
 
 llm::LlmClient& LlmRuntime::client(const std::string& model) {
@@ -57,23 +54,12 @@ std::string LlmRuntime::backend_context(const std::string& api_type) {
   if (auto it = context_cache_.find(api_type); it != context_cache_.end()) return it->second;
   std::string out;
   if (api_type != "host") {
-    std::vector<std::filesystem::path> headers;
-    std::error_code ec;
-    for (auto& e : std::filesystem::directory_iterator(device_header_dir(), ec)) {
-      auto ext = e.path().extension().string();
-      if (ext == ".cuh" || ext == ".h" || ext == ".hpp") headers.push_back(e.path());
-    }
-    std::sort(headers.begin(), headers.end());
-    for (auto& h : headers) {
-      std::string name = h.filename().string();
-      bool lsa_only = name.find("lsa") != std::string::npos;
-      bool gin_only = name.find("gin") != std::string::npos;
+    for (const auto& h : device_header_contracts(find_device_include())) {
+      bool lsa_only = h.name.find("lsa") != std::string::npos;
+      bool gin_only = h.name.find("gin") != std::string::npos;
       if (lsa_only && api_type == "gin") continue;
       if (gin_only && api_type == "lsa") continue;
-      auto text = try_read_file(h);
-      if (!text) continue;
-      std::string contract = leading_comment(*text, 80);
-      if (!contract.empty()) out += "### braid/" + name + "\n" + contract + "\n";
+      out += h.prompt_section();
     }
   }
   std::string strategies = "strategies_" + api_type + ".md";

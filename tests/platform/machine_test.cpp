@@ -1,0 +1,99 @@
+// platform/machine and platform/device_headers: the probes' text parsed (nvidia-smi's GPU query
+// and NVLink status, a /sys/class/infiniband-like folder), the header contracts the prompts show.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "braid/platform/device_headers.hpp"
+#include "braid/platform/machine.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& tag) {
+  auto dir = fs::temp_directory_path() / ("braid_platform_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Machine, ParsesTheGpuQuery) {
+  const auto gpus = parse_gpu_query(
+      "0, NVIDIA H200, 9.0, 143771\n"
+      "1, NVIDIA H200, 9.0, 143771\n"
+      "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+      "\n"
+      "2, NVIDIA A100-SXM4-80GB, [N/A], 81920\n");
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_EQ(gpus[0].name, "NVIDIA H200");
+  EXPECT_EQ(gpus[0].compute_cap, "9.0");
+  EXPECT_NEAR(gpus[0].memory_gib, 140.4, 0.1);
+  EXPECT_EQ(gpus[2].index, 2);
+  EXPECT_EQ(gpus[2].compute_cap, "");  // not a version: unknown
+  EXPECT_TRUE(parse_gpu_query("").empty());
+}
+
+TEST(Machine, ParsesNvlinkStatus) {
+  const auto [links, gb_s] = parse_nvlink_status(
+      "GPU 0: NVIDIA H200 (UUID: GPU-1)\n"
+      "\t Link 0: 26.562 GB/s\n"
+      "\t Link 1: 26.562 GB/s\n"
+      "\t Link 2: <inactive>\n");
+  EXPECT_EQ(links, 2);
+  EXPECT_NEAR(gb_s, 53.124, 1e-6);
+  EXPECT_EQ(parse_nvlink_status("").first, 0);
+}
+
+TEST(Machine, ListsRdmaDevicesSorted) {
+  auto dir = fresh_dir("ib");
+  fs::create_directories(dir / "mlx5_1");
+  fs::create_directories(dir / "mlx5_0");
+  EXPECT_EQ(list_rdma_devices(dir), (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_TRUE(list_rdma_devices(dir / "absent").empty());
+  fs::remove_all(dir);
+}
+
+TEST(Machine, ProbeIsConsistent) {
+  // Whatever this machine has: the GPUs' source is named, and NVLink is only asked with a GPU.
+  const MachineFacts m = probe_machine();
+  if (m.gpus.empty()) {
+    EXPECT_EQ(m.gpu_source, "none");
+    EXPECT_EQ(m.nvlink_links, 0);
+  } else {
+    EXPECT_NE(m.gpu_source, "none");
+  }
+  EXPECT_EQ(detect_gpus().size(), m.gpus.size());
+}
+
+TEST(DeviceHeaders, ContractsSortedWithoutUncommentedHeaders) {
+  auto dir = fresh_dir("hdr");
+  fs::create_directories(dir / "braid");
+  write_file_atomic(dir / "braid" / "zeta.cuh", "// Zeta: the last one.\n#pragma once\n");
+  write_file_atomic(dir / "braid" / "alpha.h", "// Alpha: first.\n// Two lines.\n#pragma once\n");
+  write_file_atomic(dir / "braid" / "plain.cuh", "#pragma once\n");
+  write_file_atomic(dir / "braid" / "notes.txt", "// not a header\n");
+  const auto contracts = device_header_contracts(dir);
+  ASSERT_EQ(contracts.size(), 2u);
+  EXPECT_EQ(contracts[0].name, "alpha.h");
+  EXPECT_NE(contracts[0].contract.find("Two lines."), std::string::npos);
+  EXPECT_EQ(contracts[1].name, "zeta.cuh");
+  EXPECT_EQ(contracts[1].prompt_section().rfind("### braid/zeta.cuh\n", 0), 0u);
+  EXPECT_TRUE(device_header_contracts(dir / "absent").empty());
+  fs::remove_all(dir);
+}
+
+TEST(DeviceHeaders, TheRepositorysHeadersHaveContracts) {
+  const auto contracts = device_header_contracts(fs::path(BRAID_SOURCE_DIR) / "device" / "include");
+  std::vector<std::string> names;
+  for (const auto& c : contracts) names.push_back(c.name);
+  for (const char* expected : {"comm.cuh", "harness.cuh", "runtime.cuh"})
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+}
+
+}  // namespace
+}  // namespace braid
