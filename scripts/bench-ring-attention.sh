@@ -65,7 +65,7 @@ if [ "$ranks" = 1 ]; then
 fi
 
 # --- P >= 2: programs under the frozen harness
-sizes=${BRAID_RING_SIZES:-1638408,3276808,1638401008,3276801008}
+sizes=${BRAID_RING_SIZES:-819232,1000819232,1638408,1001638408}
 make_variant=$root/workloads/gemm_allgather/bench/make_variant.py
 declare -a names=(seed gen0_default)
 cp "$wl/seed.cu" "$build/seed.cu"

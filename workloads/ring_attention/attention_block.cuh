@@ -131,18 +131,20 @@ __device__ inline int needed_tiles(bool causal, int start, int tiles, int q_last
 
 // ---- the block kernel ----------------------------------------------------------------------------
 
-// Grid (hq, q_len / 128); CTA = 8 warps, warp w owns query rows [16w, 16w + 16) of the tile. Query
-// tiles are taken last-first so that the longest causal rows start first.
+// One CTA's work: query tile `q_tile` (rows [128 q_tile, 128 q_tile + 128)) of head h against
+// every key tile of the block. CTA = 8 warps (kThreads), warp w owns query rows [16w, 16w + 16);
+// kBlockSmem bytes of dynamic shared memory. A device function, so that a program may launch it
+// inside a kernel of its own (with other CTAs doing other work).
 template <bool kCausal>
-__global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(BlockArgs a) {
+__device__ __forceinline__ void attention_tile(const BlockArgs& a, int h, int q_tile) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK0 = sQ + kBlockM * kHeadDim * 2;
   const uint32_t kTileBytes = kBlockN * kHeadDim * 2;
   const uint32_t sV0 = sK0 + 2 * kTileBytes;
 
-  const int h = blockIdx.x, kvh = h / (a.hq / a.hkv);
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBlockM;
+  const int kvh = h / (a.hq / a.hkv);
+  const int q0 = q_tile * kBlockM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int qg0 = a.q_pos.global(q0);  // a query tile never straddles the two runs
   const int q_last = qg0 + kBlockM - 1;
@@ -307,6 +309,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(BlockArgs 
   }
 }
 
+// Grid (hq, q_len / 128). Query tiles are taken last-first so that the longest causal rows start
+// first.
+template <bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(BlockArgs a) {
+  attention_tile<kCausal>(a, blockIdx.x, gridDim.y - 1 - blockIdx.y);
+}
+
+// Opts a kernel that runs attention_tile in to kBlockSmem of dynamic shared memory (once per kernel).
+inline void allow_block_smem(const void* kernel) {
+  BRAID_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kBlockSmem));
+}
+
 // out = o_acc / l, bf16.
 template <int kUnused = 0>
 __global__ void finalize_kernel(const float* o_acc, const float* l, bf16* out, int q_len, int hq) {
@@ -318,8 +332,8 @@ __global__ void finalize_kernel(const float* o_acc, const float* l, bf16* out, i
   }
 }
 
-// Checks the block constraints (one line naming the problem) and launches attention_block_kernel.
-inline void launch_attention_block(const BlockArgs& a, bool causal, cudaStream_t stream) {
+// The block constraints, one line naming the problem.
+inline void check_block_args(const BlockArgs& a) {
   using braid::dev::DeviceError;
   if (a.q_len <= 0 || a.q_len % kBlockM != 0 || a.kv_len % kBlockN != 0)
     throw DeviceError("attention block: q_len " + std::to_string(a.q_len) + " must be a positive multiple of 128 and kv_len " +
@@ -327,10 +341,15 @@ inline void launch_attention_block(const BlockArgs& a, bool causal, cudaStream_t
   if (a.hkv <= 0 || a.hq % a.hkv != 0) throw DeviceError("attention block: Hq must be a multiple of Hkv");
   if (a.q_pos.len0 % kBlockM != 0 || a.k_pos.len0 % kBlockN != 0)
     throw DeviceError("attention block: each run of a two-run block must be a multiple of the tile (128 queries, 64 keys)");
+}
+
+// Checks the block constraints and launches attention_block_kernel.
+inline void launch_attention_block(const BlockArgs& a, bool causal, cudaStream_t stream) {
+  check_block_args(a);
   static bool configured[2] = {false, false};  // the smem opt-in, once per instantiation
   auto kernel = causal ? attention_block_kernel<true> : attention_block_kernel<false>;
   if (!configured[causal]) {
-    BRAID_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kBlockSmem));
+    allow_block_smem((const void*)kernel);
     configured[causal] = true;
   }
   kernel<<<dim3(a.hq, a.q_len / kBlockM), kThreads, kBlockSmem, stream>>>(a);
