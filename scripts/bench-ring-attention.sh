@@ -6,7 +6,9 @@
 # same shapes in the same run: S 8192..65536, Hq 32, Hkv 8 and 32, causal and not, bf16, CUDA-event
 # medians. First checks the kernel against the fp32 reference at small shapes (block_bench verify).
 # Prints a table with both TFLOP/s and the ratio (the issue needs >= 0.7 of PyTorch); exit 1 when
-# the check fails or the ratio is short. About 1-2 minutes on one H100.
+# the check fails or the ratio is short. The kernel's two-row-tile form (attention_block.cuh,
+# RING_ATTENTION_ROW_TILES=2) is checked and timed beside it (extra columns). About 2 minutes on one
+# H100.
 #
 # BRAID_RING_RANKS=P >= 2: the seed, gen0 and bench/variants.txt under the frozen harness on P GPUs
 # (every rank's output verified against the unsplit reference), one results folder per program.
@@ -45,18 +47,32 @@ if [ "$ranks" = 1 ]; then
   seqs=${BRAID_RING_SEQS:-8192,16384,32768,65536}
   hkv=${BRAID_RING_HKV:-8,32}
   causal=${BRAID_RING_CAUSAL:-0,1}
+  # The workload's kernel (block_bench) and its two-row-tile form (block_bench_rt2), both checked
+  # against the reference first, then timed.
   start=$(date +%s)
-  "$BRAID_NVCC" "${nvcc_flags[@]}" "$wl/bench/block_bench.cu" -o "$build/block_bench" "${nccl_link[@]}" >"$out/build-block_bench.log" 2>&1 \
-    || { log "FAIL: build of block_bench (see $out/build-block_bench.log)"; exit 1; }
-  log "build: block_bench in $(( $(date +%s) - start ))s"
-  "$build/block_bench" verify >"$out/verify.log" 2>&1
-  vrc=$?
-  log "verify: $(tail -1 "$out/verify.log")"
-  [ $vrc = 0 ] || { grep FAIL "$out/verify.log" | head -5 | tee -a "$out/bench.log"; exit 1; }
+  rm -f "$build/block_bench" "$build/block_bench_rt2"
+  for rt in 1 2; do
+    bin=$build/block_bench; [ $rt = 2 ] && bin=$build/block_bench_rt2
+    "$BRAID_NVCC" "${nvcc_flags[@]}" -DRING_ATTENTION_ROW_TILES=$rt "$wl/bench/block_bench.cu" -o "$bin" "${nccl_link[@]}" >"$out/build-rt$rt.log" 2>&1 &
+  done
+  wait
+  [ -x "$build/block_bench" ] && [ -x "$build/block_bench_rt2" ] || { log "FAIL: build of block_bench (see $out/build-rt*.log)"; exit 1; }
+  log "build: block_bench, block_bench_rt2 in $(( $(date +%s) - start ))s"
   args=(--seqs "$seqs" --hkv "$hkv" --causal "$causal" --iters "$iters" --warmup "$warmup")
-  start=$(date +%s)
-  timeout -k 5 "${BRAID_RING_TIMEOUT:-180}" "$build/block_bench" bench "${args[@]}" >"$out/kernel.log" 2>&1
-  log "kernel: rc=$? in $(( $(date +%s) - start ))s"
+  : >"$out/kernel.log"
+  for bin in block_bench block_bench_rt2; do
+    "$build/$bin" verify >"$out/verify-$bin.log" 2>&1
+    vrc=$?
+    log "verify $bin: $(tail -1 "$out/verify-$bin.log")"
+    if [ $vrc != 0 ]; then
+      grep FAIL "$out/verify-$bin.log" | head -5 | tee -a "$out/bench.log"
+      [ $bin = block_bench ] && exit 1
+      continue  # the two-row-tile form is only timed when it is right
+    fi
+    start=$(date +%s)
+    timeout -k 5 "${BRAID_RING_TIMEOUT:-180}" "$build/$bin" bench "${args[@]}" >>"$out/kernel.log" 2>&1
+    log "$bin: rc=$? in $(( $(date +%s) - start ))s"
+  done
   start=$(date +%s)
   timeout -k 5 "${BRAID_RING_TIMEOUT:-180}" python3 "$wl/bench/torch_sdpa.py" "${args[@]}" >"$out/torch.log" 2>&1
   log "torch: rc=$? in $(( $(date +%s) - start ))s $(head -1 "$out/torch.log")"

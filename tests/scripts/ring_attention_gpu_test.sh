@@ -3,7 +3,7 @@
 #  1. The block kernel (bench/block_bench.cu verify) against the fp32 reference at small shapes,
 #     causal and not, Hkv 8 and 32: the whole sequence in one call, and split the ring's way on one
 #     GPU (P = 2 and 4, contiguous and zig-zag, state carried between calls, finalize inline and as
-#     its own kernel).
+#     its own kernel); both forms of the kernel (RING_ATTENTION_ROW_TILES 1, the workload's, and 2).
 #  2. The seed, gen0 and every bench/variants.txt program under the frozen harness (--mode verify:
 #     every rank's output against the unsplit reference) at S = 2048, Hkv 8 and 32, causal and not,
 #     on P = 1 and, with 2 or more GPUs, P = 2.
@@ -32,9 +32,11 @@ while read -r name knobs; do
   python3 "$root/workloads/gemm_allgather/bench/make_variant.py" "$wl/gen0.cu" "$work/$name.cu" $knobs || { echo "FAIL: variant $name"; exit 1; }
   names+=("$name")
 done <"$wl/bench/variants.txt"
+cp "$wl/bench/block_bench.cu" "$work/block_bench_rt2.cu"
+sed -i '1i #define RING_ATTENTION_ROW_TILES 2' "$work/block_bench_rt2.cu"
 rm -f "$work/failed-builds"
 # shellcheck disable=SC2086
-printf '%s\n' block_bench "${names[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+printf '%s\n' block_bench block_bench_rt2 "${names[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   "'$BRAID_NVCC' $flags '$work/{}.cu' -o '$work/{}' $link >'$work/{}.build.log' 2>&1 || echo {} >>'$work/failed-builds'"
 if [ -s "$work/failed-builds" ]; then
   for f in $(cat "$work/failed-builds"); do echo "FAIL: build of $f"; tail -5 "$work/$f.build.log"; done
@@ -43,6 +45,7 @@ fi
 
 # --- 1. the kernel
 "$work/block_bench" verify || { echo "FAIL: block kernel against the reference"; exit 1; }
+"$work/block_bench_rt2" verify || { echo "FAIL: block kernel (two row tiles) against the reference"; exit 1; }
 
 # --- 2. the programs under the harness
 gpus=$(nvidia-smi -L | grep -c '^GPU')

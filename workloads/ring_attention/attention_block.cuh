@@ -15,7 +15,7 @@
 // Layouts (batch 1): Q, O [tokens][Hq][128] bf16; K, V [tokens][Hkv][128] bf16 (one rank's block
 // is contiguous either way). State: o_acc [tokens][Hq][128] fp32; m, l [Hq][tokens] fp32, m in
 // log2 units already multiplied by the softmax scale (1/sqrt(128) * log2 e), l the full row sum.
-// Block lengths: queries a multiple of kBlockM (128), keys of kBlockN (64), and so each run of a
+// Block lengths: queries a multiple of kBlockM (128), keys of kBlockN (64, or 32), and so each run of a
 // two-run (zig-zag) block.
 #pragma once
 
@@ -30,11 +30,26 @@ namespace ring_attention {
 
 using bf16 = __nv_bfloat16;
 
+// Two shapes of the same CTA tile (128 query rows), chosen at compile time:
+//   1 (default): 8 warps x 16 rows, the warp's Q fragments held in registers, one CTA per SM (248
+//                registers a thread);
+//   2:           4 warps x 32 rows (two 16-row m-tiles per warp, Q fragments re-read from shared
+//                memory), 32-key tiles (the registers of two m-tiles' scores), two CTAs per SM:
+//                every K/V fragment a warp loads feeds twice the MMAs, half the shared-memory
+//                traffic per FLOP.
+// bench/block_bench.cu verifies and times both (-DRING_ATTENTION_ROW_TILES=2).
+#ifndef RING_ATTENTION_ROW_TILES
+#define RING_ATTENTION_ROW_TILES 1
+#endif
+constexpr int kRowTiles = RING_ATTENTION_ROW_TILES;  // 16-row m-tiles per warp
+static_assert(kRowTiles == 1 || kRowTiles == 2, "RING_ATTENTION_ROW_TILES must be 1 or 2");
 constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // query rows per CTA (8 warps x 16)
-constexpr int kBlockN = 64;   // keys per tile
-constexpr int kWarps = 8;
+constexpr int kBlockM = 128;  // query rows per CTA
+constexpr int kBlockN = kRowTiles == 1 ? 64 : 32;  // keys per tile
+constexpr int kKeyFrags = kBlockN / 8;             // 8-key accumulator fragments per row tile
+constexpr int kWarps = kBlockM / (16 * kRowTiles);
 constexpr int kThreads = kWarps * 32;
+constexpr int kCtasPerSm = kRowTiles;  // what the register budget allows (__launch_bounds__)
 // Q tile + two stages of (K tile, V tile), bf16.
 constexpr size_t kBlockSmem = (size_t)(kBlockM + 4 * kBlockN) * kHeadDim * 2;
 
@@ -131,10 +146,189 @@ __device__ inline int needed_tiles(bool causal, int start, int tiles, int q_last
 
 // ---- the block kernel ----------------------------------------------------------------------------
 
+// The running state of one thread's rows: m-tile mi, r = 0 for row g and r = 1 for row g + 8 of
+// the m-tile; o[mi][j] covers columns 8j + 2t and 8j + 2t + 1. l is this thread's partial row sum
+// (the quad's four are added at the end).
+struct RowState {
+  float o[kRowTiles][16][4];
+  float m[kRowTiles][2], l[kRowTiles][2];
+};
+
+// Where this thread sits: warp_row0 is the warp's first row in the tile.
+struct LaneMap {
+  int warp_row0, lane, g, t;
+  __device__ int row(int q0, int mi, int r) const { return q0 + warp_row0 + 16 * mi + g + 8 * r; }
+};
+
+// Empty state (first block), or the one stored by the previous call.
+__device__ __forceinline__ void load_state(RowState& st, const BlockArgs& a, int h, int q0, const LaneMap& p) {
+#pragma unroll
+  for (int mi = 0; mi < kRowTiles; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (a.first) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) st.o[mi][j][2 * r] = st.o[mi][j][2 * r + 1] = 0.f;
+        st.m[mi][r] = -INFINITY;
+        st.l[mi][r] = 0.f;
+        continue;
+      }
+      const int row = p.row(q0, mi, r);
+      const float* src = a.o_acc + ((size_t)row * a.hq + h) * kHeadDim + 2 * p.t;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float2 x = *reinterpret_cast<const float2*>(src + 8 * j);
+        st.o[mi][j][2 * r] = x.x, st.o[mi][j][2 * r + 1] = x.y;
+      }
+      st.m[mi][r] = a.m[(size_t)h * a.q_len + row];
+      st.l[mi][r] = p.t == 0 ? a.l[(size_t)h * a.q_len + row] : 0.f;  // one thread of the quad carries the sum
+    }
+}
+
+// Q fragment address: m-tile mi, dims [16 kk, 16 kk + 16) (mma A operand, 4 8x8 matrices).
+__device__ __forceinline__ uint32_t q_frag_addr(uint32_t sQ, const LaneMap& p, int mi, int kk) {
+  return tile_addr(sQ, p.warp_row0 + 16 * mi + (p.lane & 7) + ((p.lane >> 3) & 1) * 8, kk * 16 + (p.lane >> 4) * 8);
+}
+
+// s = Q K^T for every m-tile's 16 rows x kBlockN keys of the tile at sK: s[mi][j] is keys 8j..8j+7.
+// qf holds the warp's Q fragments when kRowTiles == 1; otherwise they are read from sQ per step.
+template <int kQRegs>
+__device__ __forceinline__ void tile_scores(float (&s)[kRowTiles][kKeyFrags][4], const uint32_t (&qf)[kQRegs][4], uint32_t sQ, uint32_t sK,
+                                            const LaneMap& p) {
+#pragma unroll
+  for (int mi = 0; mi < kRowTiles; ++mi)
+#pragma unroll
+    for (int j = 0; j < kKeyFrags; ++j) s[mi][j][0] = s[mi][j][1] = s[mi][j][2] = s[mi][j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    uint32_t qa[kRowTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < kRowTiles; ++mi) {
+      if constexpr (kQRegs == 8) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) qa[mi][x] = qf[kk][x];
+      } else {
+        ldmatrix_x4(qa[mi], q_frag_addr(sQ, p, mi, kk));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < kKeyFrags / 2; ++np) {
+      uint32_t b[4];  // K rows are the B operand's columns: no transpose
+      ldmatrix_x4(b, tile_addr(sK, np * 16 + (p.lane & 7) + (p.lane >> 4) * 8, kk * 16 + ((p.lane >> 3) & 1) * 8));
+#pragma unroll
+      for (int mi = 0; mi < kRowTiles; ++mi) {
+        mma_bf16(s[mi][2 * np], qa[mi], b[0], b[1]);
+        mma_bf16(s[mi][2 * np + 1], qa[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Causal mask by global position: kg0 is the tile's first key, q_first the warp's first query.
+__device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyFrags][4], int kg0, int q_first, const LaneMap& p) {
+#pragma unroll
+  for (int mi = 0; mi < kRowTiles; ++mi) {
+    const int qm = q_first + 16 * mi;
+    if (kg0 + kBlockN - 1 <= qm) continue;  // every key at or before every row of the m-tile
+#pragma unroll
+    for (int j = 0; j < kKeyFrags; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = kg0 + 8 * j + 2 * p.t + (c & 1), qpos = qm + p.g + (c >> 1) * 8;
+        if (key > qpos) s[mi][j][c] = -INFINITY;
+      }
+  }
+}
+
+// Online softmax over the tile: new row max, rescale of O and l, s becomes P (unnormalized).
+__device__ __forceinline__ void softmax_step(float (&s)[kRowTiles][kKeyFrags][4], RowState& st, float scale_log2) {
+#pragma unroll
+  for (int mi = 0; mi < kRowTiles; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kKeyFrags; ++j) mx = fmaxf(mx, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // a quad of threads shares a row
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(st.m[mi][r], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet stays empty
+      const float alpha = fast_exp2(st.m[mi][r] - m_use);
+      st.m[mi][r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kKeyFrags; ++j) {
+        s[mi][j][2 * r] = fast_exp2(fmaf(s[mi][j][2 * r], scale_log2, -m_use));
+        s[mi][j][2 * r + 1] = fast_exp2(fmaf(s[mi][j][2 * r + 1], scale_log2, -m_use));
+        sum += s[mi][j][2 * r] + s[mi][j][2 * r + 1];
+      }
+      st.l[mi][r] = st.l[mi][r] * alpha + sum;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        st.o[mi][j][2 * r] *= alpha;
+        st.o[mi][j][2 * r + 1] *= alpha;
+      }
+    }
+}
+
+// O += P V for the tile at sV: P's accumulators become A fragments of 16 keys each.
+__device__ __forceinline__ void accumulate_pv(RowState& st, const float (&s)[kRowTiles][kKeyFrags][4], uint32_t sV, const LaneMap& p) {
+#pragma unroll
+  for (int kk = 0; kk < kKeyFrags / 2; ++kk) {
+    uint32_t pa[kRowTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < kRowTiles; ++mi) {
+      pa[mi][0] = pack_bf16(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+      pa[mi][1] = pack_bf16(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+      pa[mi][2] = pack_bf16(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+      pa[mi][3] = pack_bf16(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < 8; ++dp) {
+      uint32_t b[4];  // V rows are keys, the B operand's k dimension: transposed load
+      ldmatrix_x4_trans(b, tile_addr(sV, kk * 16 + (p.lane & 7) + ((p.lane >> 3) & 1) * 8, dp * 16 + (p.lane >> 4) * 8));
+#pragma unroll
+      for (int mi = 0; mi < kRowTiles; ++mi) {
+        mma_bf16(st.o[mi][2 * dp], pa[mi], b[0], b[1]);
+        mma_bf16(st.o[mi][2 * dp + 1], pa[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The end of the call: out = O / l in bf16 (finalize), or the state for the next call.
+__device__ __forceinline__ void write_state(RowState& st, const BlockArgs& a, int h, int q0, const LaneMap& p) {
+#pragma unroll
+  for (int mi = 0; mi < kRowTiles; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = st.l[mi][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = p.row(q0, mi, r);
+      const size_t at = ((size_t)row * a.hq + h) * kHeadDim + 2 * p.t;
+      if (a.finalize) {
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<uint32_t*>(a.out + at + 8 * j) = pack_bf16(st.o[mi][j][2 * r] * inv, st.o[mi][j][2 * r + 1] * inv);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<float2*>(a.o_acc + at + 8 * j) = make_float2(st.o[mi][j][2 * r], st.o[mi][j][2 * r + 1]);
+        if (p.t == 0) {
+          a.m[(size_t)h * a.q_len + row] = st.m[mi][r];
+          a.l[(size_t)h * a.q_len + row] = sum;
+        }
+      }
+    }
+}
+
 // One CTA's work: query tile `q_tile` (rows [128 q_tile, 128 q_tile + 128)) of head h against
-// every key tile of the block. CTA = 8 warps (kThreads), warp w owns query rows [16w, 16w + 16);
-// kBlockSmem bytes of dynamic shared memory. A device function, so that a program may launch it
-// inside a kernel of its own (with other CTAs doing other work).
+// every key tile of the block. CTA = kWarps warps (kThreads); warp w owns query rows
+// [16 kRowTiles w, 16 kRowTiles (w + 1)). kBlockSmem bytes of dynamic shared memory: Q, then two
+// stages of (K tile, V tile). A device function, so that a program may launch it inside a kernel
+// of its own (with other CTAs doing other work).
 template <bool kCausal>
 __device__ __forceinline__ void attention_tile(const BlockArgs& a, int h, int q_tile) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -142,177 +336,61 @@ __device__ __forceinline__ void attention_tile(const BlockArgs& a, int h, int q_
   const uint32_t sK0 = sQ + kBlockM * kHeadDim * 2;
   const uint32_t kTileBytes = kBlockN * kHeadDim * 2;
   const uint32_t sV0 = sK0 + 2 * kTileBytes;
-
-  const int kvh = h / (a.hq / a.hkv);
-  const int q0 = q_tile * kBlockM;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int kvh = h / (a.hq / a.hkv), q0 = q_tile * kBlockM;
+  const LaneMap p{(int)(threadIdx.x >> 5) * 16 * kRowTiles, (int)(threadIdx.x & 31), (int)((threadIdx.x & 31) >> 2), (int)(threadIdx.x & 3)};
   const int qg0 = a.q_pos.global(q0);  // a query tile never straddles the two runs
-  const int q_last = qg0 + kBlockM - 1;
 
   // Key tiles: run 0 then run 1, each cut to the tiles the causal mask leaves.
   const int len0 = a.k_pos.len0 < a.kv_len ? a.k_pos.len0 : a.kv_len;
   const int tiles0 = len0 / kBlockN, tiles1 = (a.kv_len - len0) / kBlockN;
-  const int n0 = needed_tiles(kCausal, a.k_pos.start0, tiles0, q_last);
-  const int n1 = needed_tiles(kCausal, a.k_pos.start1, tiles1, q_last);
-  const int ntiles = n0 + n1;
+  const int n0 = needed_tiles(kCausal, a.k_pos.start0, tiles0, qg0 + kBlockM - 1);
+  const int ntiles = n0 + needed_tiles(kCausal, a.k_pos.start1, tiles1, qg0 + kBlockM - 1);
   if (ntiles == 0 && !a.first && !a.finalize) return;  // nothing to fold in, state stays as it is
 
-  const size_t q_stride = (size_t)a.hq * kHeadDim, kv_stride = (size_t)a.hkv * kHeadDim;
+  const size_t kv_stride = (size_t)a.hkv * kHeadDim;
   auto tile_of = [&](int i) { return i < n0 ? i : tiles0 + (i - n0); };
   auto load_kv = [&](int i, int stage) {
     const size_t row0 = (size_t)tile_of(i) * kBlockN;
     load_tile_async<kBlockN>(sK0 + stage * kTileBytes, a.k + (row0 * a.hkv + kvh) * kHeadDim, kv_stride);
     load_tile_async<kBlockN>(sV0 + stage * kTileBytes, a.v + (row0 * a.hkv + kvh) * kHeadDim, kv_stride);
   };
-
-  load_tile_async<kBlockM>(sQ, a.q + ((size_t)q0 * a.hq + h) * kHeadDim, q_stride);
+  load_tile_async<kBlockM>(sQ, a.q + ((size_t)q0 * a.hq + h) * kHeadDim, (size_t)a.hq * kHeadDim);
   if (ntiles > 0) load_kv(0, 0);
   cp_async_commit();
 
-  // Running state of rows r0 = q0 + 16w + g and r0 + 8: o[j] covers columns 8j + 2t, 8j + 2t + 1.
-  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-  float o[16][4];
-  float m[2], l[2];
-  if (a.first) {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.f;
-  } else {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 x = *reinterpret_cast<const float2*>(a.o_acc + ((size_t)row_a * a.hq + h) * kHeadDim + 8 * j + 2 * t);
-      const float2 y = *reinterpret_cast<const float2*>(a.o_acc + ((size_t)row_b * a.hq + h) * kHeadDim + 8 * j + 2 * t);
-      o[j][0] = x.x, o[j][1] = x.y, o[j][2] = y.x, o[j][3] = y.y;
-    }
-    m[0] = a.m[(size_t)h * a.q_len + row_a];
-    m[1] = a.m[(size_t)h * a.q_len + row_b];
-    // l is summed over the quad at the end: one thread of the four carries the stored sum.
-    l[0] = t == 0 ? a.l[(size_t)h * a.q_len + row_a] : 0.f;
-    l[1] = t == 0 ? a.l[(size_t)h * a.q_len + row_b] : 0.f;
-  }
-
+  RowState st;
+  load_state(st, a, h, q0, p);
   cp_async_wait<0>();
   __syncthreads();
-  uint32_t qf[8][4];  // the warp's 16 x 128 query rows as mma A fragments
+  constexpr int kQRegs = kRowTiles == 1 ? 8 : 1;  // one m-tile: the warp's Q fragments stay in registers
+  uint32_t qf[kQRegs][4];
+  if constexpr (kQRegs == 8) {
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk)
-    ldmatrix_x4(qf[kk], tile_addr(sQ, warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8));
-
+    for (int kk = 0; kk < 8; ++kk) ldmatrix_x4(qf[kk], q_frag_addr(sQ, p, 0, kk));
+  }
   const float scale_log2 = 1.4426950408889634f / sqrtf((float)kHeadDim);
-  const int q_warp_first = qg0 + warp * 16;
 
   for (int i = 0; i < ntiles; ++i) {
     const int stage = i & 1;
-    if (i + 1 < ntiles) load_kv(i + 1, stage ^ 1);
+    if (i + 1 < ntiles) load_kv(i + 1, stage ^ 1);  // lands while this tile is computed
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const uint32_t sK = sK0 + stage * kTileBytes, sV = sV0 + stage * kTileBytes;
-
-    // S = Q K^T for 16 rows x 64 keys: s[j] is keys 8j..8j+7.
-    float s[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, tile_addr(sK, np * 16 + (lane & 7) + (lane >> 4) * 8, kk * 16 + ((lane >> 3) & 1) * 8));
-        mma_bf16(s[2 * np], qf[kk], b[0], b[1]);
-        mma_bf16(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
-
-    if constexpr (kCausal) {
-      const int kg0 = a.k_pos.global(tile_of(i) * kBlockN);
-      if (kg0 + kBlockN - 1 > q_warp_first) {  // some key of the tile lies after some row of the warp
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int key = kg0 + 8 * j + 2 * t + (c & 1), qpos = q_warp_first + g + (c >> 1) * 8;
-            if (key > qpos) s[j][c] = -INFINITY;
-          }
-      }
-    }
-
-    // Online softmax, rows g (r = 0) and g + 8 (r = 1); a quad of threads shares a row.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet stays empty
-      const float alpha = fast_exp2(m[r] - m_use);
-      m[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        s[j][2 * r] = fast_exp2(fmaf(s[j][2 * r], scale_log2, -m_use));
-        s[j][2 * r + 1] = fast_exp2(fmaf(s[j][2 * r + 1], scale_log2, -m_use));
-        sum += s[j][2 * r] + s[j][2 * r + 1];
-      }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        o[j][2 * r] *= alpha;
-        o[j][2 * r + 1] *= alpha;
-      }
-    }
-
-    // O += P V: P's accumulators become A fragments of 16 keys each.
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < 8; ++dp) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, tile_addr(sV, kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
-        mma_bf16(o[2 * dp], pa, b[0], b[1]);
-        mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
-      }
-    }
+    float s[kRowTiles][kKeyFrags][4];
+    tile_scores(s, qf, sQ, sK0 + stage * kTileBytes, p);
+    if constexpr (kCausal) mask_scores(s, a.k_pos.global(tile_of(i) * kBlockN), qg0 + p.warp_row0, p);
+    softmax_step(s, st, scale_log2);
+    accumulate_pv(st, s, sV0 + stage * kTileBytes, p);
     __syncthreads();  // this stage is refilled by the next iteration's prefetch
   }
   cp_async_wait<0>();
-
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  if (a.finalize) {
-    const float inv_a = l[0] > 0.f ? 1.f / l[0] : 0.f, inv_b = l[1] > 0.f ? 1.f / l[1] : 0.f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<uint32_t*>(a.out + ((size_t)row_a * a.hq + h) * kHeadDim + 8 * j + 2 * t) = pack_bf16(o[j][0] * inv_a, o[j][1] * inv_a);
-      *reinterpret_cast<uint32_t*>(a.out + ((size_t)row_b * a.hq + h) * kHeadDim + 8 * j + 2 * t) = pack_bf16(o[j][2] * inv_b, o[j][3] * inv_b);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<float2*>(a.o_acc + ((size_t)row_a * a.hq + h) * kHeadDim + 8 * j + 2 * t) = make_float2(o[j][0], o[j][1]);
-      *reinterpret_cast<float2*>(a.o_acc + ((size_t)row_b * a.hq + h) * kHeadDim + 8 * j + 2 * t) = make_float2(o[j][2], o[j][3]);
-    }
-    if (t == 0) {
-      a.m[(size_t)h * a.q_len + row_a] = m[0];
-      a.m[(size_t)h * a.q_len + row_b] = m[1];
-      a.l[(size_t)h * a.q_len + row_a] = l[0];
-      a.l[(size_t)h * a.q_len + row_b] = l[1];
-    }
-  }
+  write_state(st, a, h, q0, p);
 }
 
 // Grid (hq, q_len / 128). Query tiles are taken last-first so that the longest causal rows start
 // first.
 template <bool kCausal>
-__global__ void __launch_bounds__(kThreads, 1) attention_block_kernel(BlockArgs a) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_block_kernel(BlockArgs a) {
   attention_tile<kCausal>(a, blockIdx.x, gridDim.y - 1 - blockIdx.y);
 }
 
@@ -337,10 +415,10 @@ inline void check_block_args(const BlockArgs& a) {
   using braid::dev::DeviceError;
   if (a.q_len <= 0 || a.q_len % kBlockM != 0 || a.kv_len % kBlockN != 0)
     throw DeviceError("attention block: q_len " + std::to_string(a.q_len) + " must be a positive multiple of 128 and kv_len " +
-                      std::to_string(a.kv_len) + " a multiple of 64");
+                      std::to_string(a.kv_len) + " a multiple of " + std::to_string(kBlockN));
   if (a.hkv <= 0 || a.hq % a.hkv != 0) throw DeviceError("attention block: Hq must be a multiple of Hkv");
   if (a.q_pos.len0 % kBlockM != 0 || a.k_pos.len0 % kBlockN != 0)
-    throw DeviceError("attention block: each run of a two-run block must be a multiple of the tile (128 queries, 64 keys)");
+    throw DeviceError("attention block: each run of a two-run block must be whole tiles (128 queries, " + std::to_string(kBlockN) + " keys)");
 }
 
 // Checks the block constraints and launches attention_block_kernel.

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kCopyThreads) companion_kernel(const CopyJob* 
 // FusedCtas: blocks [0, copy_ctas) copy `job` (launched first, so they hold their SMs first), the
 // rest are the attention tiles of `a` (head-fastest, longest causal rows first).
 template <bool kCausal>
-__global__ void __launch_bounds__(ring_attention::kThreads, 1) fused_kernel(BlockArgs a, CopyJob job, int copy_ctas, uint32_t epoch) {
+__global__ void __launch_bounds__(ring_attention::kThreads, ring_attention::kCtasPerSm) fused_kernel(BlockArgs a, CopyJob job, int copy_ctas, uint32_t epoch) {
   if ((int)blockIdx.x < copy_ctas) {
     copy_unit(job, blockIdx.x, copy_ctas, epoch);
     return;

@@ -7,7 +7,8 @@
 //   block_bench bench [--seqs 8192,16384] [--hkv 8,32] [--causal 0,1] [--iters 10] [--warmup 3]
 //                                 the kernel over the whole sequence in one call (first + finalize),
 //                                 CUDA events per call, median. Prints
-//                                 "kernel S Hkv causal median_ms TFLOP/s" per shape.
+//                                 "kernel S Hkv causal median_ms TFLOP/s" per shape ("kernel_rt2"
+//                                 when built with -DRING_ATTENTION_ROW_TILES=2).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -149,7 +150,8 @@ int verify() {
     }
   int failed = 0;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
-  std::printf("%s: %zu cases, %d failed\n", failed ? "FAIL" : "PASS", cases.size(), failed);
+  std::printf("%s: %zu cases, %d failed (block kernel with %d row tile(s) per warp, %d-key tiles)\n", failed ? "FAIL" : "PASS", cases.size(),
+              failed, kRowTiles, kBlockN);
   return failed ? 1 : 0;
 }
 
@@ -205,7 +207,8 @@ int bench(int argc, char** argv) {
         }
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
-        std::printf("kernel %d %d %d %.4f %.1f\n", S, hkv, causal, med, attention_flops(S, kHq, causal != 0) / (med * 1e-3) / 1e12);
+        std::printf("%s %d %d %d %.4f %.1f\n", kRowTiles == 1 ? "kernel" : "kernel_rt2", S, hkv, causal, med,
+                    attention_flops(S, kHq, causal != 0) / (med * 1e-3) / 1e12);
         std::fflush(stdout);
       }
     }
