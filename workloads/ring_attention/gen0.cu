@@ -30,8 +30,10 @@
 //   kSkipMasked    causal shapes: launch no kernel for a chunk every query of this rank is masked
 //                  from (the chunk still travels on round the ring).
 // Handshakes keep every pull correct: a rank copies chunk c of step s from rank r - 1 only once
-// r - 1 has it (its landed flag), and overwrites a stage only once rank r + 1 has finished reading
-// it (r + 1's landed flag of the step before) and its own kernel on it is done.
+// r - 1 has it (r - 1's landed flag), and overwrites a stage only once rank r + 1 has finished
+// reading it (r + 1's landed flag of the step before) and its own kernel on it is done. Every flag
+// is waited on where it lives: a rank that lands a chunk adds to its own flag and to the copies
+// its two neighbours wait on (stream waits and device spins on local memory only).
 #include <memory>
 #include <vector>
 
@@ -66,18 +68,22 @@ constexpr bool kSkipMasked = false;  // braid:knob
 constexpr int kCopyThreads = ring_attention::kThreads;  // 256: the fused kernel's CTA size
 
 // One transfer unit: chunk c of the block a rank holds at step s moves to rank r + 1 (pulled by it).
-// Flags (uint32, a symmetric window): landed[s * kChunks + c] (this rank holds the chunk it pulled at
-// step s), computed[s * kChunks + c] (this rank's kernel on chunk c of step s is done; Companion).
+// Flags (uint32, a symmetric window of 4 arrays of units, index s * kChunks + c): landed (this rank
+// holds the chunk it pulled at step s), prev_landed / next_landed (rank r - 1 / r + 1 holds its
+// chunk of step s: written by that rank), computed (this rank's kernel on the unit is done;
+// Companion).
 struct CopyJob {
   const bf16* src_k = nullptr;  // the neighbour's chunk (LSA address)
   const bf16* src_v = nullptr;
   bf16* dst_k = nullptr;        // this rank's stage
   bf16* dst_v = nullptr;
   size_t bytes = 0;             // of K (and of V)
-  uint32_t* wait_prev = nullptr;  // r - 1's landed flag of the step before (null at step 0)
-  uint32_t* wait_next = nullptr;  // r + 1's landed flag of the step before (null at step 0)
-  uint32_t* wait_own = nullptr;   // this rank's computed flag of the step before (Companion)
-  uint32_t* landed = nullptr;     // this rank's landed flag of this unit
+  uint32_t* wait_prev = nullptr;  // local prev_landed of the step before (null at step 0)
+  uint32_t* wait_next = nullptr;  // local next_landed of the step before (null at step 0)
+  uint32_t* wait_own = nullptr;   // local computed of the step before (Companion)
+  uint32_t* landed = nullptr;     // this unit's landed flag: local, ...
+  uint32_t* tell_next = nullptr;  // ... r + 1's prev_landed, ...
+  uint32_t* tell_prev = nullptr;  // ... r - 1's next_landed
 };
 
 // Landed flags count copy CTAs: every CTA adds 1 per call, so a unit is in once the flag reaches
@@ -102,7 +108,8 @@ __device__ inline void copy_unit(const CopyJob& j, int cta, int ctas, uint32_t e
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*j.landed).fetch_add(1u, cuda::memory_order_release);
+    uint32_t* const flags[3] = {j.landed, j.tell_next, j.tell_prev};
+    for (uint32_t* f : flags) cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*f).fetch_add(1u, cuda::memory_order_release);
   }
 }
 
@@ -153,7 +160,9 @@ State& st(Context& c) { return *static_cast<State*>(c.candidate_state); }
 
 int units(const State& s) { return s.shape.world * kChunks; }
 size_t landed_slot(int step, int chunk) { return (size_t)step * kChunks + chunk; }
-size_t computed_slot(const State& s, int step, int chunk) { return (size_t)units(s) + landed_slot(step, chunk); }
+// The flag arrays of the window, each units() long.
+enum FlagArray { kLanded = 0, kPrevLanded = 1, kNextLanded = 2, kComputed = 3 };
+size_t flag_slot(const State& s, FlagArray array, int step, int chunk) { return (size_t)array * units(s) + landed_slot(step, chunk); }
 
 // Stage i holds K then V of one block: the block held at step s >= 1 sits in stage s % 2.
 bf16* stage_k(Context& c, int step) { return c.buffer("kv_stage").as<bf16>() + (size_t)(step % 2) * 2 * st(c).shape.kv_elems(); }
@@ -195,7 +204,7 @@ void setup(Context& c) {
   c.alloc_window("kv_stage", 2 * sh.kv_block_bytes(), Role::Intermediate, DType::BF16);
   c.alloc_window("q_zz", kZigZag ? sh.q_elems() * 2 : 0, Role::Intermediate, DType::BF16);
   c.alloc_window("out_zz", kZigZag ? sh.q_elems() * 2 : 0, Role::Intermediate, DType::BF16);
-  Buffer& flags = c.alloc_window("flags", 2 * (size_t)sh.world * kChunks * 4, Role::State, DType::U32);
+  Buffer& flags = c.alloc_window("flags", 4 * (size_t)sh.world * kChunks * 4, Role::State, DType::U32);
   c.alloc("o_acc", sh.q_elems() * 4, Role::Intermediate, DType::F32);
   c.alloc("row_max", (size_t)sh.local() * ring_attention::kQueryHeads * 4, Role::Intermediate, DType::F32);
   c.alloc("row_sum", (size_t)sh.local() * ring_attention::kQueryHeads * 4, Role::Intermediate, DType::F32);
@@ -245,11 +254,13 @@ CopyJob copy_job(Context& c, int step, int chunk) {
   j.dst_v = stage_k(c, step + 1) + n + off;
   j.bytes = (size_t)s.chunk_keys * s.shape.hkv * ring_attention::kHeadDim * 2;
   if (step > 0) {
-    j.wait_prev = s.prev_flags + landed_slot(step - 1, chunk);
-    j.wait_next = s.next_flags + landed_slot(step - 1, chunk);
-    if (kMover == Mover::Companion) j.wait_own = s.flags + computed_slot(s, step - 1, chunk);
+    j.wait_prev = s.flags + flag_slot(s, kPrevLanded, step - 1, chunk);
+    j.wait_next = s.flags + flag_slot(s, kNextLanded, step - 1, chunk);
+    if (kMover == Mover::Companion) j.wait_own = s.flags + flag_slot(s, kComputed, step - 1, chunk);
   }
-  j.landed = s.flags + landed_slot(step, chunk);
+  j.landed = s.flags + flag_slot(s, kLanded, step, chunk);
+  j.tell_next = s.next_flags + flag_slot(s, kPrevLanded, step, chunk);
+  j.tell_prev = s.prev_flags + flag_slot(s, kNextLanded, step, chunk);
   return j;
 }
 
@@ -279,7 +290,8 @@ void copy_engine_unit(Context& c, int step, int chunk) {
   }
   BRAID_CUDA(cudaMemcpyAsync(j.dst_k, j.src_k, j.bytes, cudaMemcpyDefault, s.comm));
   BRAID_CUDA(cudaMemcpyAsync(j.dst_v, j.src_v, j.bytes, cudaMemcpyDefault, s.comm));
-  s.memops->write(s.comm, j.landed, epoch);
+  uint32_t* const flags[3] = {j.landed, j.tell_next, j.tell_prev};
+  for (uint32_t* f : flags) s.memops->write(s.comm, f, epoch);
 }
 
 // Queries this rank computes: its own block, or (zig-zag) its first half and the mirror's second.
@@ -392,7 +404,7 @@ void run(Context& c, cudaStream_t stream) {
         if (kMover == Mover::Nccl || kMover == Mover::CopyEngine)
           BRAID_CUDA(cudaStreamWaitEvent(stream, s.landed_ev[landed_slot(step - 1, ch)], 0));
         else if (kMover == Mover::Companion)
-          s.memops->wait_geq(stream, s.flags + landed_slot(step - 1, ch), landed_target(epoch));
+          s.memops->wait_geq(stream, s.flags + flag_slot(s, kLanded, step - 1, ch), landed_target(epoch));
         // FusedCtas: the previous launch on this stream pulled it.
       }
       if (runs[u]) {
@@ -402,7 +414,7 @@ void run(Context& c, cudaStream_t stream) {
         if (moves) launch_fused<false>(BlockArgs{}, copy_job(c, step, ch), kCommCtas, 0, epoch, stream);
       }
       if constexpr (kOverlap && kMover != Mover::FusedCtas) {
-        if constexpr (kMover == Mover::Companion) s.memops->write(stream, s.flags + computed_slot(s, step, ch), epoch);
+        if constexpr (kMover == Mover::Companion) s.memops->write(stream, s.flags + flag_slot(s, kComputed, step, ch), epoch);
         else BRAID_CUDA(cudaEventRecord(s.computed_ev[u], stream));
       }
     }
