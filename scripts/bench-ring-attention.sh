@@ -11,7 +11,9 @@
 # H100.
 #
 # BRAID_RING_RANKS=P >= 2: the seed, gen0 and bench/variants.txt under the frozen harness on P GPUs
-# (every rank's output verified against the unsplit reference), one results folder per program.
+# (every rank's output verified against the unsplit reference), one results folder per program, then
+# the table (bench/table.py): seed, all-gather baseline, compute alone, ring alone, bound, the best
+# verified program, its ratio to the bound and its speedups.
 #
 #   scripts/bench-ring-attention.sh
 #   BRAID_RING_SEQS=8192,16384,32768,65536   (P = 1) sequence lengths
@@ -122,4 +124,4 @@ for name in "${names[@]}"; do
   rm -rf "$eval_dir"
   log "$name: rc=$rc in $(( $(date +%s) - start ))s $(head -c 300 "$dir/rank0.log" | tr '\n' ' ')"
 done
-log "metrics.json per program under $results"
+python3 "$wl/bench/table.py" "$results" | tee "$out/table.md"
