@@ -50,8 +50,13 @@ constexpr int kKeyFrags = kBlockN / 8;             // 8-key accumulator fragment
 constexpr int kWarps = kBlockM / (16 * kRowTiles);
 constexpr int kThreads = kWarps * 32;
 constexpr int kCtasPerSm = kRowTiles;  // what the register budget allows (__launch_bounds__)
-// Q tile + two stages of (K tile, V tile), bf16.
-constexpr size_t kBlockSmem = (size_t)(kBlockM + 4 * kBlockN) * kHeadDim * 2;
+// K/V tiles in flight: tile i + 1 loads while tile i is computed; a third stage lets the refill
+// of the stage tile i - 1 used wait for nothing but the barrier at the top of the next tile, so
+// there is one __syncthreads per tile (the warps drift apart by up to a phase: one warp's softmax
+// overlaps another's MMAs).
+constexpr int kStages = 3;
+// Q tile + kStages stages of (K tile, V tile), bf16: 128 KiB (one row tile), 80 KiB (two).
+constexpr size_t kBlockSmem = (size_t)(kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2;
 
 // Where the rows of a block sit in the whole sequence: local rows [0, len0) are positions
 // [start0, start0 + len0), the rest [start1, ...). A contiguous block has len0 = its length.
@@ -326,7 +331,7 @@ __device__ __forceinline__ void write_state(RowState& st, const BlockArgs& a, in
 
 // One CTA's work: query tile `q_tile` (rows [128 q_tile, 128 q_tile + 128)) of head h against
 // every key tile of the block. CTA = kWarps warps (kThreads); warp w owns query rows
-// [16 kRowTiles w, 16 kRowTiles (w + 1)). kBlockSmem bytes of dynamic shared memory: Q, then two
+// [16 kRowTiles w, 16 kRowTiles (w + 1)). kBlockSmem bytes of dynamic shared memory: Q, then kStages
 // stages of (K tile, V tile). A device function, so that a program may launch it inside a kernel
 // of its own (with other CTAs doing other work).
 template <bool kCausal>
@@ -335,7 +340,7 @@ __device__ __forceinline__ void attention_tile(const BlockArgs& a, int h, int q_
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK0 = sQ + kBlockM * kHeadDim * 2;
   const uint32_t kTileBytes = kBlockN * kHeadDim * 2;
-  const uint32_t sV0 = sK0 + 2 * kTileBytes;
+  const uint32_t sV0 = sK0 + kStages * kTileBytes;
   const int kvh = h / (a.hq / a.hkv), q0 = q_tile * kBlockM;
   const LaneMap p{(int)(threadIdx.x >> 5) * 16 * kRowTiles, (int)(threadIdx.x & 31), (int)((threadIdx.x & 31) >> 2), (int)(threadIdx.x & 3)};
   const int qg0 = a.q_pos.global(q0);  // a query tile never straddles the two runs
@@ -371,17 +376,18 @@ __device__ __forceinline__ void attention_tile(const BlockArgs& a, int h, int q_
   const float scale_log2 = 1.4426950408889634f / sqrtf((float)kHeadDim);
 
   for (int i = 0; i < ntiles; ++i) {
-    const int stage = i & 1;
-    if (i + 1 < ntiles) load_kv(i + 1, stage ^ 1);  // lands while this tile is computed
+    // Stage (i + 1) % 3 was last read at tile i - 2, which every warp has left: all of them passed
+    // the barrier below at tile i - 1.
+    const int stage = i % kStages;
+    if (i + 1 < ntiles) load_kv(i + 1, (i + 1) % kStages);  // lands while this tile is computed
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    cp_async_wait<1>();  // tile i has landed (this thread's copies) ...
+    __syncthreads();     // ... and every thread's
     float s[kRowTiles][kKeyFrags][4];
     tile_scores(s, qf, sQ, sK0 + stage * kTileBytes, p);
     if constexpr (kCausal) mask_scores(s, a.k_pos.global(tile_of(i) * kBlockN), qg0 + p.warp_row0, p);
     softmax_step(s, st, scale_log2);
     accumulate_pv(st, s, sV0 + stage * kTileBytes, p);
-    __syncthreads();  // this stage is refilled by the next iteration's prefetch
   }
   cp_async_wait<0>();
   write_state(st, a, h, q0, p);
