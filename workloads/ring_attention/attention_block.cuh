@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "braid/harness.cuh"
+#include "ring_shape.hpp"
 
 namespace ring_attention {
 
@@ -43,7 +44,6 @@ using bf16 = __nv_bfloat16;
 #endif
 constexpr int kRowTiles = RING_ATTENTION_ROW_TILES;  // 16-row m-tiles per warp
 static_assert(kRowTiles == 1 || kRowTiles == 2, "RING_ATTENTION_ROW_TILES must be 1 or 2");
-constexpr int kHeadDim = 128;
 constexpr int kBlockM = 128;  // query rows per CTA
 constexpr int kBlockN = kRowTiles == 1 ? 64 : 32;  // keys per tile
 constexpr int kKeyFrags = kBlockN / 8;             // 8-key accumulator fragments per row tile
@@ -57,14 +57,6 @@ constexpr int kCtasPerSm = kRowTiles;  // what the register budget allows (__lau
 constexpr int kStages = 3;
 // Q tile + kStages stages of (K tile, V tile), bf16: 128 KiB (one row tile), 80 KiB (two).
 constexpr size_t kBlockSmem = (size_t)(kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2;
-
-// Where the rows of a block sit in the whole sequence: local rows [0, len0) are positions
-// [start0, start0 + len0), the rest [start1, ...). A contiguous block has len0 = its length.
-struct Positions {
-  int len0 = 0, start0 = 0, start1 = 0;
-  __host__ __device__ int global(int local) const { return local < len0 ? start0 + local : start1 + (local - len0); }
-};
-inline Positions contiguous_positions(int start, int len) { return {len, start, 0}; }
 
 struct BlockArgs {
   const bf16* q = nullptr;  // [q_len][hq][128]

@@ -39,6 +39,7 @@
 
 #include "attention_block.cuh"
 #include "braid/harness.cuh"
+#include "ring_shape.hpp"
 
 namespace ring_attention {
 
@@ -49,39 +50,12 @@ using braid::dev::DType;
 using braid::dev::Problem;
 using braid::dev::Role;
 
-constexpr int kQueryHeads = 32;
-
-struct Shape {
-  int seq = 0, hkv = 0, world = 1;  // S, Hkv, P
-  bool causal = false;
-  int local() const { return seq / world; }                                               // L
-  size_t q_elems() const { return (size_t)local() * kQueryHeads * kHeadDim; }            // one rank's Q or out
-  size_t kv_elems() const { return (size_t)local() * (size_t)hkv * kHeadDim; }           // one rank's K or V
-  size_t kv_block_bytes() const { return 2 * kv_elems() * 2; }                            // K and V of one block
-};
-
-// A shape the workload cannot take is the user's error, named with its size.
+// A shape the workload cannot take is the user's error, named with its size (ring_shape.hpp).
 inline Shape shape_of(int64_t size, int world) {
   Shape s;
-  s.causal = size / 1000000000 == 1;
-  s.seq = (int)((size % 1000000000) / 100);
-  s.hkv = (int)(size % 100);
-  s.world = world;
-  const std::string where = "size " + std::to_string(size) + " (S = " + std::to_string(s.seq) + ", Hkv = " + std::to_string(s.hkv) +
-                            ", causal = " + std::to_string(s.causal) + ", P = " + std::to_string(world) + "; size = C * 10^9 + S * 100 + Hkv)";
-  if (size < 0 || size / 1000000000 > 1) throw DeviceError(where + ": C must be 0 or 1");
-  if (s.hkv < 1 || kQueryHeads % s.hkv != 0) throw DeviceError(where + ": Hkv must divide 32");
-  if (world < 1 || s.seq <= 0 || s.seq % (256 * world) != 0) throw DeviceError(where + ": S must be a positive multiple of 256 * P");
+  const std::string error = parse_shape(size, world, s);
+  if (!error.empty()) throw DeviceError(error);
   return s;
-}
-
-// Rank r's contiguous block of the sequence.
-inline Positions block_positions(int rank, const Shape& s) { return contiguous_positions(rank * s.local(), s.local()); }
-// The mirror rank of the zig-zag swap, and the query positions rank r computes under it.
-inline int mirror_of(int rank, int world) { return world - 1 - rank; }
-inline Positions zigzag_positions(int rank, const Shape& s) {
-  const int L = s.local();
-  return {L / 2, rank * L, mirror_of(rank, s.world) * L + L / 2};
 }
 
 struct WorkloadState {
