@@ -8,7 +8,7 @@
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/fs.hpp"
 
 using namespace braid;

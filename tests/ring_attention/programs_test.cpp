@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "braid/convert/gate.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/util/fs.hpp"

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "../../llm/loopback_llm_server.hpp"
-#include "braid/eval/gpu_toolchain.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/eval/ncu_profile.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/json.hpp"
