@@ -75,4 +75,29 @@ json compare_knobs(const std::vector<RunReader*>& runs) {
   return out;
 }
 
+// Runs measure the same thing when they evaluated one workload folder from one seed program.
+json compare_workloads(const std::vector<RunReader*>& runs) {
+  json out = {{"runs", json::array()}, {"same", true}, {"why", ""}};
+  std::set<std::string> folders, seeds;
+  for (auto* run : runs) {
+    json w = run->workload();
+    w["name"] = run->name();
+    folders.insert(w["workload_dir"].is_string() ? w["workload_dir"].get<std::string>() : "");
+    seeds.insert(w["seed_hash"].is_string() ? w["seed_hash"].get<std::string>() : "");
+    out["runs"].push_back(std::move(w));
+  }
+  if (folders.size() > 1) {
+    std::string names;
+    for (const auto& w : out["runs"])
+      names += (names.empty() ? "" : ", ") + w["name"].get<std::string>() + " (" +
+               (w["workload"].is_string() ? w["workload"].get<std::string>() : "no workload recorded") + ")";
+    out["same"] = false;
+    out["why"] = "runs of different workloads: " + names + "; their scores are not comparable";
+  } else if (seeds.size() > 1) {
+    out["same"] = false;
+    out["why"] = "runs of one workload folder from different seed programs; their scores may not be comparable";
+  }
+  return out;
+}
+
 }  // namespace braid::report

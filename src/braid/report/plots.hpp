@@ -19,5 +19,8 @@ std::optional<std::string> run_plot_svg(RunReader& run, std::string_view name);
 std::optional<std::string> compare_plot_svg(const std::vector<RunReader*>& runs, std::string_view name);
 // Knob values of each run's best, side by side: {"runs":[{name,best}], "knobs":[{name, values:[...]}]}.
 json compare_knobs(const std::vector<RunReader*>& runs);
+// Which workload each run evaluated: {"runs":[{name, workload, workload_dir, seed_hash}], "same", "why"};
+// `same` is false when the folders or the seed programs differ (`why` says which).
+json compare_workloads(const std::vector<RunReader*>& runs);
 
 }  // namespace braid::report
