@@ -433,7 +433,7 @@ async function viewCompare(r) {
   const q = mixed ? '?mixed=1&' : '?';
   return [
     el('h1', {}, `Comparison of ${runs.length} runs`),
-    mixed ? el('div', { className: 'warn', id: 'workload-warning' }, `Not comparable: ${w.why}.`,
+    mixed ? el('div', { className: 'warn', id: 'workload-warning' }, el('b', {}, 'Not comparable: '), `${w.why}; their scores do not measure the same thing.`,
       overlay ? null : [' ', el('a', { href: '#/compare?mixed=1', id: 'overlay-anyway' }, 'overlay their curves anyway')]) : null,
     el('h2', {}, 'Workloads'),
     table(['run', 'workload', 'folder', 'seed program'], w.runs.map((x) => [x.name, x.workload ?? '-', x.workload_dir ?? '-', x.seed_hash ? short(x.seed_hash) : '-'])),

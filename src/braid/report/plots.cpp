@@ -92,10 +92,10 @@ json compare_workloads(const std::vector<RunReader*>& runs) {
       names += (names.empty() ? "" : ", ") + w["name"].get<std::string>() + " (" +
                (w["workload"].is_string() ? w["workload"].get<std::string>() : "no workload recorded") + ")";
     out["same"] = false;
-    out["why"] = "runs of different workloads: " + names + "; their scores are not comparable";
+    out["why"] = "runs of different workloads: " + names;
   } else if (seeds.size() > 1) {
     out["same"] = false;
-    out["why"] = "runs of one workload folder from different seed programs; their scores may not be comparable";
+    out["why"] = "runs of one workload folder from different seed programs";
   }
   return out;
 }
