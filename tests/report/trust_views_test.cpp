@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "braid/report/candidate_columns.hpp"
+#include "braid/report/html_report.hpp"
 #include "braid/report/run_reader.hpp"
 #include "braid/report/web_server.hpp"
 #include "braid/search/confirmation.hpp"
@@ -235,6 +236,31 @@ TEST_F(TrustViews, CompareFlagsRunsOfDifferentWorkloadsAndRefusesTheirOverlay) {
   EXPECT_EQ(refused->status, 409);
   EXPECT_NE(refused->body.find("mixed=1"), std::string::npos);
   EXPECT_EQ(get(mixed_port_, "/api/compare/plots/best_by_eval.svg?mixed=1")->status, 200);
+}
+
+TEST_F(TrustViews, ReportAndPlotShowEveryCandidateWithItsReRunsAndTheState) {
+  auto svg = get(same_port_, "/api/runs/0/plots/every_candidate.svg");
+  ASSERT_TRUE(svg);
+  EXPECT_EQ(svg->status, 200);
+  EXPECT_EQ(svg->get_header_value("Content-Type"), "image/svg+xml");
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(svg->body, "class=\"pt confirmed\""), 2u);  // the best and the seed (as incumbent)
+  EXPECT_EQ(count(svg->body, "class=\"pt refuted\""), 1u);
+  EXPECT_GT(count(svg->body, "class=\"pt single\""), 50u);
+  EXPECT_EQ(count(svg->body, "class=\"rebench\""), 1u);
+  EXPECT_EQ(count(svg->body, "class=\"best-mark\""), 1u);
+  EXPECT_EQ(count(svg->body, "class=\"seed-line\""), 1u);
+  EXPECT_EQ(svg->body.find("<script"), std::string::npos);
+
+  RunReader run(a_->run.dir);
+  const std::string html = render_html_report(run, {});
+  EXPECT_NE(html.find("<h2>Every candidate</h2>"), std::string::npos);
+  EXPECT_NE(html.find("state: <b>interrupted</b> &middot; 118 of 1000 generations"), std::string::npos);
+  EXPECT_EQ(count(html, "class=\"best-mark\""), 1u);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@ std::optional<std::string> run_plot_svg(RunReader& run, std::string_view name) {
   if (name == "ratio_by_eval")
     return step_chart_svg(run.curves(CurveAxis::Evaluations, CurveValue::RatioToBoundOfBest, true),
                           {"Ratio to bound of the best candidate", "evaluations", "ratio_to_bound"});
+  if (name == "every_candidate")
+    return points_svg(run.points(), {"Score of every correct candidate", "evaluations", "score", 900, 340});
   if (name == "failures") {
     json ov = run.overview();
     std::vector<std::pair<std::string, double>> bars;

@@ -3,6 +3,7 @@
 //   best_by_time   the same over wall-clock seconds since the first candidate
 //   ratio_by_eval  ratio_to_bound (public metric) of the best-so-far candidate
 //   failures       candidates per failure kind
+//   every_candidate  every correct candidate with its re-runs (svg.hpp points_svg)
 #pragma once
 #include <optional>
 #include <string>

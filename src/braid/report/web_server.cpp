@@ -67,7 +67,7 @@ json endpoint_index() {
                "GET /api/runs/{r}/archive?offset=&limit=",
                "GET /api/runs/{r}/meta",
                "GET /api/runs/{r}/knobs",
-               "GET /api/runs/{r}/plots/{best_by_eval|best_by_time|ratio_by_eval|failures}.svg",
+               "GET /api/runs/{r}/plots/{best_by_eval|best_by_time|ratio_by_eval|failures|every_candidate}.svg",
                "GET /api/runs/{r}/points",
                "GET /api/runs/{r}/state",
                "GET /api/runs/{r}/export.csv",
