@@ -263,5 +263,34 @@ TEST_F(TrustViews, ReportAndPlotShowEveryCandidateWithItsReRunsAndTheState) {
   EXPECT_EQ(count(html, "class=\"best-mark\""), 1u);
 }
 
+TEST(TrustPoints, LargeRunsThinSingleMeasurementsToTheirEnvelope) {
+  auto dir = test::test_dir("trust_thin");
+  auto run = test::make_synthetic_run(dir, 9000, 2, 120, false);
+  RunReader reader(dir);
+  json p = reader.points();
+  const auto singles = p["single_measurements"].get<std::size_t>();
+  EXPECT_EQ(singles + p["failed"].get<std::size_t>(), 9000u);
+  EXPECT_GT(singles, 4000u);
+  EXPECT_LE(p["items"].size(), 4000u);
+  EXPECT_GT(p["items"].size(), 2000u);
+  double best = 0, lowest = 1e300;
+  int last_x = 0;
+  bool has_best = false;
+  for (const auto& item : p["items"]) {
+    EXPECT_GT(item["x"].get<int>(), last_x);  // in evaluation order
+    last_x = item["x"];
+    best = std::max(best, item["score"].get<double>());
+    lowest = std::min(lowest, item["score"].get<double>());
+    has_best = has_best || item["id"] == run.best_id;
+  }
+  EXPECT_TRUE(has_best) << "the highest single measurement is always drawn";
+  json all = reader.export_json();
+  double all_lowest = 1e300;
+  for (const auto& c : all["items"])
+    if (c["correct"].get<bool>()) all_lowest = std::min(all_lowest, c["score"].get<double>());
+  EXPECT_EQ(lowest, all_lowest) << "and so is the lowest";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace braid::report

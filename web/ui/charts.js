@@ -90,7 +90,7 @@ export function scoreScatter(p, open) {
   });
   const confirmed = p.items.filter((c) => c.reruns.length && !c.refuted).length, refuted = p.items.filter((c) => c.refuted).length;
   const legend = el('div', { className: 'legend', id: 'scatter-legend' },
-    el('span', { className: 'lg single' }, `single measurement (${singles.length})`),
+    el('span', { className: 'lg single' }, `single measurement (${p.single_measurements}${p.single_measurements > singles.length ? `; the lowest and highest of each range of evaluations drawn: ${singles.length}` : ''})`),
     el('span', { className: 'lg confirmed' }, `re-measured: re-run range and median (${confirmed})`),
     el('span', { className: 'lg refuted' }, `re-measured, not promoted (${refuted})`),
     el('span', { className: 'lg rebench' }, 'braid rebench median'),

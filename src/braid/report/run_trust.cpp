@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -100,9 +101,9 @@ json RunReader::points() {
   std::lock_guard lock(mutex_);
   refresh_locked();
   const auto trust = trust_by_id(db_, meta_json("rebench"));
-  json items = json::array();
   json seed = nullptr;
   std::int64_t failed = 0;
+  std::vector<std::size_t> shown, singles;  // indices of correct candidates
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
     if (n.patch_type == "seed" && n.correct && (seed.is_null() || n.score > seed["score"].get<double>()))
@@ -112,13 +113,37 @@ json RunReader::points() {
       ++failed;
       continue;
     }
+    (trust.count(n.id) ? shown : singles).push_back(i);
+  }
+  // Large runs: single measurements are thinned to the lowest and highest of each of
+  // kBuckets evaluation ranges, which draws the same envelope; re-measured ones are all kept.
+  constexpr std::size_t kBuckets = 2000;
+  const std::size_t single_total = singles.size();
+  if (singles.size() > 2 * kBuckets) {
+    std::vector<std::pair<std::size_t, std::size_t>> extremes(kBuckets, {SIZE_MAX, SIZE_MAX});  // (lowest, highest)
+    for (auto i : singles) {
+      auto& [lo, hi] = extremes[i * kBuckets / nodes_.size()];
+      if (lo == SIZE_MAX || nodes_[i].score < nodes_[lo].score) lo = i;
+      if (hi == SIZE_MAX || nodes_[i].score > nodes_[hi].score) hi = i;
+    }
+    singles.clear();
+    for (auto [lo, hi] : extremes) {
+      if (lo != SIZE_MAX) singles.push_back(lo);
+      if (hi != SIZE_MAX && hi != lo) singles.push_back(hi);
+    }
+  }
+  shown.insert(shown.end(), singles.begin(), singles.end());
+  std::sort(shown.begin(), shown.end());
+  json items = json::array();
+  for (auto i : shown) {
+    const auto& n = nodes_[i];
     json p = {{"x", i + 1}, {"id", n.id}, {"score", n.score}, {"island", n.island}, {"generation", n.generation}};
     auto it = trust.find(n.id);
     add_trust(p, it == trust.end() ? nullptr : &it->second);
     items.push_back(std::move(p));
   }
-  return {{"evaluations", nodes_.size()}, {"failed", failed}, {"seed", seed}, {"noise", meta_json("noise")},
-          {"best", best_json()}, {"items", items}};
+  return {{"evaluations", nodes_.size()}, {"failed", failed}, {"seed", seed}, {"noise", meta_json("noise")}, {"best", best_json()},
+          {"single_measurements", single_total}, {"items", items}};
 }
 
 json RunReader::state() {
