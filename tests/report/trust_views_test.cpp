@@ -175,6 +175,14 @@ TEST_F(TrustViews, CandidateListHasKnobAndMetricColumnsSortable) {
   json asc = get_json("/api/runs/0/candidates?order=metric:speedup&dir=asc&offset=110&limit=10");
   EXPECT_FALSE(asc["items"].back()["metrics"].contains("speedup"));
   EXPECT_EQ(get(same_port_, "/api/runs/0/candidates?order=knob:kChunks&dir=up")->status, 400);
+  // Each listed candidate says what its score rests on.
+  int remeasured = 0;
+  for (const auto& c : page["items"]) {
+    ASSERT_TRUE(c.contains("reruns") && c.contains("rebench_median")) << c.dump();
+    remeasured += c["reruns"].empty() ? 0 : 1;
+    if (c["id"] == a_->confirmed_id) EXPECT_EQ(c["reruns"].size(), 6u);
+  }
+  EXPECT_EQ(remeasured, 3);
 }
 
 TEST(CandidateColumns, KnobValuesCompareAsNumbersAndCsvCellsAreInert) {

@@ -131,6 +131,9 @@ try {
     result.loads_ms.candidates = await timedLoad('#/run/0/candidates', 'candidates');
     const rows = await page.$$('#main table tr.clickable');
     check(rows.length > 0, 'candidates listing has rows');
+    const measured = await page.$$eval('#candidates tr.clickable td:nth-child(3)', (tds) => tds.map((t) => t.textContent));
+    check(measured.some((t) => t === 'single measurement' || t.startsWith('median ') || t.startsWith('not promoted')),
+      `the listing says what each score rests on (${[...new Set(measured)].slice(0, 3).join(' | ')})`);
     await shot('candidates');
     const knobHeaders = await page.$$eval('#candidates th.sortable', (ths) => ths.map((t) => t.dataset.order).filter((o) => o.startsWith('knob:')));
     check(knobHeaders.length > 0, `knob columns (${knobHeaders.join(', ')})`);

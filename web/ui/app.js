@@ -82,11 +82,20 @@ function plot(src, alt) {
   return el('img', { src: `${src}${src.includes('?') ? '' : '?'}t=${lastChanges ?? 0}`, alt });
 }
 
+// What a score rests on: its re-runs (median, spread, how many), a rebench median, or nothing
+// but the evaluation itself. '-' where the answer did not say (children of a candidate page).
+function measuredText(c) {
+  if (c.reruns === undefined || !c.correct) return '-';
+  const parts = [];
+  if (c.reruns.length) parts.push(`${c.refuted ? 'not promoted: ' : ''}median ${fmt(c.median)} of ${c.reruns.length}${c.spread !== null ? ` ±${Math.round(c.spread * 50)}%` : ''}`);
+  if (c.rebench_median !== null) parts.push(`rebench ${fmt(c.rebench_median)} of ${c.rebench_runs}`);
+  return parts.length ? parts.join('; ') : 'single measurement';
+}
 function candidateRows(run, items) {
-  return items.map((c) => [candLink(run, c.id), fmt(c.score), c.ratio_to_bound === null ? '-' : fmt(c.ratio_to_bound), c.generation, c.island,
+  return items.map((c) => [candLink(run, c.id), fmt(c.score), measuredText(c), c.ratio_to_bound === null ? '-' : fmt(c.ratio_to_bound), c.generation, c.island,
     c.failure, c.patch_type, c.model, c.parent ? candLink(run, c.parent) : '-', c.children]);
 }
-const candidateHeaders = ['id', 'score', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
+const candidateHeaders = ['id', 'score', 're-measured', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
 
 // `braid run`: the fast path's summary (rules, what was left, LLM rewrite, gate, annotation).
 function conversionSection(c) {
@@ -208,7 +217,8 @@ async function viewCandidates(r) {
       return s;
     })());
   const knobs = page.columns.knobs, metrics = page.columns.metrics.filter((m) => m !== 'ratio_to_bound');
-  const head = el('tr', {}, el('th', {}, 'id'), sortHeader('score', 'score', q, go), el('th', {}, 'ratio to bound'), sortHeader('gen', 'generation', q, go),
+  const head = el('tr', {}, el('th', {}, 'id'), sortHeader('score', 'score', q, go), el('th', {}, 're-measured'), el('th', {}, 'ratio to bound'),
+    sortHeader('gen', 'generation', q, go),
     ['island', 'outcome', 'patch', 'model', 'parent', 'children'].map((h) => el('th', {}, h)),
     knobs.map((k) => sortHeader(k, `knob:${k}`, q, go)), metrics.map((m) => sortHeader(m, `metric:${m}`, q, go)));
   const t = el('table', { id: 'candidates' }, head);

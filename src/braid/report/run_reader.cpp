@@ -416,6 +416,7 @@ json RunReader::candidates(const CandidatePageQuery& q) {
       add_columns(item, nodes_[picked[k]]);
       items.push_back(std::move(item));
     }
+    add_trust_fields(items);
   }
   return {{"total", picked.size()}, {"offset", offset}, {"limit", limit}, {"order", q.order}, {"items", items},
           {"columns", column_names(nodes_)}};

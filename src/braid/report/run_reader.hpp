@@ -129,7 +129,8 @@ class RunReader {
   json node_json(const CandidateNode& n) const;
   std::vector<Curve> curves_locked(CurveAxis axis, CurveValue value, bool per_island) const;
   json state_locked() const;
-  json export_locked() const;  // export_json() under the lock
+  json export_locked() const;
+  void add_trust_fields(json& items) const;  // the points' measurement fields, per listed node  // export_json() under the lock
 
   std::filesystem::path dir_;
   std::filesystem::path db_path_;

@@ -146,6 +146,14 @@ json RunReader::points() {
           {"single_measurements", single_total}, {"items", items}};
 }
 
+void RunReader::add_trust_fields(json& items) const {
+  const auto trust = trust_by_id(db_, meta_json("rebench"));
+  for (auto& item : items) {
+    auto it = trust.find(item.at("id").get<std::string>());
+    add_trust(item, it == trust.end() ? nullptr : &it->second);
+  }
+}
+
 json RunReader::state() {
   std::lock_guard lock(mutex_);
   refresh_locked();
