@@ -129,11 +129,20 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   EXPECT_EQ(outcome.code, 0) << outcome.output;
   ASSERT_TRUE(outcome.result.is_object()) << outcome.output;
   EXPECT_FALSE(outcome.result.contains("error")) << outcome.result.value("error", "");
-  EXPECT_GE(outcome.result["checks"].size(), 15u) << outcome.output;
+  EXPECT_GE(outcome.result["checks"].size(), 35u) << outcome.output;
   EXPECT_TRUE(outcome.result.contains("live"));
-  for (const char* png : {"overview.png", "overview_live.png", "tree.png", "candidate.png", "compare.png", "hostile_candidate.png"})
+  for (const char* png : {"overview.png", "overview_live.png", "every_candidate.png", "candidates_sorted.png", "knobs.png", "tree.png",
+                          "candidate.png", "compare_mixed.png", "compare.png", "hostile_candidate.png"})
     EXPECT_TRUE(fs::exists(shots / png)) << png;
   EXPECT_GE(candidates_in(results), 12) << "evolve exit " << evolve_code << ": " << read_file(evolve_log);
+  // Finished: the state the UI shows is "done" with every generation recorded.
+  {
+    RunReader finished(results);
+    json st = finished.state();
+    EXPECT_EQ(st["state"], "done") << st.dump();
+    EXPECT_EQ(st["generations_done"], 12) << st.dump();
+    EXPECT_EQ(st["generations_total"], 12) << st.dump();
+  }
   std::printf("browser e2e: %s\n", outcome.result.dump().c_str());
   fs::remove_all(results);
   fs::remove_all(hostile_dir);

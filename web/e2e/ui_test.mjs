@@ -70,7 +70,7 @@ try {
     const best = runs.runs[0].best.id;
     const pages = [['overview', '#/run/0/overview', 'overview'], ['candidates', '#/run/0/candidates', 'candidates'],
       ['candidates_last_page', '#/run/0/candidates?order=generation&offset=' + Math.max(0, runs.runs[0].count - 50), 'candidates'],
-      ['tree', '#/run/0/tree', 'tree'], ['candidate', `#/run/0/c/${best}`, 'c'], ['islands', '#/run/0/islands', 'islands'], ['meta', '#/run/0/meta', 'meta']];
+      ['tree', '#/run/0/tree', 'tree'], ['candidate', `#/run/0/c/${best}`, 'c'], ['islands', '#/run/0/islands', 'islands'], ['meta', '#/run/0/meta', 'meta'], ['knobs', '#/run/0/knobs', 'knobs']];
     for (const [name, hash, view] of pages) {
       const times = [];
       for (let i = 0; i < 3; ++i) times.push(await timedLoad(hash, view));
@@ -87,6 +87,11 @@ try {
     check((await page.textContent('h1')).startsWith('Run '), 'overview renders');
     await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
     check(await imagesLoaded(), 'overview plots load');
+    const state = await page.getAttribute('#run-state', 'data-state');
+    check(['running', 'done', 'interrupted', 'unknown'].includes(state), `run state shown (${state})`);
+    if (process.env.BRAID_LIVE === '1') check(state === 'running', 'a run being written reads as running');
+    check((await page.textContent('#live')).includes('generations'), 'header line says N of M generations');
+    check(await page.$('#scatter .seed-line') !== null, "every-candidate plot draws the seed's line");
     await shot('overview');
 
     if (process.env.BRAID_LIVE === '1') {
@@ -101,11 +106,78 @@ try {
       await shot('overview_live');
     }
 
-    // Candidates listing, then a click through to a candidate page.
+    // Every candidate as a point: re-measured ones drawn apart from single measurements.
+    await timedLoad('#/run/0/overview', 'overview');
+    const points = await (await fetch(`${base}/api/runs/0/points`)).json();
+    const remeasured = points.items.filter((c) => c.reruns.length > 0).length;
+    const drawn = await page.evaluate(() => ({
+      remeasured: document.querySelectorAll('#scatter circle.pt.confirmed, #scatter circle.pt.refuted').length,
+      single: document.querySelectorAll('#scatter circle.pt.single, #scatter path.pt.single').length,
+      ranges: document.querySelectorAll('#scatter line.range').length,
+      best: document.querySelectorAll('#scatter .best-mark').length }));
+    check(drawn.remeasured === remeasured && drawn.ranges === remeasured, `re-measured candidates drawn with their re-run range (${remeasured})`);
+    check(drawn.single > 0, 'single measurements drawn as hollow points');
+    check(drawn.best === (points.best ? 1 : 0), 'the reported best is marked');
+    check((await page.textContent('#scatter-legend')).includes(points.best.confirmed ? 're-runs)' : 'single measurement)'),
+      'the legend says what the best rests on');
+    await page.click('#scatter circle.pt');
+    await ready('c');
+    check(true, 'clicking a point opens its candidate page');
+    await page.goto(`${base}/#/run/0/overview`);
+    await ready('overview');
+    await page.locator('#scatter').screenshot({ path: join(shots, 'every_candidate.png') });
+
+    // Candidates listing with knob and metric columns, sorted by a knob both ways; export.
     result.loads_ms.candidates = await timedLoad('#/run/0/candidates', 'candidates');
     const rows = await page.$$('#main table tr.clickable');
     check(rows.length > 0, 'candidates listing has rows');
+    const measured = await page.$$eval('#candidates tr.clickable td:nth-child(3)', (tds) => tds.map((t) => t.textContent));
+    check(measured.some((t) => t === 'single measurement' || t.startsWith('median ') || t.startsWith('not promoted')),
+      `the listing says what each score rests on (${[...new Set(measured)].slice(0, 3).join(' | ')})`);
     await shot('candidates');
+    const knobHeaders = await page.$$eval('#candidates th.sortable', (ths) => ths.map((t) => t.dataset.order).filter((o) => o.startsWith('knob:')));
+    check(knobHeaders.length > 0, `knob columns (${knobHeaders.join(', ')})`);
+    const metricHeaders = await page.$$eval('#candidates th.sortable', (ths) => ths.map((t) => t.dataset.order).filter((o) => o.startsWith('metric:')));
+    check(metricHeaders.length > 0, `metric columns (${metricHeaders.join(', ')})`);
+    const columnValues = (order) => page.evaluate((o) => {
+      const ths = [...document.querySelectorAll('#candidates tr:first-child th')];
+      const col = ths.findIndex((t) => t.dataset.order === o);
+      return [...document.querySelectorAll('#candidates tr.clickable')].map((tr) => tr.children[col].textContent).filter((v) => v !== '-');
+    }, order);
+    const numeric = (vs) => vs.every((v) => v.trim() !== '' && Number.isFinite(Number(v)));
+    const sortedBy = (vs, dir) => vs.every((v, i) => i === 0 || (dir === 'asc' ? Number(vs[i - 1]) <= Number(v) : Number(vs[i - 1]) >= Number(v)));
+    const metric = metricHeaders[0];
+    await page.click(`#candidates th[data-order="${metric}"]`);
+    await ready('candidates');
+    let values = await columnValues(metric);
+    check(numeric(values) && sortedBy(values, 'desc'), `sorted by ${metric}, descending (${values.slice(0, 4).join(' ')} ...)`);
+    await page.click(`#candidates th[data-order="${metric}"]`);
+    await ready('candidates');
+    values = await columnValues(metric);
+    check(sortedBy(values, 'asc'), `second click sorts ${metric} ascending`);
+    const numericKnob = [];
+    for (const k of knobHeaders) if (numeric(await columnValues(k))) numericKnob.push(k);
+    if (numericKnob.length) {
+      await page.click(`#candidates th[data-order="${numericKnob[0]}"]`);
+      await ready('candidates');
+      check(sortedBy(await columnValues(numericKnob[0]), 'desc'), `sorted by ${numericKnob[0]}, descending`);
+    }
+    await shot('candidates_sorted');
+    const csvHref = await page.getAttribute('#export-csv', 'href');
+    const csv = await (await fetch(`${base}${csvHref}`)).text();
+    const lines = csv.trim().split('\n');
+    check(lines[0].startsWith('id,parent,generation') && lines[0].includes('knob:'), 'CSV export has a header with knob columns');
+    const listed = (await (await fetch(`${base}/api/runs/0/candidates?limit=1`)).json()).total;
+    check(lines.length - 1 >= Math.min(listed, 1) && lines.length - 1 <= listed + 50, `CSV export has every candidate (${lines.length - 1})`);
+    const exported = await (await fetch(`${base}${await page.getAttribute('#export-json', 'href')}`)).json();
+    check(exported.items.length >= lines.length - 1 && exported.knobs.length > 0, 'JSON export with knobs');
+
+    // Knob run: parallel coordinates and one effect plot per knob.
+    result.loads_ms.knobs = await timedLoad('#/run/0/knobs', 'knobs');
+    const lines_pc = await page.$$('#parallel path.pc-line');
+    check(lines_pc.length === exported.items.filter((c) => c.correct).length, `parallel coordinates: one line per correct candidate (${lines_pc.length})`);
+    check((await page.$$('#effects svg.effect')).length === exported.knobs.length, 'an effect plot per knob');
+    await shot('knobs');
 
     // Lineage tree: render, zoom, click a node with a parent, open its candidate page.
     result.loads_ms.tree = await timedLoad('#/run/0/tree', 'tree');
@@ -143,10 +215,18 @@ try {
 
     const runs = await (await fetch(`${base}/api/runs`)).json();
     if (runs.runs.length > 1) {
+      // Run 1 is not of run 0's workload: flagged, curves not overlaid until asked for.
       result.loads_ms.compare = await timedLoad('#/compare', 'compare');
-      await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
-      check(await imagesLoaded(), 'comparison plots load');
-      check((await page.$$('#main table')).length >= 2, 'comparison tables (bests, knobs)');
+      const workloads = await (await fetch(`${base}/api/compare/workloads`)).json();
+      check(!workloads.same && (await page.textContent('#workload-warning')).includes('Not comparable'), 'runs of different workloads are flagged');
+      check((await page.$$('#main img')).length === 0, 'their curves are not overlaid by default');
+      check((await fetch(`${base}/api/compare/plots/best_by_eval.svg`)).status === 409, 'the overlay endpoint refuses them');
+      await shot('compare_mixed');
+      await page.click('#overlay-anyway');
+      await ready('compare');
+      await page.waitForFunction(() => document.querySelectorAll('#main img').length > 0 && [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
+      check(await imagesLoaded(), 'comparison plots load when asked for');
+      check((await page.$$('#main table')).length >= 3, 'comparison tables (workloads, bests, knobs)');
       await shot('compare');
     }
 

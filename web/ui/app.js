@@ -1,37 +1,17 @@
 // braid web UI: plain ES module, no framework. Every value from a run (code, feedback, ids,
 // model text) reaches the page through text nodes or attribute setters, never as markup.
 // Routes: #/run/R (overview), #/run/R/candidates, #/run/R/tree[/ID], #/run/R/c/ID,
-// #/run/R/islands, #/run/R/meta, #/compare.
+// #/run/R/islands, #/run/R/meta, #/run/R/knobs, #/compare.
+
+import { el, svgEl, fmt, short, when, scoreColour } from './dom.js';
+import { scoreScatter, parallelCoordinates, knobEffects } from './charts.js';
 
 const main = document.getElementById('main');
-const SVG_NS = 'http://www.w3.org/2000/svg';
 let runs = [];
 let lastChanges = null;
 let renderSeq = 0;
 const treeView = { colour: 'score', transform: { x: 0, y: 0, k: 1 }, key: '', drag: null };
 window.addEventListener('pointerup', () => { treeView.drag = null; });
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === 'onclick' || k === 'onchange') node.addEventListener(k.slice(2), v);
-    else if (k === 'className') node.className = v;
-    else node.setAttribute(k, String(v));
-  }
-  for (const c of children.flat()) {
-    if (c === undefined || c === null || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
-
-function svgEl(tag, attrs = {}, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) node.setAttribute(k, String(v));
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return node;
-}
 
 async function api(path) {
   const res = await fetch(path, { cache: 'no-store' });
@@ -39,10 +19,6 @@ async function api(path) {
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
 }
-
-const fmt = (v, digits = 4) => (v === null || v === undefined ? '-' : typeof v === 'number' ? Number(v.toPrecision(digits)).toString() : String(v));
-const short = (id) => (id ? id.slice(0, 10) : '-');
-const when = (t) => (t ? new Date(t * 1000).toISOString().replace('T', ' ').slice(0, 19) : '-');
 
 function route() {
   const parts = location.hash.replace(/^#\/?/, '').split('?')[0].split('/').filter(Boolean).map(decodeURIComponent);
@@ -59,7 +35,7 @@ function candLink(run, id) { return link(short(id), `#/run/${run}/c/${encodeURIC
 function setNav(r) {
   const nav = document.getElementById('nav');
   nav.replaceChildren();
-  const items = [['overview', 'Overview'], ['candidates', 'Candidates'], ['tree', 'Lineage'], ['islands', 'Islands & archive'], ['meta', 'Meta']];
+  const items = [['overview', 'Overview'], ['candidates', 'Candidates'], ['tree', 'Lineage'], ['knobs', 'Knobs'], ['islands', 'Islands & archive'], ['meta', 'Meta']];
   for (const [view, label] of items) {
     const a = link(label, `#/run/${r.run}/${view}`);
     if (r.view === view || (view === 'candidates' && r.view === 'c')) a.className = 'active';
@@ -103,14 +79,23 @@ function profileView(p) {
 
 function plot(src, alt) {
   // SVG plots are rendered by braid and shown as images: they can never run script.
-  return el('img', { src: `${src}?t=${lastChanges ?? 0}`, alt });
+  return el('img', { src: `${src}${src.includes('?') ? '' : '?'}t=${lastChanges ?? 0}`, alt });
 }
 
+// What a score rests on: its re-runs (median, spread, how many), a rebench median, or nothing
+// but the evaluation itself. '-' where the answer did not say (children of a candidate page).
+function measuredText(c) {
+  if (c.reruns === undefined || !c.correct) return '-';
+  const parts = [];
+  if (c.reruns.length) parts.push(`${c.refuted ? 'not promoted: ' : ''}median ${fmt(c.median)} of ${c.reruns.length}${c.spread !== null ? ` ±${Math.round(c.spread * 50)}%` : ''}`);
+  if (c.rebench_median !== null) parts.push(`rebench ${fmt(c.rebench_median)} of ${c.rebench_runs}`);
+  return parts.length ? parts.join('; ') : 'single measurement';
+}
 function candidateRows(run, items) {
-  return items.map((c) => [candLink(run, c.id), fmt(c.score), c.ratio_to_bound === null ? '-' : fmt(c.ratio_to_bound), c.generation, c.island,
+  return items.map((c) => [candLink(run, c.id), fmt(c.score), measuredText(c), c.ratio_to_bound === null ? '-' : fmt(c.ratio_to_bound), c.generation, c.island,
     c.failure, c.patch_type, c.model, c.parent ? candLink(run, c.parent) : '-', c.children]);
 }
-const candidateHeaders = ['id', 'score', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
+const candidateHeaders = ['id', 'score', 're-measured', 'ratio to bound', 'gen', 'island', 'outcome', 'patch', 'model', 'parent', 'children'];
 
 // `braid run`: the fast path's summary (rules, what was left, LLM rewrite, gate, annotation).
 function conversionSection(c) {
@@ -147,9 +132,17 @@ function goalSection(g) {
   return el('div', { className: 'goal' }, el('h2', {}, 'Goal'), table(['item', 'value'], rows));
 }
 
+// The run's state as stored: running (braid holds the folder's lock), done, interrupted.
+const duration = (s) => (s === null || s === undefined ? '-' : s < 90 ? `${Math.round(s)} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`);
+function stateText(st) {
+  const of = st.generations_total === null ? `${st.generations_done}` : `${st.generations_done} of ${st.generations_total}`;
+  return `${st.state} · ${of} generations${st.eta_s !== null ? ` · ETA ${duration(st.eta_s)}` : ''}`;
+}
+
 async function viewOverview(r) {
   const base = `/api/runs/${r.run}`;
-  const [ov, top] = await Promise.all([api(`${base}/overview`), api(`${base}/candidates?order=score&limit=10`)]);
+  const [ov, top, points, st] = await Promise.all([api(`${base}/overview`), api(`${base}/candidates?order=score&limit=10`),
+    api(`${base}/points`), api(`${base}/state`)]);
   const cost = ov.cost.llm_calls_usd ?? ov.cost.candidates_usd;
   const kpi = (label, value) => el('div', { className: 'kpi' }, label, el('b', {}, value));
   const best = ov.best;
@@ -157,15 +150,24 @@ async function viewOverview(r) {
     el('h1', {}, `Run ${ov.name}`),
     el('p', { className: 'muted' }, ov.path),
     el('div', { className: 'kpis' },
-      kpi('candidates', ov.count), kpi('generations', ov.max_generation + 1),
+      el('div', { className: `kpi state ${st.state}`, id: 'run-state', 'data-state': st.state, title: st.why }, 'state', el('b', {}, st.state)),
+      kpi('generations', st.generations_total === null ? st.generations_done : `${st.generations_done} of ${st.generations_total}`),
+      kpi('ETA', st.state === 'running' ? duration(st.eta_s) : '-'),
+      kpi('candidates', ov.count),
       kpi('best score', best ? fmt(best.score) : '-'),
+      kpi('best rests on', best ? (best.confirmed ? `median of ${best.runs} re-runs` : 'a single measurement') : '-'),
       kpi('best ratio to bound', best && best.ratio_to_bound !== null ? fmt(best.ratio_to_bound) : '-'),
       kpi('wall time', `${Math.round(ov.elapsed_s)} s`),
       kpi('LLM cost', `$${cost.toFixed(4)}`),
       kpi('LLM calls', ov.cost.llm_calls ?? '-')),
     best ? el('p', {}, 'Best: ', candLink(r.run, best.id), ` (generation ${best.generation}, island ${best.island})`) : null,
+    el('p', { className: 'muted' }, st.why),
     conversionSection(ov.conversion),
     goalSection(ov.goal),
+    el('h2', {}, 'Every candidate: is the best really faster?'),
+    ov.noise ? el('p', {}, `Noise: the seed re-timed ${ov.noise.samples.length}x, spread ${Math.round(ov.noise.spread * 100)}% (median ${fmt(ov.noise.median)}).`)
+      : el('p', { className: 'muted' }, 'Noise: not measured (the seed was not re-timed).'),
+    el('div', { className: 'scatter' }, scoreScatter(points, (id) => { location.hash = `#/run/${r.run}/c/${encodeURIComponent(id)}`; })),
     el('div', { className: 'plots' },
       plot(`${base}/plots/best_by_eval.svg`, 'best score over evaluations'),
       plot(`${base}/plots/best_by_time.svg`, 'best score over wall time'),
@@ -180,12 +182,26 @@ async function viewOverview(r) {
   ];
 }
 
+// Knob and metric columns: each header sorts by it (a second click flips the direction).
+function sortHeader(label, order, q, go) {
+  const cur = q.get('order') || 'score';
+  const dir = q.get('dir') || 'desc';
+  const active = cur === order || (order === 'generation' && cur === 'generation_asc');
+  let next = { order, dir: 'desc' };
+  if (order === 'generation') next = { order: cur === 'generation' ? 'generation_asc' : 'generation', dir: '' };
+  else if (order === 'score') next = { order: 'score', dir: '' };
+  else if (active) next = { order, dir: dir === 'desc' ? 'asc' : 'desc' };
+  const arrow = !active ? '' : order === 'generation' ? (cur === 'generation' ? ' ▼' : ' ▲') : order === 'score' ? ' ▼' : dir === 'asc' ? ' ▲' : ' ▼';
+  return el('th', { className: `sortable${active ? ' sorted' : ''}`, 'data-order': order, onclick: () => go({ ...next, offset: 0 }) }, label + arrow);
+}
+
 async function viewCandidates(r) {
   const q = r.query;
   const order = q.get('order') || 'score';
   const offset = Number(q.get('offset') || 0);
   const limit = 50;
   const params = new URLSearchParams({ order, offset, limit });
+  if (q.get('dir')) params.set('dir', q.get('dir'));
   if (q.get('island')) params.set('island', q.get('island'));
   if (q.get('failure')) params.set('failure', q.get('failure'));
   const [page, ov] = await Promise.all([api(`/api/runs/${r.run}/candidates?${params}`), api(`/api/runs/${r.run}/overview`)]);
@@ -200,14 +216,29 @@ async function viewCandidates(r) {
       s.value = value;
       return s;
     })());
+  const knobs = page.columns.knobs, metrics = page.columns.metrics.filter((m) => m !== 'ratio_to_bound');
+  const head = el('tr', {}, el('th', {}, 'id'), sortHeader('score', 'score', q, go), el('th', {}, 're-measured'), el('th', {}, 'ratio to bound'),
+    sortHeader('gen', 'generation', q, go),
+    ['island', 'outcome', 'patch', 'model', 'parent', 'children'].map((h) => el('th', {}, h)),
+    knobs.map((k) => sortHeader(k, `knob:${k}`, q, go)), metrics.map((m) => sortHeader(m, `metric:${m}`, q, go)));
+  const t = el('table', { id: 'candidates' }, head);
+  page.items.forEach((c, i) => {
+    const cells = [...candidateRows(r.run, [c])[0], ...knobs.map((k) => c.knobs[k] ?? '-'), ...metrics.map((m) => fmt(c.metrics[m] ?? null))];
+    const tr = el('tr', { className: 'clickable' }, cells.map((x) => el('td', {}, x)));
+    tr.addEventListener('click', (e) => { if (e.target.tagName !== 'A') location.hash = `#/run/${r.run}/c/${encodeURIComponent(page.items[i].id)}`; });
+    t.append(tr);
+  });
   return [
     el('h1', {}, `Candidates (${page.total})`),
     el('div', {},
-      select('order', order, [['score', 'best score'], ['generation', 'newest'], ['generation_asc', 'oldest']], 'order'),
       select('island', q.get('island') || '', [['', 'all'], ...ov.islands.map((i) => [String(i.island), `island ${i.island}`])], 'island'),
-      select('outcome', q.get('failure') || '', [['', 'all'], ...Object.keys(ov.failures).map((f) => [f, f])], 'failure')),
+      select('outcome', q.get('failure') || '', [['', 'all'], ...Object.keys(ov.failures).map((f) => [f, f])], 'failure'),
+      el('span', { className: 'export' }, 'export every candidate: ',
+        el('a', { href: `/api/runs/${r.run}/export.csv`, download: '', id: 'export-csv' }, 'CSV'), ' · ',
+        el('a', { href: `/api/runs/${r.run}/export.json`, download: '', id: 'export-json' }, 'JSON'))),
+    el('p', { className: 'muted' }, 'Click a column header to sort by it.'),
     pager(page, (o) => go({ offset: o })),
-    table(candidateHeaders, candidateRows(r.run, page.items), (i) => { location.hash = `#/run/${r.run}/c/${encodeURIComponent(page.items[i].id)}`; }),
+    el('div', { className: 'wide' }, t),
     pager(page, (o) => go({ offset: o })),
   ];
 }
@@ -280,13 +311,6 @@ async function viewCandidate(r) {
 
 // Island colours match the server's plots (Okabe-Ito).
 const palette = ['#000000', '#E69F00', '#56B4E9', '#009E73', '#F0E442', '#0072B2', '#D55E00', '#CC79A7', '#999999'];
-function scoreColour(s, lo, hi) {
-  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
-  const t = hi > lo ? Math.min(1, Math.max(0, (s - lo) / (hi - lo))) : 1;
-  const pos = t * 4, k = Math.min(3, Math.floor(pos)), f = pos - k;
-  return `rgb(${stops[k].map((a, i) => Math.round(a + (stops[k + 1][i] - a) * f)).join(',')})`;
-}
-
 async function viewTree(r) {
   const focus = r.arg || '';
   const up = Number(r.query.get('up') || 6), down = Number(r.query.get('down') || 3);
@@ -393,11 +417,38 @@ async function viewMeta(r) {
   ];
 }
 
-async function viewCompare() {
-  const k = await api('/api/compare/knobs');
+// Knob runs are knob searches: which knob settings scored well (parallel coordinates) and how
+// each knob on its own moves the score (effect plots).
+async function viewKnobs(r) {
+  const data = await api(`/api/runs/${r.run}/export.json`);
+  const correct = data.items.filter((c) => c.correct).length;
+  if (!data.knobs.length) return [el('h1', {}, 'Knobs'), el('p', { className: 'muted', id: 'no-knobs' }, 'this run\'s candidates set no knobs')];
+  return [
+    el('h1', {}, `Knobs (${data.knobs.length}) over ${correct} correct candidates`),
+    el('h2', {}, 'Parallel coordinates'),
+    el('p', { className: 'muted' }, 'One line per candidate through its knob values to its score; colour: score (yellow best).'),
+    el('div', { className: 'wide' }, parallelCoordinates(data)),
+    el('h2', {}, 'Score by knob value'),
+    el('p', { className: 'muted' }, 'Every correct candidate by the value of one knob; the bar is the median per value.'),
+    el('div', { className: 'plots', id: 'effects' }, knobEffects(data)),
+  ];
+}
+
+// Several runs side by side, only when they measured the same thing: runs of different
+// workloads (or seeds) are flagged, and their curves overlaid only when asked for.
+async function viewCompare(r) {
+  const [k, w] = await Promise.all([api('/api/compare/knobs'), api('/api/compare/workloads')]);
+  const mixed = !w.same;
+  const overlay = !mixed || r.query.get('mixed') === '1';
+  const q = mixed ? '?mixed=1&' : '?';
   return [
     el('h1', {}, `Comparison of ${runs.length} runs`),
-    el('div', { className: 'plots' }, plot('/api/compare/plots/best_by_eval.svg', 'best so far, per run'), plot('/api/compare/plots/best_by_time.svg', 'best so far over time, per run')),
+    mixed ? el('div', { className: 'warn', id: 'workload-warning' }, el('b', {}, 'Not comparable: '), `${w.why}; their scores do not measure the same thing.`,
+      overlay ? null : [' ', el('a', { href: '#/compare?mixed=1', id: 'overlay-anyway' }, 'overlay their curves anyway')]) : null,
+    el('h2', {}, 'Workloads'),
+    table(['run', 'workload', 'folder', 'seed program'], w.runs.map((x) => [x.name, x.workload ?? '-', x.workload_dir ?? '-', x.seed_hash ? short(x.seed_hash) : '-'])),
+    overlay ? el('div', { className: 'plots' }, plot(`/api/compare/plots/best_by_eval.svg${q}`, 'best so far, per run'),
+      plot(`/api/compare/plots/best_by_time.svg${q}`, 'best so far over time, per run')) : null,
     el('h2', {}, 'Best candidates'),
     table(['run', 'best', 'score', 'generation'], k.runs.map((x, i) => [x.name, x.best ? candLink(i, x.best.id) : '-', x.best ? fmt(x.best.score) : '-', x.best ? x.best.generation : '-'])),
     el('h2', {}, 'Knob choices of each best'),
@@ -406,7 +457,7 @@ async function viewCompare() {
   ];
 }
 
-const views = { overview: viewOverview, candidates: viewCandidates, c: viewCandidate, tree: viewTree, islands: viewIslands, meta: viewMeta, compare: viewCompare };
+const views = { overview: viewOverview, candidates: viewCandidates, c: viewCandidate, tree: viewTree, islands: viewIslands, meta: viewMeta, knobs: viewKnobs, compare: viewCompare };
 
 async function render() {
   const seq = ++renderSeq;
@@ -432,9 +483,10 @@ async function poll() {
     const r = route();
     const st = await api(`/api/runs/${r.run}/status`);
     const liveEl = document.getElementById('live');
-    liveEl.textContent = `${st.count} candidates · best ${st.best ? fmt(st.best.score) : '-'}`;
+    liveEl.textContent = `${stateText(st.state)} · ${st.count} candidates · best ${st.best ? fmt(st.best.score) : '-'}${st.best && !st.best.confirmed ? ' (single measurement)' : ''}`;
     liveEl.dataset.count = st.count;
-    if (lastChanges !== null && st.changes !== lastChanges && ['overview', 'candidates', 'islands', 'meta', 'compare', 'tree'].includes(r.view)) {
+    liveEl.dataset.state = st.state.state;
+    if (lastChanges !== null && st.changes !== lastChanges && ['overview', 'candidates', 'islands', 'meta', 'compare', 'tree', 'knobs'].includes(r.view)) {
       lastChanges = st.changes;
       await render();
     }

@@ -148,6 +148,16 @@ std::string render_html_report(RunReader& run, const ReportOptions& options) {
   if (ov.contains("conversion") && ov.at("conversion").is_object()) h += conversion_html(ov.at("conversion"));
   if (ov.contains("goal") && ov.at("goal").is_object()) h += goal_html(ov.at("goal"));
 
+  // The run's state, then every measurement behind the best (is it really faster than the seed?).
+  const json state = run.state();
+  h += fmt::format("<p id=\"state\">state: <b>{}</b> &middot; {} of {} generations &middot; {}</p>", escape_html(state.at("state").get<std::string>()),
+                   state.at("generations_done").get<std::int64_t>(),
+                   state.at("generations_total").is_null() ? std::string("?") : std::to_string(state.at("generations_total").get<std::int64_t>()),
+                   escape_html(state.at("why").get<std::string>()));
+  h += "<h2>Every candidate</h2><figure>" + *run_plot_svg(run, "every_candidate") + "</figure>";
+  h += "<p class=\"muted\">Hollow: a single measurement. Filled: re-measured, with the range of its re-runs and a tick at their median "
+       "(blue: promoted or kept, orange: not promoted). Diamond: <code>braid rebench</code> median. Dashed: the seed's score. "
+       "Ring: the reported best at its trusted figure (dashed ring: a single measurement).</p>";
   h += "<h2>Progress</h2>";
   for (const char* plot : {"best_by_eval", "best_by_time"}) h += "<figure>" + *run_plot_svg(run, plot) + "</figure>";
   if (ov.at("has_ratio_to_bound").get<bool>()) h += "<figure>" + *run_plot_svg(run, "ratio_by_eval") + "</figure>";

@@ -17,6 +17,8 @@ std::optional<std::string> run_plot_svg(RunReader& run, std::string_view name) {
   if (name == "ratio_by_eval")
     return step_chart_svg(run.curves(CurveAxis::Evaluations, CurveValue::RatioToBoundOfBest, true),
                           {"Ratio to bound of the best candidate", "evaluations", "ratio_to_bound"});
+  if (name == "every_candidate")
+    return points_svg(run.points(), {"Score of every correct candidate", "evaluations", "score", 900, 340});
   if (name == "failures") {
     json ov = run.overview();
     std::vector<std::pair<std::string, double>> bars;
@@ -71,6 +73,31 @@ json compare_knobs(const std::vector<RunReader*>& runs) {
       row["values"].push_back(it == v.end() ? json(nullptr) : json(it->second));
     }
     out["knobs"].push_back(row);
+  }
+  return out;
+}
+
+// Runs measure the same thing when they evaluated one workload folder from one seed program.
+json compare_workloads(const std::vector<RunReader*>& runs) {
+  json out = {{"runs", json::array()}, {"same", true}, {"why", ""}};
+  std::set<std::string> folders, seeds;
+  for (auto* run : runs) {
+    json w = run->workload();
+    w["name"] = run->name();
+    folders.insert(w["workload_dir"].is_string() ? w["workload_dir"].get<std::string>() : "");
+    seeds.insert(w["seed_hash"].is_string() ? w["seed_hash"].get<std::string>() : "");
+    out["runs"].push_back(std::move(w));
+  }
+  if (folders.size() > 1) {
+    std::string names;
+    for (const auto& w : out["runs"])
+      names += (names.empty() ? "" : ", ") + w["name"].get<std::string>() + " (" +
+               (w["workload"].is_string() ? w["workload"].get<std::string>() : "no workload recorded") + ")";
+    out["same"] = false;
+    out["why"] = "runs of different workloads: " + names;
+  } else if (seeds.size() > 1) {
+    out["same"] = false;
+    out["why"] = "runs of one workload folder from different seed programs";
   }
   return out;
 }

@@ -3,6 +3,7 @@
 //   best_by_time   the same over wall-clock seconds since the first candidate
 //   ratio_by_eval  ratio_to_bound (public metric) of the best-so-far candidate
 //   failures       candidates per failure kind
+//   every_candidate  every correct candidate with its re-runs (svg.hpp points_svg)
 #pragma once
 #include <optional>
 #include <string>
@@ -19,5 +20,8 @@ std::optional<std::string> run_plot_svg(RunReader& run, std::string_view name);
 std::optional<std::string> compare_plot_svg(const std::vector<RunReader*>& runs, std::string_view name);
 // Knob values of each run's best, side by side: {"runs":[{name,best}], "knobs":[{name, values:[...]}]}.
 json compare_knobs(const std::vector<RunReader*>& runs);
+// Which workload each run evaluated: {"runs":[{name, workload, workload_dir, seed_hash}], "same", "why"};
+// `same` is false when the folders or the seed programs differ (`why` says which).
+json compare_workloads(const std::vector<RunReader*>& runs);
 
 }  // namespace braid::report

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "braid/db/sqlite_statement.hpp"
+#include "braid/report/candidate_columns.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/error.hpp"
@@ -124,7 +125,10 @@ void RunReader::read_new_rows() {
   const char* with_ratio =
       "SELECT rowid, id, parent_id, patch_type, model, archive_cell, generation, island_idx, "
       "combined_score, correct, failure_kind, created_at, cost_usd, in_archive, "
-      "CASE WHEN json_valid(public_metrics) THEN json_extract(public_metrics, '$.ratio_to_bound') END "
+      "CASE WHEN json_valid(public_metrics) THEN json_extract(public_metrics, '$.ratio_to_bound') END, knob_key, "
+      // Only the numeric top-level metrics (the candidate list's columns), never the large texts.
+      "CASE WHEN json_valid(public_metrics) AND json_type(public_metrics) = 'object' THEN (SELECT json_group_object(key, value) "
+      "FROM json_each(public_metrics) WHERE type IN ('integer', 'real')) END "
       "FROM programs WHERE rowid > ? ORDER BY rowid";
   sql::Statement rows(db_, with_ratio);
   rows.bind(1, last_rowid_);
@@ -147,6 +151,13 @@ void RunReader::read_new_rows() {
     if (!rows.column_is_null(14)) {
       double r = rows.column_double(14);
       if (std::isfinite(r)) n.ratio_to_bound = r;
+    }
+    n.knob_key = rows.column_text(15);
+    if (!rows.column_is_null(16)) {
+      json m = json::parse(rows.column_text(16), nullptr, false);
+      if (m.is_object())
+        for (auto& [k, v] : m.items())
+          if (v.is_number()) n.metrics.emplace_back(k, v.get<double>());
     }
     last_rowid_ = std::max(last_rowid_, n.rowid);
     auto index = static_cast<std::uint32_t>(nodes_.size());
@@ -268,7 +279,7 @@ json RunReader::status() {
   }
   json best = best_json();
   return {{"name", name()}, {"count", nodes_.size()}, {"changes", changes_},
-          {"max_generation", max_gen}, {"last_at", last_at}, {"best", best}};
+          {"max_generation", max_gen}, {"last_at", last_at}, {"best", best}, {"state", state_locked()}};
 }
 
 json RunReader::overview() {
@@ -389,6 +400,7 @@ json RunReader::candidates(const CandidatePageQuery& q) {
     const auto& y = nodes_[b];
     if (q.order == "generation") return x.generation != y.generation ? x.generation > y.generation : a > b;
     if (q.order == "generation_asc") return x.generation != y.generation ? x.generation < y.generation : a < b;
+    if (q.order.find(':') != std::string::npos) return column_before(x, y, q.order, q.ascending, a < b);
     if (x.correct != y.correct) return x.correct;
     return x.score != y.score ? x.score > y.score : a < b;
   };
@@ -399,9 +411,15 @@ json RunReader::candidates(const CandidatePageQuery& q) {
   if (offset < picked.size()) {
     // Only the requested page is ordered: partial_sort keeps 100k-row listings cheap.
     std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(end), picked.end(), by);
-    for (std::size_t k = offset; k < end; ++k) items.push_back(node_json(nodes_[picked[k]]));
+    for (std::size_t k = offset; k < end; ++k) {
+      json item = node_json(nodes_[picked[k]]);
+      add_columns(item, nodes_[picked[k]]);
+      items.push_back(std::move(item));
+    }
+    add_trust_fields(items);
   }
-  return {{"total", picked.size()}, {"offset", offset}, {"limit", limit}, {"order", q.order}, {"items", items}};
+  return {{"total", picked.size()}, {"offset", offset}, {"limit", limit}, {"order", q.order}, {"items", items},
+          {"columns", column_names(nodes_)}};
 }
 
 std::optional<json> RunReader::candidate(const std::string& id) {

@@ -41,6 +41,8 @@ struct CandidateNode {
   double cost_usd = 0.0;
   bool in_archive = false;
   std::optional<double> ratio_to_bound;  // public_metrics.ratio_to_bound when recorded
+  std::string knob_key;                  // "name=value;..." of the knobs it set ("" without knobs)
+  std::vector<std::pair<std::string, double>> metrics;  // numeric public metrics, by name
   std::int32_t parent_index = -1;        // index into nodes, -1 for seeds or unknown parents
   std::vector<std::uint32_t> children;   // indices into nodes, insertion order
 };
@@ -61,7 +63,9 @@ enum class CurveAxis { Evaluations, WallSeconds };
 enum class CurveValue { BestScore, RatioToBoundOfBest };
 
 struct CandidatePageQuery {
-  std::string order = "score";  // "score" (desc) | "generation" (desc) | "generation_asc"
+  // "score" (desc) | "generation" (desc) | "generation_asc" | "knob:NAME" | "metric:NAME"
+  std::string order = "score";
+  bool ascending = false;       // knob: and metric: orders only (their default: descending)
   std::optional<int> island;
   std::optional<std::string> failure;
   int offset = 0;
@@ -102,6 +106,13 @@ class RunReader {
   json meta();                                    // meta recommendations over time
   json best_knobs();                              // the best candidate's knob values
 
+  // Trust views (run_trust.cpp): what an engineer needs to judge the reported best.
+  json points();         // every correct candidate by evaluation index, with its re-runs
+  json state();          // running / done / interrupted, N of M generations, ETA
+  json workload();       // the workload the run evaluated (compare refuses mixed ones)
+  json export_json();    // every candidate with its knobs and numeric metrics
+  std::string export_csv();
+
   std::vector<Curve> curves(CurveAxis axis, CurveValue value, bool per_island);
   // A copy of the compact nodes (the report uses them for its tables).
   std::vector<CandidateNode> top_candidates(int limit);
@@ -117,6 +128,9 @@ class RunReader {
   json meta_json(const char* key) const;  // a meta value parsed; null when absent or unreadable
   json node_json(const CandidateNode& n) const;
   std::vector<Curve> curves_locked(CurveAxis axis, CurveValue value, bool per_island) const;
+  json state_locked() const;
+  json export_locked() const;
+  void add_trust_fields(json& items) const;  // the points' measurement fields, per listed node  // export_json() under the lock
 
   std::filesystem::path dir_;
   std::filesystem::path db_path_;

@@ -218,4 +218,79 @@ std::string tree_svg(const json& tree, int width) {
   return s;
 }
 
+// The report's (static) form of the UI's every-candidate plot (web/ui/charts.js scoreScatter):
+// hollow points for single measurements; re-measured candidates filled, with their re-run range
+// and median; rebench medians as diamonds; the seed's score dashed; the reported best ringed.
+std::string points_svg(const json& p, const ChartOptions& o) {
+  const int W = o.width, H = o.height;
+  const double left = 64, right = 20, top = 28, bottom = 42;
+  std::string s = svg_open(W, H, o.title);
+  s += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>", left, escape_html(o.title));
+  const json& items = p.at("items");
+  std::vector<double> ys;
+  for (const auto& c : items) {
+    ys.push_back(c.at("score").get<double>());
+    for (const auto& r : c.at("reruns")) ys.push_back(r.get<double>());
+    if (c.at("rebench_median").is_number()) ys.push_back(c.at("rebench_median").get<double>());
+  }
+  if (p.at("seed").is_object()) ys.push_back(p["seed"].at("score").get<double>());
+  if (ys.empty()) return s + fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#666\">no correct candidate yet</text></svg>", left, H / 2);
+  auto [lo_it, hi_it] = std::minmax_element(ys.begin(), ys.end());
+  double y_min = *lo_it, y_max = *hi_it;
+  const double pad = y_max > y_min ? (y_max - y_min) * 0.05 : std::max(std::fabs(y_max) * 0.05, 1e-3);
+  y_min -= pad;
+  y_max += pad;
+  const double x_max = std::max(2.0, p.at("evaluations").get<double>());
+  const double pw = W - left - right, ph = H - top - bottom;
+  auto X = [&](double x) { return left + (x - 1) / (x_max - 1) * pw; };
+  auto Y = [&](double y) { return top + (1 - (y - y_min) / (y_max - y_min)) * ph; };
+  const double ys_step = nice_step(y_max - y_min, 5);
+  for (double y = std::ceil(y_min / ys_step) * ys_step; y <= y_max + 1e-12; y += ys_step)
+    s += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/><text x=\"{:.1f}\" y=\"{:.1f}\" "
+                     "text-anchor=\"end\" fill=\"#444\">{}</text>",
+                     left, left + pw, Y(y), Y(y), left - 6, Y(y) + 4, fmt_num(y));
+  const double xs_step = std::max(1.0, nice_step(x_max - 1, 6));
+  for (double x = xs_step; x <= x_max + 1e-12; x += xs_step)
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#444\">{}</text>", X(x), top + ph + 16, fmt_num(x));
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>", left + pw / 2, H - 6, escape_html(o.x_label));
+  if (p.at("seed").is_object()) {
+    const double sy = Y(p["seed"].at("score").get<double>());
+    s += fmt::format("<line class=\"seed-line\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#CC79A7\" stroke-dasharray=\"6 4\"/>"
+                     "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#CC79A7\">seed {}</text>",
+                     left, left + pw, sy, sy, left + pw - 2, sy - 4, fmt_num(p["seed"].at("score").get<double>()));
+  }
+  for (const auto& c : items) {
+    const double cx = X(c.at("x").get<double>()), cy = Y(c.at("score").get<double>());
+    const std::string id = escape_html(c.at("id").get<std::string>());
+    const json& reruns = c.at("reruns");
+    if (reruns.empty()) {
+      s += fmt::format("<circle class=\"pt single\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"none\" stroke=\"#888\"><title>{} (single measurement)</title></circle>", cx, cy, id);
+      continue;
+    }
+    const bool refuted = c.at("refuted").get<bool>();
+    const char* colour = refuted ? "#D55E00" : "#0072B2";
+    double lo = reruns[0].get<double>(), hi = lo;
+    for (const auto& r : reruns) lo = std::min(lo, r.get<double>()), hi = std::max(hi, r.get<double>());
+    const double my = Y(c.at("median").get<double>());
+    s += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
+                     "<line x1=\"{4:.1f}\" x2=\"{5:.1f}\" y1=\"{6:.1f}\" y2=\"{6:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
+                     "<circle class=\"pt {7}\" cx=\"{0:.1f}\" cy=\"{8:.1f}\" r=\"4.5\" fill=\"{3}\" stroke=\"#fff\"><title>{9}: {10} re-runs, median {11}</title></circle>",
+                     cx, Y(lo), Y(hi), colour, cx - 5, cx + 5, my, refuted ? "refuted" : "confirmed", cy, id, reruns.size(),
+                     fmt_num(c.at("median").get<double>()));
+  }
+  for (const auto& c : items)
+    if (c.at("rebench_median").is_number()) {
+      const double cx = X(c.at("x").get<double>()), cy = Y(c.at("rebench_median").get<double>());
+      s += fmt::format("<path class=\"rebench\" d=\"M{0:.1f},{1:.1f}L{2:.1f},{3:.1f}L{0:.1f},{4:.1f}L{5:.1f},{3:.1f}Z\" fill=\"#009E73\"/>", cx, cy - 6,
+                       cx + 6, cy, cy + 6, cx - 6);
+    }
+  if (const json& best = p.at("best"); best.is_object())
+    for (const auto& c : items)
+      if (c.at("id") == best.at("id"))
+        s += fmt::format("<circle class=\"best-mark\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\" fill=\"none\" stroke=\"#000\" stroke-width=\"2.5\"{}/>",
+                         X(c.at("x").get<double>()), Y(best.at("score").get<double>()),
+                         best.value("confirmed", false) ? "" : " stroke-dasharray=\"3 2\"");
+  return s + "</svg>";
+}
+
 }  // namespace braid::report

@@ -30,6 +30,10 @@ std::string step_chart_svg(const std::vector<Curve>& curves, const ChartOptions&
 // Horizontal bars (e.g. candidates per failure kind).
 std::string bar_chart_svg(const std::vector<std::pair<std::string, double>>& bars, const ChartOptions& options);
 
+// Every correct candidate as a point (RunReader::points()): score over evaluation index, single
+// measurements hollow, re-measured ones with their re-run range, the seed's line, the best ringed.
+std::string points_svg(const json& points, const ChartOptions& options);
+
 // A lineage tree laid out by RunReader::tree(): nodes coloured by score, the focus ringed.
 std::string tree_svg(const json& tree, int width = 900);
 

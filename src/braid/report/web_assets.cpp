@@ -16,6 +16,8 @@
 BRAID_EMBED(braid_web_index_html, "index.html")
 BRAID_EMBED(braid_web_app_js, "app.js")
 BRAID_EMBED(braid_web_app_css, "app.css")
+BRAID_EMBED(braid_web_dom_js, "dom.js")
+BRAID_EMBED(braid_web_charts_js, "charts.js")
 
 namespace braid::report {
 
@@ -24,6 +26,8 @@ std::optional<WebAsset> web_asset(std::string_view path) {
   if (path == "/" || path == "/index.html")
     return WebAsset{view(braid_web_index_html_begin, braid_web_index_html_end), "text/html; charset=utf-8"};
   if (path == "/app.js") return WebAsset{view(braid_web_app_js_begin, braid_web_app_js_end), "text/javascript; charset=utf-8"};
+  if (path == "/dom.js") return WebAsset{view(braid_web_dom_js_begin, braid_web_dom_js_end), "text/javascript; charset=utf-8"};
+  if (path == "/charts.js") return WebAsset{view(braid_web_charts_js_begin, braid_web_charts_js_end), "text/javascript; charset=utf-8"};
   if (path == "/app.css") return WebAsset{view(braid_web_app_css_begin, braid_web_app_css_end), "text/css; charset=utf-8"};
   return std::nullopt;
 }

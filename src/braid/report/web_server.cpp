@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -58,7 +59,7 @@ json endpoint_index() {
                "GET /api/runs",
                "GET /api/runs/{r}/status",
                "GET /api/runs/{r}/overview",
-               "GET /api/runs/{r}/candidates?order=score|generation|generation_asc&island=&failure=&offset=&limit=",
+               "GET /api/runs/{r}/candidates?order=score|generation|generation_asc|knob:NAME|metric:NAME&dir=asc|desc&island=&failure=&offset=&limit=",
                "GET /api/runs/{r}/candidates/{id}",
                "GET /api/runs/{r}/tree?focus=&up=&down=&max_children=&max_nodes=",
                "GET /api/runs/{r}/children/{id}?offset=&limit=",
@@ -66,8 +67,13 @@ json endpoint_index() {
                "GET /api/runs/{r}/archive?offset=&limit=",
                "GET /api/runs/{r}/meta",
                "GET /api/runs/{r}/knobs",
-               "GET /api/runs/{r}/plots/{best_by_eval|best_by_time|ratio_by_eval|failures}.svg",
+               "GET /api/runs/{r}/plots/{best_by_eval|best_by_time|ratio_by_eval|failures|every_candidate}.svg",
+               "GET /api/runs/{r}/points",
+               "GET /api/runs/{r}/state",
+               "GET /api/runs/{r}/export.csv",
+               "GET /api/runs/{r}/export.json",
                "GET /api/compare/knobs",
+               "GET /api/compare/workloads",
                "GET /api/compare/plots/{best_by_eval|best_by_time}.svg",
            })},
           {"doc", "web/API.md"}};
@@ -172,7 +178,7 @@ void WebServer::install_routes() {
     return runs_[r].get();
   };
 
-  for (const char* path : {"/", "/index.html", "/app.js", "/app.css"}) {
+  for (const char* path : {"/", "/index.html", "/app.js", "/dom.js", "/charts.js", "/app.css"}) {
     s.Get(path, [](const httplib::Request& req, httplib::Response& res) {
       auto asset = web_asset(req.path);
       res.set_content(std::string(asset->body), std::string(asset->content_type).c_str());
@@ -202,8 +208,14 @@ void WebServer::install_routes() {
     if (!run) return;
     CandidatePageQuery q;
     if (req.has_param("order")) q.order = req.get_param_value("order");
-    if (q.order != "score" && q.order != "generation" && q.order != "generation_asc")
-      return send_error(res, 400, "order must be score, generation or generation_asc");
+    const bool by_column = q.order.rfind("knob:", 0) == 0 || q.order.rfind("metric:", 0) == 0;
+    if (q.order != "score" && q.order != "generation" && q.order != "generation_asc" && !by_column)
+      return send_error(res, 400, "order must be score, generation, generation_asc, knob:NAME or metric:NAME");
+    if (req.has_param("dir")) {
+      const std::string dir = req.get_param_value("dir");
+      if (dir != "asc" && dir != "desc") return send_error(res, 400, "dir must be asc or desc");
+      q.ascending = dir == "asc";
+    }
     q.island = int_param(req, "island");
     if (req.has_param("failure") && !req.get_param_value("failure").empty()) q.failure = req.get_param_value("failure");
     q.offset = int_param(req, "offset").value_or(0);
@@ -247,6 +259,24 @@ void WebServer::install_routes() {
   s.Get(R"(/api/runs/(\d+)/knobs)", [run_at](const httplib::Request& req, httplib::Response& res) {
     if (auto* run = run_at(req, res)) send_json(res, run->best_knobs());
   });
+  s.Get(R"(/api/runs/(\d+)/points)", [run_at](const httplib::Request& req, httplib::Response& res) {
+    if (auto* run = run_at(req, res)) send_json(res, run->points());
+  });
+  s.Get(R"(/api/runs/(\d+)/state)", [run_at](const httplib::Request& req, httplib::Response& res) {
+    if (auto* run = run_at(req, res)) send_json(res, run->state());
+  });
+  s.Get(R"(/api/runs/(\d+)/export\.(csv|json))", [run_at](const httplib::Request& req, httplib::Response& res) {
+    auto* run = run_at(req, res);
+    if (!run) return;
+    const std::string ext = req.matches[2];
+    // The file is named after the run; the name is run text, so only safe characters are kept.
+    std::string file = run->name();
+    for (char& ch : file)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    res.set_header("Content-Disposition", "attachment; filename=\"" + file + "_candidates." + ext + "\"");
+    if (ext == "csv") return res.set_content(run->export_csv(), "text/csv; charset=utf-8");
+    send_json(res, run->export_json());
+  });
   s.Get(R"(/api/runs/(\d+)/plots/([a-z_]+)\.svg)", [run_at](const httplib::Request& req, httplib::Response& res) {
     auto* run = run_at(req, res);
     if (!run) return;
@@ -260,7 +290,12 @@ void WebServer::install_routes() {
     return v;
   };
   s.Get("/api/compare/knobs", [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_knobs(all_runs())); });
+  s.Get("/api/compare/workloads", [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_workloads(all_runs())); });
   s.Get(R"(/api/compare/plots/([a-z_]+)\.svg)", [all_runs](const httplib::Request& req, httplib::Response& res) {
+    // Scores of different workloads are not comparable: overlaid only when asked for knowingly.
+    const json w = compare_workloads(all_runs());
+    if (!w.at("same").get<bool>() && req.get_param_value("mixed") != "1")
+      return send_error(res, 409, w.at("why").get<std::string>() + "; add ?mixed=1 to overlay them anyway");
     auto svg = compare_plot_svg(all_runs(), std::string(req.matches[1]));
     if (!svg) return send_error(res, 404, "no plot " + std::string(req.matches[1]));
     res.set_content(*svg, "image/svg+xml");
