@@ -22,6 +22,7 @@
 #include "braid/llm/sigv4.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
+#include "braid/util/text.hpp"
 #include "loopback_llm_server.hpp"
 
 namespace braid::llm {
@@ -487,8 +488,13 @@ TEST(Command, FailuresMapToKinds) {
   r = make_client(parse_model_spec("command:" + chatty.string()), p)->complete(simple_request());
   EXPECT_EQ(r.error_kind, "too_large");
 
-  r = make_client(parse_model_spec("command:" + (dir / "missing-agent").string()), fast_policy())
-          ->complete(simple_request());
+  // A program that is not there: refused at start (bad input), and if it goes away later, each
+  // call fails as command_failed.
+  auto missing = parse_model_spec("command:" + (dir / "missing-agent").string() + " --x");
+  EXPECT_THROW(make_client(missing, fast_policy()), UserError);
+  EXPECT_THROW(make_client(parse_model_spec("command:no-such-agent-braid-4711"), fast_policy()), UserError);
+  EXPECT_NO_THROW(make_client(parse_model_spec("command:sh -c 'cat'"), fast_policy()));  // found in PATH
+  r = make_command_client(missing, fast_policy())->complete(simple_request());
   EXPECT_EQ(r.error_kind, "command_failed");
   EXPECT_NE(r.error.find("could not start"), std::string::npos) << r.error;
 }

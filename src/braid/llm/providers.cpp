@@ -1,5 +1,9 @@
 // make_client: the credentials each provider needs, read from the environment once.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <string_view>
 
 #include "braid/llm/client.hpp"
 #include "braid/llm/command_client.hpp"
@@ -21,6 +25,25 @@ std::string region_from_environment() {
   return "";
 }
 
+// Whether `program` names an executable file, directly or through PATH (as run_subprocess
+// looks it up), so a mistyped agent is refused at start rather than failing every generation.
+bool executable_exists(const std::string& program) {
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return runnable(program);
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path != nullptr && *path != '\0' ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (;;) {
+    auto colon = rest.find(':');
+    std::string dir(rest.substr(0, colon));
+    if (runnable((dir.empty() ? "." : dir) + "/" + program)) return true;
+    if (colon == std::string_view::npos) return false;
+    rest.remove_prefix(colon + 1);
+  }
+}
+
 std::unique_ptr<LlmClient> make_bedrock_client(ModelSpec spec, RetryPolicy policy, std::function<void(double)> sleep) {
   AwsCredentials aws;
   aws.access_key_id = take_secret("AWS_ACCESS_KEY_ID").value_or("");
@@ -40,7 +63,11 @@ std::unique_ptr<LlmClient> make_bedrock_client(ModelSpec spec, RetryPolicy polic
 }  // namespace
 
 std::unique_ptr<LlmClient> make_client(const ModelSpec& spec, RetryPolicy policy, std::function<void(double)> sleep) {
-  if (spec.protocol == ApiProtocol::Command) return make_command_client(spec, policy, std::move(sleep));
+  if (spec.protocol == ApiProtocol::Command) {
+    if (!executable_exists(spec.argv.at(0)))
+      throw UserError(spec.text, "'" + spec.argv[0] + "' is not an executable file (nor found in PATH)");
+    return make_command_client(spec, policy, std::move(sleep));
+  }
   if (spec.provider == "bedrock") return make_bedrock_client(spec, policy, std::move(sleep));
   std::optional<std::string> key = take_secret(spec.key_env);
   if (!key && !spec.key_env_fallback.empty()) key = take_secret(spec.key_env_fallback);
