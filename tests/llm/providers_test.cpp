@@ -439,6 +439,16 @@ TEST(Command, PromptOnStdinAnswerOnStdoutWithoutSecrets) {
   ::unsetenv("BRAID_PROVIDERS_VISIBLE");
 }
 
+// A prompt larger than a pipe's buffer reaches the program whole (stdin is a memory file).
+TEST(Command, LargePromptArrivesWhole) {
+  auto dir = temp_dir("command_large");
+  auto script = write_script(dir, "count.sh", "wc -c\n");
+  LlmRequest req = simple_request(std::string(3 << 20, 'x'));
+  auto r = make_client(parse_model_spec("command:" + script.string()), fast_policy())->complete(req);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(std::stoul(trimmed(r.text)), render_command_prompt(req).size());
+}
+
 bool process_gone(long pid) {
   auto stat = try_read_file("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return true;
