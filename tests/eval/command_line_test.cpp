@@ -1,4 +1,4 @@
-#include "braid/eval/command_line.hpp"
+#include "braid/util/command_line.hpp"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -288,6 +290,81 @@ TEST(LlmEvolveE2E, CtrlCCancelsAStalledRequest) {
   EXPECT_EQ(code, 130) << read_file(log);
   EXPECT_NE(read_file(log).find("braid resume"), std::string::npos);
   for (auto& r : programs(run / "evolution.db")) EXPECT_EQ(r.patch_type, "seed") << r.id << " " << r.error;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// Gemini, Bedrock and command: in one run: a Gemini model, a Bedrock model (both answered by the
+// loopback server, which writes real patches) and a command: agent (a shell script) take turns;
+// the keys never reach the output, the database, the exchange log or the agent's environment.
+TEST(ProvidersE2E, GeminiBedrockAndCommandTakeTurns) {
+  const std::string gemini_key = "gm-e2e-secret-5c1e9a";
+  const std::string aws_secret = "aws-e2e-secret/7f3b+d2";
+  const std::string aws_token = "aws-e2e-session-token-91aa";
+  LoopbackLlmServer server;
+  server.require_key(gemini_key);  // checked on Gemini requests; Bedrock's are signed
+  auto root = test::fresh_dir("providers_e2e");
+  std::filesystem::create_directories(root);
+  const auto agent = root / "agent.sh";
+  write_file_atomic(agent, "#!/bin/sh\ncat > /dev/null\nenv >> \"" + (root / "agent_env.txt").string() +
+                               "\"\necho 'I would keep the program as it is.'\n");
+  std::filesystem::permissions(agent, std::filesystem::perms::owner_all);
+  write_file_atomic(root / "config.yaml",
+                    "num_generations: 3\nnum_islands: 1\napi_type: host\nmeta_llm_model: none\n"
+                    "confirm_runs: 0\nnoise_runs: 0\nmax_patch_attempts: 1\ncode_embed_sim_threshold: 0.9999\n");
+  const std::string port = std::to_string(server.port());
+  const std::string gemini = "gemini:gemini-e2e@http://127.0.0.1:" + port;
+  const std::string bedrock = "bedrock:anthropic.claude-e2e-v1:0@http://127.0.0.1:" + port + "?region=us-east-2";
+  const std::string command = "command:" + agent.string();
+  const auto workload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+  const auto run = root / "run";
+
+  ::setenv("GEMINI_API_KEY", gemini_key.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIDE2ETEST", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", aws_secret.c_str(), 1);
+  ::setenv("AWS_SESSION_TOKEN", aws_token.c_str(), 1);
+  auto o = test::run_braid({"evolve", workload.string(), "--config", (root / "config.yaml").string(), "--results",
+                            run.string(), "--seed", "3", "--llm", gemini + "," + bedrock + "," + command});
+  for (const char* v : {"GEMINI_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}) ::unsetenv(v);
+  ASSERT_EQ(o.code, 0) << o.output;
+
+  // Every model was asked; the HTTP ones through their own protocol.
+  std::set<std::string> paths;
+  int signed_requests = 0;
+  for (auto& r : server.requests()) {
+    paths.insert(r.path);
+    if (r.path.rfind("/model/", 0) == 0) {
+      EXPECT_TRUE(std::regex_match(r.headers["authorization"],
+                                   std::regex(R"(AWS4-HMAC-SHA256 Credential=AKIDE2ETEST/\d{8}/us-east-2/bedrock/aws4_request, )"
+                                              R"(SignedHeaders=content-type;host;x-amz-date;x-amz-security-token, Signature=[0-9a-f]{64})")))
+          << r.headers["authorization"];
+      ++signed_requests;
+    }
+  }
+  EXPECT_TRUE(paths.count("/v1beta/models/gemini-e2e:generateContent"));
+  EXPECT_TRUE(paths.count("/model/anthropic.claude-e2e-v1:0/invoke"));
+  EXPECT_GT(signed_requests, 0);
+  const std::string agent_env = read_file(root / "agent_env.txt");  // the agent ran
+  EXPECT_NE(agent_env.find("PATH="), std::string::npos);
+
+  // Patches from the HTTP models were evaluated; the agent's answers have none.
+  std::map<std::string, int> evaluated, proposed;
+  for (auto& r : programs(run / "evolution.db")) {
+    ++proposed[r.model];
+    if (r.failure == "ok" && r.patch_type != "seed") ++evaluated[r.model];
+  }
+  EXPECT_GT(evaluated[gemini], 0);
+  EXPECT_GT(evaluated[bedrock], 0);
+  EXPECT_GT(proposed[command], 0);
+  EXPECT_EQ(evaluated[command], 0);
+  const std::string db = read_file(run / "evolution.db");
+
+  for (const std::string& secret : {gemini_key, aws_secret, aws_token}) {
+    EXPECT_EQ(o.output.find(secret), std::string::npos) << secret;
+    EXPECT_EQ(db.find(secret), std::string::npos) << secret;
+    EXPECT_EQ(agent_env.find(secret), std::string::npos) << secret;
+    for (auto& f : std::filesystem::recursive_directory_iterator(run))
+      if (f.is_regular_file()) EXPECT_EQ(read_file(f.path()).find(secret), std::string::npos) << f.path() << " " << secret;
+  }
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 

@@ -137,6 +137,7 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
   auto chat = [this](const httplib::Request& req, httplib::Response& res) {
     ReceivedRequest rec;
     rec.path = req.path;
+    rec.target = req.target;
     for (auto& [k, v] : req.headers) {
       std::string name = k;
       for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -148,11 +149,21 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
       std::lock_guard lock(mu_);
       requests_.push_back(rec);
     }
-    if (!key_.empty()) {
+    const bool gemini = req.path.find(":generateContent") != std::string::npos;
+    const bool bedrock = req.path.rfind("/model/", 0) == 0;
+    if (!key_.empty() && !bedrock) {
       std::string given;
+      if (auto it = rec.headers.find("x-goog-api-key"); it != rec.headers.end()) given = it->second;
       if (auto it = rec.headers.find("authorization"); it != rec.headers.end()) given = it->second.substr(7);
       if (auto it = rec.headers.find("x-api-key"); it != rec.headers.end()) given = it->second;
       if (auto it = rec.headers.find("api-key"); it != rec.headers.end()) given = it->second;
+      if (given != key_ && gemini) {
+        res.status = 400;
+        res.set_content(json{{"error", {{"code", 400}, {"message", "API key not valid: " + given}, {"status", "INVALID_ARGUMENT"},
+                                        {"details", {{{"@type", "type.googleapis.com/google.rpc.ErrorInfo"}, {"reason", "API_KEY_INVALID"}}}}}}}.dump(),
+                        "application/json");
+        return;
+      }
       if (given != key_) {
         // Like real services, the message quotes the key it got: clients must redact it.
         res.status = 401;
@@ -160,12 +171,19 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
         return;
       }
     }
-    const bool anthropic = req.path.find("/messages") != std::string::npos;
+    const bool anthropic = req.path.find("/messages") != std::string::npos || bedrock;
     const bool embeddings = req.path.find("/embeddings") != std::string::npos;
     Fault fault = next_fault();
     switch (fault) {
       case Fault::RateLimit:
         res.status = 429;
+        if (gemini) {  // Gemini names the delay in a RetryInfo detail, not in a header
+          res.set_content(json{{"error", {{"code", 429}, {"status", "RESOURCE_EXHAUSTED"},
+                                          {"details", {{{"@type", "type.googleapis.com/google.rpc.RetryInfo"},
+                                                        {"retryDelay", retry_after_ + "s"}}}}}}}.dump(),
+                          "application/json");
+          return;
+        }
         res.set_header("Retry-After", retry_after_);
         res.set_content(R"({"error":{"message":"Rate limit reached"}})", "application/json");
         return;
@@ -224,7 +242,11 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
     }
     std::string system;
     std::vector<std::pair<std::string, std::string>> messages;
-    if (rec.body.is_object() && rec.body.contains("messages")) {
+    if (gemini && rec.body.is_object()) {
+      if (rec.body.contains("systemInstruction")) system = rec.body["systemInstruction"]["parts"][0].value("text", "");
+      for (auto& c : rec.body.value("contents", json::array()))
+        messages.emplace_back(c.value("role", "") == "model" ? "assistant" : "user", c["parts"][0].value("text", ""));
+    } else if (rec.body.is_object() && rec.body.contains("messages")) {
       if (anthropic) system = rec.body.value("system", "");
       for (auto& m : rec.body["messages"]) {
         if (m.value("role", "") == "system") system = m.value("content", "");
@@ -241,7 +263,13 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
     for (auto& m : messages) prompt_chars += m.second.size();
     json usage_in = prompt_chars / 4 + 1, usage_out = text.size() / 4 + 1;
     json body;
-    if (anthropic) {
+    if (gemini) {
+      if (fault == Fault::Refusal)
+        body = {{"promptFeedback", {{"blockReason", "SAFETY"}}}, {"usageMetadata", {{"promptTokenCount", usage_in}}}};
+      else
+        body = {{"candidates", {{{"content", {{"role", "model"}, {"parts", {{{"text", text}}}}}}, {"finishReason", "STOP"}}}},
+                {"usageMetadata", {{"promptTokenCount", usage_in}, {"candidatesTokenCount", usage_out}}}};
+    } else if (anthropic) {
       body = {{"id", "msg_loopback"},
               {"type", "message"},
               {"role", "assistant"},
@@ -277,6 +305,8 @@ LoopbackLlmServer::LoopbackLlmServer() : impl_(std::make_unique<Impl>()) {
   impl_->server.Post("/v1/embeddings", chat);
   impl_->server.Post(R"(/openai/deployments/([^/]+)/chat/completions)", chat);
   impl_->server.Post(R"(/openai/deployments/([^/]+)/embeddings)", chat);
+  impl_->server.Post(R"(/v1beta/models/([^/]+):generateContent)", chat);
+  impl_->server.Post(R"(/model/([^/]+)/invoke)", chat);
   port_ = impl_->server.bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
   for (int i = 0; i < 200 && !impl_->server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));

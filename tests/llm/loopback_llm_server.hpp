@@ -1,5 +1,6 @@
 // A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol (also under
-// Azure's deployment path), Anthropic's Messages API and /embeddings, for tests. It answers from
+// Azure's deployment path), Anthropic's Messages API (also under Bedrock's /model/<id>/invoke),
+// Gemini's /v1beta/models/<model>:generateContent and /embeddings, for tests. It answers from
 // the prompt it receives, like a model would: it reads the parent program shown in a mutation
 // prompt and edits one of its knobs (diff, full or cross, as asked), writes feedback from the
 // outcome it is shown, returns meta-summary JSON and novelty verdicts. Faults are injected on
@@ -34,7 +35,8 @@ enum class Fault {
 };
 
 struct ReceivedRequest {
-  std::string path;
+  std::string path;    // decoded
+  std::string target;  // as sent, percent-encoding kept (SigV4 signs this form)
   std::map<std::string, std::string> headers;  // names lower-cased
   nlohmann::json body;
   std::string raw_body;
@@ -58,7 +60,9 @@ class LoopbackLlmServer {
   void set_stall_seconds(double s) { stall_s_ = s; }
   void set_gzip_bomb_bytes(std::size_t n) { gzip_bomb_bytes_ = n; }
   void set_huge_bytes(std::size_t n) { huge_bytes_ = n; }
-  // Required key: requests without it (Authorization: Bearer, x-api-key or api-key) get 401.
+  // Required key: requests without it (Authorization: Bearer, x-api-key, api-key or
+  // x-goog-api-key) get 401 (Gemini: 400 API_KEY_INVALID, as Gemini answers). Bedrock requests
+  // are not checked here: tests verify their SigV4 signature from requests().
   void require_key(std::string key) { key_ = std::move(key); }
   // Every n-th mutation answer (n > 0) first breaks the build; 0 = never.
   void set_break_every(int n) { break_every_ = n; }

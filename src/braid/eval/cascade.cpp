@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "braid/eval/command_line.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/eval/diagnostics.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/fs.hpp"

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "braid/eval/command_line.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"

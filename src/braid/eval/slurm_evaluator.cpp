@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
-#include "braid/eval/command_line.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/eval/diagnostics.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "braid/eval/cascade.hpp"
-#include "braid/eval/command_line.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/eval/external.hpp"
 #include "braid/eval/gpu_cascade.hpp"
 #include "braid/platform/toolchain.hpp"

@@ -11,8 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "braid/llm/gemini.hpp"
 #include "braid/llm/http.hpp"
 #include "braid/llm/secrets.hpp"
+#include "braid/llm/sigv4.hpp"
 #include "braid/util/log.hpp"
 
 namespace braid::llm {
@@ -42,10 +44,9 @@ double jitter() {
 
 class HttpLlmClient final : public LlmClient {
  public:
-  HttpLlmClient(ModelSpec spec, std::string key, RetryPolicy policy, std::function<void(double)> sleep)
-      : spec_(std::move(spec)), key_(std::move(key)), policy_(policy), sleep_(std::move(sleep)) {
-    if (!sleep_) sleep_ = cancellable_sleep;  // Ctrl-C does not wait out a back-off
-  }
+  HttpLlmClient(ModelSpec spec, std::string key, RetryPolicy policy, std::function<void(double)> sleep,
+                AwsCredentials aws)
+      : spec_(std::move(spec)), key_(std::move(key)), aws_(std::move(aws)), policy_(policy), sleep_(std::move(sleep)) {}
 
   const std::string& model() const override { return spec_.text; }
 
@@ -61,67 +62,47 @@ class HttpLlmClient final : public LlmClient {
     }
     const std::string payload = body.dump();
     const std::string url = spec_.endpoint();
-    const std::vector<std::string> headers = auth_headers();
-    auto t0 = std::chrono::steady_clock::now();
-    int timeouts = 0;
-    for (int attempt = 0;; ++attempt) {
-      out.attempts = attempt + 1;
-      HttpResponse http = http_post(url, headers, payload, policy_.timeout_s, policy_.limits);
-      std::optional<double> retry_after;
-      std::string kind = failure_kind(http), message;
-      if (kind.empty()) {
-        LlmResponse parsed = out;
-        parse_response_body(spec_.protocol, http.body, parsed);
-        if (parsed.error_kind.empty() || parsed.error_kind != "malformed") {
-          parsed.latency_s = seconds_since(t0);
-          parsed.error = redact(parsed.error);
-          return parsed;
-        }
-        kind = parsed.error_kind;
-        message = parsed.error;
-      } else if (http.status == 0) {
-        message = kind == "timeout" && !http.too_large && http.transport_error.find("stopped") == std::string::npos
-                      ? "no answer within " + fmt_seconds(policy_.timeout_s)
-                      : http.transport_error;
-      } else {
-        message = "HTTP " + std::to_string(http.status) + ": " + shorten(trimmed(http.body));
-        if (auto it = http.headers.find("retry-after"); it != http.headers.end())
-          retry_after = parse_retry_after(it->second);
-      }
-      message = redact(message);
-      if (kind == "auth") {
-        report_auth_failure({spec_.text, spec_.key_env, message});
-      }
-      if (kind == "timeout") ++timeouts;
-      // A stalled endpoint is asked again only max_timeout_retries times: each try costs a whole
-      // request timeout.
-      bool retryable = is_retryable(kind) && !(kind == "timeout" && timeouts > policy_.max_timeout_retries);
-      if (!retryable || attempt >= policy_.max_retries || requests_cancelled()) {
-        out.error_kind = requests_cancelled() && kind != "auth" ? "cancelled" : kind;
-        out.error = out.error_kind == "cancelled" && kind != "cancelled" ? "cancelled (" + message + ")" : message;
-        out.latency_s = seconds_since(t0);
-        return out;
-      }
-      out.retried_errors.push_back(kind);
-      double delay = std::min(policy_.backoff_max_s, policy_.backoff_base_s * std::pow(2.0, attempt)) * jitter();
-      if (retry_after) delay = std::min(*retry_after, policy_.retry_after_max_s);
-      log::warn("llm {}: {} ({}); retry {}/{} in {:.1f}s", spec_.text, kind, shorten(message, 160), attempt + 1,
-                policy_.max_retries, delay);
-      sleep_(delay);
-    }
+    const std::string key_name = spec_.provider == "bedrock" ? "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY" : spec_.key_env;
+    return complete_with_retries(spec_.text, key_name, policy_, sleep_, out, [&](const LlmResponse& base) {
+      // Headers per attempt: a SigV4 signature holds the time and expires after 5 minutes.
+      HttpResponse http = http_post(url, request_headers(url, payload), payload, policy_.timeout_s, policy_.limits);
+      return read_attempt(http, base);
+    });
   }
 
  private:
-  static double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Attempt read_attempt(const HttpResponse& http, const LlmResponse& base) const {
+    Attempt a;
+    a.kind = failure_kind(http);
+    if (spec_.protocol == ApiProtocol::Gemini && gemini_key_rejected(http.status, http.body)) a.kind = "auth";
+    if (a.kind.empty()) {
+      a.response = base;
+      parse_response_body(spec_.protocol, http.body, a.response);
+      if (a.response.error_kind != "malformed") return a;
+      a.kind = a.response.error_kind;
+      a.message = a.response.error;
+    } else if (http.status == 0) {
+      a.message = a.kind == "timeout" && !http.too_large && http.transport_error.find("stopped") == std::string::npos
+                      ? fmt::format("no answer within {:.1f}s", policy_.timeout_s)
+                      : http.transport_error;
+    } else {
+      a.message = "HTTP " + std::to_string(http.status) + ": " + shorten(trimmed(http.body));
+      if (auto it = http.headers.find("retry-after"); it != http.headers.end())
+        a.retry_after = parse_retry_after(it->second);
+      if (!a.retry_after && spec_.protocol == ApiProtocol::Gemini) a.retry_after = gemini_retry_delay(http.body);
+    }
+    return a;
   }
-  static std::string fmt_seconds(double s) { return fmt::format("{:.1f}s", s); }
 
-  std::vector<std::string> auth_headers() const {
+  std::vector<std::string> request_headers(const std::string& url, const std::string& payload) const {
     std::vector<std::string> h = {"Content-Type: application/json"};
-    if (spec_.protocol == ApiProtocol::AnthropicMessages) {
+    if (spec_.provider == "bedrock") {
+      for (auto& [name, value] : sigv4_headers(url, payload)) h.push_back(name + ": " + value);
+    } else if (spec_.protocol == ApiProtocol::AnthropicMessages) {
       h.push_back("anthropic-version: 2023-06-01");
       if (!key_.empty()) h.push_back("x-api-key: " + key_);
+    } else if (spec_.protocol == ApiProtocol::Gemini) {
+      if (!key_.empty()) h.push_back("x-goog-api-key: " + key_);
     } else if (spec_.provider == "azure") {
       if (!key_.empty()) h.push_back("api-key: " + key_);
     } else if (!key_.empty()) {
@@ -130,12 +111,43 @@ class HttpLlmClient final : public LlmClient {
     return h;
   }
 
+  // Host, x-amz-date, x-amz-security-token and Authorization for a Bedrock request. The Host
+  // header is set here so the value signed is the value sent.
+  std::vector<std::pair<std::string, std::string>> sigv4_headers(const std::string& url, const std::string& payload) const {
+    SigV4Request r;
+    r.path = url_path(url);
+    r.payload = payload;
+    r.region = spec_.region;
+    r.service = "bedrock";
+    r.amz_date = amz_date_now();
+    r.headers = {{"Content-Type", "application/json"}, {"Host", url_host(url)}, {"X-Amz-Date", r.amz_date}};
+    if (!aws_.session_token.empty()) r.headers.emplace_back("X-Amz-Security-Token", aws_.session_token);
+    std::vector<std::pair<std::string, std::string>> out(r.headers.begin() + 1, r.headers.end());
+    out.emplace_back("Authorization", sigv4_authorization(r, aws_));
+    return out;
+  }
+
+  // "http://host:port/a/b" -> "host:port" and "/a/b" (the URL was checked when parsed).
+  static std::string url_host(const std::string& url) {
+    std::size_t start = url.find("://") + 3;
+    return url.substr(start, url.find('/', start) - start);
+  }
+  static std::string url_path(const std::string& url) {
+    std::size_t slash = url.find('/', url.find("://") + 3);
+    return slash == std::string::npos ? "/" : url.substr(slash, url.find('?', slash) - slash);
+  }
+
   ModelSpec spec_;
   std::string key_;
+  AwsCredentials aws_;
   RetryPolicy policy_;
   std::function<void(double)> sleep_;
   std::atomic<bool> warned_dropped_{false};
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -189,6 +201,7 @@ json build_request_body(const ModelSpec& spec, const LlmRequest& request, std::v
   int max_tokens = request.max_tokens;
   json extra = request.extra.is_object() ? request.extra : json::object();
 
+  if (spec.protocol == ApiProtocol::Gemini) return gemini_request_body(request, dropped);
   if (spec.protocol == ApiProtocol::AnthropicMessages) {
     for (const char* k : {"reasoning_effort", "max_completion_tokens", "frequency_penalty", "presence_penalty", "seed"})
       if (extra.erase(k)) note(std::string(k) + " dropped (not an Anthropic parameter)");
@@ -208,7 +221,9 @@ json build_request_body(const ModelSpec& spec, const LlmRequest& request, std::v
       }
     }
     body = extra;
-    body["model"] = spec.model;
+    // Bedrock names the model in the URL and the API version in the body.
+    if (spec.provider == "bedrock") body["anthropic_version"] = "bedrock-2023-05-31";
+    else body["model"] = spec.model;
     if (!request.system.empty()) body["system"] = request.system;
     for (auto& m : request.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
     body["messages"] = messages;
@@ -247,7 +262,9 @@ void parse_response_body(ApiProtocol protocol, const std::string& body, LlmRespo
   }
   try {
     std::string refusal;
-    if (protocol == ApiProtocol::AnthropicMessages) {
+    if (protocol == ApiProtocol::Gemini) {
+      refusal = parse_gemini_answer(j, out);
+    } else if (protocol == ApiProtocol::AnthropicMessages) {
       if (!j.contains("content") || !j["content"].is_array()) throw std::runtime_error("no content array");
       for (auto& block : j["content"])
         if (block.value("type", "") == "text") out.text += block.value("text", "");
@@ -276,16 +293,22 @@ void parse_response_body(ApiProtocol protocol, const std::string& body, LlmRespo
     if (!refusal.empty()) {
       out.error_kind = "refusal";
       out.error = "model refused: " + shorten(refusal, 200);
-    } else if (trimmed(out.text).empty()) {
-      out.error_kind = "empty";
-      out.error = "model returned no text (finish_reason '" + out.finish_reason + "')";
-    } else if (looks_like_refusal(trimmed(out.text))) {
-      out.error_kind = "refusal";
-      out.error = "model refused: " + shorten(trimmed(out.text), 200);
+    } else {
+      classify_answer_text(out);
     }
   } catch (const std::exception& e) {
     out.error_kind = "malformed";
     out.error = std::string("answer JSON has an unexpected shape (") + e.what() + "): " + shorten(body, 160);
+  }
+}
+
+void classify_answer_text(LlmResponse& out) {
+  if (trimmed(out.text).empty()) {
+    out.error_kind = "empty";
+    out.error = "model returned no text (finish_reason '" + out.finish_reason + "')";
+  } else if (looks_like_refusal(trimmed(out.text))) {
+    out.error_kind = "refusal";
+    out.error = "model refused: " + shorten(trimmed(out.text), 200);
   }
 }
 
@@ -306,9 +329,46 @@ std::optional<double> parse_retry_after(const std::string& value) {
   return std::nullopt;
 }
 
+LlmResponse complete_with_retries(const std::string& model, const std::string& key_name, const RetryPolicy& policy,
+                                  std::function<void(double)> sleep, LlmResponse out,
+                                  const std::function<Attempt(const LlmResponse& base)>& attempt_once) {
+  if (!sleep) sleep = cancellable_sleep;  // Ctrl-C does not wait out a back-off
+  const auto t0 = std::chrono::steady_clock::now();
+  int timeouts = 0;
+  for (int attempt = 0;; ++attempt) {
+    out.attempts = attempt + 1;
+    Attempt a = attempt_once(out);
+    if (a.kind.empty()) {
+      a.response.attempts = out.attempts;
+      a.response.retried_errors = out.retried_errors;
+      a.response.latency_s = seconds_since(t0);
+      a.response.error = redact(a.response.error);
+      return a.response;
+    }
+    const std::string kind = a.kind, message = redact(a.message);
+    if (kind == "auth") report_auth_failure({model, key_name, message});
+    if (kind == "timeout") ++timeouts;
+    // A stalled endpoint is asked again only max_timeout_retries times: each try costs a whole
+    // request timeout.
+    bool retryable = is_retryable(kind) && !(kind == "timeout" && timeouts > policy.max_timeout_retries);
+    if (!retryable || attempt >= policy.max_retries || requests_cancelled()) {
+      out.error_kind = requests_cancelled() && kind != "auth" ? "cancelled" : kind;
+      out.error = out.error_kind == "cancelled" && kind != "cancelled" ? "cancelled (" + message + ")" : message;
+      out.latency_s = seconds_since(t0);
+      return out;
+    }
+    out.retried_errors.push_back(kind);
+    double delay = std::min(policy.backoff_max_s, policy.backoff_base_s * std::pow(2.0, attempt)) * jitter();
+    if (a.retry_after) delay = std::min(*a.retry_after, policy.retry_after_max_s);
+    log::warn("llm {}: {} ({}); retry {}/{} in {:.1f}s", model, kind, shorten(message, 160), attempt + 1,
+              policy.max_retries, delay);
+    sleep(delay);
+  }
+}
+
 std::unique_ptr<LlmClient> make_http_client(const ModelSpec& spec, std::string api_key, RetryPolicy policy,
-                                            std::function<void(double)> sleep) {
-  return std::make_unique<HttpLlmClient>(spec, std::move(api_key), policy, std::move(sleep));
+                                            std::function<void(double)> sleep, AwsCredentials aws) {
+  return std::make_unique<HttpLlmClient>(spec, std::move(api_key), policy, std::move(sleep), std::move(aws));
 }
 
 }  // namespace braid::llm

@@ -5,7 +5,8 @@
 // timeout, connection (reset, refused, empty reply), malformed (unparsable or truncated JSON),
 // too_large (answer over the size cap: not retried), auth (401/403: not retried, ends the run,
 // see http.hpp), cancelled (Ctrl-C or a rejected key), http_error (other 4xx: not retried),
-// empty (no text), refusal, replay_missing, budget.
+// empty (no text), refusal, replay_missing, budget, command_failed (a command: provider's program
+// exited non-zero or was killed: not retried).
 // The mutator adds no_patch (an answer without a patch).
 #pragma once
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include "braid/llm/http.hpp"
 #include "braid/llm/model_spec.hpp"
+#include "braid/llm/sigv4.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid::llm {
@@ -72,11 +74,37 @@ struct RetryPolicy {
   HttpLimits limits;                 // answer size cap, connect and stall timeouts
 };
 
-// Client for the model's protocol (OpenAI chat completions or Anthropic Messages) with
-// retries on 429, 5xx, resets, timeouts and malformed bodies. `api_key` may be empty for
-// servers that need none. `sleep` is replaceable so tests can observe back-off delays.
+// Client for the model's HTTP protocol (OpenAI chat completions, Anthropic Messages, Gemini,
+// Bedrock) with retries on 429, 5xx, resets, timeouts and malformed bodies. `api_key` may be
+// empty for servers that need none; Bedrock signs with `aws` instead. `sleep` is replaceable so
+// tests can observe back-off delays.
 std::unique_ptr<LlmClient> make_http_client(const ModelSpec& spec, std::string api_key, RetryPolicy policy,
-                                            std::function<void(double)> sleep = {});
+                                            std::function<void(double)> sleep = {}, AwsCredentials aws = {});
+
+// The client for any model string (HTTP providers and command:), with its credentials taken
+// from the environment (secrets.hpp; each variable is registered as a secret so no child
+// process inherits it). Throws UserError naming the variable when a needed key is not set.
+std::unique_ptr<LlmClient> make_client(const ModelSpec& spec, RetryPolicy policy, std::function<void(double)> sleep = {});
+
+// One try of a request, for complete_with_retries: `kind` "" means `response` holds the read
+// answer (ok, or an answer-level failure such as refusal or empty, which are not retried).
+struct Attempt {
+  LlmResponse response;
+  std::string kind;
+  std::string message;
+  std::optional<double> retry_after;
+};
+
+// The retry loop every client shares: calls `attempt_once` (given `out` with attempts and
+// retried kinds so far) until it succeeds, fails in a way not retried, or retries run out;
+// back-off with jitter, Retry-After honoured, messages redacted, a rejected key reported
+// (report_auth_failure with `key_name`).
+LlmResponse complete_with_retries(const std::string& model, const std::string& key_name, const RetryPolicy& policy,
+                                  std::function<void(double)> sleep, LlmResponse out,
+                                  const std::function<Attempt(const LlmResponse& base)>& attempt_once);
+
+// Sets error_kind empty / refusal on answer text that is blank or a short refusal.
+void classify_answer_text(LlmResponse& out);
 
 // The request body as sent to `spec`'s protocol, and the list of parameters dropped or
 // changed on the way (reasoning models: temperature dropped, max_completion_tokens; extended

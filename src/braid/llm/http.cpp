@@ -154,6 +154,7 @@ HttpResponse http_post(const std::string& url, const std::vector<std::string>& h
 
 void cancel_requests() { g_cancel.store(true); }
 bool requests_cancelled() { return g_cancel.load(); }
+const std::atomic<bool>& cancel_flag() { return g_cancel; }
 void reset_cancel() { g_cancel.store(false); }
 
 void cancellable_sleep(double seconds) {

@@ -10,6 +10,7 @@
 //     first byte is bounded by the whole-request timeout only);
 //   - cancel_requests() ends every request in flight within ~100 ms (Ctrl-C, a rejected key).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -44,6 +45,7 @@ HttpResponse http_post(const std::string& url, const std::vector<std::string>& h
 // reset_cancel(). Async-signal-safe: a SIGINT handler may call it.
 void cancel_requests();
 bool requests_cancelled();
+const std::atomic<bool>& cancel_flag();  // for SubprocessOptions::stop (the command: provider)
 void reset_cancel();
 // Sleeps `seconds`, waking early when requests are cancelled (retry back-off).
 void cancellable_sleep(double seconds);

@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include "braid/util/command_line.hpp"
+#include "braid/llm/sigv4.hpp"
 #include "braid/util/error.hpp"
 
 namespace braid::llm {
@@ -32,7 +34,32 @@ std::string strip_slash(std::string s) {
   return s;
 }
 
+bool is_region_name(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+// "command:<command line>": the rest is the program's command line, so neither '@' nor '?'
+// means anything here.
+ModelSpec parse_command_spec(ModelSpec spec, std::string_view command, const std::string& file) {
+  std::string error;
+  auto words = split_command_words(std::string(command), &error);
+  if (!words || words->empty())
+    throw UserError(file, "model string '" + spec.text + "': command needs a command line, e.g. command:/usr/local/bin/agent --print" +
+                              (error.empty() ? "" : " (" + error + ")"));
+  spec.provider = "command";
+  spec.protocol = ApiProtocol::Command;
+  spec.model = std::string(command);
+  spec.argv = std::move(*words);
+  spec.key_optional = true;
+  return spec;
+}
+
 }  // namespace
+
+std::string bedrock_base_url(const std::string& region) { return "https://bedrock-runtime." + region + ".amazonaws.com"; }
 
 std::string ModelSpec::endpoint() const {
   if (provider == "azure") {
@@ -40,6 +67,9 @@ std::string ModelSpec::endpoint() const {
     if (!api_version.empty()) url += "?api-version=" + api_version;
     return url;
   }
+  if (provider == "gemini") return base_url + "/v1beta/models/" + model + ":generateContent";
+  // Model ids hold ':' ("...-v1:0") and ARNs '/': one path segment, percent-encoded.
+  if (provider == "bedrock") return base_url + "/model/" + uri_encode(model, /*keep_slash=*/false) + "/invoke";
   return base_url + (protocol == ApiProtocol::AnthropicMessages ? "/messages" : "/chat/completions");
 }
 
@@ -61,6 +91,7 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_ove
   if (colon != std::string_view::npos && rest.substr(0, colon).find('@') == std::string_view::npos) {
     spec.provider = std::string(rest.substr(0, colon));
     rest = rest.substr(colon + 1);
+    if (spec.provider == "command") return parse_command_spec(std::move(spec), rest, file);
   } else {
     spec.provider = starts_with(rest, "claude") ? "anthropic" : "openai";
   }
@@ -94,9 +125,24 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_ove
     spec.key_optional = true;
     if (location.empty())
       throw UserError(file, "model string '" + spec.text + "': local needs <model>@<base url>, e.g. local:qwen2.5-coder@http://127.0.0.1:8000/v1");
+  } else if (spec.provider == "gemini") {
+    spec.base_url = "https://generativelanguage.googleapis.com";
+    spec.key_env = "GEMINI_API_KEY";
+    spec.key_env_fallback = "GOOGLE_API_KEY";
+    spec.protocol = ApiProtocol::Gemini;
+  } else if (spec.provider == "bedrock") {
+    spec.key_env = "AWS_SECRET_ACCESS_KEY";  // with AWS_ACCESS_KEY_ID (bedrock.hpp)
+    spec.protocol = ApiProtocol::AnthropicMessages;
+    if (!location.empty() && !starts_with(location, "http://") && !starts_with(location, "https://")) {
+      if (!is_region_name(location))
+        throw UserError(file, "model string '" + spec.text + "': '" + location + "' is neither an AWS region nor an http(s) URL");
+      spec.region = location;
+      location.clear();
+    }
+    if (!spec.region.empty()) spec.base_url = bedrock_base_url(spec.region);
   } else {
     throw UserError(file, "model string '" + spec.text + "': unknown provider '" + spec.provider +
-                              "' (openai, anthropic, azure, deepseek, openrouter, local)");
+                              "' (openai, anthropic, azure, deepseek, openrouter, local, gemini, bedrock, command)");
   }
   if (!location.empty()) {
     if (!starts_with(location, "http://") && !starts_with(location, "https://"))
@@ -104,11 +150,16 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_ove
     if (auto q = location.find('?'); q != std::string::npos) {
       std::string query = location.substr(q + 1);
       location = location.substr(0, q);
-      const std::string key = "api-version=";
-      if (auto p = query.find(key); p != std::string::npos) {
-        spec.api_version = query.substr(p + key.size());
-        if (auto amp = spec.api_version.find('&'); amp != std::string::npos) spec.api_version.resize(amp);
-      }
+      auto param = [&](const std::string& key) {
+        std::string value;
+        if (auto p = query.find(key + "="); p != std::string::npos) {
+          value = query.substr(p + key.size() + 1);
+          if (auto amp = value.find('&'); amp != std::string::npos) value.resize(amp);
+        }
+        return value;
+      };
+      spec.api_version = param("api-version");
+      if (spec.provider == "bedrock") spec.region = param("region");
     }
     spec.base_url = strip_slash(location);
     if (std::string problem = url_problem(spec.base_url); !problem.empty())
@@ -116,7 +167,13 @@ ModelSpec parse_model_spec(std::string_view text, const std::string& key_env_ove
   }
   if (spec.provider == "azure" && spec.api_version.empty())
     throw UserError(file, "model string '" + spec.text + "': azure needs ?api-version=... after the endpoint");
-  if (!key_env_override.empty()) spec.key_env = key_env_override;
+  if (spec.provider == "bedrock" && !spec.region.empty() && !is_region_name(spec.region))
+    throw UserError(file, "model string '" + spec.text + "': region '" + spec.region + "' is not an AWS region name");
+  // api_key_env names one variable; Bedrock's credentials are a fixed set of AWS variables.
+  if (!key_env_override.empty() && spec.provider != "bedrock") {
+    spec.key_env = key_env_override;
+    spec.key_env_fallback.clear();
+  }
   return spec;
 }
 

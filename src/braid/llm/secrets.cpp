@@ -19,7 +19,9 @@ KeyStore& store() {
 
 const std::vector<std::string> kDefaultSecretNames = {
     "OPENAI_API_KEY",     "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY",
-    "DEEPSEEK_API_KEY",   "OPENROUTER_API_KEY", "LOCAL_LLM_API_KEY"};
+    "DEEPSEEK_API_KEY",   "OPENROUTER_API_KEY", "LOCAL_LLM_API_KEY",
+    "GEMINI_API_KEY",     "GOOGLE_API_KEY",     "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"};
 
 }  // namespace
 

@@ -132,13 +132,7 @@ std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::st
   for (const auto& model : all) {
     llm::ModelSpec spec = llm::parse_model_spec(model, s.api_key_env, origin);
     std::unique_ptr<llm::LlmClient> inner;
-    if (!rt->replay) {
-      register_secret_env_name(spec.key_env);
-      auto key = llm::take_api_key(spec.key_env);
-      if (!key && !spec.key_optional)
-        throw UserError(spec.key_env, "is not set; it must hold the API key for " + model);
-      inner = llm::make_http_client(spec, key.value_or(""), policy, options.sleep);
-    }
+    if (!rt->replay) inner = llm::make_client(spec, policy, options.sleep);
     rt->clients[model] =
         std::make_unique<llm::TrackedClient>(std::move(inner), rt->replay, model, rt->recorder, rt->ledger);
   }

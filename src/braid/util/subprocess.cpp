@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -207,6 +208,24 @@ void sandbox_failed(int step, int err, void* ctx) { report_and_exit(static_cast<
   ::_exit(127);
 }
 
+// A memory file holding `text`, positioned at its start, for the child's stdin.
+int stdin_from_memory(const std::string& text) {
+  int fd = ::memfd_create("braid-stdin", MFD_CLOEXEC);
+  if (fd < 0) throw SystemError(std::string("memfd_create: ") + std::strerror(errno));
+  for (std::size_t done = 0; done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      throw SystemError(std::string("writing the child's stdin: ") + std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::lseek(fd, 0, SEEK_SET);
+  return fd;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -302,6 +321,10 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   }
   Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (dev_null.fd < 0) throw SystemError(std::string("open /dev/null: ") + std::strerror(errno));
+  if (!options.stdin_text.empty()) {
+    dev_null.reset();
+    dev_null.fd = stdin_from_memory(options.stdin_text);
+  }
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();

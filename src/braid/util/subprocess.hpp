@@ -32,6 +32,8 @@ struct SubprocessOptions {
   double timeout_s = 0.0;                         // <= 0: no limit
   double kill_grace_s = 2.0;                      // SIGTERM -> SIGKILL delay on timeout
   std::size_t output_cap_bytes = 32 * 1024;       // per stream: keep this many first and last bytes
+  std::string stdin_text;                         // the child's stdin (read from memory, so it never
+                                                  // blocks on a full pipe); empty: /dev/null
   std::filesystem::path stdout_path;              // optional: the capped stdout is written here
   std::filesystem::path stderr_path;              // optional: the capped stderr is written here
   std::function<void(long pgid)> on_start;        // called in the parent once the group exists
