@@ -100,6 +100,7 @@ class HttpLlmClient final : public LlmClient {
         out.error_kind = requests_cancelled() && kind != "auth" ? "cancelled" : kind;
         out.error = out.error_kind == "cancelled" && kind != "cancelled" ? "cancelled (" + message + ")" : message;
         out.latency_s = seconds_since(t0);
+        if (retry_after) out.retry_after_s = *retry_after;
         return out;
       }
       out.retried_errors.push_back(kind);
