@@ -21,7 +21,10 @@
 #include "braid/db/record.hpp"
 #include "braid/mutate/mutator.hpp"
 #include "braid/program/program.hpp"
+#include "braid/search/archive.hpp"
 #include "braid/search/config.hpp"
+#include "braid/search/population.hpp"
+#include "braid/search/selection.hpp"
 
 namespace braid {
 
@@ -52,6 +55,25 @@ struct PreparedProposal {
   PreparedProposal(const PreparedProposal&) = delete;
   PreparedProposal& operator=(const PreparedProposal&) = delete;
 };
+
+// What a proposal is prepared from: the search's state at that moment (search thread only).
+struct ProposalSources {
+  const SearchConfig& cfg;
+  std::uint64_t run_seed;
+  const Population& pop;
+  const Archive& archive;
+  const ParentSelector& selector;
+  const std::vector<std::string>& seed_ids;  // per island
+  const std::vector<int>& runnable_islands;
+  std::function<std::optional<ProgramRecord>(const std::string& id)> get;
+  const std::string& task;
+  const std::string& language;
+  const std::string& meta_recommendations;
+};
+
+// Generation g's plan (from its own random stream), parent, inspirations, failed neighbours and
+// crossover partners, copied out of the population as it stands.
+std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g);
 
 // What ask() needs from the search; every function is safe to call from any thread.
 struct ProposalSteps {

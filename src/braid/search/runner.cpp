@@ -713,121 +713,14 @@ struct EvolutionRunner::Impl {
                                         (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
   }
 
-  // ---- proposal ----
-  const ProgramSummary* choose_parent(int island, std::mt19937_64& rng) {
-    const auto* ranked = &pop.ranked(island);
-    if (ranked->empty()) ranked = &pop.ranked_all();
-    if (auto idx = selector->select(pop, *ranked, rng)) return &pop.at(*idx);
-    return pop.find(seed_ids[std::size_t(island)]);  // nothing correct yet: mutate the seed
-  }
-
-  std::vector<ProgramRecord> load_records(const std::vector<std::size_t>& idxs) {
-    std::vector<ProgramRecord> out;
-    for (std::size_t i : idxs)
-      if (auto r = get(pop.at(i).id)) out.push_back(std::move(*r));
-    return out;
-  }
-
-  std::vector<std::size_t> top_k(int k, const std::string& exclude, const std::set<std::string>& also_exclude) {
-    std::vector<std::size_t> out;
-    for (std::size_t i : pop.ranked_all()) {
-      if (int(out.size()) >= k) break;
-      const auto& id = pop.at(i).id;
-      if (id == exclude || also_exclude.count(id)) continue;
-      out.push_back(i);
-    }
-    return out;
-  }
-
-  std::vector<std::size_t> failed_neighbours(const std::string& parent_id, int n) {
-    std::vector<std::size_t> children, others;
-    const auto& f = pop.failures();
-    for (auto it = f.rbegin(); it != f.rend(); ++it) {
-      const auto& p = pop.at(*it);
-      if (p.failure == FailureKind::Rejected) continue;
-      (p.parent_id == parent_id ? children : others).push_back(*it);
-      if (int(children.size()) >= n) break;
-    }
-    for (std::size_t i : others) {
-      if (int(children.size()) >= n) break;
-      children.push_back(i);
-    }
-    return children;
-  }
-
   // ---- proposal (search/proposal.hpp) ----
   // Generation g's plan, parent and inspirations, copied now: the population holds exactly the
   // generations <= g - lag, whatever the timing.
   std::unique_ptr<PreparedProposal> prepare(std::int64_t g) {
-    auto p = std::make_unique<PreparedProposal>();
-    p->generation = g;
-    p->rng = generation_rng(run_seed, g);
-    auto& rng = p->rng;
-    bool can_cross = pop.ranked_all().size() >= 2;
-    GenerationPlan plan = plan_generation(cfg, g, can_cross, rng);
-    if (std::find(runnable_islands.begin(), runnable_islands.end(), plan.island) == runnable_islands.end())
-      plan.island = runnable_islands[std::size_t(g - 1) % runnable_islands.size()];
-    p->island = plan.island;
-    const ProgramSummary* parent_s = choose_parent(plan.island, rng);
-    if (!parent_s) throw SystemError("no parent program available (seed missing)");
-    auto parent_rec = get(parent_s->id);
-    if (!parent_rec) throw SystemError("parent " + parent_s->id + " missing from the database");
-    p->parent_rec = std::move(*parent_rec);
-    p->parent = Program::parse(p->parent_rec.code, "parent " + p->parent_rec.id);
-    p->last_text = p->parent_rec.code;
-
-    auto archive_idx = archive.sample_inspirations(pop, cfg.num_archive_inspirations, p->parent_rec.id, rng);
-    std::set<std::string> shown;
-    for (auto i : archive_idx) shown.insert(pop.at(i).id);
-    auto topk_idx = top_k(cfg.num_top_k_inspirations, p->parent_rec.id, shown);
-    p->archive = load_records(archive_idx);
-    p->top_k = load_records(topk_idx);
-    p->failed = load_records(failed_neighbours(p->parent_rec.id, cfg.num_failed_neighbours));
-    if (!pop.ranked_all().empty()) p->best = get(pop.at(pop.ranked_all().front()).id);
-    if (plan.patch_type == PatchType::Cross) {
-      p->cross_parents = cross_partners(*p, rng);
-      if (p->cross_parents.empty()) plan.patch_type = PatchType::Diff;
-    }
-
-    MutationContext& ctx = p->ctx;
-    ctx.generation = g;
-    ctx.island = plan.island;
-    ctx.phase = plan.phase;
-    ctx.patch_type = plan.patch_type;
-    ctx.temperature = plan.temperature;
-    ctx.system_message = parts.workload.task;
-    if (!cfg.task_sys_msg_per_island.empty()) ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
-    ctx.language = parts.workload.language;
-    ctx.parent = &p->parent_rec;
-    for (auto& r : p->cross_parents) ctx.cross_parents.push_back(&r);
-    for (auto& r : p->archive) ctx.archive_inspirations.push_back(&r);
-    for (auto& r : p->top_k) ctx.top_k_inspirations.push_back(&r);
-    for (auto& r : p->failed) ctx.failed_neighbours.push_back(&r);
-    ctx.best = p->best ? &*p->best : nullptr;
-    ctx.meta_recommendations = meta_recommendations;
-    ctx.rng = &p->rng;
-    p->similarity_rows = pop.embedding_rows();
-    return p;
-  }
-
-  // Crossover partners: 1-2 programs from the inspirations, else from the best.
-  std::vector<ProgramRecord> cross_partners(const PreparedProposal& p, std::mt19937_64& rng) {
-    std::vector<const ProgramRecord*> pool_of;
-    for (auto& r : p.archive) pool_of.push_back(&r);
-    for (auto& r : p.top_k) pool_of.push_back(&r);
-    std::shuffle(pool_of.begin(), pool_of.end(), rng);
-    int want = std::uniform_int_distribution<int>(1, 2)(rng);
-    std::vector<ProgramRecord> out;
-    for (auto* r : pool_of)
-      if (int(out.size()) < want && r->id != p.parent_rec.id && r->correct) out.push_back(*r);
-    if (out.empty()) {
-      for (std::size_t i : pop.ranked_all())
-        if (pop.at(i).id != p.parent_rec.id) {
-          if (auto r = get(pop.at(i).id)) out.push_back(*r);
-          break;
-        }
-    }
-    return out;
+    ProposalSources src{cfg, run_seed, pop, archive, *selector, seed_ids, runnable_islands,
+                        [this](const std::string& id) { return get(id); }, parts.workload.task, parts.workload.language,
+                        meta_recommendations};
+    return prepare_proposal(src, g);
   }
 
   // What proposals on other threads may call (every function thread-safe).
