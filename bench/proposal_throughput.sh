@@ -22,7 +22,10 @@ WL=$OUT/workload
 rm -rf "$WL" && cp -r "$ROOT/examples/matmul_cpu" "$WL"
 printf '#!/bin/sh\nsleep %s\nexec "$@"\n' "$EVAL_S" > "$WL/slow.sh"
 sed -i 's|^  bench: "{artifact}|  bench: "sh {workload_dir}/slow.sh {artifact}|' "$WL/workload.yaml"
-grep -q 'slow.sh' "$WL/workload.yaml" || { echo "proposal_throughput.sh: could not slow $WL/workload.yaml" >&2; exit 2; }
+# Evaluations overlap (max_parallel_jobs of them), so the capacity is JOBS / evaluation time.
+sed -i 's|^  bench_timeout_s: 60|  bench_timeout_s: 600\n  bench_exclusive: false|' "$WL/workload.yaml"
+grep -q 'slow.sh' "$WL/workload.yaml" && grep -q 'bench_exclusive: false' "$WL/workload.yaml" ||
+  { echo "proposal_throughput.sh: could not slow $WL/workload.yaml" >&2; exit 2; }
 
 # The model: a loopback peer that lives as long as fd 9 stays open.
 rm -f "$OUT/peer.in" && mkfifo "$OUT/peer.in"
