@@ -158,6 +158,23 @@ TEST(ConcurrentProposals, KillDuringProposalsLosesNoEvaluatedCandidate) {
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 
+TEST(ConcurrentProposals, PerModelLimitCapsTheRequestsInFlight) {
+  LoopbackLlmServer server;
+  SlowModel model;
+  model.attach(server, 0.5, 1.0);
+  auto root = test::fresh_dir("proposals_per_model");
+  // Four proposals may be asked at once, but the model takes two.
+  auto config = write_config(root, 8, "max_requests_per_model: 2\n");
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", (root / "run").string(),
+                            "--seed", "4", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(model.most.load(), 2);
+  EXPECT_EQ(count(root / "run" / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 8);
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
 TEST(ConcurrentProposals, RateLimitStormSlowsThePoolInsteadOfFailingCandidates) {
   LoopbackLlmServer server;
   server.set_retry_after("0");

@@ -11,6 +11,7 @@
 // timing of the model's answers.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -50,6 +51,7 @@ struct PreparedProposal {
   bool knob_only = false;                  // candidate differs from its parent only in knob values
   bool exhausted = false;                  // no attempt left: the generation is recorded as rejected
   bool cancelled = false;                  // the run is stopping: dropped, proposed again on resume
+  std::exception_ptr error;                // thrown on a pool thread; rethrown on the search thread
 
   PreparedProposal() = default;
   PreparedProposal(const PreparedProposal&) = delete;

@@ -762,7 +762,13 @@ struct EvolutionRunner::Impl {
 
   void submit_ask(PreparedProposal& p) {
     PreparedProposal* raw = &p;  // lives in `proposing` (or `dropped`) until the pool is gone
-    pool->submit(p.generation, [this, raw] { ask(*raw, steps); });
+    pool->submit(p.generation, [this, raw] {
+      try {
+        ask(*raw, steps);
+      } catch (...) {
+        raw->error = std::current_exception();
+      }
+    });
   }
 
   // The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
@@ -770,6 +776,7 @@ struct EvolutionRunner::Impl {
   // evaluation slot, or the generation is recorded as rejected. False: asked again.
   bool settle(PreparedProposal& p) {
     const std::int64_t g = p.generation;
+    if (p.error) std::rethrow_exception(p.error);
     if (p.cancelled) {  // the run is stopping: proposed again on resume
       forget_pending(g, "");
       return true;
