@@ -5,7 +5,9 @@
 # evaluation. Each is compared with the bound min(evaluation capacity, P / LAT), where
 # evaluation capacity = max_parallel_jobs / (mean measured evaluation time). CPU only.
 #
-#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT)
+#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES)
+# MODES: the max_parallel_proposals values to run (default "1 $PROPS"). The bound counts one
+# model answer per candidate; a patch that fails and is asked again costs more (see the column).
 # Quick: LAT=2 SPREAD=1 EVAL_S=1 GENS=24 JOBS=2 PROPS=4; the issue's: LAT=20 SPREAD=10 EVAL_S=5.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +70,7 @@ evals = [sum(v for v in json.loads(t or '{}').values() if isinstance(v, (int, fl
 # The search starts with the first model request (the seed's evaluation before it is set-up).
 start = c.execute("SELECT MIN(created_at - latency_s) FROM llm_calls WHERE purpose = 'mutate'").fetchone()[0]
 lats = [r[0] for r in c.execute("SELECT latency_s FROM llm_calls WHERE purpose = 'mutate' AND error_kind = ''")]
+calls = c.execute("SELECT COUNT(*) FROM llm_calls WHERE purpose = 'mutate'").fetchone()[0]
 search_s = t1 - start
 rate = children * 3600.0 / search_s
 mean_eval = sum(evals) / len(evals) if evals else float('nan')
@@ -75,12 +78,11 @@ mean_lat = sum(lats) / len(lats) if lats else lat
 cap_eval = jobs * 3600.0 / mean_eval
 cap_llm = p * 3600.0 / mean_lat
 bound = min(cap_eval, cap_llm)
-print(f"| {p} | {children} | {search_s:.0f} | {mean_eval:.2f} | {mean_lat:.2f} | {cap_eval:.0f} | {cap_llm:.0f} | {rate:.0f} | {rate / bound:.2f} |")
+print(f"| {p} | {children} | {calls / children:.2f} | {search_s:.0f} | {mean_eval:.2f} | {mean_lat:.2f} | {cap_eval:.0f} | {cap_llm:.0f} | {rate:.0f} | {rate / bound:.2f} |")
 PY
 }
 
 echo "LAT=$LAT SPREAD=$SPREAD EVAL_S=$EVAL_S GENS=$GENS JOBS=$JOBS PROPS=$PROPS  (results in $OUT)"
-echo "| max_parallel_proposals | candidates | search s | eval s (mean) | LLM s (mean) | eval capacity /h | LLM bound /h | candidates /h | of bound |"
-echo "|---|---|---|---|---|---|---|---|---|"
-run_mode 1
-run_mode "$PROPS"
+echo "| max_parallel_proposals | candidates | model answers per candidate | search s | eval s (mean) | LLM s (mean) | eval capacity /h | LLM bound /h | candidates /h | of bound |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for p in ${MODES:-1 $PROPS}; do run_mode "$p"; done

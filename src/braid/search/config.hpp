@@ -43,7 +43,7 @@ struct SearchConfig {
   int max_parallel_jobs = 2;
   // LLM proposals asked at once (search/proposal_pool.hpp); 1 = one at a time. A proposal for
   // generation g is prepared once generation g - proposal_lag is indexed, so what its prompt
-  // shows does not depend on timing; 0 = derived: max_parallel_jobs + max_parallel_proposals.
+  // shows does not depend on timing; 0 = derived: max_parallel_jobs + 2 * max_parallel_proposals.
   int max_parallel_proposals = 1;
   int proposal_lag = 0;
   int num_islands = 4;

@@ -88,7 +88,7 @@ struct EvolutionRunner::Impl {
   // proposed only once every generation <= g - max_parallel_jobs is indexed, so what a proposal
   // sees does not depend on which evaluation happened to finish first (a replayed run repeats).
   std::set<std::int64_t> in_flight;
-  std::unordered_multiset<std::string> in_flight_knob_keys;
+  std::map<std::int64_t, std::string> pending_knob_keys;  // accepted, not yet indexed: generation -> knob key
   // Proposals (search/proposal.hpp): asked on the pool's threads when the mutator asks a remote
   // model, settled here in generation order; accepted candidates wait in `ready` for an
   // evaluation slot (max_parallel_jobs).
@@ -634,7 +634,16 @@ struct EvolutionRunner::Impl {
 
   void forget_pending(std::int64_t g, const std::string& knob_key) {
     in_flight.erase(g);
-    if (auto it = in_flight_knob_keys.find(knob_key); it != in_flight_knob_keys.end()) in_flight_knob_keys.erase(it);
+    pending_knob_keys.erase(g);
+  }
+
+  // Whether a candidate of a generation before `g` (indexed, or accepted and not yet indexed)
+  // brought knob vector `key`. Nothing after g is indexed while g is pending.
+  bool knob_key_taken(const std::string& key, std::int64_t g) const {
+    if (pop.knob_key_seen(key)) return true;
+    for (auto it = pending_knob_keys.begin(); it != pending_knob_keys.end() && it->first < g; ++it)
+      if (it->second == key) return true;
+    return false;
   }
 
   void collect(Done d) {
@@ -783,7 +792,7 @@ struct EvolutionRunner::Impl {
     }
     if (!p.exhausted && p.knob_only) {
       const std::string key = p.candidate->knob_key;
-      if (pop.knob_key_seen(key) || in_flight_knob_keys.count(key)) {
+      if (knob_key_taken(key, g)) {
         p.last_text = p.candidate->code;
         p.candidate.reset();
         if (!count_failed_attempt(p, steps, "novelty", "knob vector already evaluated: " + key)) return false;
@@ -796,23 +805,34 @@ struct EvolutionRunner::Impl {
       completed.emplace(g, std::move(rec));
     } else {
       ProgramRecord rec = accepted_record(p, run_seed);
-      if (!rec.knob_key.empty()) in_flight_knob_keys.insert(rec.knob_key);
+      if (!rec.knob_key.empty()) pending_knob_keys[g] = rec.knob_key;
       ready.emplace(g, std::move(rec));
     }
     launch_ready();
     return true;
   }
 
-  // Answered proposals, settled in generation order (so each sees the knob vectors of all
-  // before it); a later answer waits for an earlier one asked again.
+  // Answered proposals are settled as they come, but a knob-only edit only once every
+  // generation before it is settled, so it is checked against all their knob vectors and no
+  // later one (a replay repeats the outcome); meanwhile later candidates go on to evaluation.
   void settle_proposals() {
     if (!pool) return;
     for (std::int64_t g : pool->take_finished()) asked.insert(g);
-    while (!proposing.empty() && asked.count(proposing.begin()->first)) {
-      auto it = proposing.begin();
+    for (auto it = proposing.begin(); it != proposing.end();) {
+      PreparedProposal& p = *it->second;
+      const bool first = it == proposing.begin();
+      if (!asked.count(it->first) || (p.knob_only && !p.exhausted && !p.error && !first)) {
+        ++it;
+        continue;
+      }
       asked.erase(it->first);
-      if (settle(*it->second)) proposing.erase(it);
-      else submit_ask(*it->second);
+      if (settle(p)) {
+        it = proposing.erase(it);
+        if (first) it = proposing.begin();  // the next may now be a knob-only edit's turn
+      } else {
+        submit_ask(p);
+        ++it;
+      }
     }
   }
 
@@ -1003,7 +1023,7 @@ EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatab
   // The knob mutator steers away from vectors already evaluated or in flight.
   if (auto* knobs = dynamic_cast<KnobMutator*>(impl_->parts.mutator.get())) {
     Impl* impl = impl_.get();
-    knobs->set_seen([impl](const std::string& key) { return impl->pop.knob_key_seen(key) || impl->in_flight_knob_keys.count(key) > 0; });
+    knobs->set_seen([impl](const std::string& key) { return impl->knob_key_taken(key, kMaxGenerations + 1); });
   }
 }
 
