@@ -52,6 +52,10 @@ std::string status_text(const RunStatus& s) {
                                  s.generations_done, s.generations_total, s.evaluated, s.failed, s.in_flight,
                                  s.best_score, s.best_confirmed || s.best_id.empty() ? "" : "?", format_duration(s.elapsed_s),
                                  format_duration(s.eta_s));
+  if (s.proposing > 0)  // model requests in flight, and how long the oldest has waited
+    line += fmt::format("  proposing {} ({} asking, oldest {}{})", s.proposing, s.proposals_asking,
+                        format_duration(s.proposal_wait_s),
+                        s.proposals_paused_s > 0 ? ", 429 pause " + format_duration(s.proposals_paused_s) : "");
   if (s.llm_totals.is_object() && s.llm_totals.contains("cost_usd"))
     line += fmt::format("  llm ${:.4f} ({} calls, {} errors)", s.llm_totals.value("cost_usd", 0.0),
                         s.llm_totals.value("calls", 0), s.llm_totals.value("errors_total", 0));

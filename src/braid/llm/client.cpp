@@ -355,6 +355,7 @@ LlmResponse complete_with_retries(const std::string& model, const std::string& k
       out.error_kind = requests_cancelled() && kind != "auth" ? "cancelled" : kind;
       out.error = out.error_kind == "cancelled" && kind != "cancelled" ? "cancelled (" + message + ")" : message;
       out.latency_s = seconds_since(t0);
+      if (a.retry_after) out.retry_after_s = *a.retry_after;  // the proposal pool waits it out
       return out;
     }
     out.retried_errors.push_back(kind);

@@ -50,6 +50,7 @@ struct LlmResponse {
   std::vector<std::string> dropped;         // parameters changed to suit the model
   int attempts = 0;
   double latency_s = 0.0;
+  double retry_after_s = -1.0;              // the server's Retry-After on the last failed attempt; < 0: none
   bool ok() const { return error_kind.empty(); }
 };
 

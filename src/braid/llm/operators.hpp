@@ -19,6 +19,8 @@
 //   max_retries         per request, on 429/5xx/timeouts/resets/malformed answers (default 4,
 //                       at most 20; a timeout is retried once); 401/403 stop the run
 //   retry_backoff_s, retry_backoff_max_s   exponential back-off base and cap (1, 60; at most 3600)
+//   max_requests_per_model  requests in flight to one model at once, whatever asks (0 = no
+//                       limit; providers cap concurrency); at most 1024
 //   prompts_dir         folder whose *.md files override the shipped prompts/ by name
 //   use_novelty_judge   ask novelty_llm_model after the embedding filter (default false)
 //   api_type            backend shown to the model: "lsa" | "gin" | "hybrid" | "host" (default "lsa")
@@ -57,6 +59,7 @@ struct LlmSettings {
   double max_api_cost = 0.0;
   double request_timeout_s = 120.0;
   int max_retries = 4;
+  int max_requests_per_model = 0;
   double retry_backoff_s = 1.0;
   double retry_backoff_max_s = 60.0;
   std::string prompts_dir;

@@ -71,7 +71,7 @@ const std::vector<std::string>& llm_config_keys() {
       "llm_prices",        "api_key_env",        "max_api_cost",        "request_timeout_s",
       "max_retries",       "retry_backoff_s",    "retry_backoff_max_s", "prompts_dir",
       "use_novelty_judge", "api_type",           "island_api_types",    "hardware_facts",
-      "feedback_max_tokens", "meta_max_tokens",  "novelty_max_tokens"};
+      "feedback_max_tokens", "meta_max_tokens",  "novelty_max_tokens", "max_requests_per_model"};
   return keys;
 }
 
@@ -157,6 +157,7 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
   if (has("max_api_cost")) s.max_api_cost = get_number(config, "max_api_cost", 0.0, 1e9, file);
   if (has("request_timeout_s")) s.request_timeout_s = get_number(config, "request_timeout_s", 0.001, 24 * 3600.0, file);
   if (has("max_retries")) s.max_retries = get_int(config, "max_retries", 0, 20, file);
+  if (has("max_requests_per_model")) s.max_requests_per_model = get_int(config, "max_requests_per_model", 0, 1024, file);
   if (has("retry_backoff_s")) s.retry_backoff_s = get_number(config, "retry_backoff_s", 0.0, 3600.0, file);
   if (has("retry_backoff_max_s")) s.retry_backoff_max_s = get_number(config, "retry_backoff_max_s", 0.0, 3600.0, file);
   if (has("prompts_dir")) s.prompts_dir = get_string(config, "prompts_dir", file);

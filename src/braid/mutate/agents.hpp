@@ -14,6 +14,7 @@ class FeedbackAgent {
  public:
   virtual ~FeedbackAgent() = default;
   // `candidate` holds the evaluated record (failure kind, error_text, metrics filled in).
+  // Called from the evaluation threads, several at once: it must be thread-safe.
   virtual std::string diagnose(const ProgramRecord& candidate, const ProgramRecord* parent) = 0;
 };
 

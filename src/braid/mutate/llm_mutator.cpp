@@ -226,6 +226,8 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
   out.cost_usd = rt_->ledger->price(resp.model.empty() ? model : resp.model, resp.tokens_in, resp.tokens_out);
   if (!resp.ok()) {
     out.error = fmt::format("llm {}: {}", resp.error_kind, resp.error);
+    out.rate_limited = resp.error_kind == "rate_limited";
+    out.retry_after_s = resp.retry_after_s;
     return out;
   }
   {

@@ -19,6 +19,7 @@ class LlmMutator final : public Mutator {
   explicit LlmMutator(std::shared_ptr<LlmRuntime> runtime);
   Proposal propose(const Program& parent, const MutationContext& ctx) override;
   std::string name() const override { return "llm"; }
+  bool remote() const override { return true; }  // thread-safe: the runtime and mu_ guard shared state
 
   // The messages a proposal would send (no call made); used by propose() and tests.
   std::string system_message(const MutationContext& ctx) const;

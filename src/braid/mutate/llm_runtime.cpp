@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -21,6 +23,34 @@
 
 namespace braid {
 namespace {
+
+// At most `limit` requests of one model in flight; the others wait their turn here.
+class LimitedClient final : public llm::LlmClient {
+ public:
+  LimitedClient(std::unique_ptr<llm::LlmClient> inner, int limit) : inner_(std::move(inner)), limit_(limit) {}
+  llm::LlmResponse complete(const llm::LlmRequest& request) override {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return running_ < limit_; });
+      ++running_;
+    }
+    llm::LlmResponse r = inner_->complete(request);
+    {
+      std::lock_guard lock(mu_);
+      --running_;
+    }
+    cv_.notify_one();
+    return r;
+  }
+  const std::string& model() const override { return inner_->model(); }
+
+ private:
+  std::unique_ptr<llm::LlmClient> inner_;
+  const int limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int running_ = 0;
+};
 
 constexpr const char* kModelsFile = "llm_models.json";
 
@@ -132,7 +162,10 @@ std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::st
   for (const auto& model : all) {
     llm::ModelSpec spec = llm::parse_model_spec(model, s.api_key_env, origin);
     std::unique_ptr<llm::LlmClient> inner;
-    if (!rt->replay) inner = llm::make_client(spec, policy, options.sleep);
+    if (!rt->replay) {
+      inner = llm::make_client(spec, policy, options.sleep);
+      if (s.max_requests_per_model > 0) inner = std::make_unique<LimitedClient>(std::move(inner), s.max_requests_per_model);
+    }
     rt->clients[model] =
         std::make_unique<llm::TrackedClient>(std::move(inner), rt->replay, model, rt->recorder, rt->ledger);
   }

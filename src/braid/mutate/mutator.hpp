@@ -43,6 +43,9 @@ struct Proposal {
   std::string model;       // "knob" or the LLM model string
   double cost_usd = 0.0;
   std::string error;       // non-empty: no patch could be produced (counted, resampled)
+  // The model refused for its rate limit (429): the search waits and asks again, uncounted.
+  bool rate_limited = false;
+  double retry_after_s = -1.0;  // the server's Retry-After; < 0: none given
   bool ok() const { return error.empty(); }
 };
 
@@ -51,6 +54,10 @@ class Mutator {
   virtual ~Mutator() = default;
   virtual Proposal propose(const Program& parent, const MutationContext& ctx) = 0;
   virtual std::string name() const = 0;
+  // True when propose() asks a remote model (seconds, not microseconds): the search then asks
+  // several at once on other threads (search/proposal_pool.hpp), so propose() must be
+  // thread-safe. False: it runs on the search's thread, as the KnobMutator needs.
+  virtual bool remote() const { return false; }
 };
 
 }  // namespace braid

@@ -114,6 +114,8 @@ const std::map<std::string, IntKey>& int_keys() {
   static const std::map<std::string, IntKey> table = {
       BRAID_INT_KEY(num_generations, 0, kMaxGenerations),
       BRAID_INT_KEY(max_parallel_jobs, 1, 1024),
+      BRAID_INT_KEY(max_parallel_proposals, 1, 1024),
+      BRAID_INT_KEY(proposal_lag, 0, 1 << 20),  // 0: derived
       BRAID_INT_KEY(num_islands, 1, 256),
       BRAID_INT_KEY(num_beams, 1, 1000),
       BRAID_INT_KEY(archive_size, 1, 100000),
@@ -350,6 +352,8 @@ json SearchConfig::to_json() const {
   json j;
   j["num_generations"] = num_generations;
   j["max_parallel_jobs"] = max_parallel_jobs;
+  j["max_parallel_proposals"] = max_parallel_proposals;
+  j["proposal_lag"] = proposal_lag;
   j["confirm_runs"] = confirm_runs;
   j["noise_runs"] = noise_runs;
   j["num_islands"] = num_islands;
@@ -419,6 +423,13 @@ std::string StopWhen::describe() const {
   std::string text = at_most ? fmt::format("{} <= {:g}", metric, *at_most) : fmt::format("{} >= {:g}", metric, *at_least);
   if (confirm > 0) text += fmt::format(" (median of {} runs)", confirm + 1);
   return text;
+}
+
+std::int64_t effective_proposal_lag(const SearchConfig& c, bool remote) {
+  if (!remote) return c.max_parallel_jobs;  // as before the pool: a proposal takes no time
+  if (c.proposal_lag > 0) return c.proposal_lag;
+  // Room for each proposal to take about two answers (a patch retried) while the evaluations run.
+  return std::int64_t(c.max_parallel_jobs) + 2 * std::int64_t(c.max_parallel_proposals);
 }
 
 }  // namespace braid

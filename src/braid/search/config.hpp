@@ -41,6 +41,11 @@ struct StopWhen {
 struct SearchConfig {
   std::int64_t num_generations = 50;
   int max_parallel_jobs = 2;
+  // LLM proposals asked at once (search/proposal_pool.hpp); 1 = one at a time. A proposal for
+  // generation g is prepared once generation g - proposal_lag is indexed, so what its prompt
+  // shows does not depend on timing; 0 = derived: max_parallel_jobs + 2 * max_parallel_proposals.
+  int max_parallel_proposals = 1;
+  int proposal_lag = 0;
   int num_islands = 4;
 
   std::string parent_selection_strategy = "power_law";  // power_law | weighted | beam
@@ -90,6 +95,10 @@ struct SearchConfig {
 
   json to_json() const;
 };
+
+// The lag in generations between what a proposal sees and the generation it proposes (see
+// proposal_lag). Proposals that ask no model (`remote` false) run inline: max_parallel_jobs.
+std::int64_t effective_proposal_lag(const SearchConfig& c, bool remote);
 
 // Upper bound of num_generations (and of the intervals counted in generations).
 inline constexpr std::int64_t kMaxGenerations = 10'000'000;

@@ -92,11 +92,11 @@ std::size_t Population::children_count(const std::string& id) const {
   return it == children_.end() ? 0 : it->second;
 }
 
-float Population::max_similarity(const std::vector<float>& e, std::string* nearest_id) const {
+float Population::max_similarity(const std::vector<float>& e, std::string* nearest_id, std::size_t row_limit) const {
   if (dims_ == 0 || e.size() != dims_) return -1.0f;
   float best = -1.0f;
   std::size_t best_row = 0;
-  const std::size_t rows = embedding_owner_.size();
+  const std::size_t rows = std::min(row_limit, embedding_owner_.size());
   const float* data = embeddings_.data();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = data + r * dims_;

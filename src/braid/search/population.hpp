@@ -3,6 +3,7 @@
 // novelty filter read it, so one generation's bookkeeping never scans the database.
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -42,8 +43,12 @@ class Population {
   std::int64_t done_count() const { return std::int64_t(done_generations_.size()); }
   std::int64_t max_generation() const { return max_generation_; }
 
-  // Highest cosine similarity of `embedding` to any stored program; -1 when none.
-  float max_similarity(const std::vector<float>& embedding, std::string* nearest_id = nullptr) const;
+  // Highest cosine similarity of `embedding` to any stored program; -1 when none. `row_limit`
+  // looks only at the first programs with an embedding (those added before a moment, see
+  // embedding_rows()), so a proposal judged later still sees the population it was prepared on.
+  float max_similarity(const std::vector<float>& embedding, std::string* nearest_id = nullptr,
+                       std::size_t row_limit = SIZE_MAX) const;
+  std::size_t embedding_rows() const { return embedding_owner_.size(); }
 
  private:
   void insert_ranked(std::vector<std::size_t>& v, std::size_t idx);

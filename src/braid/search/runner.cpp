@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -22,6 +23,8 @@
 #include "braid/search/meta_stats.hpp"
 #include "braid/search/migration.hpp"
 #include "braid/search/population.hpp"
+#include "braid/search/proposal.hpp"
+#include "braid/search/proposal_pool.hpp"
 #include "braid/search/remeasure.hpp"
 #include "braid/search/schedule.hpp"
 #include "braid/search/selection.hpp"
@@ -54,12 +57,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// A candidate ready for evaluation (or already rejected).
-struct Candidate {
-  ProgramRecord record;
-  bool rejected = false;
-};
-
 struct Done {
   ProgramRecord record;
 };
@@ -73,8 +70,10 @@ struct EvolutionRunner::Impl {
   SearchConfig& cfg;
   std::uint64_t run_seed = 0;
 
-  std::mutex db_mutex;        // every ProgramDatabase call goes through it
-  std::mutex feedback_mutex;  // FeedbackAgent need not be thread-safe
+  std::mutex db_mutex;  // every ProgramDatabase call goes through it
+  // The search thread changes `pop` and reads it freely; proposals on other threads read the
+  // embeddings under a shared lock, so additions (which reallocate) take it exclusively.
+  std::shared_mutex pop_mutex;
   Population pop;
   Archive archive;
   std::unique_ptr<ParentSelector> selector;
@@ -89,7 +88,16 @@ struct EvolutionRunner::Impl {
   // proposed only once every generation <= g - max_parallel_jobs is indexed, so what a proposal
   // sees does not depend on which evaluation happened to finish first (a replayed run repeats).
   std::set<std::int64_t> in_flight;
-  std::unordered_multiset<std::string> in_flight_knob_keys;
+  std::map<std::int64_t, std::string> pending_knob_keys;  // accepted, not yet indexed: generation -> knob key
+  // Proposals (search/proposal.hpp): asked on the pool's threads when the mutator asks a remote
+  // model, settled here in generation order; accepted candidates wait in `ready` for an
+  // evaluation slot (max_parallel_jobs).
+  ProposalSteps steps;
+  std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing;
+  std::set<std::int64_t> asked;  // generations of `proposing` whose ask has returned
+  std::map<std::int64_t, ProgramRecord> ready;
+  std::vector<std::unique_ptr<PreparedProposal>> dropped;  // may still be read by a pool thread
+  std::unique_ptr<ProposalPool> pool;  // declared last: destroyed (threads joined) first
   std::map<std::int64_t, ProgramRecord> completed;  // stored in the database, not yet indexed
   std::atomic<bool> discard_results{false};
   std::map<long, std::string> running_jobs;  // pgid -> what (for stop)
@@ -234,7 +242,14 @@ struct EvolutionRunner::Impl {
       if (auto rec = get(f.id)) text = rec->error_text.substr(0, rec->error_text.find('\n'));
       status.last_failure = f.id + " " + std::string(to_string(f.failure)) + (text.empty() ? "" : ": " + text);
     }
-    status.in_flight = int(in_flight.size() - completed.size());
+    status.in_flight = int(workers.size());
+    status.proposing = int(proposing.size());
+    if (pool) {
+      PoolStats ps = pool->stats();
+      status.proposals_asking = ps.asking;
+      status.proposal_wait_s = ps.oldest_wait_s;
+      status.proposals_paused_s = ps.paused_s;
+    }
     if (!pop.ranked_all().empty()) {
       const auto& b = pop.at(pop.ranked_all().front());
       status.best_score = b.combined_score;
@@ -289,7 +304,10 @@ struct EvolutionRunner::Impl {
     ProgramSummary summary = summary_of(rec);
     if (rec.correct) code_hash_of[rec.id] = hash_hex(rec.code);
     apply_estimate(summary);
-    pop.add(std::move(summary));
+    {
+      std::unique_lock lock(pop_mutex);
+      pop.add(std::move(summary));
+    }
     std::size_t idx = pop.size() - 1;
     // A migrant is a copy: its original already competes for an archive cell.
     ArchiveChange change = rec.patch_type == "migrant" ? ArchiveChange{} : archive.offer(pop, idx);
@@ -586,18 +604,24 @@ struct EvolutionRunner::Impl {
     if (parts.feedback && cfg.use_text_feedback) {
       std::optional<ProgramRecord> parent;
       if (!rec.parent_id.empty()) parent = get(rec.parent_id);
-      std::lock_guard lock(feedback_mutex);
       std::string fb = parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
       if (!fb.empty()) rec.text_feedback = fb;
     }
   }
 
-  void launch(Candidate cand) {
-    std::int64_t g = cand.record.generation;
-    in_flight.insert(g);
-    if (!cand.record.knob_key.empty()) in_flight_knob_keys.insert(cand.record.knob_key);
-    auto dir = work_dir_for(g, cand.record.island_idx, false);
-    workers[g] = std::thread([this, rec = std::move(cand.record), dir]() mutable {
+  // Accepted candidates start their evaluation, lowest generation first, while fewer than
+  // max_parallel_jobs run.
+  void launch_ready() {
+    while (!ready.empty() && std::int64_t(workers.size()) < cfg.max_parallel_jobs) {
+      launch(std::move(ready.begin()->second));
+      ready.erase(ready.begin());
+    }
+  }
+
+  void launch(ProgramRecord candidate) {
+    std::int64_t g = candidate.generation;
+    auto dir = work_dir_for(g, candidate.island_idx, false);
+    workers[g] = std::thread([this, rec = std::move(candidate), dir]() mutable {
       evaluate_into(rec, dir);
       // Stored here, the moment its evaluation ends, so a kill -9 right after loses nothing;
       // a run we killed ourselves on stop is not a result.
@@ -610,7 +634,16 @@ struct EvolutionRunner::Impl {
 
   void forget_pending(std::int64_t g, const std::string& knob_key) {
     in_flight.erase(g);
-    if (auto it = in_flight_knob_keys.find(knob_key); it != in_flight_knob_keys.end()) in_flight_knob_keys.erase(it);
+    pending_knob_keys.erase(g);
+  }
+
+  // Whether a candidate of a generation before `g` (indexed, or accepted and not yet indexed)
+  // brought knob vector `key`. Nothing after g is indexed while g is pending.
+  bool knob_key_taken(const std::string& key, std::int64_t g) const {
+    if (pop.knob_key_seen(key)) return true;
+    for (auto it = pending_knob_keys.begin(); it != pending_knob_keys.end() && it->first < g; ++it)
+      if (it->second == key) return true;
+    return false;
   }
 
   void collect(Done d) {
@@ -619,6 +652,7 @@ struct EvolutionRunner::Impl {
       it->second.join();
       workers.erase(it);
     }
+    if (!discard_results) launch_ready();
     if (discard_results) {  // we killed it on stop: not a result
       forget_pending(g, d.record.knob_key);
       return;
@@ -688,199 +722,132 @@ struct EvolutionRunner::Impl {
                                         (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
   }
 
-  // ---- proposal ----
-  const ProgramSummary* choose_parent(int island, std::mt19937_64& rng) {
-    const auto* ranked = &pop.ranked(island);
-    if (ranked->empty()) ranked = &pop.ranked_all();
-    if (auto idx = selector->select(pop, *ranked, rng)) return &pop.at(*idx);
-    return pop.find(seed_ids[std::size_t(island)]);  // nothing correct yet: mutate the seed
+  // ---- proposal (search/proposal.hpp) ----
+  // Generation g's plan, parent and inspirations, copied now: the population holds exactly the
+  // generations <= g - lag, whatever the timing.
+  std::unique_ptr<PreparedProposal> prepare(std::int64_t g) {
+    ProposalSources src{cfg, run_seed, pop, archive, *selector, seed_ids, runnable_islands,
+                        [this](const std::string& id) { return get(id); }, parts.workload.task, parts.workload.language,
+                        meta_recommendations};
+    return prepare_proposal(src, g);
   }
 
-  std::vector<ProgramRecord> load_records(const std::vector<std::size_t>& idxs) {
-    std::vector<ProgramRecord> out;
-    for (std::size_t i : idxs)
-      if (auto r = get(pop.at(i).id)) out.push_back(std::move(*r));
-    return out;
+  // What proposals on other threads may call (every function thread-safe).
+  void make_steps() {
+    steps.cfg = &cfg;
+    steps.run_seed = run_seed;
+    steps.mutator = parts.mutator.get();
+    steps.make_record = [this](const std::string& code, std::int64_t g, int island) { return base_record(code, g, island); };
+    steps.similarity = [this](const std::vector<float>& e, std::size_t rows, std::string* nearest) {
+      std::shared_lock lock(pop_mutex);
+      return pop.max_similarity(e, nearest, rows);
+    };
+    steps.code_of = [this](const std::string& id) -> std::optional<std::string> {
+      if (auto r = get(id)) return std::move(r->code);
+      return std::nullopt;
+    };
+    steps.novelty_judge = parts.novelty_judge;
+    steps.record_attempt = [this](const AttemptRecord& a) {
+      std::lock_guard lock(db_mutex);
+      db.insert_attempt(a);
+    };
+    steps.stopping = [this] { return stop_flag->load() || discard_results || (pool && pool->cancelled()); };
+    steps.pool = pool.get();
   }
 
-  std::vector<std::size_t> top_k(int k, const std::string& exclude, const std::set<std::string>& also_exclude) {
-    std::vector<std::size_t> out;
-    for (std::size_t i : pop.ranked_all()) {
-      if (int(out.size()) >= k) break;
-      const auto& id = pop.at(i).id;
-      if (id == exclude || also_exclude.count(id)) continue;
-      out.push_back(i);
+  // Prepares generation g's proposal and asks for it: on the pool when the mutator asks a
+  // remote model, else here and now.
+  void start_proposal(std::int64_t g) {
+    in_flight.insert(g);
+    PreparedProposal& p = *(proposing[g] = prepare(g));
+    if (pool) {
+      submit_ask(p);
+      return;
     }
-    return out;
+    do ask(p, steps);
+    while (!settle(p));
+    proposing.erase(g);
   }
 
-  std::vector<std::size_t> failed_neighbours(const std::string& parent_id, int n) {
-    std::vector<std::size_t> children, others;
-    const auto& f = pop.failures();
-    for (auto it = f.rbegin(); it != f.rend(); ++it) {
-      const auto& p = pop.at(*it);
-      if (p.failure == FailureKind::Rejected) continue;
-      (p.parent_id == parent_id ? children : others).push_back(*it);
-      if (int(children.size()) >= n) break;
-    }
-    for (std::size_t i : others) {
-      if (int(children.size()) >= n) break;
-      children.push_back(i);
-    }
-    return children;
-  }
-
-  bool knob_only_edit(const Program& parent, const Program& child) {
-    if (child.knobs().empty()) return false;
-    auto edited = with_knobs(parent, child.knob_values());
-    return edited.ok() && edited.text == child.text();
-  }
-
-  Candidate propose(std::int64_t g) {
-    auto rng = generation_rng(run_seed, g);
-    bool can_cross = pop.ranked_all().size() >= 2;
-    GenerationPlan plan = plan_generation(cfg, g, can_cross, rng);
-    if (std::find(runnable_islands.begin(), runnable_islands.end(), plan.island) == runnable_islands.end())
-      plan.island = runnable_islands[std::size_t(g - 1) % runnable_islands.size()];
-    const ProgramSummary* parent_s = choose_parent(plan.island, rng);
-    if (!parent_s) throw SystemError("no parent program available (seed missing)");
-    auto parent_rec = get(parent_s->id);
-    if (!parent_rec) throw SystemError("parent " + parent_s->id + " missing from the database");
-    Program parent = Program::parse(parent_rec->code, "parent " + parent_rec->id);
-
-    auto archive_idx = archive.sample_inspirations(pop, cfg.num_archive_inspirations, parent_rec->id, rng);
-    std::set<std::string> shown;
-    for (auto i : archive_idx) shown.insert(pop.at(i).id);
-    auto topk_idx = top_k(cfg.num_top_k_inspirations, parent_rec->id, shown);
-    auto archive_recs = load_records(archive_idx);
-    auto topk_recs = load_records(topk_idx);
-    auto failed_recs = load_records(failed_neighbours(parent_rec->id, cfg.num_failed_neighbours));
-    std::optional<ProgramRecord> best;
-    if (!pop.ranked_all().empty()) best = get(pop.at(pop.ranked_all().front()).id);
-
-    // Crossover partners: 1-2 programs from the inspirations, else from the best.
-    std::vector<ProgramRecord> cross_recs;
-    if (plan.patch_type == PatchType::Cross) {
-      std::vector<const ProgramRecord*> pool;
-      for (auto& r : archive_recs) pool.push_back(&r);
-      for (auto& r : topk_recs) pool.push_back(&r);
-      std::shuffle(pool.begin(), pool.end(), rng);
-      int want = std::uniform_int_distribution<int>(1, 2)(rng);
-      for (auto* r : pool)
-        if (int(cross_recs.size()) < want && r->id != parent_rec->id && r->correct) cross_recs.push_back(*r);
-      if (cross_recs.empty()) {
-        for (std::size_t i : pop.ranked_all())
-          if (pop.at(i).id != parent_rec->id) {
-            if (auto r = get(pop.at(i).id)) cross_recs.push_back(*r);
-            break;
-          }
+  void submit_ask(PreparedProposal& p) {
+    PreparedProposal* raw = &p;  // lives in `proposing` (or `dropped`) until the pool is gone
+    pool->submit(p.generation, [this, raw] {
+      try {
+        ask(*raw, steps);
+      } catch (...) {
+        raw->error = std::current_exception();
       }
-      if (cross_recs.empty()) plan.patch_type = PatchType::Diff;
+    });
+  }
+
+  // The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
+  // no candidate before it (evaluated or in flight) has; then the candidate waits for an
+  // evaluation slot, or the generation is recorded as rejected. False: asked again.
+  bool settle(PreparedProposal& p) {
+    const std::int64_t g = p.generation;
+    if (p.error) std::rethrow_exception(p.error);
+    if (p.cancelled) {  // the run is stopping: proposed again on resume
+      forget_pending(g, "");
+      return true;
     }
+    if (!p.exhausted && p.knob_only) {
+      const std::string key = p.candidate->knob_key;
+      if (knob_key_taken(key, g)) {
+        p.last_text = p.candidate->code;
+        p.candidate.reset();
+        if (!count_failed_attempt(p, steps, "novelty", "knob vector already evaluated: " + key)) return false;
+        p.exhausted = true;
+      }
+    }
+    if (p.exhausted) {
+      ProgramRecord rec = rejected_record(p, steps);
+      insert(rec);
+      completed.emplace(g, std::move(rec));
+    } else {
+      ProgramRecord rec = accepted_record(p, run_seed);
+      if (!rec.knob_key.empty()) pending_knob_keys[g] = rec.knob_key;
+      ready.emplace(g, std::move(rec));
+    }
+    launch_ready();
+    return true;
+  }
 
-    MutationContext ctx;
-    ctx.generation = g;
-    ctx.island = plan.island;
-    ctx.phase = plan.phase;
-    ctx.patch_type = plan.patch_type;
-    ctx.temperature = plan.temperature;
-    ctx.system_message = parts.workload.task;
-    if (!cfg.task_sys_msg_per_island.empty()) ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
-    ctx.language = parts.workload.language;
-    ctx.parent = &*parent_rec;
-    for (auto& r : cross_recs) ctx.cross_parents.push_back(&r);
-    for (auto& r : archive_recs) ctx.archive_inspirations.push_back(&r);
-    for (auto& r : topk_recs) ctx.top_k_inspirations.push_back(&r);
-    for (auto& r : failed_recs) ctx.failed_neighbours.push_back(&r);
-    ctx.best = best ? &*best : nullptr;
-    ctx.meta_recommendations = meta_recommendations;
-    ctx.rng = &rng;
-
-    Candidate cand;
-    int patch_failures = 0, novelty_failures = 0;
-    std::string last_text = parent_rec->code, last_patch, reasons;
-    Proposal last_proposal;
-    while (true) {
-      Proposal prop = parts.mutator->propose(parent, ctx);
-      last_proposal = prop;
-      std::string error;
-      std::string reason = "patch";
-      PatchOutcome out;
-      if (!prop.ok()) {
-        error = prop.error;
-        reason = "mutator";
+  // Answered proposals are settled as they come, but a knob-only edit only once every
+  // generation before it is settled, so it is checked against all their knob vectors and no
+  // later one (a replay repeats the outcome); meanwhile later candidates go on to evaluation.
+  void settle_proposals() {
+    if (!pool) return;
+    for (std::int64_t g : pool->take_finished()) asked.insert(g);
+    for (auto it = proposing.begin(); it != proposing.end();) {
+      PreparedProposal& p = *it->second;
+      const bool first = it == proposing.begin();
+      if (!asked.count(it->first) || (p.knob_only && !p.exhausted && !p.error && !first)) {
+        ++it;
+        continue;
+      }
+      asked.erase(it->first);
+      if (settle(p)) {
+        it = proposing.erase(it);
+        if (first) it = proposing.begin();  // the next may now be a knob-only edit's turn
       } else {
-        out = apply_patch(parent, prop.patch_type, prop.patch);
-        if (!out.ok()) error = out.error;
+        submit_ask(p);
+        ++it;
       }
-      if (error.empty()) {
-        Program child = Program::parse(out.text, "candidate");
-        ProgramRecord rec = base_record(out.text, g, plan.island);
-        // Novelty: a knob-only edit is novel iff its knob vector is unseen; other edits must not
-        // be too close to any stored program.
-        if (knob_only_edit(parent, child)) {
-          if (pop.knob_key_seen(rec.knob_key) || in_flight_knob_keys.count(rec.knob_key))
-            error = "knob vector already evaluated: " + rec.knob_key;
-        } else {
-          std::string nearest;
-          float sim = pop.max_similarity(rec.embedding, &nearest);
-          if (sim > float(cfg.code_embed_sim_threshold))
-            error = fmt::format("too similar to {} (cosine {:.4f} > {})", nearest, sim, cfg.code_embed_sim_threshold);
-          else if (parts.novelty_judge) {
-            std::vector<std::string> similar;
-            if (auto r = get(nearest)) similar.push_back(r->code);
-            if (!parts.novelty_judge(out.text, similar)) error = "novelty judge: no meaningful difference from " + nearest;
-          }
-        }
-        if (!error.empty()) reason = "novelty";
-        if (error.empty()) {
-          rec.patch_type = std::string(to_string(prop.patch_type));
-          rec.code_diff = prop.patch;
-          rec.parent_id = parent_rec->id;
-          rec.parent_ids.push_back(parent_rec->id);
-          for (auto& r : cross_recs)
-            if (prop.patch_type == PatchType::Cross) rec.parent_ids.push_back(r.id);
-          rec.model = prop.model;
-          rec.cost_usd = prop.cost_usd;
-          rec.id = hash_hex(fmt::format("child:{}:{}", run_seed, g));
-          cand.record = std::move(rec);
-          return cand;
-        }
-        last_text = out.text;
-      }
-      last_patch = prop.patch;
-      {
-        AttemptRecord a;
-        a.generation = g;
-        a.parent_id = parent_rec->id;
-        a.patch_type = std::string(to_string(prop.patch_type));
-        a.patch_text = prop.patch;
-        a.reason = reason;
-        a.error = error;
-        a.created_at = now_s();
-        std::lock_guard lock(db_mutex);
-        db.insert_attempt(a);
-      }
-      reasons += fmt::format("[{}] {}\n", reason, error);
-      bool exhausted = reason == "novelty" ? ++novelty_failures >= cfg.max_novelty_attempts
-                                           : ++patch_failures >= cfg.max_patch_attempts;
-      if (exhausted) break;
-      ctx.previous_error = error;
     }
-    // Every attempt failed: the generation is recorded as rejected, with its reasons.
-    ProgramRecord rec = base_record(last_text, g, plan.island);
-    rec.id = hash_hex(fmt::format("child:{}:{}", run_seed, g));
-    rec.patch_type = std::string(to_string(last_proposal.patch_type));
-    rec.code_diff = last_patch;
-    rec.parent_id = parent_rec->id;
-    rec.parent_ids = {parent_rec->id};
-    rec.model = last_proposal.model;
-    rec.failure = FailureKind::Rejected;
-    rec.error_text = reasons;
-    rec.knob_key.clear();  // a rejected duplicate must not stand for its knob vector
-    cand.record = std::move(rec);
-    cand.rejected = true;
-    return cand;
+  }
+
+  // Stopping (Ctrl-C, budget, goal): proposals not yet evaluated are dropped, and their
+  // generations proposed again on resume; an answer still on its way is lost.
+  void drop_proposals() {
+    if (pool) pool->cancel();
+    for (auto& [g, p] : proposing) {
+      forget_pending(g, "");
+      dropped.push_back(std::move(p));
+    }
+    proposing.clear();
+    asked.clear();
+    for (auto& [g, rec] : ready) forget_pending(g, rec.knob_key);
+    ready.clear();
   }
 
   // ---- periodic work ----
@@ -986,9 +953,15 @@ struct EvolutionRunner::Impl {
       if (on_status) on_status(status);
     };
     emit();
+    if (parts.mutator->remote())
+      pool = std::make_unique<ProposalPool>(cfg.max_parallel_proposals, [this] {
+        std::lock_guard lock(q_mutex);
+        q_cv.notify_all();
+      });
+    make_steps();
     std::int64_t next = 1;
     bool budget_stop = false;
-    const std::int64_t lag = cfg.max_parallel_jobs;
+    const std::int64_t lag = effective_proposal_lag(cfg, pool != nullptr);
     while (true) {
       bool stopping = stop.load() || budget_stop || target_reached;
       // Propose the lowest generations not yet done while the pipeline has room.
@@ -1003,20 +976,14 @@ struct EvolutionRunner::Impl {
           break;
         }
         if (target_reached) break;  // indexing above may have met the goal
-        Candidate c = propose(next);
-        if (stop.load()) break;  // cut short by Ctrl-C or a rejected LLM key: proposed again on resume
-        if (c.rejected) {
-          insert(c.record);
-          in_flight.insert(next);
-          completed.emplace(next, std::move(c.record));
-        } else {
-          launch(std::move(c));
-        }
+        start_proposal(next);
         emit();
         if (stop.load()) break;
       }
-      // Nothing more to propose: index what has finished, in order.
+      settle_proposals();
       const bool halted = budget_stop || target_reached;
+      if (halted || stop.load()) drop_proposals();
+      // Nothing more to propose: index what has finished, in order.
       if (!discard_results && (next > cfg.num_generations || halted)) index_through(cfg.num_generations);
       if (in_flight.empty()) break;
       // All finished: go round to index them or propose more (a stop goes on to end the jobs).
@@ -1024,7 +991,8 @@ struct EvolutionRunner::Impl {
       std::deque<Done> ready;
       {
         std::unique_lock lock(q_mutex);
-        q_cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return !done_queue.empty(); });
+        q_cv.wait_for(lock, std::chrono::milliseconds(200),
+                      [&] { return !done_queue.empty() || (pool && pool->has_finished()); });
         ready.swap(done_queue);
       }
       if (stop.load() && !discard_results) {
@@ -1037,6 +1005,8 @@ struct EvolutionRunner::Impl {
       for (auto& d : ready) collect(std::move(d));
       emit();
     }
+    pool.reset();  // joins asks still on their way (their answers are dropped)
+    dropped.clear();
     for (auto& [g, t] : workers) t.join();
     workers.clear();
     emit();
@@ -1053,7 +1023,7 @@ EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatab
   // The knob mutator steers away from vectors already evaluated or in flight.
   if (auto* knobs = dynamic_cast<KnobMutator*>(impl_->parts.mutator.get())) {
     Impl* impl = impl_.get();
-    knobs->set_seen([impl](const std::string& key) { return impl->pop.knob_key_seen(key) || impl->in_flight_knob_keys.count(key) > 0; });
+    knobs->set_seen([impl](const std::string& key) { return impl->knob_key_taken(key, kMaxGenerations + 1); });
   }
 }
 

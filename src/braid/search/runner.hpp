@@ -1,7 +1,8 @@
 // EvolutionRunner: the steady-state island search of docs/architecture.md. One generation is one
 // proposed child: select parent -> inspirations -> propose (Mutator) -> apply patch -> novelty
 // -> evaluate (up to max_parallel_jobs at once) -> record (failures included) -> every k
-// generations: meta-summary and migration.
+// generations: meta-summary and migration. Proposals of a remote model are asked up to
+// max_parallel_proposals at once, overlapping evaluations (search/proposal.hpp).
 //
 // Crash safety: each candidate is stored in one transaction when its evaluation ends; a
 // generation is done iff its record exists, so after kill -9 `resume` re-proposes exactly the
@@ -32,7 +33,11 @@ struct RunStatus {
   std::string last_failure;     // the latest failed candidate: "<id> <kind>: <first line of its error>"
   std::int64_t failed = 0;      // not ok
   std::int64_t rejected = 0;
-  int in_flight = 0;
+  int in_flight = 0;             // candidates being evaluated
+  int proposing = 0;             // generations whose proposal is asked for (queued or in flight)
+  int proposals_asking = 0;      // of those, model requests in flight now
+  double proposal_wait_s = 0.0;  // age of the oldest proposal not yet answered
+  double proposals_paused_s = 0.0;  // time left of a rate-limit pause (429)
   double best_score = 0.0;       // the trusted figure: the median of re-runs when confirmed
   std::string best_id;
   bool best_confirmed = false;   // false: best_score is a single measurement

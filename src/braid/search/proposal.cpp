@@ -1,0 +1,281 @@
+#include "braid/search/proposal.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "braid/program/patch.hpp"
+#include "braid/search/proposal_pool.hpp"
+#include "braid/search/schedule.hpp"
+#include "braid/util/error.hpp"
+#include "braid/util/hash.hpp"
+
+namespace braid {
+
+namespace {
+
+// A model that answers 429 this many times in a row for one generation is taken at its word (a
+// spent quota also answers 429): the attempt then counts as failed, as other errors do.
+constexpr int kMaxRateLimitWaits = 20;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Why `rec` (not a knob-only edit) is no new program: too close to one the proposal was
+// prepared with, or the judge says so. "" when novel.
+std::string novelty_error(const PreparedProposal& p, const ProposalSteps& s, const ProgramRecord& rec) {
+  std::string nearest;
+  float sim = s.similarity(rec.embedding, p.similarity_rows, &nearest);
+  if (sim > float(s.cfg->code_embed_sim_threshold))
+    return fmt::format("too similar to {} (cosine {:.4f} > {})", nearest, sim, s.cfg->code_embed_sim_threshold);
+  if (!s.novelty_judge) return "";
+  std::vector<std::string> similar;
+  if (auto code = s.code_of(nearest)) similar.push_back(std::move(*code));
+  if (!s.novelty_judge(rec.code, similar)) return "novelty judge: no meaningful difference from " + nearest;
+  return "";
+}
+
+// The model's answer, waiting out rate limits in the pool (uncounted) when there is one.
+Proposal answer(PreparedProposal& p, const ProposalSteps& s) {
+  while (true) {
+    if (s.pool) s.pool->await_clear();
+    Proposal prop = s.mutator->propose(*p.parent, p.ctx);
+    if (!s.pool) return prop;
+    if (!prop.rate_limited || ++p.rate_limits > kMaxRateLimitWaits || s.stopping()) {
+      if (!prop.rate_limited) s.pool->answered();
+      return prop;
+    }
+    s.pool->rate_limited(prop.retry_after_s);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+const ProgramSummary* choose_parent(const ProposalSources& src, int island, std::mt19937_64& rng) {
+  const Population& pop = src.pop;
+  const auto* ranked = &pop.ranked(island);
+  if (ranked->empty()) ranked = &pop.ranked_all();
+  if (auto idx = src.selector.select(pop, *ranked, rng)) return &pop.at(*idx);
+  return pop.find(src.seed_ids[std::size_t(island)]);  // nothing correct yet: mutate the seed
+}
+
+std::vector<ProgramRecord> load_records(const ProposalSources& src, const std::vector<std::size_t>& idxs) {
+  std::vector<ProgramRecord> out;
+  for (std::size_t i : idxs)
+    if (auto r = src.get(src.pop.at(i).id)) out.push_back(std::move(*r));
+  return out;
+}
+
+std::vector<std::size_t> top_k(const Population& pop, int k, const std::string& exclude,
+                               const std::set<std::string>& also_exclude) {
+  std::vector<std::size_t> out;
+  for (std::size_t i : pop.ranked_all()) {
+    if (int(out.size()) >= k) break;
+    const auto& id = pop.at(i).id;
+    if (id == exclude || also_exclude.count(id)) continue;
+    out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<std::size_t> failed_neighbours(const Population& pop, const std::string& parent_id, int n) {
+  std::vector<std::size_t> children, others;
+  const auto& f = pop.failures();
+  for (auto it = f.rbegin(); it != f.rend(); ++it) {
+    const auto& p = pop.at(*it);
+    if (p.failure == FailureKind::Rejected) continue;
+    (p.parent_id == parent_id ? children : others).push_back(*it);
+    if (int(children.size()) >= n) break;
+  }
+  for (std::size_t i : others) {
+    if (int(children.size()) >= n) break;
+    children.push_back(i);
+  }
+  return children;
+}
+
+// Crossover partners: 1-2 programs from the inspirations, else from the best.
+std::vector<ProgramRecord> cross_partners(const ProposalSources& src, const PreparedProposal& p, std::mt19937_64& rng) {
+  const Population& pop = src.pop;
+  std::vector<const ProgramRecord*> pool_of;
+  for (auto& r : p.archive) pool_of.push_back(&r);
+  for (auto& r : p.top_k) pool_of.push_back(&r);
+  std::shuffle(pool_of.begin(), pool_of.end(), rng);
+  int want = std::uniform_int_distribution<int>(1, 2)(rng);
+  std::vector<ProgramRecord> out;
+  for (auto* r : pool_of)
+    if (int(out.size()) < want && r->id != p.parent_rec.id && r->correct) out.push_back(*r);
+  if (out.empty()) {
+    for (std::size_t i : pop.ranked_all())
+      if (pop.at(i).id != p.parent_rec.id) {
+        if (auto r = src.get(pop.at(i).id)) out.push_back(*r);
+        break;
+      }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g) {
+  const SearchConfig& cfg = src.cfg;
+  const Population& pop = src.pop;
+  const auto& runnable_islands = src.runnable_islands;
+  auto p = std::make_unique<PreparedProposal>();
+  p->generation = g;
+  p->rng = generation_rng(src.run_seed, g);
+  auto& rng = p->rng;
+  bool can_cross = pop.ranked_all().size() >= 2;
+  GenerationPlan plan = plan_generation(cfg, g, can_cross, rng);
+  if (std::find(runnable_islands.begin(), runnable_islands.end(), plan.island) == runnable_islands.end())
+    plan.island = runnable_islands[std::size_t(g - 1) % runnable_islands.size()];
+  p->island = plan.island;
+  const ProgramSummary* parent_s = choose_parent(src, plan.island, rng);
+  if (!parent_s) throw SystemError("no parent program available (seed missing)");
+  auto parent_rec = src.get(parent_s->id);
+  if (!parent_rec) throw SystemError("parent " + parent_s->id + " missing from the database");
+  p->parent_rec = std::move(*parent_rec);
+  p->parent = Program::parse(p->parent_rec.code, "parent " + p->parent_rec.id);
+  p->last_text = p->parent_rec.code;
+
+  auto archive_idx = src.archive.sample_inspirations(pop, cfg.num_archive_inspirations, p->parent_rec.id, rng);
+  std::set<std::string> shown;
+  for (auto i : archive_idx) shown.insert(pop.at(i).id);
+  auto topk_idx = top_k(pop, cfg.num_top_k_inspirations, p->parent_rec.id, shown);
+  p->archive = load_records(src, archive_idx);
+  p->top_k = load_records(src, topk_idx);
+  p->failed = load_records(src, failed_neighbours(pop, p->parent_rec.id, cfg.num_failed_neighbours));
+  if (!pop.ranked_all().empty()) p->best = src.get(pop.at(pop.ranked_all().front()).id);
+  if (plan.patch_type == PatchType::Cross) {
+    p->cross_parents = cross_partners(src, *p, rng);
+    if (p->cross_parents.empty()) plan.patch_type = PatchType::Diff;
+  }
+
+  MutationContext& ctx = p->ctx;
+  ctx.generation = g;
+  ctx.island = plan.island;
+  ctx.phase = plan.phase;
+  ctx.patch_type = plan.patch_type;
+  ctx.temperature = plan.temperature;
+  ctx.system_message = src.task;
+  if (!cfg.task_sys_msg_per_island.empty()) ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
+  ctx.language = src.language;
+  ctx.parent = &p->parent_rec;
+  for (auto& r : p->cross_parents) ctx.cross_parents.push_back(&r);
+  for (auto& r : p->archive) ctx.archive_inspirations.push_back(&r);
+  for (auto& r : p->top_k) ctx.top_k_inspirations.push_back(&r);
+  for (auto& r : p->failed) ctx.failed_neighbours.push_back(&r);
+  ctx.best = p->best ? &*p->best : nullptr;
+  ctx.meta_recommendations = src.meta_recommendations;
+  ctx.rng = &p->rng;
+  p->similarity_rows = pop.embedding_rows();
+  return p;
+}
+
+std::string child_id(std::uint64_t run_seed, std::int64_t generation) {
+  return hash_hex(fmt::format("child:{}:{}", run_seed, generation));
+}
+
+bool knob_only_edit(const Program& parent, const Program& child) {
+  if (child.knobs().empty()) return false;
+  auto edited = with_knobs(parent, child.knob_values());
+  return edited.ok() && edited.text == child.text();
+}
+
+void ask(PreparedProposal& p, const ProposalSteps& s) {
+  p.candidate.reset();
+  p.knob_only = p.exhausted = p.cancelled = false;
+  while (true) {
+    if (s.stopping()) {
+      p.cancelled = true;
+      return;
+    }
+    Proposal prop = answer(p, s);
+    if (s.stopping()) {  // cut short by Ctrl-C or a rejected key: proposed again on resume
+      p.cancelled = true;
+      return;
+    }
+    p.last = prop;
+    std::string error, reason = "patch";
+    PatchOutcome out;
+    if (!prop.ok()) {
+      error = prop.error;
+      reason = "mutator";
+    } else {
+      out = apply_patch(*p.parent, prop.patch_type, prop.patch);
+      if (!out.ok()) error = out.error;
+    }
+    if (error.empty()) {
+      Program child = Program::parse(out.text, "candidate");
+      ProgramRecord rec = s.make_record(out.text, p.generation, p.island);
+      // A knob-only edit is novel iff its knob vector is unseen: settled on the search thread,
+      // in generation order, against every vector evaluated or in flight.
+      p.knob_only = knob_only_edit(*p.parent, child);
+      if (!p.knob_only) error = novelty_error(p, s, rec);
+      if (error.empty()) {
+        p.candidate = std::move(rec);
+        return;
+      }
+      reason = "novelty";
+      p.last_text = out.text;
+    }
+    if (count_failed_attempt(p, s, reason, error)) {
+      p.exhausted = true;
+      return;
+    }
+  }
+}
+
+bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std::string& reason, const std::string& error) {
+  p.last_patch = p.last.patch;
+  AttemptRecord a;
+  a.generation = p.generation;
+  a.parent_id = p.parent_rec.id;
+  a.patch_type = std::string(to_string(p.last.patch_type));
+  a.patch_text = p.last.patch;
+  a.reason = reason;
+  a.error = error;
+  a.created_at = now_s();
+  s.record_attempt(a);
+  p.reasons += fmt::format("[{}] {}\n", reason, error);
+  const bool exhausted = reason == "novelty" ? ++p.novelty_failures >= s.cfg->max_novelty_attempts
+                                             : ++p.patch_failures >= s.cfg->max_patch_attempts;
+  if (!exhausted) p.ctx.previous_error = error;
+  return exhausted;
+}
+
+ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed) {
+  ProgramRecord rec = std::move(*p.candidate);
+  p.candidate.reset();
+  rec.patch_type = std::string(to_string(p.last.patch_type));
+  rec.code_diff = p.last.patch;
+  rec.parent_id = p.parent_rec.id;
+  rec.parent_ids.push_back(p.parent_rec.id);
+  if (p.last.patch_type == PatchType::Cross)
+    for (auto& r : p.cross_parents) rec.parent_ids.push_back(r.id);
+  rec.model = p.last.model;
+  rec.cost_usd = p.last.cost_usd;
+  rec.id = child_id(run_seed, p.generation);
+  return rec;
+}
+
+ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s) {
+  ProgramRecord rec = s.make_record(p.last_text, p.generation, p.island);
+  rec.id = child_id(s.run_seed, p.generation);
+  rec.patch_type = std::string(to_string(p.last.patch_type));
+  rec.code_diff = p.last_patch;
+  rec.parent_id = p.parent_rec.id;
+  rec.parent_ids = {p.parent_rec.id};
+  rec.model = p.last.model;
+  rec.failure = FailureKind::Rejected;
+  rec.error_text = p.reasons;
+  rec.knob_key.clear();  // a rejected duplicate must not stand for its knob vector
+  return rec;
+}
+
+}  // namespace braid

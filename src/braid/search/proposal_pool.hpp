@@ -1,0 +1,76 @@
+// ProposalPool: asks for proposals (a model's answer, its patch, the novelty judge) on threads of
+// their own, so that slow model calls overlap each other and the evaluations.
+//
+//   submit(g, work) -> a free thread runs work (lowest generation first, at most `limit` at once)
+//   -> finished(): the generations whose work returned, for the search thread to take up.
+//
+// Rate limits: work that met a 429 calls rate_limited(); the pool then lets fewer asks run at
+// once (halved, regrown by one per answer) and holds every new ask until the server's
+// Retry-After (or a doubling back-off) has passed: the candidates wait instead of failing.
+// The pool owns no search state: work is a closure over one prepared proposal.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace braid {
+
+struct PoolStats {
+  int asking = 0;             // work running now (model requests in flight)
+  int queued = 0;             // submitted, waiting for a thread or the rate limit
+  double oldest_wait_s = 0;   // age of the oldest submitted, unfinished work
+  double paused_s = 0;        // time left of a rate-limit pause
+  int limit = 0;              // asks allowed at once now (below max_parallel after a 429)
+};
+
+class ProposalPool {
+ public:
+  // `wake` is called (from a pool thread) whenever work finishes.
+  ProposalPool(int max_parallel, std::function<void()> wake);
+  ~ProposalPool();  // cancel() and join
+  ProposalPool(const ProposalPool&) = delete;
+  ProposalPool& operator=(const ProposalPool&) = delete;
+
+  void submit(std::int64_t generation, std::function<void()> work);
+  // Generations whose work has returned since the last call, ascending.
+  std::vector<std::int64_t> take_finished();
+  bool has_finished() const;
+  // Drops queued work and lets running work end (it checks cancelled()); their generations are
+  // never reported finished.
+  void cancel();
+  bool cancelled() const;
+
+  // For work, before each model request: blocks while a rate-limit pause lasts (or until cancel).
+  void await_clear();
+  // For work whose request met a 429: `retry_after_s` < 0 when the server named no delay.
+  void rate_limited(double retry_after_s);
+  void answered();  // a request was answered: the allowed concurrency grows back
+
+  PoolStats stats() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void worker();
+
+  const int max_parallel_;
+  std::function<void()> wake_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::int64_t, std::function<void()>> queue_;  // by generation
+  std::map<std::int64_t, Clock::time_point> submitted_;   // queued or running
+  std::set<std::int64_t> finished_;
+  int running_ = 0;
+  int limit_;
+  int consecutive_limits_ = 0;
+  Clock::time_point paused_until_{};
+  bool cancelled_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace braid

@@ -1,0 +1,202 @@
+// Concurrent proposals (issue #25 part 1), end to end: `braid evolve` of the CPU example against
+// a loopback model that answers after a delay, with several proposals in flight. A replay repeats
+// the run exactly; kill -9 while proposals are in flight loses no evaluated candidate; a 429
+// storm slows the pool instead of failing candidates.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "../e2e/e2e_support.hpp"
+#include "../llm/loopback_llm_server.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+using testing::Fault;
+using testing::LoopbackLlmServer;
+
+const std::string kChildren = "FROM programs WHERE patch_type NOT IN ('seed','migrant')";
+
+std::vector<std::vector<std::string>> rows(const std::filesystem::path& db_file, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(db_file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* st = nullptr;
+  std::vector<std::vector<std::string>> out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK)
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        auto* p = sqlite3_column_text(st, c);
+        row.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
+      }
+      out.push_back(std::move(row));
+    }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+long count(const std::filesystem::path& db_file, const std::string& sql) {
+  auto r = rows(db_file, sql);
+  return r.empty() || r[0].empty() || r[0][0].empty() ? -1 : std::stol(r[0][0]);
+}
+
+// Delays every mutation answer by [lo, hi) seconds (varied by request) and records how many
+// were being answered at once.
+struct SlowModel {
+  std::atomic<int> now{0}, most{0}, served{0};
+  void attach(LoopbackLlmServer& server, double lo, double hi) {
+    server.set_responder([this, lo, hi](const std::string&, const std::vector<std::pair<std::string, std::string>>& m)
+                             -> std::optional<std::string> {
+      const bool mutation = !m.empty() && m.front().second.find("EVOLVE-BLOCK") != std::string::npos;
+      if (!mutation) return std::nullopt;
+      int n = ++now;
+      for (int seen = most.load(); n > seen && !most.compare_exchange_weak(seen, n);) {
+      }
+      const int k = served++;
+      std::this_thread::sleep_for(std::chrono::duration<double>(lo + (hi - lo) * double((k * 7) % 10) / 10.0));
+      --now;
+      return std::nullopt;  // the server's own prompt-driven answer, after the delay
+    });
+  }
+};
+
+std::filesystem::path write_config(const std::filesystem::path& root, int generations, const std::string& extra) {
+  std::filesystem::create_directories(root);
+  const auto file = root / "config.yaml";
+  write_file_atomic(file, "num_generations: " + std::to_string(generations) +
+                              "\n"
+                              "num_islands: 2\n"
+                              "max_parallel_jobs: 2\n"
+                              "max_parallel_proposals: 4\n"
+                              "meta_rec_interval: 4\n"
+                              "migration_interval: 5\n"
+                              "confirm_runs: 0\n"
+                              "noise_runs: 0\n"
+                              "request_timeout_s: 30\n"
+                              "api_type: host\n"
+                              // The server makes one-line edits; 0.995 would call most of them duplicates.
+                              "code_embed_sim_threshold: 0.9999\n" +
+                              extra);
+  return file;
+}
+
+const std::filesystem::path kWorkload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
+
+TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
+  LoopbackLlmServer server;
+  SlowModel model;
+  model.attach(server, 0.3, 1.2);
+  auto root = test::fresh_dir("proposals_replay");
+  auto config = write_config(root, 10, "");
+  const auto run1 = root / "run1", run2 = root / "run2";
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(), "--seed",
+                                "5", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_GE(model.most.load(), 2) << "proposals were never in flight together";
+  EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 10);
+
+  const std::size_t served = server.request_count();
+  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
+                                 "--seed", "5", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(server.request_count(), served);  // no network
+  const std::string sql =
+      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
+  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+TEST(ConcurrentProposals, KillDuringProposalsLosesNoEvaluatedCandidate) {
+  LoopbackLlmServer server;
+  SlowModel model;
+  model.attach(server, 1.0, 2.0);
+  auto root = test::fresh_dir("proposals_kill");
+  auto config = write_config(root, 8, "");
+  const auto run = root / "run", db = run / "evolution.db";
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  test::Proc p = test::start_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(),
+                                    "--seed", "9", "--llm", "openai:gpt-4.1-mini@" + server.base_url()},
+                                   root / "first.log");
+  // Killed once a child is stored while the model is answering other proposals.
+  bool killed_mid_proposals = false;
+  for (int i = 0; i < 2400 && !killed_mid_proposals; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::filesystem::exists(db) && count(db, "SELECT COUNT(*) " + kChildren) >= 1 && model.now.load() >= 1) {
+      ::kill(p.pid, SIGKILL);
+      killed_mid_proposals = true;
+    }
+  }
+  if (!killed_mid_proposals) ::kill(p.pid, SIGKILL);
+  test::wait_exit(p);
+  ASSERT_TRUE(killed_mid_proposals) << read_file(root / "first.log");
+  const std::string ids_sql = "SELECT id, code, combined_score " + kChildren + " AND failure_kind != 'rejected' ORDER BY id";
+  auto before = rows(db, ids_sql);
+  ASSERT_FALSE(before.empty());
+
+  auto done = test::run_braid({"resume", run.string()});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(done.code, 0) << done.output;
+  EXPECT_EQ(count(db, "SELECT COUNT(*) " + kChildren), 8);
+  EXPECT_EQ(count(db, "SELECT COUNT(DISTINCT generation) " + kChildren), 8);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM jobs"), 0);
+  // Every candidate evaluated before the kill is still there, unchanged.
+  auto after = rows(db, ids_sql);
+  std::set<std::vector<std::string>> kept(after.begin(), after.end());
+  for (auto& r : before) EXPECT_TRUE(kept.count(r)) << "lost " << r[0];
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+TEST(ConcurrentProposals, PerModelLimitCapsTheRequestsInFlight) {
+  LoopbackLlmServer server;
+  SlowModel model;
+  model.attach(server, 0.5, 1.0);
+  auto root = test::fresh_dir("proposals_per_model");
+  // Four proposals may be asked at once, but the model takes two.
+  auto config = write_config(root, 8, "max_requests_per_model: 2\n");
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", (root / "run").string(),
+                            "--seed", "4", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(model.most.load(), 2);
+  EXPECT_EQ(count(root / "run" / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 8);
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+TEST(ConcurrentProposals, RateLimitStormSlowsThePoolInsteadOfFailingCandidates) {
+  LoopbackLlmServer server;
+  server.set_retry_after("0");
+  // The first 12 requests are refused with 429; the client gives up at once (max_retries 0),
+  // so every refusal reaches the pool.
+  server.set_fault_plan([](std::size_t n) { return n < 12 ? Fault::RateLimit : Fault::None; });
+  auto root = test::fresh_dir("proposals_429");
+  auto config = write_config(root, 6, "max_retries: 0\nmax_patch_attempts: 2\n");
+  const auto run = root / "run", db = run / "evolution.db";
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(), "--seed",
+                            "3", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_GE(server.faults_injected()["rate_limit"], 12);
+  EXPECT_NE(r.output.find("proposals paused"), std::string::npos) << r.output;
+  EXPECT_EQ(count(db, "SELECT COUNT(DISTINCT generation) " + kChildren), 6);
+  // No candidate failed for the rate limit: no attempt and no rejection names it.
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM attempts WHERE error LIKE '%rate_limited%'"), 0);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) " + kChildren + " AND error_text LIKE '%rate_limited%'"), 0);
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace braid

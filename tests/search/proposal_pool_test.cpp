@@ -1,0 +1,118 @@
+// ProposalPool: concurrency limit, lowest generation first, rate-limit pause and shrink, cancel.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "braid/search/proposal_pool.hpp"
+
+namespace braid {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Work that blocks until released, recording how many ran at once and in which order they began.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int now = 0, most = 0;
+  std::vector<std::int64_t> started;
+  std::function<void()> work(std::int64_t g) {
+    return [this, g] {
+      std::unique_lock lock(mu);
+      started.push_back(g);
+      most = std::max(most, ++now);
+      cv.wait(lock, [&] { return open; });
+      --now;
+    };
+  }
+  void release() {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+std::vector<std::int64_t> wait_finished(ProposalPool& pool, std::size_t n) {
+  std::vector<std::int64_t> all;
+  for (int i = 0; i < 400 && all.size() < n; ++i) {
+    auto f = pool.take_finished();
+    all.insert(all.end(), f.begin(), f.end());
+    std::this_thread::sleep_for(10ms);
+  }
+  return all;
+}
+
+TEST(ProposalPool, RunsAtMostTheLimitLowestGenerationFirst) {
+  std::atomic<int> wakes{0};
+  ProposalPool pool(2, [&] { ++wakes; });
+  Gate gate;
+  for (std::int64_t g : {5, 3, 9, 1, 7}) pool.submit(g, gate.work(g));
+  std::this_thread::sleep_for(100ms);
+  {
+    std::lock_guard lock(gate.mu);
+    EXPECT_EQ(gate.now, 2);
+  }
+  PoolStats s = pool.stats();
+  EXPECT_EQ(s.asking, 2);
+  EXPECT_EQ(s.queued, 3);
+  EXPECT_GT(s.oldest_wait_s, 0.05);
+  gate.release();
+  auto done = wait_finished(pool, 5);
+  EXPECT_EQ(done.size(), 5u);
+  EXPECT_EQ(gate.most, 2);
+  ASSERT_EQ(gate.started.size(), 5u);
+  // The first two taken are whichever were queued when the threads woke; after them, ascending.
+  EXPECT_TRUE(std::is_sorted(gate.started.end() - 3, gate.started.end()));
+  std::vector<std::int64_t> sorted = gate.started;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::int64_t>{1, 3, 5, 7, 9}));
+  EXPECT_GE(wakes.load(), 5);
+  EXPECT_EQ(pool.stats().asking, 0);
+}
+
+TEST(ProposalPool, RateLimitPausesNewAsksAndShrinksTheLimit) {
+  ProposalPool pool(8, nullptr);
+  EXPECT_EQ(pool.stats().limit, 8);
+  pool.rate_limited(0.3);  // the server's Retry-After
+  EXPECT_EQ(pool.stats().limit, 4);
+  EXPECT_GT(pool.stats().paused_s, 0.1);
+  auto t0 = std::chrono::steady_clock::now();
+  pool.await_clear();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
+  pool.rate_limited(0);
+  pool.rate_limited(0);
+  EXPECT_EQ(pool.stats().limit, 1);
+  pool.rate_limited(0);
+  EXPECT_EQ(pool.stats().limit, 1);  // never below one
+  for (int i = 0; i < 3; ++i) pool.answered();
+  EXPECT_EQ(pool.stats().limit, 4);  // regrows by one per answer
+  for (int i = 0; i < 10; ++i) pool.answered();
+  EXPECT_EQ(pool.stats().limit, 8);
+}
+
+TEST(ProposalPool, CancelDropsQueuedWorkAndWakesAPause) {
+  ProposalPool pool(1, nullptr);
+  Gate gate;
+  pool.submit(1, gate.work(1));
+  pool.submit(2, gate.work(2));
+  std::this_thread::sleep_for(50ms);
+  pool.rate_limited(30);
+  std::thread waiter([&] { pool.await_clear(); });
+  pool.cancel();
+  waiter.join();  // returns at once, not after 30 s
+  EXPECT_TRUE(pool.cancelled());
+  gate.release();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(pool.take_finished().empty());  // cancelled work is never reported
+  std::lock_guard lock(gate.mu);
+  EXPECT_EQ(gate.started, std::vector<std::int64_t>{1});
+}
+
+}  // namespace
+}  // namespace braid
