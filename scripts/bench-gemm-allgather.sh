@@ -7,10 +7,13 @@
 # program, ratio, speedup, and torch's fused op side by side.
 #
 #   scripts/bench-gemm-allgather.sh
-#   BRAID_GAG_SIZES=4096,8192,16384      sizes (default 2048,4096,8192,16384)
+#   BRAID_GAG_SIZES=4096,8192,16384      sizes (default 2048,4096,8192,16384); M x N x K as
+#                                        M*10^10+N*10^5+K, e.g. 81921433608192 (8192 x 14336 x 8192)
 #   BRAID_GAG_RANKS=2                    ranks, one GPU each (default 2)
 #   BRAID_GAG_VARIANTS="a b"             only these lines of variants.txt ("none": seed only)
-#   BRAID_GAG_EXTRA="best=path.cu ..."   more programs (e.g. `braid export` of an evolve run)
+#   BRAID_GAG_EXTRA="best=path.cu ..."   more programs (e.g. `braid export` of an evolve run, or
+#                                        rewrite=workloads/gemm_allgather/bench/rewrite_streamed.cu)
+#   BRAID_GAG_RANKS=1 verifies programs on one GPU (no remote shards: every path but the transfer)
 #   BRAID_GAG_EVOLVE=N BRAID_GAG_EVOLVE_SEEDS="1 2 3" BRAID_BIN=path/to/braid
 #                                        a knob-mutator evolve of N evaluations per seed, first
 #                                        (its best program is benched beside the others)

@@ -147,7 +147,7 @@ TEST(Analyzer, HarnessSeedOfTheGemmAllGatherWorkload) {
   EXPECT_EQ(ag.stream, "s");
   EXPECT_EQ(ag.buffers, (std::vector<std::string>{"a", "gathered"}));
   EXPECT_EQ(a.buffers.at("gathered").harness_name, "gathered");
-  EXPECT_EQ(a.buffers.at("gathered").bytes_expr, "(size_t)c.problem.size * (size_t)c.problem.size * 2");
+  EXPECT_EQ(a.buffers.at("gathered").bytes_expr, "gemm_allgather::shape(c).gathered_elems() * 2");
   EXPECT_EQ(a.buffers.at("a").bytes_expr, "a.bytes");  // sized by the workload at run time
   bool cublas = false;
   for (const Call& c : a.calls) cublas = cublas || (c.kind == CallKind::Cublas && c.name == "cublasSetStream");

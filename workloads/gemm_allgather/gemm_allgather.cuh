@@ -2,7 +2,9 @@
 // sequence-parallel input), shared by seed.cu and gen0.cu.
 //
 // CONTRACT (shown to the LLM as documentation)
-//   Size S: M = N = K = S, P ranks (M % P == 0, else the size fails with a clear error).
+//   Shape M x N x K (gemm_shape.hpp): --size S is square (M = N = K = S), --size
+//   M * 10^10 + N * 10^5 + K any shape; P ranks with M % P == 0, N and K multiples of 8 (else the
+//   size fails with one line naming it). shape(c) gives the Shape of a Context.
 //   Buffers (row-major, bf16):
 //     "a"  Input  Ms x K  (Ms = M / P): this rank's rows of A, rows [rank*Ms, (rank+1)*Ms).
 //          A symmetric NCCL window: peers may read it (ncclGetLsaPointer / host_lsa_pointers).
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "braid/harness.cuh"
+#include "gemm_shape.hpp"
 
 namespace gemm_allgather {
 
@@ -42,13 +45,14 @@ inline void check_cublas(cublasStatus_t st, const char* what, const char* file, 
 }
 #define GAG_CUBLAS(call) ::gemm_allgather::check_cublas((call), #call, __FILE__, __LINE__)
 
-// Rows of A each rank holds; a size that does not split evenly is the user's error.
-inline int64_t shard_rows(const Problem& p) {
-  if (p.size % p.world != 0)
-    throw DeviceError("M = " + std::to_string(p.size) + " is not divisible by the " + std::to_string(p.world) +
-                      " ranks (A is sharded by rows)");
-  return p.size / p.world;
+// The problem's shape; a size the workload cannot take is the user's error (one line).
+inline Shape shape_of(const Problem& p) {
+  Shape s;
+  const std::string error = parse_shape(p.size, p.world, s);
+  if (!error.empty()) throw DeviceError(error);
+  return s;
 }
+inline Shape shape(const Context& c) { return shape_of(c.problem); }
 
 // C[rows x N] = A[rows x K] * W^T (W is N x K), all row-major. cuBLAS is column-major, so it
 // computes C^T (N x rows, ld N) = op_T(W seen as K x N, ld K) * (A^T seen as K x rows, ld K).
@@ -76,16 +80,16 @@ inline braid::dev::Workload make_workload() {
   braid::dev::Workload w;
   w.name = "gemm_allgather";
   w.buffers = [](const Problem& p) {
-    const size_t ms = (size_t)shard_rows(p), s = (size_t)p.size;
-    return std::vector<BufferSpec>{{"a", Role::Input, DType::BF16, ms * s, true},
-                                   {"w", Role::Input, DType::BF16, s * s, false},
-                                   {"c", Role::Output, DType::BF16, s * s, false}};
+    const Shape s = shape_of(p);
+    return std::vector<BufferSpec>{{"a", Role::Input, DType::BF16, s.a_elems(), true},
+                                   {"w", Role::Input, DType::BF16, s.w_elems(), false},
+                                   {"c", Role::Output, DType::BF16, s.c_elems(), false}};
   };
   w.init = [](Context& c) {
-    const size_t s = (size_t)c.problem.size;
+    const Shape s = shape(c);
     // State role: fully overwritten before every use, so poisoning them would only cost time.
-    c.alloc_window("workload_gathered", s * s * 2, Role::State, DType::BF16);
-    c.alloc("workload_reference_f32", s * s * 4, Role::State, DType::F32);
+    c.alloc_window("workload_gathered", s.gathered_elems() * 2, Role::State, DType::BF16);
+    c.alloc("workload_reference_f32", s.c_elems() * 4, Role::State, DType::F32);
     auto* st = new WorkloadState;
     c.workload_state = st;
     GAG_CUBLAS(cublasCreate(&st->handle));
@@ -102,21 +106,22 @@ inline braid::dev::Workload make_workload() {
     BRAID_NCCL(ncclAllGather(a.ptr, c.buffer("workload_gathered").ptr, a.count, ncclBfloat16, c.comm, s));
   };
   auto compute = [](Context& c, cudaStream_t s) {
-    const int64_t S = c.problem.size;
+    const Shape sh = shape(c);
     GAG_CUBLAS(cublasSetStream(state(c).handle, s));
-    gemm_rows(state(c).handle, c.buffer("workload_gathered").as<__nv_bfloat16>(), S, c.buffer("w").as<__nv_bfloat16>(),
-              c.buffer("c").as<__nv_bfloat16>(), S, S);
+    gemm_rows(state(c).handle, c.buffer("workload_gathered").as<__nv_bfloat16>(), sh.m, c.buffer("w").as<__nv_bfloat16>(),
+              c.buffer("c").as<__nv_bfloat16>(), sh.k, sh.n);
   };
   w.reference = [gather](Context& c, cudaStream_t s) {
     gather(c, s);
-    const int S = (int)c.problem.size;
+    const Shape sh = shape(c);
+    const int M = (int)sh.m, N = (int)sh.n, K = (int)sh.k;
     const float one = 1.0f, zero = 0.0f;
     cublasHandle_t h = state(c).handle;
     GAG_CUBLAS(cublasSetStream(h, s));
     float* ref = c.buffer("workload_reference_f32").as<float>();
-    GAG_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, S, S, S, &one, c.buffer("w").ptr, CUDA_R_16BF, S, c.buffer("workload_gathered").ptr,
-                            CUDA_R_16BF, S, &zero, ref, CUDA_R_32F, S, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    round_to_bf16_kernel<><<<1024, 256, 0, s>>>(ref, c.buffer("c").as<__nv_bfloat16>(), (size_t)S * S);
+    GAG_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, c.buffer("w").ptr, CUDA_R_16BF, K, c.buffer("workload_gathered").ptr,
+                            CUDA_R_16BF, K, &zero, ref, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    round_to_bf16_kernel<><<<1024, 256, 0, s>>>(ref, c.buffer("c").as<__nv_bfloat16>(), sh.c_elems());
     BRAID_LAUNCHED();
   };
   w.baseline = [gather, compute](Context& c, cudaStream_t s) {
@@ -125,7 +130,10 @@ inline braid::dev::Workload make_workload() {
   };
   w.compute_alone = compute;
   w.comm_alone = gather;
-  w.comm_bytes = [](const Problem& p) { return (double)(p.world - 1) * (double)(p.size / p.world) * (double)p.size * 2.0; };
+  w.comm_bytes = [](const Problem& p) {
+    const Shape s = shape_of(p);
+    return (double)(p.world - 1) * (double)s.a_elems() * 2.0;
+  };
   return w;
 }
 

@@ -1,8 +1,13 @@
-// GEMM + AllGather, annotated for `braid evolve`. C_r = A_full * B_r where A is sharded by rows
-// over the ranks (see gemm_allgather.cuh for buffers, reference, baseline and bound). The
-// defaults reproduce seed.cu: ncclAllGather into a cudaMalloc buffer, then one GEMM, one stream.
+// GEMM + AllGather, annotated for `braid evolve`. C_r = A_full * B_r where A (M x K) is sharded by
+// rows over the ranks (see gemm_allgather.cuh for buffers, shapes, reference, baseline and bound).
+// The defaults reproduce seed.cu: ncclAllGather into a cudaMalloc buffer, then one GEMM, one stream.
 //
-// The knobs (EVOLVE-BLOCK "schedule") span what a GPU engineer would try:
+// Three EVOLVE blocks hold the whole strategy: "knobs" (the enums and settings below), "kernels"
+// (the chunk layout and the SM copy kernel) and "host" (setup, the transfer engines, readiness
+// waits, run, teardown). All three may be rewritten: new kernels, engines and schedules included;
+// the knobs only pick among the code paths written here. Frozen: the includes and main().
+//
+// The knobs span what a GPU engineer would try:
 //   kSchedule      Serial: gather everything, then multiply. Overlap: the local shard's rows are
 //                  multiplied straight from "a" (no copy) while remote rows arrive; each remote
 //                  chunk is multiplied as soon as it has landed.
@@ -38,13 +43,14 @@
 
 using namespace braid::dev;
 using gemm_allgather::gemm_rows;
+using gemm_allgather::Shape;
 
+// EVOLVE-BLOCK-START knobs
 enum class Schedule { Serial, Overlap };
 enum class Engine { NcclPlain, NcclWindow, NcclZeroCta, CopyEngine, LsaKernel, PeerInPlace };
 enum class Direction { Push, Pull };
 enum class ReadyWait { StreamMemop, SpinKernel };
 
-// EVOLVE-BLOCK-START schedule
 constexpr Schedule kSchedule = Schedule::Serial;  // braid:knob Schedule::Serial|Schedule::Overlap
 constexpr Engine kEngine = Engine::NcclPlain;  // braid:knob Engine::NcclPlain|Engine::NcclWindow|Engine::NcclZeroCta|Engine::CopyEngine|Engine::LsaKernel|Engine::PeerInPlace
 constexpr Direction kDirection = Direction::Push;  // braid:knob Direction::Push|Direction::Pull
@@ -64,18 +70,7 @@ constexpr bool kGemmEnqueuedFirst = false;  // braid:knob
 // braid:require kGemmEnqueuedFirst == false || (kSchedule == Schedule::Overlap && kLocalFirst == true)
 // EVOLVE-BLOCK-END
 
-namespace {
-
-constexpr bool kOverlap = kSchedule == Schedule::Overlap;
-constexpr int kChunkCount = kOverlap ? kChunks : 1;
-constexpr bool kNccl = kEngine == Engine::NcclPlain || kEngine == Engine::NcclWindow || kEngine == Engine::NcclZeroCta;
-constexpr bool kPull = kDirection == Direction::Pull;
-// Engines whose readiness is a flag written by the sender (a counter per chunk and source).
-constexpr bool kFlagReady = kEngine == Engine::LsaKernel || (kEngine == Engine::CopyEngine && !kPull);
-// Copy-engine pulls land source by source, so each (chunk, source) gets its own event and the GEMM
-// of a source's rows starts as soon as they land (it matters from 3 ranks on); an NCCL all-gather
-// lands a chunk from every source at once.
-constexpr bool kEventPerSource = kEngine == Engine::CopyEngine && kPull;
+// EVOLVE-BLOCK-START kernels
 constexpr int kCopyThreads = 512;
 
 // Rows [row0, row0 + len) of every shard form chunk c; in "gathered" chunk c of source p starts at
@@ -98,16 +93,6 @@ __host__ __device__ inline int64_t gathered_row(int64_t shard_rows, int chunks, 
 // Flag window layout (uint32): ready[chunk][source] counters, then handshake[source].
 __host__ __device__ inline size_t ready_slot(int world, int c, int p) { return (size_t)c * world + p; }
 __host__ __device__ inline size_t handshake_slot(int world, int chunks, int p) { return (size_t)chunks * world + p; }
-inline size_t done_slot(int world, int c, int p) { return kEventPerSource ? ready_slot(world, c, p) : (size_t)c; }
-
-// The k-th source (k = 1..P-1) whose rows reach this rank, in the order they are sent: a rank
-// pushes to rank+1 first, so pushed rows come from rank-1 first; pulled ones from rank+1 first.
-inline int source_at(int rank, int k, int world) {
-  return kEngine == Engine::CopyEngine && !kPull ? (rank - k + world) % world : (rank + k) % world;
-}
-
-}  // namespace
-
 // SM-driven LSA transfer of every chunk in order. All CTAs share a chunk (a contiguous slice each);
 // after its slice a CTA adds 1 to the chunk's ready counter (release, system scope) at the
 // receiver, so the chunk has landed once the counter reaches epoch * gridDim.x.
@@ -148,7 +133,30 @@ __global__ void __launch_bounds__(kCopyThreads) lsa_copy_kernel(ncclDevComm dc, 
   }
 }
 
+// EVOLVE-BLOCK-END
+
 namespace {
+
+// EVOLVE-BLOCK-START host
+constexpr bool kOverlap = kSchedule == Schedule::Overlap;
+constexpr int kChunkCount = kOverlap ? kChunks : 1;
+constexpr bool kNccl = kEngine == Engine::NcclPlain || kEngine == Engine::NcclWindow || kEngine == Engine::NcclZeroCta;
+constexpr bool kPull = kDirection == Direction::Pull;
+// Engines whose readiness is a flag written by the sender (a counter per chunk and source).
+constexpr bool kFlagReady = kEngine == Engine::LsaKernel || (kEngine == Engine::CopyEngine && !kPull);
+// Copy-engine pulls land source by source, so each (chunk, source) gets its own event and the GEMM
+// of a source's rows starts as soon as they land (it matters from 3 ranks on); an NCCL all-gather
+// lands a chunk from every source at once.
+constexpr bool kEventPerSource = kEngine == Engine::CopyEngine && kPull;
+
+inline size_t done_slot(int world, int c, int p) { return kEventPerSource ? ready_slot(world, c, p) : (size_t)c; }
+
+// The k-th source (k = 1..P-1) whose rows reach this rank, in the order they are sent: a rank
+// pushes to rank+1 first, so pushed rows come from rank-1 first; pulled ones from rank+1 first.
+inline int source_at(int rank, int k, int world) {
+  return kEngine == Engine::CopyEngine && !kPull ? (rank - k + world) % world : (rank + k) % world;
+}
+
 
 struct State {
   cublasHandle_t overlap_handle = nullptr;  // GEMMs that run while data still moves
@@ -169,8 +177,8 @@ Requirements requirements(const Problem&) { return {}; }
 void setup(Context& c) {
   auto* s = new State;
   c.candidate_state = s;
-  const int64_t S = c.problem.size, P = c.world;
-  const size_t gathered_bytes = (size_t)S * (size_t)S * 2;
+  const int64_t P = c.world;
+  const size_t gathered_bytes = gemm_allgather::shape(c).gathered_elems() * 2;
   if constexpr (kEngine == Engine::NcclPlain) c.alloc("gathered", gathered_bytes, Role::Receive, DType::BF16);
   else c.alloc_window("gathered", gathered_bytes, Role::Receive, DType::BF16);
   Buffer& flags = c.alloc_window("flags", ((size_t)kChunkCount * P + P) * 4, Role::State, DType::U32);
@@ -220,14 +228,15 @@ void move_rows(Context& c, cudaStream_t stream, uint32_t epoch) {
   State& s = st(c);
   const Buffer& a = c.buffer("a");
   const Buffer& gathered = c.buffer("gathered");
-  const int64_t S = c.problem.size, P = c.world, Ms = S / P;
-  const size_t row_bytes = (size_t)S * 2;
+  const Shape sh = gemm_allgather::shape(c);
+  const int64_t P = c.world, Ms = sh.shard_rows(), K = sh.k;
+  const size_t row_bytes = (size_t)K * 2;
   if constexpr (kNccl) {
     ncclComm_t comm = kEngine == Engine::NcclZeroCta ? s.zero_cta->get() : c.comm;
     for (int ch = 0; ch < kChunkCount; ++ch) {
       const ChunkRows r = chunk_rows(Ms, kChunkCount, ch);
       BRAID_NCCL(ncclAllGather(a.as<char>() + (size_t)r.row0 * row_bytes, gathered.as<char>() + (size_t)P * r.row0 * row_bytes,
-                               (size_t)r.len * (size_t)S, ncclBfloat16, comm, stream));
+                               (size_t)r.len * (size_t)K, ncclBfloat16, comm, stream));
       BRAID_CUDA(cudaEventRecord(s.chunk_done[done_slot((int)P, ch, 0)], stream));
     }
   } else if constexpr (kEngine == Engine::CopyEngine) {
@@ -251,7 +260,7 @@ void move_rows(Context& c, cudaStream_t stream, uint32_t epoch) {
     if constexpr (kPull) handshake(c, stream, epoch);
   } else if constexpr (kEngine == Engine::LsaKernel) {
     if constexpr (!kPull) handshake(c, stream, epoch);
-    lsa_copy_kernel<kPull><<<kCommCtas, kCopyThreads, 0, stream>>>(c.dev_comm, a.win, gathered.win, c.buffer("flags").win, Ms, S, kChunkCount);
+    lsa_copy_kernel<kPull><<<kCommCtas, kCopyThreads, 0, stream>>>(c.dev_comm, a.win, gathered.win, c.buffer("flags").win, Ms, K, kChunkCount);
     BRAID_LAUNCHED();
     if constexpr (kPull) handshake(c, stream, epoch);
   }
@@ -272,7 +281,8 @@ void wait_ready(Context& c, cudaStream_t stream, int ch, int p, uint32_t epoch) 
 
 void run(Context& c, cudaStream_t stream) {
   State& s = st(c);
-  const int64_t S = c.problem.size, P = c.world, Ms = S / P;
+  const Shape sh = gemm_allgather::shape(c);
+  const int64_t P = c.world, Ms = sh.shard_rows(), M = sh.m, N = sh.n, K = sh.k;
   const uint32_t epoch = c.iteration + 1;
   const auto* w = c.buffer("w").as<__nv_bfloat16>();
   auto* out = c.buffer("c").as<__nv_bfloat16>();
@@ -286,7 +296,7 @@ void run(Context& c, cudaStream_t stream) {
     for (int k = 0; k < P; ++k) {
       const int p = (int)(kLocalFirst ? (c.rank + k) % P : (c.rank + k + 1) % P);
       const auto* rows = p == c.rank ? a : static_cast<const __nv_bfloat16*>(s.peer_a[(size_t)p]);
-      gemm_rows(s.tail_handle, rows, Ms, w, out + (size_t)p * Ms * S, S, S);
+      gemm_rows(s.tail_handle, rows, Ms, w, out + (size_t)p * Ms * N, K, N);
     }
     handshake(c, stream, epoch);  // peers are done reading my shard
     return;
@@ -295,21 +305,21 @@ void run(Context& c, cudaStream_t stream) {
   if constexpr (!kOverlap) {
     move_rows(c, stream, epoch);
     if constexpr (!kNccl)  // NCCL copies the local shard itself; the others move remote rows only
-      BRAID_CUDA(cudaMemcpyAsync(gathered + (size_t)c.rank * Ms * S, a, (size_t)Ms * S * 2, cudaMemcpyDeviceToDevice, stream));
+      BRAID_CUDA(cudaMemcpyAsync(gathered + (size_t)c.rank * Ms * K, a, (size_t)Ms * K * 2, cudaMemcpyDeviceToDevice, stream));
     for (int p = 0; p < P; ++p)
       if (p != c.rank) wait_ready(c, stream, 0, p, epoch);
-    gemm_rows(s.tail_handle, gathered, S, w, out, S, S);
+    gemm_rows(s.tail_handle, gathered, M, w, out, K, N);
     return;
   }
 
   // Overlap: communication on its own stream, GEMMs on the timed stream.
   BRAID_CUDA(cudaEventRecord(s.fork, stream));
-  if constexpr (kGemmEnqueuedFirst) gemm_rows(s.overlap_handle, a, Ms, w, out + (size_t)c.rank * Ms * S, S, S);
+  if constexpr (kGemmEnqueuedFirst) gemm_rows(s.overlap_handle, a, Ms, w, out + (size_t)c.rank * Ms * N, K, N);
   BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.fork, 0));
   move_rows(c, s.comm, epoch);
   const int remote_gemms = kChunkCount * (int)(P - 1);
   int done = 0;
-  if constexpr (kLocalFirst && !kGemmEnqueuedFirst) gemm_rows(s.overlap_handle, a, Ms, w, out + (size_t)c.rank * Ms * S, S, S);
+  if constexpr (kLocalFirst && !kGemmEnqueuedFirst) gemm_rows(s.overlap_handle, a, Ms, w, out + (size_t)c.rank * Ms * N, K, N);
   for (int ch = 0; ch < kChunkCount; ++ch) {
     const ChunkRows r = chunk_rows(Ms, kChunkCount, ch);
     for (int k = 1; k < P; ++k) {
@@ -317,11 +327,11 @@ void run(Context& c, cudaStream_t stream) {
       wait_ready(c, stream, ch, p, epoch);
       ++done;
       const bool last = kLocalFirst && done == remote_gemms;
-      gemm_rows(last ? s.tail_handle : s.overlap_handle, gathered + (size_t)gathered_row(Ms, kChunkCount, (int)P, ch, p) * S, r.len, w,
-                out + ((size_t)p * Ms + (size_t)r.row0) * S, S, S);
+      gemm_rows(last ? s.tail_handle : s.overlap_handle, gathered + (size_t)gathered_row(Ms, kChunkCount, (int)P, ch, p) * K, r.len, w,
+                out + ((size_t)p * Ms + (size_t)r.row0) * N, K, N);
     }
   }
-  if constexpr (!kLocalFirst) gemm_rows(s.tail_handle, a, Ms, w, out + (size_t)c.rank * Ms * S, S, S);
+  if constexpr (!kLocalFirst) gemm_rows(s.tail_handle, a, Ms, w, out + (size_t)c.rank * Ms * N, K, N);
   BRAID_CUDA(cudaEventRecord(s.join, s.comm));
   BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
 }
@@ -340,6 +350,7 @@ void teardown(Context& c) {
   delete s;
   c.candidate_state = nullptr;
 }
+// EVOLVE-BLOCK-END
 
 }  // namespace
 

@@ -18,7 +18,7 @@ struct SeedState {
 Requirements requirements(const Problem&) { return {}; }
 
 void setup(Context& c) {
-  c.alloc("gathered", (size_t)c.problem.size * (size_t)c.problem.size * 2, Role::Receive, DType::BF16);
+  c.alloc("gathered", gemm_allgather::shape(c).gathered_elems() * 2, Role::Receive, DType::BF16);
   auto* st = new SeedState;
   c.candidate_state = st;
   GAG_CUBLAS(cublasCreate(&st->handle));
@@ -30,8 +30,9 @@ void run(Context& c, cudaStream_t s) {
   const Buffer& gathered = c.buffer("gathered");
   BRAID_NCCL(ncclAllGather(a.ptr, gathered.ptr, a.count, ncclBfloat16, c.comm, s));
   GAG_CUBLAS(cublasSetStream(st->handle, s));
-  const int64_t S = c.problem.size;
-  gemm_allgather::gemm_rows(st->handle, gathered.as<__nv_bfloat16>(), S, c.buffer("w").as<__nv_bfloat16>(), c.buffer("c").as<__nv_bfloat16>(), S, S);
+  const gemm_allgather::Shape sh = gemm_allgather::shape(c);
+  gemm_allgather::gemm_rows(st->handle, gathered.as<__nv_bfloat16>(), sh.m, c.buffer("w").as<__nv_bfloat16>(), c.buffer("c").as<__nv_bfloat16>(), sh.k,
+                            sh.n);
 }
 
 void teardown(Context& c) {
