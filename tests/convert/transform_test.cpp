@@ -65,35 +65,42 @@ TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
   const std::string src =
       "#include <nccl.h>\n"
       "int main() {\n"
-      "  float* x; float* y;\n"
+      "  float* x; float* y; float* z;\n"
       "  cudaMalloc(&x, 1024);\n"
       "  cudaMalloc(&y, 1024);\n"
-      "  ncclAllReduce(x, y, 256, ncclFloat, ncclMax, comm, 0);\n"
-      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
-      "  ncclSend(x, 256, ncclFloat, 1, comm, 0);\n"
-      "  ncclAllReduce(x, y, 256, dtype, ncclSum, comm, 0);\n"
+      "  cudaMallocAsync(&z, 1024, 0);\n"
+      "  ncclAllReduce(x, y, 256, ncclFloat8e4m3, ncclSum, comm, 0);\n"
+      "  ncclAllReduce(x, y, 256, ncclInt32, ncclAvg, comm, 0);\n"
+      "  ncclAllReduce(z, z, 256, ncclFloat, ncclSum, comm, 0);\n"
+      "  ncclAllReduce(x, y, 256, dtype, ncclSum, other, 0);\n"
       "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclHalf, ncclMax, 0, comm, 0);\n"
       "  cudaFree(y);\n"
+      "  cudaFree(z);\n"
       "}\n";
   Conversion c = transform(analyze("p.cu", src), src);
-  EXPECT_EQ(c.nccl_calls, 5);
-  EXPECT_EQ(c.converted_calls, 1);
+  EXPECT_EQ(c.nccl_calls, 6);
+  EXPECT_EQ(c.converted_calls, 2);
   ASSERT_EQ(c.left.size(), 4u);
-  EXPECT_EQ(c.left[0].line, 6);
-  EXPECT_EQ(c.left[0].reason, "reduction `ncclMax` is not ncclSum");
-  EXPECT_EQ(c.left[1].line, 7);
-  EXPECT_TRUE(contains(c.left[1].reason, "no rule for ncclReduce"));
-  EXPECT_EQ(c.left[2].line, 8);
-  EXPECT_TRUE(contains(c.left[2].reason, "outside ncclGroupStart/End"));
-  EXPECT_EQ(c.left[3].line, 9);
-  EXPECT_TRUE(contains(c.left[3].reason, "`dtype` is not a float32/bfloat16 literal"));
-  // The converted all-gather's buffers became symmetric; left calls keep their host NCCL form.
+  EXPECT_EQ(c.left[0].line, 7);
+  EXPECT_TRUE(contains(c.left[0].reason, "`ncclFloat8e4m3` has no device reduction")) << c.left[0].reason;
+  EXPECT_EQ(c.left[1].line, 8);
+  EXPECT_TRUE(contains(c.left[1].reason, "ncclAvg on an integer type"));
+  EXPECT_EQ(c.left[2].line, 9);
+  EXPECT_TRUE(contains(c.left[2].reason, "comes from cudaMallocAsync"));
+  EXPECT_EQ(c.left[3].line, 10);
+  EXPECT_TRUE(contains(c.left[3].reason, "on communicator `other`")) << c.left[3].reason;
+  // Converted calls' buffers became symmetric; every free goes through the run-time lookup.
   EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<0>(x, y, 64"));
-  EXPECT_TRUE(contains(c.source, "  ncclReduce(x, y"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::reduce<1>(x, y, 256, ncclHalf, ncclMax, 0"));
+  EXPECT_TRUE(contains(c.source, "  ncclAllReduce(z, z"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 1024)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&y, 1024)"));
+  EXPECT_TRUE(contains(c.source, "  cudaMallocAsync(&z"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(y)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(z)"));  // not ours: the lookup sends it to cudaFree
   EXPECT_FALSE(c.complete());
-  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:7: ncclReduce: no rule for ncclReduce"));
+  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:9: ncclAllReduce: buffer `z` comes from cudaMallocAsync"));
 }
 
 TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
@@ -105,14 +112,52 @@ TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
       "  cudaMalloc(&y, 1024);\n"
       "  ncclGroupStart();\n"
       "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
-      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclFloat8e5m2, ncclSum, 0, comm, 0);\n"
       "  ncclGroupEnd();\n"
       "}\n";
   Conversion c = transform(analyze("g.cu", src), src);
   EXPECT_EQ(c.converted_calls, 0);
   ASSERT_EQ(c.left.size(), 2u);
-  EXPECT_TRUE(contains(c.left[0].reason, "its group (line 6) has members without a rule"));
+  EXPECT_TRUE(contains(c.left[0].reason, "its group (line 6) stays host NCCL")) << c.left[0].reason;
   EXPECT_EQ(c.source, src);  // nothing converted: no prelude, no renamed brackets
+}
+
+TEST(Transform, SingleProcessMultiGpuIsLeftUntouched) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float* x[2];\n"
+      "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n"
+      "  ncclCommInitAll(comms, 2, devs);\n"
+      "  for (int i = 0; i < 2; ++i) ncclAllReduce(x[i], x[i], 256, ncclFloat, ncclSum, comms[i], s[i]);\n"
+      "}\n";
+  Conversion c = transform(analyze("all.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0);
+  EXPECT_EQ(c.source, src);
+  ASSERT_FALSE(c.left.empty());
+  EXPECT_TRUE(contains(c.left[0].reason, "ncclCommInitAll"));
+}
+
+TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float *in, *out;\n"
+      "  ncclComm_t comm;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  cudaMalloc(&in, 4096);\n"
+      "  cudaMalloc(&out, 4096);\n"
+      "  if (rank > 0) ncclRecv(in, 1024, ncclFloat, rank - 1, comm, 0);\n"
+      "  if (rank < world - 1) ncclSend(out, 1024, ncclFloat, rank + 1, comm, 0);\n"
+      "  ncclCommDestroy(comm);\n"
+      "}\n";
+  Conversion c = transform(analyze("pp.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&comm, world, id, rank)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::recv<0>(in"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::send<1>(out"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&in, 4096)"));  // the receive window
+  EXPECT_TRUE(contains(c.source, "  cudaMalloc(&out, 4096)"));               // a send needs none
 }
 
 TEST(Transform, GateInstrumentationReplacesAnnotations) {
