@@ -708,6 +708,9 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
     std::map<std::size_t, std::size_t> token_at;  // byte offset -> code token index
     for (std::size_t k = 0; k < toks.size(); ++k) token_at[toks[k].offset] = k;
     auto resolve_sites = [&](const std::string& text, std::size_t tok, Call& c) -> std::vector<std::string> {
+      // A harness buffer (`const Buffer& kv = c.buffer("kv")`) is used as `kv.ptr` or
+      // `kv.as<T>() + off`: the variable is the allocation, whatever member reaches its pointer.
+      if (auto h = a.buffers.find(base_variable(text)); h != a.buffers.end() && h->second.allocator == "harness") return {h->first};
       const BufferFlow::Resolution r = flow.resolve(text, flow.function_at(tok), tok);
       for (const std::string& v : r.via) c.via.push_back(v);
       if (!r.reason.empty()) {
@@ -747,6 +750,10 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
       }
       const BufferFlow::Resolution comm = flow.resolve(c.args[(std::size_t)sig->comm].text, flow.function_at(tok->second), tok->second);
       c.comm_paths = comm.paths;
+      // The harness hands every entry point its one communicator (`c.comm`), so the expression
+      // as written names it even though run()'s caller is outside this file.
+      if (comm.paths.empty() && a.uses_harness)
+        if (std::string p = access_path(c.args[(std::size_t)sig->comm].text, false); !p.empty()) c.comm_paths = {p};
     }
     // Communicator creations, and the single-process multi-GPU form.
     for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {

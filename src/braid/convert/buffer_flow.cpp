@@ -269,7 +269,10 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
             --depth;
           } else if ((x == ";" || x == ",") && depth == 0) break;
         }
-        aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, e), k});
+        // `float* p = nullptr;` declares a variable an allocator fills later (`cudaMalloc(&p, ...)`):
+        // not an alias, the variable itself is the allocation's path.
+        const std::string init = join(code_, k + 2, e);
+        if (init != "nullptr" && init != "NULL" && init != "0") aliases_[f.name].push_back(Alias{t.text, init, k});
       } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
         std::size_t open = k;
         while (open > f.body_open && code_[open].text != "(") --open;
@@ -324,7 +327,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     if (best) {
       const std::string base = access_path(best->init, false);
       if (base.empty()) {
-        out.reason = fmt::format("`{}` is `{}`, which braid cannot follow", root, best->init);
+        // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
+        // itself is what the program names; an allocation through it must still be found by path.
+        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+        out.paths.push_back(path);
       } else {
         out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
         resolve_into(base + rest, function, best->token, depth, out, stack);

@@ -51,7 +51,8 @@ const std::map<std::string, std::string> kRuleWhy = {
 std::vector<int> window_args(const std::string& name, const NcclSignature& sig) {
   if (name == "ncclAllReduce") return {sig.send, sig.recv};
   if (name == "ncclReduceScatter" || name == "ncclReduce" || name == "ncclGather") return {sig.send};
-  return {sig.recv};  // all-gather, all-to-all, broadcast, bcast, scatter, recv; a send needs none
+  if (name == "ncclSend") return {};  // the receiver's buffer is the window the send pushes into
+  return {sig.recv};                  // all-gather, all-to-all, broadcast, bcast, scatter, recv
 }
 
 bool is_p2p(const std::string& name) { return name == "ncclSend" || name == "ncclRecv"; }
