@@ -55,6 +55,9 @@ std::vector<int> window_args(const std::string& name, const NcclSignature& sig) 
   return {sig.recv};                  // all-gather, all-to-all, broadcast, bcast, scatter, recv
 }
 
+// Allocators whose memory cannot become a window by rule (the LLM loop's stage A rewrites them).
+bool stage_a_allocator(const std::string& allocator) { return allocator == "cudaMallocAsync" || allocator == "cudaMallocManaged"; }
+
 bool is_p2p(const std::string& name) { return name == "ncclSend" || name == "ncclRecv"; }
 bool is_reduction(const std::string& name) { return name == "ncclAllReduce" || name == "ncclReduceScatter" || name == "ncclReduce"; }
 
@@ -120,7 +123,10 @@ Conversion transform(const Analysis& a, const std::string& source) {
         return "buffer `" + c.args[(std::size_t)idx].text + "` is not followed to an allocation in this file";
       for (const std::string& key : it->second) {
         const Buffer& b = a.buffers.at(key);
-        if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness")
+        // Stream-ordered and managed allocations are never windows, on any rank: the converted
+        // call falls back to host NCCL at run time everywhere, and stage A (below) hands their
+        // allocation sites to the LLM loop.
+        if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" && !stage_a_allocator(b.allocator))
           return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                  "), which cannot move to symmetric memory by rule";
         if (b.conditional)
@@ -252,6 +258,13 @@ Conversion transform(const Analysis& a, const std::string& source) {
       }
       edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
       conv.changes.push_back(Change{c.line, "A", "infrastructure", c.name, after, why});
+    }
+    for (const std::string& key : symmetric) {
+      const Buffer& b = a.buffers.at(key);
+      if (stage_a_allocator(b.allocator))
+        conv.left.push_back(Unconverted{b.line, b.allocator,
+                                        "buffer `" + key + "` cannot move to symmetric memory by rule: converted calls on it fall back to "
+                                        "host NCCL at run time"});
     }
   }
 
