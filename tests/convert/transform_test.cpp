@@ -159,8 +159,56 @@ TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {
   EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&comm, world, id, rank)"));
   EXPECT_TRUE(contains(c.source, "braid_converted::recv<0>(in"));
   EXPECT_TRUE(contains(c.source, "braid_converted::send<1>(out"));
-  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&in, 4096)"));  // the receive window
-  EXPECT_TRUE(contains(c.source, "  cudaMalloc(&out, 4096)"));               // a send needs none
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&in, 4096)"));   // the receive window
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&out, 4096)"));  // and the send's: both ends
+}
+
+// NCCL 2.28.9 hangs an ncclSend from a registered window into an unregistered receive buffer (2 x
+// H200): a pair is in windows on both ends or on neither. A send whose buffer cannot be a window
+// keeps every send/recv on its communicator host-driven (the receive too, on whatever rank it
+// runs), with the reason; a collective on a buffer of their own still converts.
+TEST(Transform, SendRecvPairIsWindowedOnBothEndsOrNeither) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float *in, *out, *x;\n"
+      "  ncclComm_t comm;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  cudaMalloc(&in, 4096);\n"
+      "  cudaMallocAsync(&out, 4096, 0);\n"
+      "  cudaMalloc(&x, 4096);\n"
+      "  if (rank > 0) ncclRecv(in, 1024, ncclFloat, rank - 1, comm, 0);\n"
+      "  if (rank < world - 1) ncclSend(out, 1024, ncclFloat, rank + 1, comm, 0);\n"
+      "  ncclAllGather(x, x, 256, ncclFloat, comm, 0);\n"
+      "  ncclCommDestroy(comm);\n"
+      "}\n";
+  Conversion c = transform(analyze("pair.cu", src), src);
+  EXPECT_EQ(c.nccl_calls, 3);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  ASSERT_EQ(c.left.size(), 2u) << conversion_to_text(c);
+  EXPECT_EQ(c.left[0].line, 9);
+  EXPECT_EQ(c.left[0].construct, "ncclRecv");
+  EXPECT_TRUE(contains(c.left[0].reason, "symmetric windows on both ends or on neither")) << c.left[0].reason;
+  EXPECT_TRUE(contains(c.left[0].reason, "line 10")) << c.left[0].reason;  // names the send that blocks it
+  EXPECT_EQ(c.left[1].line, 10);
+  EXPECT_TRUE(contains(c.left[1].reason, "comes from cudaMallocAsync")) << c.left[1].reason;
+  // Neither end of the pair becomes a window; the all-gather's own buffer does.
+  EXPECT_TRUE(contains(c.source, "  cudaMalloc(&in, 4096)"));
+  EXPECT_TRUE(contains(c.source, "  cudaMallocAsync(&out, 4096, 0)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 4096)"));
+  EXPECT_TRUE(contains(c.source, "if (rank > 0) ncclRecv(in"));
+  EXPECT_TRUE(contains(c.source, "ncclSend(out"));
+  // --explain prints the reason with the line.
+  EXPECT_TRUE(contains(conversion_to_text(c), "pair.cu:9: ncclRecv: a send/recv pair must be in symmetric windows on both ends or on neither"))
+      << conversion_to_text(c);
+
+  // The same pair with a send buffer that can be a window: both ends are, both convert.
+  std::string both = src;
+  both.replace(both.find("cudaMallocAsync(&out, 4096, 0)"), 30, "cudaMalloc(&out, 4096)");
+  Conversion d = transform(analyze("pair.cu", both), both);
+  EXPECT_EQ(d.converted_calls, 3) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&in, 4096)"));
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&out, 4096)"));
 }
 
 TEST(Transform, GateInstrumentationReplacesAnnotations) {

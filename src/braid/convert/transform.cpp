@@ -21,12 +21,6 @@ std::string apply_edits(const std::string& src, std::vector<Edit> edits) {
   return out;
 }
 
-bool literal_in(const std::string& text, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (text == n) return true;
-  return false;
-}
-
 const std::map<std::string, std::string> kReplacement = {
     {"ncclAllGather", "all_gather"}, {"ncclAllReduce", "all_reduce"}, {"ncclReduceScatter", "reduce_scatter"},
     {"ncclBroadcast", "broadcast"},  {"ncclBcast", "bcast"},          {"ncclAlltoAll", "all_to_all"},
@@ -51,8 +45,11 @@ const std::map<std::string, std::string> kRuleWhy = {
 std::vector<int> window_args(const std::string& name, const NcclSignature& sig) {
   if (name == "ncclAllReduce") return {sig.send, sig.recv};
   if (name == "ncclReduceScatter" || name == "ncclReduce" || name == "ncclGather") return {sig.send};
-  if (name == "ncclSend") return {};  // the receiver's buffer is the window the send pushes into
-  return {sig.recv};                  // all-gather, all-to-all, broadcast, bcast, scatter, recv
+  // A send's own buffer too: both ends of a pair in windows or neither (NCCL 2.28.9 hangs an
+  // ncclSend from a registered window into an unregistered receive buffer, which a run-time
+  // fallback of the pair would otherwise attempt).
+  if (name == "ncclSend") return {sig.send};
+  return {sig.recv};  // all-gather, all-to-all, broadcast, bcast, scatter, recv
 }
 
 // Allocators whose memory cannot become a window by rule (the LLM loop's stage A rewrites them).
@@ -126,7 +123,9 @@ Conversion transform(const Analysis& a, const std::string& source) {
         // Stream-ordered and managed allocations are never windows, on any rank: the converted
         // call falls back to host NCCL at run time everywhere, and stage A (below) hands their
         // allocation sites to the LLM loop.
-        if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" && !stage_a_allocator(b.allocator))
+        // Not for send/recv, which have no run-time fallback per pair (the receive must be a window).
+        if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" &&
+            (!stage_a_allocator(b.allocator) || is_p2p(c.name)))
           return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                  "), which cannot move to symmetric memory by rule";
         if (b.conditional)
@@ -163,19 +162,48 @@ Conversion transform(const Analysis& a, const std::string& source) {
                    "` is not created in this file: the first converted call registers the windows, a collective step every rank "
                    "must reach (create the communicator in this file, or call it on every rank)";
   }
-  // A group converts whole or not at all: a host member left in it would lose its group.
-  for (std::size_t g = 0; g < a.groups.size(); ++g) {
-    std::string bad;
-    std::set<std::string> streams;
-    for (std::size_t m : a.groups[g].members) {
-      if (!reason[m].empty() && bad.empty()) bad = fmt::format("line {} ({})", a.calls[m].line, reason[m]);
-      if (is_p2p(a.calls[m].name)) streams.insert(a.calls[m].stream);
+  // Sends and receives pair across ranks in ways the file does not show (rank-dependent peers,
+  // other groups): on one communicator they convert all together or not at all, so a converted
+  // send never meets a host receive, and a pair is in windows on both ends or on neither.
+  // A call whose communicator is not followed ("") could pair with any.
+  auto comm_of = [&](std::size_t ci) { return a.calls[ci].comm_paths.size() == 1 ? a.calls[ci].comm_paths.front() : std::string(); };
+  auto pairs_all_or_nothing = [&]() {
+    std::map<std::string, std::string> bad;  // communicator -> first send/recv on it left host
+    for (std::size_t ci : collectives)
+      if (is_p2p(a.calls[ci].name) && !reason[ci].empty() && !bad.count(comm_of(ci)))
+        bad[comm_of(ci)] = fmt::format("line {} ({})", a.calls[ci].line, reason[ci]);
+    bool changed = false;
+    for (std::size_t ci : collectives) {
+      if (!is_p2p(a.calls[ci].name) || !reason[ci].empty()) continue;
+      auto it = bad.find(comm_of(ci));
+      if (it == bad.end()) it = bad.find("");
+      if (it == bad.end()) continue;
+      reason[ci] = "a send/recv pair must be in symmetric windows on both ends or on neither, and another send/recv on its "
+                   "communicator stays host NCCL: " + it->second;
+      changed = true;
     }
-    if (streams.size() > 1 && bad.empty()) bad = "send/recv on several streams (one p2p kernel runs on one stream)";
-    if (bad.empty()) continue;
-    for (std::size_t m : a.groups[g].members)
-      if (reason[m].empty())
-        reason[m] = "its group (line " + std::to_string(a.groups[g].start_line) + ") stays host NCCL: a member cannot convert, " + bad;
+    return changed;
+  };
+  // A group converts whole or not at all: a host member left in it would lose its group.
+  auto groups_whole = [&]() {
+    for (std::size_t g = 0; g < a.groups.size(); ++g) {
+      std::string bad;
+      std::set<std::string> streams;
+      for (std::size_t m : a.groups[g].members) {
+        if (!reason[m].empty() && bad.empty()) bad = fmt::format("line {} ({})", a.calls[m].line, reason[m]);
+        if (is_p2p(a.calls[m].name)) streams.insert(a.calls[m].stream);
+      }
+      if (streams.size() > 1 && bad.empty()) bad = "send/recv on several streams (one p2p kernel runs on one stream)";
+      if (bad.empty()) continue;
+      for (std::size_t m : a.groups[g].members)
+        if (reason[m].empty())
+          reason[m] = "its group (line " + std::to_string(a.groups[g].start_line) + ") stays host NCCL: a member cannot convert, " + bad;
+    }
+  };
+  // Each pass only adds reasons, so this ends (at most one more pass per p2p call).
+  for (bool again = true; again;) {
+    groups_whole();
+    again = pairs_all_or_nothing();
   }
 
   for (std::size_t ci : collectives) {
