@@ -209,6 +209,15 @@ TEST(Transform, SendRecvPairIsWindowedOnBothEndsOrNeither) {
   EXPECT_EQ(d.converted_calls, 3) << conversion_to_text(d);
   EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&in, 4096)"));
   EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&out, 4096)"));
+
+  // A host pair's buffer that a collective would make a window: the collective stays host too.
+  std::string shared = src;
+  shared.replace(shared.find("ncclAllGather(x, x,"), 19, "ncclAllGather(x, in,");
+  Conversion e = transform(analyze("pair.cu", shared), shared);
+  EXPECT_EQ(e.converted_calls, 0) << conversion_to_text(e);
+  EXPECT_TRUE(contains(conversion_to_text(e), "pair.cu:11: ncclAllGather: buffer `in` is also used by the host send/recv at line 9"))
+      << conversion_to_text(e);
+  EXPECT_TRUE(contains(e.source, "  cudaMalloc(&in, 4096)"));
 }
 
 TEST(Transform, GateInstrumentationReplacesAnnotations) {

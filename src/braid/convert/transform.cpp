@@ -200,10 +200,34 @@ Conversion transform(const Analysis& a, const std::string& source) {
           reason[m] = "its group (line " + std::to_string(a.groups[g].start_line) + ") stays host NCCL: a member cannot convert, " + bad;
     }
   };
-  // Each pass only adds reasons, so this ends (at most one more pass per p2p call).
+  // The other half of "both ends or neither": a send/recv left host NCCL keeps its buffers out of
+  // the windows, so a collective that would make one of them a window stays host NCCL too.
+  auto host_pairs_unwindowed = [&]() {
+    std::map<std::string, std::size_t> host_p2p;  // buffer key -> a host send/recv using it
+    for (std::size_t ci : collectives)
+      if (is_p2p(a.calls[ci].name) && !reason[ci].empty())
+        for (const auto& [idx, keys] : a.calls[ci].arg_buffers)
+          for (const std::string& key : keys) host_p2p.emplace(key, ci);
+    bool changed = false;
+    for (std::size_t ci : collectives) {
+      const Call& c = a.calls[ci];
+      if (is_p2p(c.name) || !reason[ci].empty()) continue;
+      for (int idx : window_args(c.name, *nccl_signature(c.name)))
+        for (const std::string& key : c.arg_buffers.at(idx))
+          if (auto it = host_p2p.find(key); it != host_p2p.end() && reason[ci].empty()) {
+            reason[ci] = fmt::format("buffer `{}` is also used by the host send/recv at line {}, which must not become a window "
+                                     "unless its other end does (a send/recv pair is windowed on both ends or on neither)",
+                                     key, a.calls[it->second].line);
+            changed = true;
+          }
+    }
+    return changed;
+  };
+  // Each pass only adds reasons, so this ends.
   for (bool again = true; again;) {
     groups_whole();
     again = pairs_all_or_nothing();
+    again = host_pairs_unwindowed() || again;
   }
 
   for (std::size_t ci : collectives) {
