@@ -2,6 +2,7 @@
 // (one line naming file and line, exit code 2, nothing written).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "braid/util/fs.hpp"
@@ -19,7 +20,8 @@ Ran braid_convert(const std::vector<std::string>& args) {
   braid::SubprocessOptions o;
   o.argv = {BRAID_BIN, "convert"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
-  o.timeout_s = 60;
+  o.timeout_s = 300;
+  o.cwd = std::filesystem::temp_directory_path();
   braid::SubprocessResult r = braid::run_subprocess(o);
   return {r.exit_code, r.stdout_text, r.stderr_text};
 }
@@ -69,12 +71,10 @@ TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
   braid::write_file_atomic(dir / "plain.cu", "#include <cstdio>\nint main() { return 0; }\n");
   braid::write_file_atomic(dir / "open.cu", "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
                                             "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
-  braid::write_file_atomic(dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
   const std::map<std::string, std::string> expected = {
       {"notes.cu", "notes.cu: is not C++/CUDA source"},
       {"plain.cu", "plain.cu: has no NCCL collective or point-to-point call"},
       {"open.cu", "open.cu:5: ncclGroupStart without a matching ncclGroupEnd"},
-      {"nosize.cu", "nosize.cu:4: ncclAllGather on buffer `p` whose size cannot be derived"},
       {"missing.cu", "missing.cu: no such file"},
   };
   for (const auto& [name, message] : expected) {
@@ -87,5 +87,42 @@ TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
     EXPECT_FALSE(std::filesystem::exists(out));
     EXPECT_FALSE(std::filesystem::exists(dir / (name + ".json")));
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, NothingConvertibleWithOutputExitsTwoButPrintsTheGraph) {
+  const auto dir = fresh_dir("none");
+  braid::write_file_atomic(dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
+  const auto out = dir / "out.cu";
+  Ran r = braid_convert({(dir / "nosize.cu").string(), "-o", out.string(), "--explain", "--json", (dir / "g.json").string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nosize.cu: no NCCL call can be converted by rules (1 found"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.out.find("ncclAllGather"), std::string::npos) << r.out;  // the graph, always
+  EXPECT_NE(r.out.find("`p` is a parameter of f(), which is not called in this file"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_TRUE(std::filesystem::exists(dir / "g.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, AFolderIsNamedAsOne) {
+  const auto dir = fresh_dir("folder");
+  Ran r = braid_convert({dir.string(), "--explain"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("is a folder: give one CUDA/NCCL source file"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, RelativeOutputIsTheCallersFolder) {
+  const auto dir = fresh_dir("relative");
+  braid::SubprocessOptions o;
+  o.argv = {BRAID_BIN, "convert", corpus("ring_sendrecv.cu").string(), "-o", "sub/out.cu", "--no-build"};
+  o.cwd = dir;
+  o.timeout_s = 60;
+  std::filesystem::create_directories(dir / "sub");
+  braid::SubprocessResult r = braid::run_subprocess(o);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(std::filesystem::exists(dir / "sub/out.cu"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "sub/out.cu.summary.json"));
   std::filesystem::remove_all(dir);
 }

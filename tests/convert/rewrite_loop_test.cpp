@@ -287,7 +287,10 @@ TEST(RewriteLoop, StageAMovesStreamOrderedBuffersToSymmetricMemory) {
     for (const char* v : {"acts", "total"}) {
       braid::testing::replace_once(program, std::string("cudaMallocAsync(&") + v + ", kCount * sizeof(float), stream)",
                                    std::string("braid_converted::sym_malloc(&") + v + ", kCount * sizeof(float))");
-      braid::testing::replace_once(program, std::string("cudaFreeAsync(") + v + ", stream)", std::string("braid_converted::sym_free(") + v + ")");
+      // The rules already free through the run-time allocator lookup (sym_free_async), which
+      // releases a symmetric allocation as such.
+      braid::testing::replace_once(program, std::string("braid_converted::sym_free_async(") + v + ", stream)",
+                                   std::string("braid_converted::sym_free_async(") + v + ", stream)");
     }
     return program;
   };

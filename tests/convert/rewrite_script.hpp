@@ -1,6 +1,7 @@
 // Scripted rewrites of tests/convert/corpus_llm/reduce_to_root.cu for the rewrite loop's tests
 // (CPU: rewrite_loop_test.cpp; GPU: gpu/rewrite_gate_driver.cpp). Each is the rules' conversion
-// with the host ncclReduce (which no rule converts) replaced in one way.
+// with the host ncclReduce (its send buffer is allocated under a condition, so no rule converts
+// it) replaced in one way.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -22,7 +23,8 @@ inline std::string with_second_site(std::string s) {
                "BRAID_CUDA(braid_converted::sym_malloc(&loss, kLoss * sizeof(float)));\n"
                "  float* loss_scratch = nullptr;\n"
                "  BRAID_CUDA(braid_converted::sym_malloc(&loss_scratch, kLoss * sizeof(float)));");
-  replace_once(s, "BRAID_CUDA(cudaFree(loss));",
+  // The rules already free every pointer through the run-time allocator lookup.
+  replace_once(s, "BRAID_CUDA(braid_converted::sym_free(loss));",
                "BRAID_CUDA(braid_converted::sym_free(loss));\n  BRAID_CUDA(braid_converted::sym_free(loss_scratch));");
   return s;
 }

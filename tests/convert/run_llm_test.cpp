@@ -69,7 +69,11 @@ TEST(RunWithLlm, RewritesWhatRulesLeftAndAnnotates) {
   const braid::json summary = braid::json::parse(slurp(results / "convert/summary.json"));
   EXPECT_EQ(summary.at("method"), "rules+llm");
   EXPECT_TRUE(summary.at("rewrite").at("accepted").get<bool>());
-  EXPECT_EQ(slurp(results / "convert/converted.cu").find("ncclReduce("), std::string::npos);
+  // The program's host ncclReduce is gone (the generated replacements keep host NCCL fallbacks).
+  const std::string converted = slurp(results / "convert/converted.cu");
+  const std::size_t program_at = converted.find("// ==== end of braid convert's replacements ====");
+  ASSERT_NE(program_at, std::string::npos);
+  EXPECT_EQ(converted.find("ncclReduce(", program_at), std::string::npos);
   const braid::json annotation = braid::json::parse(slurp(results / "annotate/annotation.json"));
   const std::string gen0 = slurp(results / "workload/gen0.cu");
   EXPECT_EQ(annotations, 1);

@@ -65,35 +65,45 @@ TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
   const std::string src =
       "#include <nccl.h>\n"
       "int main() {\n"
-      "  float* x; float* y;\n"
+      "  float* x; float* y; float* z;\n"
       "  cudaMalloc(&x, 1024);\n"
       "  cudaMalloc(&y, 1024);\n"
-      "  ncclAllReduce(x, y, 256, ncclFloat, ncclMax, comm, 0);\n"
-      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
-      "  ncclSend(x, 256, ncclFloat, 1, comm, 0);\n"
-      "  ncclAllReduce(x, y, 256, dtype, ncclSum, comm, 0);\n"
+      "  cudaMallocAsync(&z, 1024, 0);\n"
+      "  ncclAllReduce(x, y, 256, ncclFloat8e4m3, ncclSum, comm, 0);\n"
+      "  ncclAllReduce(x, y, 256, ncclInt32, ncclAvg, comm, 0);\n"
+      "  ncclAllReduce(z, z, 256, ncclFloat, ncclSum, comm, 0);\n"
+      "  ncclAllReduce(x, y, 256, dtype, ncclSum, other, 0);\n"
       "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclHalf, ncclMax, 0, comm, 0);\n"
       "  cudaFree(y);\n"
+      "  cudaFree(z);\n"
       "}\n";
   Conversion c = transform(analyze("p.cu", src), src);
-  EXPECT_EQ(c.nccl_calls, 5);
-  EXPECT_EQ(c.converted_calls, 1);
+  EXPECT_EQ(c.nccl_calls, 6);
+  EXPECT_EQ(c.converted_calls, 3);
   ASSERT_EQ(c.left.size(), 4u);
+  // The stream-ordered buffer's all-reduce converts (it falls back to host NCCL at run time on
+  // every rank); its allocation site is left to the LLM loop's stage A.
   EXPECT_EQ(c.left[0].line, 6);
-  EXPECT_EQ(c.left[0].reason, "reduction `ncclMax` is not ncclSum");
+  EXPECT_EQ(c.left[0].construct, "cudaMallocAsync");
+  EXPECT_TRUE(contains(c.left[0].reason, "buffer `z` cannot move to symmetric memory by rule")) << c.left[0].reason;
   EXPECT_EQ(c.left[1].line, 7);
-  EXPECT_TRUE(contains(c.left[1].reason, "no rule for ncclReduce"));
+  EXPECT_TRUE(contains(c.left[1].reason, "`ncclFloat8e4m3` has no device reduction")) << c.left[1].reason;
   EXPECT_EQ(c.left[2].line, 8);
-  EXPECT_TRUE(contains(c.left[2].reason, "outside ncclGroupStart/End"));
-  EXPECT_EQ(c.left[3].line, 9);
-  EXPECT_TRUE(contains(c.left[3].reason, "`dtype` is not a float32/bfloat16 literal"));
-  // The converted all-gather's buffers became symmetric; left calls keep their host NCCL form.
-  EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<0>(x, y, 64"));
-  EXPECT_TRUE(contains(c.source, "  ncclReduce(x, y"));
+  EXPECT_TRUE(contains(c.left[2].reason, "ncclAvg on an integer type"));
+  EXPECT_EQ(c.left[3].line, 10);
+  EXPECT_TRUE(contains(c.left[3].reason, "on communicator `other`")) << c.left[3].reason;
+  // Converted calls' buffers became symmetric; every free goes through the run-time lookup.
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<1>(x, y, 64"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<0>(z, z, 256"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::reduce<2>(x, y, 256, ncclHalf, ncclMax, 0"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 1024)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&y, 1024)"));
+  EXPECT_TRUE(contains(c.source, "  cudaMallocAsync(&z"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(y)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(z)"));  // not ours: the lookup sends it to cudaFree
   EXPECT_FALSE(c.complete());
-  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:7: ncclReduce: no rule for ncclReduce"));
+  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:6: cudaMallocAsync: buffer `z` cannot move to symmetric memory by rule"));
 }
 
 TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
@@ -105,14 +115,109 @@ TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
       "  cudaMalloc(&y, 1024);\n"
       "  ncclGroupStart();\n"
       "  ncclAllGather(x, y, 64, ncclFloat, comm, 0);\n"
-      "  ncclReduce(x, y, 256, ncclFloat, ncclSum, 0, comm, 0);\n"
+      "  ncclReduce(x, y, 256, ncclFloat8e5m2, ncclSum, 0, comm, 0);\n"
       "  ncclGroupEnd();\n"
       "}\n";
   Conversion c = transform(analyze("g.cu", src), src);
   EXPECT_EQ(c.converted_calls, 0);
   ASSERT_EQ(c.left.size(), 2u);
-  EXPECT_TRUE(contains(c.left[0].reason, "its group (line 6) has members without a rule"));
+  EXPECT_TRUE(contains(c.left[0].reason, "its group (line 6) stays host NCCL")) << c.left[0].reason;
   EXPECT_EQ(c.source, src);  // nothing converted: no prelude, no renamed brackets
+}
+
+TEST(Transform, SingleProcessMultiGpuIsLeftUntouched) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float* x[2];\n"
+      "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n"
+      "  ncclCommInitAll(comms, 2, devs);\n"
+      "  for (int i = 0; i < 2; ++i) ncclAllReduce(x[i], x[i], 256, ncclFloat, ncclSum, comms[i], s[i]);\n"
+      "}\n";
+  Conversion c = transform(analyze("all.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0);
+  EXPECT_EQ(c.source, src);
+  ASSERT_FALSE(c.left.empty());
+  EXPECT_TRUE(contains(c.left[0].reason, "ncclCommInitAll"));
+}
+
+TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float *in, *out;\n"
+      "  ncclComm_t comm;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  cudaMalloc(&in, 4096);\n"
+      "  cudaMalloc(&out, 4096);\n"
+      "  if (rank > 0) ncclRecv(in, 1024, ncclFloat, rank - 1, comm, 0);\n"
+      "  if (rank < world - 1) ncclSend(out, 1024, ncclFloat, rank + 1, comm, 0);\n"
+      "  ncclCommDestroy(comm);\n"
+      "}\n";
+  Conversion c = transform(analyze("pp.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&comm, world, id, rank)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::recv<0>(in"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::send<1>(out"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&in, 4096)"));   // the receive window
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&out, 4096)"));  // and the send's: both ends
+}
+
+// NCCL 2.28.9 hangs an ncclSend from a registered window into an unregistered receive buffer (2 x
+// H200): a pair is in windows on both ends or on neither. A send whose buffer cannot be a window
+// keeps every send/recv on its communicator host-driven (the receive too, on whatever rank it
+// runs), with the reason; a collective on a buffer of their own still converts.
+TEST(Transform, SendRecvPairIsWindowedOnBothEndsOrNeither) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  float *in, *out, *x;\n"
+      "  ncclComm_t comm;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  cudaMalloc(&in, 4096);\n"
+      "  cudaMallocAsync(&out, 4096, 0);\n"
+      "  cudaMalloc(&x, 4096);\n"
+      "  if (rank > 0) ncclRecv(in, 1024, ncclFloat, rank - 1, comm, 0);\n"
+      "  if (rank < world - 1) ncclSend(out, 1024, ncclFloat, rank + 1, comm, 0);\n"
+      "  ncclAllGather(x, x, 256, ncclFloat, comm, 0);\n"
+      "  ncclCommDestroy(comm);\n"
+      "}\n";
+  Conversion c = transform(analyze("pair.cu", src), src);
+  EXPECT_EQ(c.nccl_calls, 3);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  ASSERT_EQ(c.left.size(), 2u) << conversion_to_text(c);
+  EXPECT_EQ(c.left[0].line, 9);
+  EXPECT_EQ(c.left[0].construct, "ncclRecv");
+  EXPECT_TRUE(contains(c.left[0].reason, "symmetric windows on both ends or on neither")) << c.left[0].reason;
+  EXPECT_TRUE(contains(c.left[0].reason, "line 10")) << c.left[0].reason;  // names the send that blocks it
+  EXPECT_EQ(c.left[1].line, 10);
+  EXPECT_TRUE(contains(c.left[1].reason, "comes from cudaMallocAsync")) << c.left[1].reason;
+  // Neither end of the pair becomes a window; the all-gather's own buffer does.
+  EXPECT_TRUE(contains(c.source, "  cudaMalloc(&in, 4096)"));
+  EXPECT_TRUE(contains(c.source, "  cudaMallocAsync(&out, 4096, 0)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 4096)"));
+  EXPECT_TRUE(contains(c.source, "if (rank > 0) ncclRecv(in"));
+  EXPECT_TRUE(contains(c.source, "ncclSend(out"));
+  // --explain prints the reason with the line.
+  EXPECT_TRUE(contains(conversion_to_text(c), "pair.cu:9: ncclRecv: a send/recv pair must be in symmetric windows on both ends or on neither"))
+      << conversion_to_text(c);
+
+  // The same pair with a send buffer that can be a window: both ends are, both convert.
+  std::string both = src;
+  both.replace(both.find("cudaMallocAsync(&out, 4096, 0)"), 30, "cudaMalloc(&out, 4096)");
+  Conversion d = transform(analyze("pair.cu", both), both);
+  EXPECT_EQ(d.converted_calls, 3) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&in, 4096)"));
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&out, 4096)"));
+
+  // A host pair's buffer that a collective would make a window: the collective stays host too.
+  std::string shared = src;
+  shared.replace(shared.find("ncclAllGather(x, x,"), 19, "ncclAllGather(x, in,");
+  Conversion e = transform(analyze("pair.cu", shared), shared);
+  EXPECT_EQ(e.converted_calls, 0) << conversion_to_text(e);
+  EXPECT_TRUE(contains(conversion_to_text(e), "pair.cu:11: ncclAllGather: buffer `in` is also used by the host send/recv at line 9"))
+      << conversion_to_text(e);
+  EXPECT_TRUE(contains(e.source, "  cudaMalloc(&in, 4096)"));
 }
 
 TEST(Transform, GateInstrumentationReplacesAnnotations) {

@@ -8,6 +8,7 @@
 
 #include "braid/cli/command.hpp"
 #include "braid/convert/analyzer.hpp"
+#include "braid/convert/build_flags.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/util/error.hpp"
@@ -22,14 +23,27 @@ struct ConvertArgs {
   int ranks = 2;
   unsigned long long seed = 1;
   std::string harness_args;
+  convert::BuildFlags flags;  // -I -D -L -l --nvcc-flags
+  std::string nvcc_flags;
+  std::vector<std::string> lib_dirs, lib_names;
 };
 
 int do_convert(const ConvertArgs& o) {
   using namespace braid::convert;
+  if (std::filesystem::is_directory(o.input)) throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
   const std::string source = read_file(o.input);
+  BuildFlags user = o.flags;
+  for (const std::string& f : split_flags(o.nvcc_flags)) user.extra.push_back(f);
+  for (const std::string& d : o.lib_dirs) user.libs.push_back("-L" + d);
+  for (const std::string& l : o.lib_names) user.libs.push_back("-l" + l);
+  for (std::string& i : user.includes) i = std::filesystem::absolute(i).string();
+  for (std::string& l : user.libs)
+    if (l.rfind("-L", 0) == 0) l = "-L" + std::filesystem::absolute(l.substr(2)).string();
   const Analysis analysis = analyze(o.input.string(), source);
   const Conversion conversion = transform(analysis, source);
+  // nvcc runs in its own folder: every path it gets is absolute.
+  const std::filesystem::path output = o.output.empty() ? o.output : std::filesystem::absolute(o.output);
   if (o.explain) {
     std::printf("%s", analysis_to_text(analysis).c_str());
     std::printf("\n%s", conversion_to_text(conversion).c_str());
@@ -39,20 +53,23 @@ int do_convert(const ConvertArgs& o) {
     j["conversion"] = conversion_to_json(conversion);
     write_file_atomic(o.json_path, j.dump(2) + "\n");
   }
-  if (o.output.empty()) {
+  if (output.empty()) {
     if (!o.explain) std::printf("%s", conversion_to_text(conversion).c_str());
     return 0;
   }
   if (conversion.converted_calls == 0) {
-    std::printf("%s", conversion_to_text(conversion).c_str());
-    std::fprintf(stderr, "braid: %s: no NCCL call could be converted by rules; nothing written\n", o.input.string().c_str());
-    return 1;
+    if (!o.explain) std::printf("%s", conversion_to_text(conversion).c_str());
+    throw UserError(o.input.string(), fmt::format("no NCCL call can be converted by rules ({} found, reasons above); nothing written",
+                                                  conversion.nccl_calls));
   }
-  const std::filesystem::path work = o.work_dir.empty() ? o.output.parent_path() / (o.output.filename().string() + ".work") : o.work_dir;
+  const BuildFlags flags = resolve_build_flags(o.input.string(), source, user);
+  const std::filesystem::path work =
+      o.work_dir.empty() ? output.parent_path() / (output.filename().string() + ".work") : std::filesystem::absolute(o.work_dir);
   json summary = conversion_to_json(conversion);
   std::string status = "unchecked";
   if (!o.no_build) {
-    const BuildResult br = compile_only(conversion.source, work / "compile", "converted", std::filesystem::absolute(o.input).parent_path(), {});
+    const BuildResult br =
+        compile_only(conversion.source, work / "compile", "converted", std::filesystem::absolute(o.input).parent_path(), flags.compile_flags());
     if (!br.ok) {
       std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n", o.input.string().c_str(), br.error.c_str());
       return 1;
@@ -65,6 +82,8 @@ int do_convert(const ConvertArgs& o) {
     g.source_dir = std::filesystem::absolute(o.input).parent_path();
     g.ranks = o.ranks;
     g.seed = o.seed;
+    g.flags = flags.compile_flags();
+    g.libs = flags.libs;
     if (!o.harness_args.empty()) g.harness_args = o.harness_args;
     const GateResult r = run_gate(analysis, source, conversion, g);
     summary["gate"] = gate_to_json(r);
@@ -81,11 +100,11 @@ int do_convert(const ConvertArgs& o) {
   summary["status"] = status;
   summary["accepted"] = status == "verified";
   const std::string text = conversion_to_text(conversion) + fmt::format("status: {}\n", status);
-  write_file_atomic(o.output, conversion.source);
-  write_file_atomic(o.output.string() + ".summary.json", summary.dump(2) + "\n");
-  write_file_atomic(o.output.string() + ".summary.txt", text);
+  write_file_atomic(output, conversion.source);
+  write_file_atomic(output.string() + ".summary.json", summary.dump(2) + "\n");
+  write_file_atomic(output.string() + ".summary.txt", text);
   if (!o.explain) std::printf("%s", text.c_str());
-  std::fprintf(stderr, "wrote %s (%s)\n", o.output.string().c_str(), status.c_str());
+  std::fprintf(stderr, "wrote %s (%s)\n", output.string().c_str(), status.c_str());
   return 0;
 }
 
@@ -102,6 +121,11 @@ Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   cmd->add_option("--seed", args.seed, "Seed of the gate's random inputs")->default_val(1);
   cmd->add_option("--work", args.work_dir, "Folder for builds and gate runs (default: OUTPUT.work)");
   cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");
+  cmd->add_option("-I", args.flags.includes, "Include folder for the program's headers (as nvcc -I)");
+  cmd->add_option("-D", args.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
+  cmd->add_option("-L", args.lib_dirs, "Library folder (as nvcc -L)");
+  cmd->add_option("-l", args.lib_names, "Library to link (as nvcc -l)");
+  cmd->add_option("--nvcc-flags", args.nvcc_flags, "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
   cmd->callback([&action] { action = [] { return do_convert(args); }; });
 });
 

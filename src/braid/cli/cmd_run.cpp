@@ -26,6 +26,7 @@
 #include "braid/cli/run_setup.hpp"
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/annotate.hpp"
+#include "braid/convert/build_flags.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/rewrite_loop.hpp"
 #include "braid/convert/transform.hpp"
@@ -58,6 +59,8 @@ struct RunArgs {
   bool no_gate = false;
   bool no_build = false;     // skip nvcc -c of the conversion (the evolve builds gen0 anyway)
   std::string until;         // stop after this step
+  std::vector<std::string> includes, defines, lib_dirs, lib_names;  // -I -D -L -l
+  std::string nvcc_flags;                                          // other nvcc flags, one string
 };
 
 bool wants_llm(const std::string& llm) { return !llm.empty() && llm != "none"; }
@@ -140,8 +143,18 @@ class Pipeline {
 
   // Everything that can fail on bad input, before anything is written.
   void validate() {
+    if (fs::is_directory(a_.input)) throw UserError(a_.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
     if (!fs::is_regular_file(a_.input)) throw UserError(a_.input.string(), "no such file");
     original_ = read_file(a_.input);
+    {
+      convert::BuildFlags user;
+      for (const auto& d : a_.includes) user.includes.push_back(fs::absolute(d).string());
+      user.defines = a_.defines;
+      for (const auto& d : a_.lib_dirs) user.libs.push_back("-L" + fs::absolute(d).string());
+      for (const auto& l : a_.lib_names) user.libs.push_back("-l" + l);
+      user.extra = convert::split_flags(a_.nvcc_flags);
+      flags_ = convert::resolve_build_flags(a_.input.string(), original_, user);
+    }
     analysis_ = convert::analyze(a_.input.string(), original_);
     rules_ = convert::transform(analysis_, original_);
     if (rules_.converted_calls == 0 && !wants_llm(a_.llm))
@@ -176,7 +189,9 @@ class Pipeline {
     if (!r.contains("input")) {
       r["input"] = fs::absolute(a_.input).lexically_normal().string();
       r["input_hash"] = hash_hex(original_);
-      r["options"] = {{"ranks", a_.ranks}, {"gate", !a_.no_gate}, {"build", !a_.no_build}, {"llm", a_.llm}, {"config", a_.config.empty() ? "" : fs::absolute(a_.config).string()}};
+      r["options"] = {{"ranks", a_.ranks}, {"gate", !a_.no_gate}, {"build", !a_.no_build}, {"llm", a_.llm}, {"config", a_.config.empty() ? "" : fs::absolute(a_.config).string()},
+                      {"includes", a_.includes}, {"defines", a_.defines}, {"lib_dirs", a_.lib_dirs}, {"lib_names", a_.lib_names},
+                      {"nvcc_flags", a_.nvcc_flags}};
       state_.save();
     }
     try {
@@ -292,6 +307,8 @@ class Pipeline {
       ro.gate.work_dir = results_ / "convert/rewrite";
       ro.gate.source_dir = fs::absolute(a_.input).parent_path();
       ro.gate.ranks = a_.ranks;
+      ro.gate.flags = flags_.compile_flags();
+      ro.gate.libs = flags_.libs;
       ro.run_gate = gate_possible().empty();
       ro.record_dir = results_ / "convert/rewrite";
       llm::LlmClient* client = llm_client();
@@ -310,7 +327,8 @@ class Pipeline {
       throw UserError(a_.input.string(), "nothing was converted to device-initiated calls; nothing to evolve");
     std::string compiled = a_.no_build ? "not checked (--no-build)" : "not checked (no CUDA toolkit here)";
     if (!a_.no_build && find_cuda_toolchain()) {
-      const BuildResult br = compile_only(converted_, results_ / "convert/compile", "converted", fs::absolute(a_.input).parent_path(), {});
+      const BuildResult br =
+          compile_only(converted_, results_ / "convert/compile", "converted", fs::absolute(a_.input).parent_path(), flags_.compile_flags());
       if (!br.ok) {
         std::fprintf(stderr, "braid: %s: the converted program does not compile:\n%s\n", a_.input.string().c_str(), br.error.c_str());
         return 1;
@@ -348,6 +366,8 @@ class Pipeline {
       g.work_dir = results_ / "convert/gate";
       g.source_dir = fs::absolute(a_.input).parent_path();
       g.ranks = a_.ranks;
+      g.flags = flags_.compile_flags();
+      g.libs = flags_.libs;
       // The rules' conversion is gated as `braid convert --verify` does; a rewrite by the LLM is
       // a whole program of its own (analysed as converted code, instrumented like the original).
       const GateResult r = converted_ == rules_.source
@@ -412,6 +432,7 @@ class Pipeline {
       ev["launcher"] = "local";
       ev["arch"] = "auto";
       if (original_.find("cublas") != std::string::npos) ev["libs"].push_back("-lcublas");
+      if (flags_.mpi) ev["launcher"] = "mpirun";  // MPI programs bootstrap through MPI
       if (analysis_.uses_harness) ev["args"] = "--size 4096";
       ev["env"]["NCCL_NVLS_ENABLE"] = "0";
       w["evaluator"] = ev;
@@ -431,7 +452,16 @@ class Pipeline {
         while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
         if (abs != seed_dir.string()) includes.push_back(abs);
       }
+    // The program's own build flags (-I, -D, -L, -l, --nvcc-flags, MPI's), as the gate used them.
+    for (const auto& inc : flags_.includes) includes.push_back(inc);
     w["evaluator"]["includes"] = includes;
+    if (!flags_.defines.empty() || !flags_.extra.empty()) {
+      YAML::Node nf;
+      for (const auto& f : flags_.compile_flags())
+        if (f.rfind("-I", 0) != 0) nf.push_back(f);
+      w["evaluator"]["nvcc_flags"] = nf;
+    }
+    for (const auto& l : flags_.libs) w["evaluator"]["libs"].push_back(l);
     YAML::Emitter e;
     e << w;
     write_out("workload/workload.yaml", fmt::format("# Written by `braid run {}` ({}).\n{}\n", a_.input.string(), origin, e.c_str()));
@@ -546,6 +576,7 @@ class Pipeline {
   convert::Analysis analysis_;
   convert::Conversion rules_;
   json gate_ = json::object(), annotation_ = json::object();
+  convert::BuildFlags flags_;
   std::shared_ptr<LlmRuntime> runtime_;
 };
 
@@ -572,6 +603,11 @@ int continue_pipeline(const fs::path& results, std::int64_t generations, int par
   a.no_build = !opts.value("build", true);
   a.llm = opts.value("llm", std::string());
   a.config = opts.value("config", std::string());
+  a.includes = opts.value("includes", std::vector<std::string>());
+  a.defines = opts.value("defines", std::vector<std::string>());
+  a.lib_dirs = opts.value("lib_dirs", std::vector<std::string>());
+  a.lib_names = opts.value("lib_names", std::vector<std::string>());
+  a.nvcc_flags = opts.value("nvcc_flags", std::string());
   a.generations = generations;
   a.parallel = parallel;
   return do_run(a);
@@ -594,6 +630,11 @@ Registrar run_reg(12, [](CLI::App& app, Action& action) {
   cmd->add_flag("--no-gate", a.no_gate, "Do not run the gate: the conversion is recorded as unverified");
   cmd->add_flag("--no-build", a.no_build, "Do not compile the conversion before annotating it (the evolve builds gen0)");
   cmd->add_option("--until", a.until, "Stop after this step (convert, gate, annotate, workload, record)");
+  cmd->add_option("-I", a.includes, "Include folder for the program's headers (as nvcc -I)");
+  cmd->add_option("-D", a.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
+  cmd->add_option("-L", a.lib_dirs, "Library folder (as nvcc -L)");
+  cmd->add_option("-l", a.lib_names, "Library to link (as nvcc -l)");
+  cmd->add_option("--nvcc-flags", a.nvcc_flags, "Other nvcc flags, one quoted string");
   cmd->callback([&action] { action = [] { return do_run(a); }; });
 });
 

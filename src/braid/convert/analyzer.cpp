@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "braid/convert/buffer_flow.hpp"
 #include "braid/util/error.hpp"
 
 namespace braid::convert {
@@ -346,6 +347,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   LexResult lr = lex(source);
   if (!lr.error.empty()) throw UserError(fmt::format("{}:{}", file, lr.error_line), "not C++/CUDA: " + lr.error.substr(lr.error.find(": ") + 2));
   const std::vector<Token> toks = code_tokens(lr.tokens);
+  const BufferFlow flow(toks);
   // A C++/CUDA translation unit has at least one declaration ending in ';' or '}' and identifiers;
   // prose, JSON or YAML fail these checks or the lexer above.
   {
@@ -419,6 +421,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
       b.harness_name = hname;
       b.allocator = "harness";
       b.line = toks[i].line;
+      b.path = b.name;
       a.buffers[b.name] = b;
     }
     a.uses_harness = true;
@@ -620,32 +623,26 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
         }
       }
       if (c.group >= 0) a.groups[(std::size_t)c.group].members.push_back(a.calls.size());
-    } else if (kind == CallKind::Memory && (name == "cudaMalloc" || name == "cudaMallocAsync" || name == "cudaMallocManaged") && c.args.size() >= 2) {
-      const std::string v = base_variable(c.args[0].text);
-      if (!v.empty()) {
+    } else if ((kind == CallKind::Memory && (name == "cudaMalloc" || name == "cudaMallocAsync" || name == "cudaMallocManaged") &&
+                c.args.size() >= 2) ||
+               (name == "ncclMemAlloc" && c.args.size() == 2)) {
+      // Keyed by allocation site: the access path of the target, `path@line` for a second site.
+      const std::string path = access_path(c.args[0].text, true);
+      if (!path.empty()) {
         Buffer b;
-        b.name = v;
+        b.path = path;
+        b.name = a.buffers.count(path) ? fmt::format("{}@{}", path, t.line) : path;
         b.allocator = name;
         b.bytes_expr = c.args[1].text;
         b.bytes = evaluate_integer(b.bytes_expr, a.constants);
         b.line = t.line;
         b.alloc_call = a.calls.size();
-        auto pt = pointer_types.find(v);
+        b.conditional = flow.conditional(i);
+        const std::string last = path.substr(path.find_last_of(".]") == std::string::npos ? 0 : path.find_last_of(".]") + 1);
+        auto pt = pointer_types.find(last.empty() ? split_root(path).first : last);
         b.element_type = pt == pointer_types.end() ? "" : pt->second;
-        a.buffers[v] = b;
+        a.buffers[b.name] = b;
       }
-    } else if (name == "ncclMemAlloc" && c.args.size() == 2) {
-      const std::string v = base_variable(c.args[0].text);
-      Buffer b;
-      b.name = v;
-      b.allocator = name;
-      b.bytes_expr = c.args[1].text;
-      b.bytes = evaluate_integer(b.bytes_expr, a.constants);
-      b.line = t.line;
-      b.alloc_call = a.calls.size();
-      auto pt = pointer_types.find(v);
-      b.element_type = pt == pointer_types.end() ? "" : pt->second;
-      if (!v.empty()) a.buffers[v] = b;
     } else if (kind == CallKind::Cublas) {
       if (name == "cublasSetStream" && c.args.size() == 2) cublas_stream[c.args[0].text] = c.args[1].text;
       if (!c.args.empty()) {
@@ -688,8 +685,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
 
   // Constructs whose effect on ordering or on the communicator the rules do not model.
   static const std::map<std::string, std::string> kNotFollowed = {
-      {"ncclCommSplit", "a second communicator: device replacements serve the first communicator that reaches them, calls on others run as host NCCL"},
-      {"ncclCommInitAll", "single-process multi-GPU communicators: the rules assume one rank per process"},
+            {"ncclCommInitAll", "single-process multi-GPU communicators (several ranks in one process): the converted runtime serves one rank per process, so the file is left untouched"},
       {"ncclCommShrink", "a derived communicator: calls on it run as host NCCL"},
       {"cudaStreamBeginCapture", "CUDA graph capture: first-use window registration must not be captured"},
       {"cudaGraphLaunch", "CUDA graph launch: the graph's contents are not visible to the analysis"},
@@ -703,38 +699,79 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
       if (it != kNotFollowed.end() && all[i + 1].text == "(") a.unsupported.push_back(Issue{all[i].line, it->first, it->second});
     }
   }
-  {
-    std::set<std::string> comms;
-    int second_line = 0;  // where a second communicator first appears
-    for (std::size_t ci : a.nccl_collectives()) {
-      const Call& c = a.calls[ci];
-      const NcclSignature* sig = nccl_signature(c.name);
-      if ((int)c.args.size() != sig->arity) continue;
-      if (comms.insert(c.args[(std::size_t)sig->comm].text).second && comms.size() == 2) second_line = c.line;
-    }
-    if (comms.size() > 1) {
-      std::string list;
-      for (auto& c : comms) list += (list.empty() ? "" : ", ") + c;
-      a.unsupported.push_back(Issue{second_line, "communicators " + list,
-                                    "collectives on several communicators: device replacements serve the first one used, the others run as host NCCL"});
-    }
-  }
   const auto collectives = a.nccl_collectives();
   if (collectives.empty() && require_collective)
     throw UserError(file, "has no NCCL collective or point-to-point call (nothing to convert)");
-  for (std::size_t ci : collectives) {
-    const Call& c = a.calls[ci];
-    const NcclSignature* sig = nccl_signature(c.name);
-    if ((int)c.args.size() != sig->arity) continue;
-    for (int idx : {sig->send, sig->recv}) {
-      if (idx < 0) continue;
-      const std::string& text = c.args[(std::size_t)idx].text;
-      if (text == "nullptr" || text == "NULL") continue;
-      if (!a.buffer_of_argument(text))
-        throw UserError(fmt::format("{}:{}", file, c.line),
-                        fmt::format("{} on buffer `{}` whose size cannot be derived (no cudaMalloc/ncclMemAlloc/harness allocation of `{}` in this file)",
-                                    c.name, text, base_variable(text).empty() ? text : base_variable(text)));
+  // Buffer arguments followed to their allocation sites (buffer_flow.hpp); a call whose buffer
+  // cannot be followed is kept with the reason and stays host NCCL (never a whole-file refusal).
+  {
+    std::map<std::size_t, std::size_t> token_at;  // byte offset -> code token index
+    for (std::size_t k = 0; k < toks.size(); ++k) token_at[toks[k].offset] = k;
+    auto resolve_sites = [&](const std::string& text, std::size_t tok, Call& c) -> std::vector<std::string> {
+      // A harness buffer (`const Buffer& kv = c.buffer("kv")`) is used as `kv.ptr` or
+      // `kv.as<T>() + off`: the variable is the allocation, whatever member reaches its pointer.
+      if (auto h = a.buffers.find(base_variable(text)); h != a.buffers.end() && h->second.allocator == "harness") return {h->first};
+      const BufferFlow::Resolution r = flow.resolve(text, flow.function_at(tok), tok);
+      for (const std::string& v : r.via) c.via.push_back(v);
+      if (!r.reason.empty()) {
+        if (c.unresolved.empty()) c.unresolved = r.reason;
+        return {};
+      }
+      std::vector<std::string> keys;
+      for (const std::string& path : r.paths) {
+        bool found = false;
+        for (const auto& [key, b] : a.buffers)
+          if (path_matches(path, b.path)) {
+            keys.push_back(key);
+            found = true;
+          }
+        if (!found && c.unresolved.empty())
+          c.unresolved = fmt::format("buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
+      }
+      return keys;
+    };
+    for (Call& c : a.calls)
+      if (auto tok = token_at.find(c.call_begin); tok != token_at.end()) c.conditional = flow.conditional(tok->second);
+    for (std::size_t ci : collectives) {
+      Call& c = a.calls[ci];
+      const NcclSignature* sig = nccl_signature(c.name);
+      if ((int)c.args.size() != sig->arity) continue;
+      auto tok = token_at.find(c.call_begin);
+      if (tok == token_at.end()) continue;
+      c.buffers.clear();
+      for (int idx : {sig->send, sig->recv}) {
+        if (idx < 0) continue;
+        const std::string& text = c.args[(std::size_t)idx].text;
+        if (text == "nullptr" || text == "NULL") continue;
+        for (const std::string& k : resolve_sites(text, tok->second, c)) {
+          c.arg_buffers[idx].push_back(k);
+          if (std::find(c.buffers.begin(), c.buffers.end(), k) == c.buffers.end()) c.buffers.push_back(k);
+        }
+      }
+      const BufferFlow::Resolution comm = flow.resolve(c.args[(std::size_t)sig->comm].text, flow.function_at(tok->second), tok->second);
+      c.comm_paths = comm.paths;
+      // The harness hands every entry point its one communicator (`c.comm`), so the expression
+      // as written names it even though run()'s caller is outside this file.
+      if (comm.paths.empty() && a.uses_harness)
+        if (std::string p = access_path(c.args[(std::size_t)sig->comm].text, false); !p.empty()) c.comm_paths = {p};
     }
+    // Communicator creations, and the single-process multi-GPU form.
+    for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
+      const Call& c = a.calls[ci];
+      int target = -1;
+      if ((c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig") && !c.args.empty()) target = 0;
+      else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
+      else if (c.name == "ncclCommInitAll") a.single_process_multi_gpu = true;
+      if (target < 0) continue;
+      auto tok = token_at.find(c.call_begin);
+      const std::string path = access_path(c.args[(std::size_t)target].text, true);
+      if (!path.empty() && tok != token_at.end()) a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
+    }
+    // NCCL collectives named without a call (taken by address, through a function pointer).
+    for (std::size_t k = 0; k + 1 < toks.size(); ++k)
+      if (nccl_signature(toks[k].text) && toks[k + 1].text != "(" && (k == 0 || toks[k - 1].text != "p" + toks[k].text))
+        a.unsupported.push_back(Issue{toks[k].line, toks[k].text + " (not called by name)",
+                                      "taken by address: calls through the pointer are not followed and run as host NCCL"});
   }
   for (const Annotation& an : a.annotations)
     if (!a.buffers.count(an.buffer))

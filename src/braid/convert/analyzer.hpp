@@ -36,6 +36,8 @@ struct Buffer {
   int line = 0;
   std::string harness_name;           // c.buffer("x") / c.alloc("x", ...)
   std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
+  std::string path;                   // access path of the allocation site (buffer_flow.hpp): `layers[].w`
+  bool conditional = false;           // allocated under if/else/switch: may differ between ranks
 };
 
 struct Call {
@@ -54,6 +56,20 @@ struct Call {
                                              // (a condition, a lambda argument)
   bool stmt_is_body = false;                 // the unbraced body of if/else/for/while/do
   std::size_t call_begin = 0, call_end = 0;  // name .. ')' of the call itself
+  // NCCL calls: how each buffer argument was followed to its allocation sites (keys of
+  // Analysis::buffers, in `buffers`), or why it could not be (the call then stays host NCCL).
+  std::vector<std::string> via;
+  std::string unresolved;
+  std::map<int, std::vector<std::string>> arg_buffers;  // argument index -> allocation sites
+  std::vector<std::string> comm_paths;  // the communicator argument, followed like a buffer
+  bool conditional = false;             // under if/else/switch/?: (may run on some ranks only)
+};
+
+// A communicator creation: ncclCommInitRank(&comm, ...), ncclCommInitRankConfig, ncclCommSplit(.., &comm, ..).
+struct CommInit {
+  std::size_t call = 0;  // index into calls
+  std::string path;      // the communicator it creates
+  bool conditional = false;
 };
 
 struct Group {
@@ -99,6 +115,8 @@ struct Analysis {
   std::vector<Issue> unsupported;
   std::vector<Edge> edges;
   std::map<std::string, int64_t> constants;
+  std::vector<CommInit> comm_inits;
+  bool single_process_multi_gpu = false;  // ncclCommInitAll: several ranks in one process
   bool uses_harness = false;  // harness_main(...) with a Candidate
 
   std::vector<std::size_t> nccl_collectives() const;  // indices of data-moving NCCL calls

@@ -24,13 +24,15 @@ NvccBuilder make_builder(const std::filesystem::path& work_dir) {
 }
 
 BuildResult build(NvccBuilder& builder, const std::filesystem::path& src, const std::filesystem::path& out,
-                  const std::filesystem::path& source_dir, const std::vector<std::string>& flags) {
+                  const std::filesystem::path& source_dir, const std::vector<std::string>& flags,
+                  const std::vector<std::string>& libs = {}) {
   BuildInput in;
   in.source = src;
   in.output = out;
   in.flags = flags.empty() ? default_nvcc_flags() : flags;
   if (!source_dir.empty()) in.includes.push_back(source_dir);
   in.libs = {"-lcublas"};
+  in.libs.insert(in.libs.end(), libs.begin(), libs.end());
   in.display_name = src.filename().string();
   in.timeout_s = 600;
   in.log_dir = out.parent_path();
@@ -118,13 +120,15 @@ std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, 
 
 BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
                          const std::filesystem::path& source_dir, const std::vector<std::string>& flags) {
-  std::filesystem::create_directories(work_dir);
-  const auto src = work_dir / (name + ".cu");
+  // nvcc runs in the builder's own folder: relative paths would name other files there.
+  const std::filesystem::path work = std::filesystem::absolute(work_dir);
+  std::filesystem::create_directories(work);
+  const auto src = work / (name + ".cu");
   write_file_atomic(src, source);
-  NvccBuilder builder = make_builder(work_dir);
+  NvccBuilder builder = make_builder(work);
   std::vector<std::string> f = flags.empty() ? default_nvcc_flags() : flags;
   f.push_back("-c");  // compile and assemble; CI has no GPU to run on and need not link
-  return build(builder, src, work_dir / (name + ".o"), source_dir, f);
+  return build(builder, src, work / (name + ".o"), source_dir.empty() ? source_dir : std::filesystem::absolute(source_dir), f);
 }
 
 namespace {
@@ -134,7 +138,9 @@ const char* const kNotGateable =
 
 // Builds, runs and compares the two gate-ready texts (instrumented or harness programs).
 GateResult gate_texts(const Analysis& a, bool harness, const std::string& orig_text, const std::string& conv_text,
-                      const GateOptions& o) {
+                      const GateOptions& options) {
+  GateOptions o = options;
+  o.work_dir = std::filesystem::absolute(o.work_dir);
   GateResult g;
   std::filesystem::create_directories(o.work_dir);
   NvccBuilder builder = make_builder(o.work_dir);
@@ -148,7 +154,7 @@ GateResult gate_texts(const Analysis& a, bool harness, const std::string& orig_t
     std::filesystem::create_directories(s.dir);
     write_file_atomic(s.dir / "program.cu", *s.text);
     s.exe = s.dir / "program";
-    BuildResult br = build(builder, s.dir / "program.cu", s.exe, o.source_dir, o.flags);
+    BuildResult br = build(builder, s.dir / "program.cu", s.exe, o.source_dir, o.flags, o.libs);
     if (!br.ok) {
       g.failure = fmt::format("{} does not compile: {}", s.name, br.error);
       return g;
@@ -245,7 +251,7 @@ BuildResult build_program(const std::string& source, const std::filesystem::path
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / "program.cu", source);
   NvccBuilder builder = make_builder(o.work_dir);
-  return build(builder, dir / "program.cu", dir / "program", o.source_dir, o.flags);
+  return build(builder, dir / "program.cu", dir / "program", o.source_dir, o.flags, o.libs);
 }
 
 GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv, const GateOptions& o) {

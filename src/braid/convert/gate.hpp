@@ -24,6 +24,7 @@ struct GateOptions {
   std::filesystem::path work_dir;              // both builds and runs live here
   std::filesystem::path source_dir;            // the original's folder: -I for its own headers
   std::vector<std::string> flags;              // nvcc flags; default_nvcc_flags() when empty
+  std::vector<std::string> libs;               // link arguments besides -lcublas (-L/-l; MPI's)
   int ranks = 2;
   unsigned long long seed = 1;
   double run_timeout_s = 120.0;

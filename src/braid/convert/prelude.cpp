@@ -15,21 +15,24 @@ std::string converted_prelude(int call_sites, bool harness) {
 // ==== braid convert: device-initiated replacements (stage A: symmetric memory, windows, device
 // communicator, teardown; stage B: collectives on braid's LSA primitives). Generated. ====
 #include <nccl_device.h>
+#include <cuda_fp16.h>
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
 #include <set>
 #include <vector>
+#include <cstdlib>
 #include "braid/comm.cuh"
+#include "braid/convert_p2p.hpp"
 
 namespace braid_converted {
 using namespace braid::dev;
+using braid::convert_p2p::kMaxP2pOps;
+using braid::convert_p2p::kSlots;
 
 constexpr uint32_t kBarriersPerSite = 132;  // LsaBarrier indices per call site: >= CTAs of a launch
 constexpr int kThreads = 512;
-constexpr int kMaxP2p = 16;                  // sends (and receives) per peer in one group
-constexpr int kMaxP2pOps = 32;               // sends (and receives) in one group
-constexpr int kMaxWindows = 32;
+constexpr int kMaxWindows = 1024;
 
 struct Allocation {
   char* base = nullptr;
@@ -38,17 +41,21 @@ struct Allocation {
   bool external = false;  // registered by someone else (the harness): never deregistered here
 };
 
-struct MailEntry {  // where a receiver wants the k-th message from a peer
-  unsigned long long window = 0, offset = 0, bytes = 0, valid = 0;
+// Mailbox of a rank (one window): posts[sender][slot] written by this rank when it receives,
+// read by the sender; done[sender][slot] written by the sender when the message has landed.
+struct MailEntry {
+  unsigned long long window, offset, bytes, seq;
 };
+constexpr size_t kPostsBytes = sizeof(MailEntry) * kMaxLsaPeers * kSlots;
+constexpr size_t kMailBytes = kPostsBytes + sizeof(unsigned long long) * kMaxLsaPeers * kSlots;
 
-struct SendOp { const void* src; size_t bytes; int peer; int seq; };
-struct RecvOp { int window; size_t offset; size_t bytes; int peer; int seq; };
-struct P2pPlan {
-  ncclWindow_t windows[kMaxWindows];
-  SendOp sends[kMaxP2pOps];
-  RecvOp recvs[kMaxP2pOps];
-  int nsends = 0, nrecvs = 0;
+// One send or receive of a converted group, as the p2p kernel reads it (device memory).
+struct P2pOp {
+  const void* src;
+  unsigned long long offset, bytes, seq;
+  int window, peer, slot, is_send;
+  unsigned int finished;  // CTAs done with this send (the last one signals the receiver)
+  unsigned int pad;
 };
 
 struct PendingP2p {
@@ -64,11 +71,15 @@ struct PendingP2p {
 struct State {
   std::vector<Allocation> allocations;  // allocation order: the same on every rank
   ncclComm_t comm = nullptr;
+  bool bound_at_creation = false;       // windows are registered where every rank passes
   ncclDevComm dc{};
   bool dc_made = false;
   int rank = 0, nranks = 1, sms = 0;
   char* mailbox = nullptr;
   ncclWindow_t mailbox_win = nullptr;
+  ncclWindow_t* dev_windows = nullptr;  // window handles by allocation index, for the p2p kernel
+  P2pOp* dev_plans = nullptr;           // one plan per call site
+  braid::convert_p2p::P2pSequencer sequencer;
   int group_depth = 0;
   std::vector<PendingP2p> pending;
   std::set<int> warned;
@@ -92,6 +103,12 @@ inline size_t round_window(size_t bytes) { return (bytes + 4095) / 4096 * 4096; 
 inline void fell_back(int site, const char* what, const char* why) {
   if (state().warned.insert(site).second) std::fprintf(stderr, "braid_converted: site %d: %s ran as host NCCL (%s)\n", site, what, why);
 }
+[[noreturn]] inline void fatal(int site, const char* what, const char* why) {
+  std::fprintf(stderr, "braid_converted: site %d: %s cannot run: %s (a host fallback on this rank alone would hang its peer)\n", site,
+               what, why);
+  std::abort();
+}
+inline void register_window(Allocation& a);
 
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
 template <typename T>
@@ -99,27 +116,61 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
   void* p = nullptr;
   if (ncclMemAlloc(&p, round_window(bytes)) != ncclSuccess) return cudaErrorMemoryAllocation;
   *ptr = static_cast<T*>(p);
-  state().allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false});
+  State& s = state();
+  s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false});
+  if (s.bound_at_creation) register_window(s.allocations.back());  // every rank allocates here too
   return cudaSuccess;
 }
 inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
   return sym_malloc(reinterpret_cast<char**>(ptr), bytes) == cudaSuccess ? ncclSuccess : ncclSystemError;
 }
-inline ncclResult_t sym_release(void* ptr) {
+// Every release goes to the allocator that made the pointer: a symmetric allocation (ours) is
+// deregistered and ncclMemFree'd; anything else goes to the program's own free. Decided by
+// looking the pointer up, so no static mapping of names can pair a free with the wrong allocator.
+inline bool sym_release(void* ptr, ncclResult_t* result) {
   State& s = state();
   for (size_t i = 0; i < s.allocations.size(); ++i) {
-    if (s.allocations[i].base != ptr) continue;
+    if (s.allocations[i].base != ptr || s.allocations[i].external) continue;
     if (s.allocations[i].win != nullptr && s.comm != nullptr) ncclCommWindowDeregister(s.comm, s.allocations[i].win);
     s.allocations.erase(s.allocations.begin() + (long)i);
-    return ncclMemFree(ptr);
+    *result = ncclMemFree(ptr);
+    return true;
   }
+  return false;
+}
+inline cudaError_t sym_free(void* ptr) {
+  ncclResult_t r;
+  if (sym_release(ptr, &r)) return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
+  return cudaFree(ptr);
+}
+inline cudaError_t sym_free_async(void* ptr, cudaStream_t stream) {
+  ncclResult_t r;
+  for (const Allocation& a : state().allocations)
+    if (a.base == ptr && !a.external) {
+      cudaStreamSynchronize(stream);  // work queued on the stream may still use it
+      sym_release(ptr, &r);
+      return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
+    }
+  return cudaFreeAsync(ptr, stream);
+}
+inline ncclResult_t sym_nccl_free(void* ptr) {
+  ncclResult_t r;
+  if (sym_release(ptr, &r)) return r;
   return ncclMemFree(ptr);
 }
-inline cudaError_t sym_free(void* ptr) { return sym_release(ptr) == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue; }
-inline ncclResult_t sym_nccl_free(void* ptr) { return sym_release(ptr); }
 
-// First use on a communicator: windows for every symmetric allocation (in allocation order, a
-// collective call), the p2p mailbox, and one device communicator with barriers for every site.
+inline void register_window(Allocation& a) {
+  State& s = state();
+  if (a.win != nullptr || s.comm == nullptr) return;
+  BRAID_NCCL(ncclCommWindowRegister(s.comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
+  const size_t index = (size_t)(&a - s.allocations.data());
+  if (s.dev_windows != nullptr && index < (size_t)kMaxWindows)
+    BRAID_CUDA(cudaMemcpy(s.dev_windows + index, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice));
+}
+
+// Binding to a communicator (a collective step: at its creation, or at the first converted
+// collective): windows for every symmetric allocation so far (allocation order), the p2p
+// mailbox, and one device communicator with barriers for every site.
 inline bool ensure(ncclComm_t comm) {
   State& s = state();
   if (s.comm != nullptr && s.comm != comm) return false;  // one communicator is converted
@@ -127,16 +178,19 @@ inline bool ensure(ncclComm_t comm) {
     s.comm = comm;
     ncclCommUserRank(comm, &s.rank);
     ncclCommCount(comm, &s.nranks);
+    s.sequencer.resize(s.nranks);
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
-    const size_t mail_bytes = round_window(sizeof(MailEntry) * kMaxLsaPeers * kMaxP2p * (size_t)kCallSites);
+    const size_t mail_bytes = round_window(kMailBytes);
     BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&s.mailbox), mail_bytes));
     BRAID_CUDA(cudaMemset(s.mailbox, 0, mail_bytes));
     BRAID_NCCL(ncclCommWindowRegister(comm, s.mailbox, mail_bytes, &s.mailbox_win, NCCL_WIN_COLL_SYMMETRIC));
+    BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
+    BRAID_CUDA(cudaMemset(s.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
+    BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_plans), sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites));
   }
-  for (Allocation& a : s.allocations)
-    if (a.win == nullptr) BRAID_NCCL(ncclCommWindowRegister(comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
+  for (Allocation& a : s.allocations) register_window(a);
   if (!s.dc_made) {
     ncclDevCommRequirements r;
     std::memset(&r, 0, sizeof(r));
@@ -163,9 +217,7 @@ inline int window_of(const void* p, size_t bytes, size_t* offset) {
 }
 
 inline int ctas_for(size_t bytes, size_t min_chunk) {
-  const size_t want = (bytes + min_chunk - 1) / min_chunk;
-  const int cap = std::min<int>(state().sms > 0 ? state().sms : 32, (int)kBarriersPerSite);
-  return (int)std::max<size_t>(1, std::min<size_t>(want, (size_t)cap));
+  return braid::convert_p2p::rule_ctas(bytes, min_chunk, state().sms, (int)kBarriersPerSite);
 }
 inline uint32_t first_barrier(int site) { return (uint32_t)site * kBarriersPerSite; }
 
@@ -235,9 +287,38 @@ inline void teardown(ncclComm_t comm) {
     }
   if (s.mailbox_win != nullptr) ncclCommWindowDeregister(comm, s.mailbox_win);
   if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
+  if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
+  if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
+  s.dev_windows = nullptr;
+  s.dev_plans = nullptr;
   s.mailbox = nullptr;
   s.mailbox_win = nullptr;
   s.comm = nullptr;
+  s.bound_at_creation = false;
+}
+// Creation of the converted communicator: every rank passes here, so the runtime binds to it now
+// (windows of the symmetric allocations so far, the mailbox, the device communicator), and later
+// symmetric allocations register at once. Point-to-point calls, which run on some ranks only,
+// then never need a collective step of their own.
+inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
+  if (r != ncclSuccess || comm == nullptr) return r;  // NCCL_SPLIT_NOCOLOR: this rank has no communicator
+  State& s = state();
+  if (s.comm != nullptr) return r;
+  ensure(comm);
+  s.bound_at_creation = true;
+  return r;
+}
+inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  return bind_created(r, *comm);
+}
+inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommInitRankConfig(comm, nranks, id, rank, config);
+  return bind_created(r, *comm);
+}
+inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
+  return bind_created(r, *comm);
 }
 inline ncclResult_t comm_destroy(ncclComm_t comm) {
   teardown(comm);
@@ -295,54 +376,213 @@ __global__ void __launch_bounds__(1024) tuned_all_to_all_kernel(ncclDevComm dc, 
   bar.sync(cuda::memory_order_acq_rel);
 }
 
-// Broadcast: every rank pulls the root's send window into its own receive buffer.
+// Broadcast: the root pushes its buffer into every rank's receive window (the receive buffer is
+// significant on every rank; the send buffer only on the root).
 template <Issuer I = Issuer::Cta>
-__global__ void __launch_bounds__(1024) broadcast_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, int root, char* recv,
+__global__ void __launch_bounds__(1024) broadcast_kernel(ncclDevComm dc, ncclWindow_t recv_win, size_t recv_off, int root, const char* src,
                                                          size_t bytes, size_t chunk_bytes, uint32_t first_index) {
   using G = IssuerGroup<I>;
   LsaBarrier<Issuer::Cta> bar(dc, first_index);
   bar.sync(cuda::memory_order_acq_rel);
-  const char* src = static_cast<const char*>(ncclGetLsaPointer(send_win, send_off, root));
-  if (src != recv) {
+  if (dc.lsaRank == root) {
     const size_t n = chunk_count(bytes, chunk_bytes);
-    for (size_t c = G::id(); c < n; c += G::count()) {
-      const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
-      copy_range<I>(recv + r.begin, src + r.begin, r.end - r.begin);
+    for (int p = 0; p < dc.lsaSize; ++p) {
+      char* dst = static_cast<char*>(ncclGetLsaPointer(recv_win, recv_off, p));
+      if (dst == src) continue;
+      for (size_t c = G::id(); c < n; c += G::count()) {
+        const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
+        copy_range<I>(dst + r.begin, src + r.begin, r.end - r.begin);
+      }
     }
   }
   if constexpr (I != Issuer::Cta) __syncthreads();
   bar.sync(cuda::memory_order_acq_rel);
 }
 
-// Grouped send/recv: receivers publish where each message goes (window, offset) in their
-// mailbox; after a barrier, senders read the peer's mailbox and push into the peer's window.
-template <Issuer I = Issuer::Cta>
-__global__ void __launch_bounds__(1024) p2p_kernel(ncclDevComm dc, ncclWindow_t mail_win, size_t mail_off, P2pPlan plan, size_t chunk_bytes,
-                                                   uint32_t first_index) {
-  using G = IssuerGroup<I>;
+// Scatter: the root pushes block p of its buffer into rank p's receive window.
+__global__ void __launch_bounds__(1024) scatter_kernel(ncclDevComm dc, ncclWindow_t recv_win, size_t recv_off, int root, const char* src,
+                                                       size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+  using G = IssuerGroup<Issuer::Cta>;
   LsaBarrier<Issuer::Cta> bar(dc, first_index);
-  MailEntry* box = static_cast<MailEntry*>(ncclGetLsaPointer(mail_win, mail_off, dc.lsaRank));
-  // Every CTA writes the same entries: a peer's CTA k reads after meeting our CTA k's barrier.
-  for (int i = threadIdx.x; i < plan.nrecvs; i += blockDim.x) {
-    const RecvOp& r = plan.recvs[i];
-    box[r.peer * kMaxP2p + r.seq] = MailEntry{(unsigned long long)r.window, r.offset, r.bytes, 1ull};
-  }
-  __syncthreads();
   bar.sync(cuda::memory_order_acq_rel);
-  for (int i = 0; i < plan.nsends; ++i) {
-    const SendOp& op = plan.sends[i];
-    const MailEntry* peer_box = static_cast<const MailEntry*>(ncclGetLsaPointer(mail_win, mail_off, op.peer));
-    const MailEntry e = peer_box[dc.lsaRank * kMaxP2p + op.seq];
-    char* dst = static_cast<char*>(ncclGetLsaPointer(plan.windows[e.window], e.offset, op.peer));
-    const size_t bytes = op.bytes < e.bytes ? op.bytes : e.bytes;
+  if (dc.lsaRank == root) {
+    const size_t n = chunk_count(bytes, chunk_bytes);
+    for (int p = 0; p < dc.lsaSize; ++p) {
+      char* dst = static_cast<char*>(ncclGetLsaPointer(recv_win, recv_off, p));
+      for (size_t c = G::id(); c < n; c += G::count()) {
+        const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
+        copy_range<Issuer::Cta>(dst + r.begin, src + (size_t)p * bytes + r.begin, r.end - r.begin);
+      }
+    }
+  }
+  bar.sync(cuda::memory_order_acq_rel);
+}
+
+// Gather: the root pulls every rank's send window into block p of its receive buffer.
+__global__ void __launch_bounds__(1024) gather_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, int root, char* dst,
+                                                      size_t bytes, size_t chunk_bytes, uint32_t first_index) {
+  using G = IssuerGroup<Issuer::Cta>;
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  if (dc.lsaRank == root) {
+    const size_t n = chunk_count(bytes, chunk_bytes);
+    for (int p = 0; p < dc.lsaSize; ++p) {
+      const char* src = static_cast<const char*>(ncclGetLsaPointer(send_win, send_off, p));
+      for (size_t c = G::id(); c < n; c += G::count()) {
+        const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
+        copy_range<Issuer::Cta>(dst + (size_t)p * bytes + r.begin, src + r.begin, r.end - r.begin);
+      }
+    }
+  }
+  bar.sync(cuda::memory_order_acq_rel);
+}
+
+// ---- element-wise reductions of any NCCL type and op (ncclSum/Prod/Max/Min/Avg) ----
+// Accumulated in float for 16-bit floats, in the type itself otherwise; peers in rank order
+// 0..n-1 on every rank, so every rank computes the same value.
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T x) { return (typename Acc<T>::type)x; }
+template <> __device__ __forceinline__ float to_acc<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type x) { return (T)x; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <typename A>
+__device__ __forceinline__ A combine(A a, A b, int op) {
+  switch (op) {
+    case ncclProd: return a * b;
+    case ncclMax: return a > b ? a : b;
+    case ncclMin: return a < b ? a : b;
+    default: return a + b;  // ncclSum, ncclAvg (divided at the end)
+  }
+}
+// out[i] (and, with push, every peer's recv window at the same place) = op over ranks of the
+// send window at src_base + i, for i in [begin, end) of this rank's part. root >= 0: only the root
+// reduces (ncclReduce); the others only meet the barriers.
+template <typename T>
+__global__ void __launch_bounds__(1024) reduce_kernel(ncclDevComm dc, ncclWindow_t send_win, size_t send_off, T* out, ncclWindow_t recv_win,
+                                                      size_t recv_off, size_t begin, size_t end, int op, int root, bool push,
+                                                      uint32_t first_index) {
+  using A = typename Acc<T>::type;
+  LsaBarrier<Issuer::Cta> bar(dc, first_index);
+  bar.sync(cuda::memory_order_acq_rel);
+  if (root < 0 || dc.lsaRank == root) {
+    const int n = dc.lsaSize < kMaxLsaPeers ? dc.lsaSize : kMaxLsaPeers;
+    const T* srcs[kMaxLsaPeers];
+    T* dsts[kMaxLsaPeers];
+    for (int p = 0; p < n; ++p) {
+      srcs[p] = static_cast<const T*>(ncclGetLsaPointer(send_win, send_off, p));
+      dsts[p] = push ? static_cast<T*>(ncclGetLsaPointer(recv_win, recv_off, p)) : nullptr;
+    }
+    for (size_t i = begin + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < end; i += (size_t)gridDim.x * blockDim.x) {
+      A acc = to_acc<T>(srcs[0][i]);
+      for (int p = 1; p < n; ++p) acc = combine<A>(acc, to_acc<T>(srcs[p][i]), op);
+      if (op == ncclAvg) acc = acc / (A)n;
+      const T v = from_acc<T>(acc);
+      if (push) {
+        for (int p = 0; p < n; ++p) dsts[p][i] = v;
+      } else {
+        out[i - begin] = v;
+      }
+    }
+  }
+  bar.sync(cuda::memory_order_acq_rel);
+}
+// Launches reduce_kernel for an NCCL type value; false for a type without a device reduction.
+inline bool launch_reduce(ncclDataType_t type, int ctas, cudaStream_t stream, const ncclDevComm& dc, ncclWindow_t send_win, size_t send_off,
+                          void* out, ncclWindow_t recv_win, size_t recv_off, size_t begin, size_t end, int op, int root, bool push,
+                          uint32_t first_index) {
+#define BRAID_REDUCE_CASE(NCCL_TYPE, T)                                                                                       \
+  case NCCL_TYPE:                                                                                                             \
+    reduce_kernel<T><<<ctas, kThreads, 0, stream>>>(dc, send_win, send_off, static_cast<T*>(out), recv_win, recv_off, begin, end, op, \
+                                                    root, push, first_index);                                                 \
+    return true;
+  switch (type) {
+    BRAID_REDUCE_CASE(ncclFloat32, float)
+    BRAID_REDUCE_CASE(ncclFloat16, __half)
+    BRAID_REDUCE_CASE(ncclBfloat16, __nv_bfloat16)
+    BRAID_REDUCE_CASE(ncclFloat64, double)
+    BRAID_REDUCE_CASE(ncclInt32, int32_t)
+    BRAID_REDUCE_CASE(ncclUint32, uint32_t)
+    BRAID_REDUCE_CASE(ncclInt64, int64_t)
+    BRAID_REDUCE_CASE(ncclUint64, uint64_t)
+    BRAID_REDUCE_CASE(ncclInt8, int8_t)
+    BRAID_REDUCE_CASE(ncclUint8, uint8_t)
+    default: return false;
+  }
+#undef BRAID_REDUCE_CASE
+}
+inline bool float_type(ncclDataType_t t) {
+  return t == ncclFloat32 || t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat64;
+}
+inline bool device_reduction(ncclDataType_t t, ncclRedOp_t op) {
+  const bool known_op = op == ncclSum || op == ncclProd || op == ncclMax || op == ncclMin || (op == ncclAvg && float_type(t));
+  return known_op && type_bytes(t) > 0 && t != ncclFloat8e4m3 && t != ncclFloat8e5m2;
+}
+
+// Point-to-point, pairwise (see braid/convert_p2p.hpp for why it cannot deadlock): receives are
+// posted first (never waiting), sends wait only for their receiver's posting, then push and
+// signal; receives wait only for their sender's signal. No world barrier, so ranks with other
+// volumes, only receives, only sends or nothing at all never wait for each other.
+template <Issuer I = Issuer::Cta>
+__global__ void __launch_bounds__(1024) p2p_kernel(P2pOp* ops, int nops, ncclWindow_t mail_win, const ncclWindow_t* windows, int me,
+                                                   size_t chunk_bytes) {
+  using G = IssuerGroup<I>;
+  MailEntry* posts = static_cast<MailEntry*>(ncclGetLsaPointer(mail_win, 0, me));
+  volatile unsigned long long* done = static_cast<volatile unsigned long long*>(ncclGetLsaPointer(mail_win, kPostsBytes, me));
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < nops; i += blockDim.x) {
+      const P2pOp& op = ops[i];
+      if (op.is_send) continue;
+      MailEntry* e = posts + op.peer * kSlots + op.slot;
+      e->window = (unsigned long long)op.window;
+      e->offset = op.offset;
+      e->bytes = op.bytes;
+      __threadfence_system();
+      reinterpret_cast<volatile unsigned long long*>(&e->seq)[0] = op.seq;
+    }
+  __shared__ MailEntry posted;
+  for (int i = 0; i < nops; ++i) {
+    P2pOp& op = ops[i];
+    if (!op.is_send) continue;
+    if (threadIdx.x == 0) {
+      volatile MailEntry* remote = static_cast<volatile MailEntry*>(ncclGetLsaPointer(mail_win, 0, op.peer)) + me * kSlots + op.slot;
+      while (remote->seq != op.seq) {
+      }
+      __threadfence_system();
+      posted.window = remote->window;
+      posted.offset = remote->offset;
+      posted.bytes = remote->bytes;
+    }
+    __syncthreads();
+    char* dst = static_cast<char*>(ncclGetLsaPointer(windows[posted.window], posted.offset, op.peer));
+    const size_t bytes = op.bytes < posted.bytes ? op.bytes : posted.bytes;
     const size_t n = chunk_count(bytes, chunk_bytes);
     for (size_t c = G::id(); c < n; c += G::count()) {
       const ChunkRange r = chunk_at(c, bytes, chunk_bytes);
       copy_range<I>(dst + r.begin, static_cast<const char*>(op.src) + r.begin, r.end - r.begin);
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence_system();
+      if (atomicAdd(&op.finished, 1u) == gridDim.x - 1) {  // the last CTA of this send tells the receiver
+        __threadfence_system();
+        volatile unsigned long long* peer_done =
+            static_cast<volatile unsigned long long*>(ncclGetLsaPointer(mail_win, kPostsBytes, op.peer));
+        peer_done[me * kSlots + op.slot] = op.seq;
+      }
+    }
+    __syncthreads();
   }
-  if constexpr (I != Issuer::Cta) __syncthreads();
-  bar.sync(cuda::memory_order_acq_rel);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int i = 0; i < nops; ++i)
+      if (!ops[i].is_send)
+        while (done[ops[i].peer * kSlots + ops[i].slot] != ops[i].seq) {
+        }
+    __threadfence_system();
+  }
 }
 
 // ---- drop-in replacements (NCCL's signatures; SITE picks disjoint barrier indices) ----
@@ -385,9 +625,8 @@ inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclD
   note_backend<SITE, BACKEND>();
   const size_t esize = type_bytes(type);
   size_t send_off = 0, recv_off = 0;
-  const bool ok_type = (type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum;
-  if (!ok_type || !ensure(comm) || count % (size_t)state().nranks != 0) {
-    fell_back(SITE, "ncclAllReduce", "element count not a multiple of the ranks, or a type/op without a device rule");
+  if (!device_reduction(type, op) || !ensure(comm)) {
+    fell_back(SITE, "ncclAllReduce", "a type/op without a device reduction, or another communicator");
     return ncclAllReduce(send, recv, count, type, op, comm, stream);
   }
   const int sw = window_of(send, count * esize, &send_off), rw = window_of(recv, count * esize, &recv_off);
@@ -396,6 +635,16 @@ inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclD
     return ncclAllReduce(send, recv, count, type, op, comm, stream);
   }
   const State& s = state();
+  const bool fast = (type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum && count % (size_t)s.nranks == 0;
+  if (!fast) {  // any type and op, any count: rank r reduces part r and pushes it to every rank
+    const size_t part = (count + (size_t)s.nranks - 1) / (size_t)s.nranks;
+    const size_t begin = std::min(count, part * (size_t)s.rank), end = std::min(count, begin + part);
+    const int ctas = tuned_ctas(CTAS, ctas_for(part * esize, 64 * 1024));  // from count and ranks: the same on every rank
+    launch_reduce(type, ctas, stream, s.dc, s.allocations[(size_t)sw].win, send_off, recv, s.allocations[(size_t)rw].win, recv_off, begin,
+                  end, (int)op, -1, true, first_barrier(SITE));
+    BRAID_LAUNCHED();
+    return ncclSuccess;
+  }
   const size_t slice = count / (size_t)s.nranks;
   const int ctas = tuned_ctas(CTAS, ctas_for(slice * esize, 64 * 1024));
   const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((slice + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8
@@ -421,14 +670,20 @@ inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcoun
   note_backend<SITE, BACKEND>();
   const size_t esize = type_bytes(type);
   size_t send_off = 0;
-  const bool ok_type = (type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum;
   int sw = -1;
-  if (ok_type && ensure(comm)) sw = window_of(send, recvcount * esize * (size_t)state().nranks, &send_off);
+  if (device_reduction(type, op) && ensure(comm)) sw = window_of(send, recvcount * esize * (size_t)state().nranks, &send_off);
   if (sw < 0) {
     fell_back(SITE, "ncclReduceScatter", "send buffer outside the symmetric windows, or a type/op without a device rule");
     return ncclReduceScatter(send, recv, recvcount, type, op, comm, stream);
   }
   const State& s = state();
+  if (!((type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum)) {
+    const int ctas = tuned_ctas(CTAS, ctas_for(recvcount * esize, 64 * 1024));
+    launch_reduce(type, ctas, stream, s.dc, s.allocations[(size_t)sw].win, send_off + (size_t)s.rank * recvcount * esize, recv, nullptr, 0, 0,
+                  recvcount, (int)op, -1, false, first_barrier(SITE));
+    BRAID_LAUNCHED();
+    return ncclSuccess;
+  }
   if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
     const int ctas = ctas_for(recvcount * esize, 64 * 1024);
     const size_t chunk = ((recvcount + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8;
@@ -460,19 +715,19 @@ inline ncclResult_t broadcast(const void* send, void* recv, size_t count, ncclDa
   constexpr Backend BACKEND = SHAPE::backend;
   note_backend<SITE, BACKEND>();
   const size_t bytes = count * type_bytes(type);
-  size_t send_off = 0;
-  int sw = -1;
-  if (ensure(comm)) sw = window_of(send, bytes, &send_off);
-  if (sw < 0) {
-    fell_back(SITE, "ncclBroadcast", "send buffer outside the symmetric windows");
+  size_t recv_off = 0;
+  int rw = -1;
+  if (ensure(comm)) rw = window_of(recv, bytes, &recv_off);
+  if (rw < 0) {
+    fell_back(SITE, "ncclBroadcast", "receive buffer outside the symmetric windows");
     return ncclBroadcast(send, recv, count, type, root, comm, stream);
   }
   const State& s = state();
   const int ctas = tuned_ctas(CTAS, ctas_for(bytes, 256 * 1024));
   const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16
                                                                 : tuned_chunk<ISSUER>(CHUNK_BYTES, bytes, ctas, 16);
-  broadcast_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, root, static_cast<char*>(recv), bytes, chunk,
-                                                  first_barrier(SITE));
+  broadcast_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)rw].win, recv_off, root, static_cast<const char*>(send),
+                                                          bytes, chunk, first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
 }
@@ -510,6 +765,66 @@ inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclD
   return ncclSuccess;
 }
 
+template <int SITE, typename SHAPE = Shape<>>
+inline ncclResult_t reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  note_backend<SITE, SHAPE::backend>();
+  const size_t esize = type_bytes(type);
+  size_t send_off = 0;
+  int sw = -1;
+  if (device_reduction(type, op) && ensure(comm)) sw = window_of(send, count * esize, &send_off);
+  if (sw < 0) {
+    fell_back(SITE, "ncclReduce", "send buffer outside the symmetric windows, or a type/op without a device reduction");
+    return ncclReduce(send, recv, count, type, op, root, comm, stream);
+  }
+  const State& s = state();
+  const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(count * esize, 64 * 1024));
+  launch_reduce(type, ctas, stream, s.dc, s.allocations[(size_t)sw].win, send_off, recv, nullptr, 0, 0, count, (int)op, root, false,
+                first_barrier(SITE));
+  BRAID_LAUNCHED();
+  return ncclSuccess;
+}
+
+template <int SITE, typename SHAPE = Shape<>>
+inline ncclResult_t gather(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  note_backend<SITE, SHAPE::backend>();
+  const size_t bytes = count * type_bytes(type);
+  size_t send_off = 0;
+  int sw = -1;
+  if (ensure(comm)) sw = window_of(send, bytes, &send_off);
+  if (sw < 0) {
+    fell_back(SITE, "ncclGather", "send buffer outside the symmetric windows");
+    return ncclGather(send, recv, count, type, root, comm, stream);
+  }
+  const State& s = state();
+  const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(bytes * (size_t)s.nranks, 256 * 1024));
+  const size_t chunk = ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
+  gather_kernel<<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)sw].win, send_off, root, static_cast<char*>(recv), bytes, chunk,
+                                               first_barrier(SITE));
+  BRAID_LAUNCHED();
+  return ncclSuccess;
+}
+
+template <int SITE, typename SHAPE = Shape<>>
+inline ncclResult_t scatter(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  note_backend<SITE, SHAPE::backend>();
+  const size_t bytes = count * type_bytes(type);
+  size_t recv_off = 0;
+  int rw = -1;
+  if (ensure(comm)) rw = window_of(recv, bytes, &recv_off);
+  if (rw < 0) {
+    fell_back(SITE, "ncclScatter", "receive buffer outside the symmetric windows");
+    return ncclScatter(send, recv, count, type, root, comm, stream);
+  }
+  const State& s = state();
+  const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(bytes * (size_t)s.nranks, 256 * 1024));
+  const size_t chunk = ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
+  scatter_kernel<<<ctas, kThreads, 0, stream>>>(s.dc, s.allocations[(size_t)rw].win, recv_off, root, static_cast<const char*>(send), bytes,
+                                                chunk, first_barrier(SITE));
+  BRAID_LAUNCHED();
+  return ncclSuccess;
+}
+
 // The same replacements called with one Site type (annotated programs).
 template <typename S>
 inline ncclResult_t all_gather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
@@ -537,6 +852,19 @@ template <typename S>
 inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
   return all_to_all<S::site, typename S::shape>(send, recv, count, type, comm, stream);
 }
+template <typename S>
+inline ncclResult_t reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  return reduce<S::site, typename S::shape>(send, recv, count, type, op, root, comm, stream);
+}
+template <typename S>
+inline ncclResult_t gather(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  return gather<S::site, typename S::shape>(send, recv, count, type, root, comm, stream);
+}
+template <typename S>
+inline ncclResult_t scatter(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t stream) {
+  return scatter<S::site, typename S::shape>(send, recv, count, type, root, comm, stream);
+}
 
 inline ncclResult_t host_p2p(const std::vector<PendingP2p>& ops) {
   ncclResult_t r = ncclGroupStart();
@@ -548,42 +876,47 @@ inline ncclResult_t host_p2p(const std::vector<PendingP2p>& ops) {
   return r != ncclSuccess ? r : e;
 }
 
-// Runs the pending sends and receives of a group as one p2p_kernel (or host NCCL when a buffer
-// is outside the windows, streams differ, or the group is larger than the plan holds).
+// Runs the pending sends and receives of a group as one pairwise p2p_kernel. Host NCCL only for
+// another communicator or ranks beyond one LSA team (the same answer on every rank); a
+// receive outside the windows or a group the plan cannot hold stops the program with a message
+// (its peer would wait for a posting that never comes).
 template <Issuer ISSUER = Issuer::Cta, int CTAS = 0, size_t CHUNK_BYTES = 0>
 inline ncclResult_t flush_p2p(int site) {
   State& s = state();
   std::vector<PendingP2p> ops;
   ops.swap(s.pending);
-  if (ops.empty()) return ncclSuccess;
-  bool device = ensure(ops.front().comm);
-  P2pPlan plan{};
-  int seq_send[kMaxLsaPeers] = {}, seq_recv[kMaxLsaPeers] = {};
-  for (size_t i = 0; i < s.allocations.size() && i < (size_t)kMaxWindows; ++i) plan.windows[i] = s.allocations[i].win;
-  for (const PendingP2p& p : ops) {
-    if (!device) break;
-    const size_t bytes = p.count * type_bytes(p.type);
-    if (p.stream != ops.front().stream || p.comm != ops.front().comm || p.peer < 0 || p.peer >= kMaxLsaPeers) device = false;
-    else if (p.is_send) {
-      if (plan.nsends == kMaxP2pOps || seq_send[p.peer] == kMaxP2p) device = false;
-      else plan.sends[plan.nsends++] = SendOp{p.buf, bytes, p.peer, seq_send[p.peer]++};
-    } else {
-      size_t off = 0;
-      const int w = window_of(p.buf, bytes, &off);
-      if (w < 0 || w >= kMaxWindows || plan.nrecvs == kMaxP2pOps || seq_recv[p.peer] == kMaxP2p) device = false;
-      else plan.recvs[plan.nrecvs++] = RecvOp{w, off, bytes, p.peer, seq_recv[p.peer]++};
-    }
-  }
-  if (!device) {
-    fell_back(site, "ncclSend/ncclRecv group", "buffer outside the windows, several streams, or more messages than a plan holds");
+  if (ops.empty()) return ncclSuccess;  // nothing to launch: no other rank waits for this one
+  // Not bound at creation: the rules converted this group only where every rank reaches it, so
+  // the first one binds here (a collective step) on every rank.
+  if (!ensure(ops.front().comm)) {
+    fell_back(site, "ncclSend/ncclRecv", "another communicator, or ranks beyond one LSA team");
     return host_p2p(ops);
   }
-  size_t total = 0;
-  for (int i = 0; i < plan.nsends; ++i) total += plan.sends[i].bytes;
-  const int ctas = tuned_ctas(CTAS, ctas_for(total, 256 * 1024));
-  const size_t mail_off = sizeof(MailEntry) * kMaxLsaPeers * kMaxP2p * (size_t)site;
+  std::vector<braid::convert_p2p::P2pRequest> requests;
+  for (const PendingP2p& p : ops) {
+    if (p.stream != ops.front().stream || p.comm != ops.front().comm) fatal(site, "ncclSend/ncclRecv group", "members on several streams or communicators");
+    requests.push_back(braid::convert_p2p::P2pRequest{p.is_send, p.peer, p.count * type_bytes(p.type)});
+  }
+  std::vector<braid::convert_p2p::P2pPlanned> planned;
+  if (const char* why = s.sequencer.plan(requests, planned); why[0] != '\0') fatal(site, "ncclSend/ncclRecv group", why);
+  std::vector<P2pOp> plan(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const braid::convert_p2p::P2pPlanned& q = planned[i];
+    P2pOp& op = plan[i];
+    op = P2pOp{ops[i].buf, 0, q.bytes, q.seq, 0, q.peer, q.slot, q.is_send ? 1 : 0, 0u, 0u};
+    if (!q.is_send) {
+      size_t off = 0;
+      const int w = window_of(ops[i].buf, q.bytes, &off);
+      if (w < 0 || w >= kMaxWindows) fatal(site, "ncclRecv", "its buffer is outside the symmetric windows");
+      op.window = w;
+      op.offset = off;
+    }
+  }
+  P2pOp* dev = s.dev_plans + (size_t)site * kMaxP2pOps;
+  BRAID_CUDA(cudaMemcpyAsync(dev, plan.data(), sizeof(P2pOp) * plan.size(), cudaMemcpyHostToDevice, ops.front().stream));
+  const int ctas = braid::convert_p2p::p2p_ctas(CTAS, s.sms);  // never a function of the volume
   const size_t chunk = CHUNK_BYTES > 0 ? std::max<size_t>(16, CHUNK_BYTES / 16 * 16) : (size_t)64 * 1024;
-  p2p_kernel<ISSUER><<<ctas, kThreads, 0, ops.front().stream>>>(s.dc, s.mailbox_win, mail_off, plan, chunk, first_barrier(site));
+  p2p_kernel<ISSUER><<<ctas, kThreads, 0, ops.front().stream>>>(dev, (int)plan.size(), s.mailbox_win, s.dev_windows, s.rank, chunk);
   BRAID_LAUNCHED();
   return ncclSuccess;
 }

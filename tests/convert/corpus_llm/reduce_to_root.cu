@@ -1,6 +1,6 @@
-// Gradient step with a rooted reduction: every rank all-reduces its gradients (a rule converts
-// that), then the loss terms are summed on rank 0 only with ncclReduce, which no rule converts:
-// the other ranks' `loss_total` must stay untouched, so an all-reduce in its place is wrong.
+// Gradient step: every rank all-reduces its gradients (a rule converts that), then sums the optional
+// loss statistics on rank 0 with ncclReduce, left to the LLM: `loss` is allocated under a condition
+// (no rule makes it a window). Other ranks' `loss_total` stays untouched: an all-reduce is wrong.
 #include <cstdio>
 
 #include "braid/runtime.cuh"
@@ -25,7 +25,7 @@ int main() {
   float* loss_total = nullptr;
   BRAID_CUDA(cudaMalloc(&grads, kGrads * sizeof(float)));
   BRAID_CUDA(cudaMalloc(&grads_sum, kGrads * sizeof(float)));
-  BRAID_CUDA(cudaMalloc(&loss, kLoss * sizeof(float)));
+  if (kLoss > 0) BRAID_CUDA(cudaMalloc(&loss, kLoss * sizeof(float)));  // optional statistics
   BRAID_CUDA(cudaMalloc(&loss_total, kLoss * sizeof(float)));
   // braid:input grads
   // braid:input loss

@@ -1,0 +1,381 @@
+#include "braid/convert/buffer_flow.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace braid::convert {
+namespace {
+
+const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
+                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
+const std::set<std::string> kTypeWords = {"const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*",
+                                          "::", "<", ">", "&"};
+
+std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end) {
+  const std::string o = t[open].text;
+  const std::string c = o == "(" ? ")" : o == "[" ? "]" : o == "{" ? "}" : ">";
+  int depth = 0;
+  for (std::size_t i = open; i < end; ++i) {
+    if (t[i].text == o) ++depth;
+    else if (t[i].text == c && --depth == 0) return i;
+  }
+  return end;
+}
+
+std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
+  std::string s;
+  for (std::size_t i = b; i < e; ++i) s += (s.empty() ? "" : " ") + t[i].text;
+  return s;
+}
+
+// Top-level comma-separated pieces of tokens (b, e).
+std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e) {
+  std::vector<std::string> out;
+  if (e <= b + 1) return out;
+  int depth = 0;
+  std::size_t start = b + 1;
+  for (std::size_t i = b + 1; i <= e; ++i) {
+    if (i == e || (t[i].text == "," && depth == 0)) {
+      out.push_back(join(t, start, i));
+      start = i + 1;
+      continue;
+    }
+    if (t[i].text == "(" || t[i].text == "[" || t[i].text == "{") ++depth;
+    else if (t[i].text == ")" || t[i].text == "]" || t[i].text == "}") --depth;
+  }
+  return out;
+}
+
+// Removes casts, outer parentheses and `&`; returns whether an `&` was removed.
+std::vector<Token> strip(std::vector<Token> t, bool& addr) {
+  for (int guard = 0; guard < 16 && !t.empty(); ++guard) {
+    if (t.front().text == "&") {
+      addr = !addr;
+      t.erase(t.begin());
+      continue;
+    }
+    if (t.front().text == "(") {
+      const std::size_t close = match_forward(t, 0, t.size());
+      if (close == t.size() - 1) {  // (expr)
+        t = std::vector<Token>(t.begin() + 1, t.end() - 1);
+        continue;
+      }
+      bool cast = close < t.size();
+      for (std::size_t k = 1; k < close && cast; ++k)
+        cast = t[k].kind == TokenKind::Identifier || kTypeWords.count(t[k].text);
+      if (cast) {
+        t.erase(t.begin(), t.begin() + (long)close + 1);
+        continue;
+      }
+    }
+    if (t.front().text.find("_cast") != std::string::npos && t.size() > 2 && t[1].text == "<") {
+      std::size_t k = 1;
+      int depth = 0;
+      for (; k < t.size(); ++k) {
+        if (t[k].text == "<") ++depth;
+        else if (t[k].text == ">" && --depth == 0) break;
+      }
+      if (k + 1 < t.size() && t[k + 1].text == "(") {
+        const std::size_t close = match_forward(t, k + 1, t.size());
+        if (close < t.size()) {
+          std::vector<Token> inner(t.begin() + (long)k + 2, t.begin() + (long)close);
+          std::vector<Token> rest(t.begin() + (long)close + 1, t.end());
+          inner.insert(inner.end(), rest.begin(), rest.end());
+          t = inner;
+          continue;
+        }
+      }
+    }
+    break;
+  }
+  return t;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_root(const std::string& path) {
+  const std::size_t p = path.find_first_of(".[");
+  if (p == std::string::npos) return {path, ""};
+  return {path.substr(0, p), path.substr(p)};
+}
+
+std::string access_path(const std::string& expr, bool target) {
+  LexResult lr = lex(expr);
+  if (!lr.error.empty()) return "";
+  bool addr = false;
+  std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  // Pointer arithmetic: the left operand names the allocation (`p + i`; as a target, &p[i]).
+  bool arithmetic = false;
+  {
+    int depth = 0;
+    for (std::size_t i = 1; i < t.size(); ++i) {
+      const std::string& x = t[i].text;
+      if (x == "(" || x == "[") ++depth;
+      else if (x == ")" || x == "]") --depth;
+      else if (depth == 0 && (x == "+" || x == "-")) {
+        t.resize(i);
+        arithmetic = true;
+        break;
+      }
+    }
+    if (arithmetic) t = strip(t, addr);
+  }
+  if (t.empty() || t[0].kind != TokenKind::Identifier) return "";
+  std::string path = t[0].text;
+  if (path == "nullptr" || path == "NULL" || path == "this") return "";
+  std::size_t i = 1;
+  bool last_index = false;
+  while (i < t.size()) {
+    if ((t[i].text == "." || t[i].text == "->") && i + 1 < t.size() && t[i + 1].kind == TokenKind::Identifier) {
+      path += "." + t[i + 1].text;
+      i += 2;
+      last_index = false;
+    } else if (t[i].text == "[") {
+      const std::size_t close = match_forward(t, i, t.size());
+      if (close >= t.size()) return "";
+      const bool literal = close == i + 2 && t[i + 1].kind == TokenKind::Number;
+      path += literal ? "[" + t[i + 1].text + "]" : "[]";
+      i = close + 1;
+      last_index = true;
+    } else if (t[i].text == "::" && i + 1 < t.size() && t[i + 1].kind == TokenKind::Identifier) {
+      path = t[i + 1].text;  // a qualified name: its last component
+      i += 2;
+    } else {
+      return "";  // a call, a dereference, an operator: not a plain access path
+    }
+  }
+  if (target) {
+    if (arithmetic && !addr) return path + "[]";  // (void**)p + i  ==  &p[i]
+    return addr ? path : "";
+  }
+  if (addr) {
+    if (!last_index) return "";  // &x: the address of a pointer variable, not a buffer
+    path.erase(path.rfind('['));  // &buf[i] == buf + i
+  }
+  return path;
+}
+
+bool path_matches(const std::string& use, const std::string& alloc) {
+  std::size_t i = 0, j = 0;
+  while (i < use.size() && j < alloc.size()) {
+    if (use[i] == '[' && alloc[j] == '[') {
+      const std::size_t ie = use.find(']', i), je = alloc.find(']', j);
+      const std::string a = use.substr(i + 1, ie - i - 1), b = alloc.substr(j + 1, je - j - 1);
+      if (!a.empty() && !b.empty() && a != b) return false;
+      i = ie + 1;
+      j = je + 1;
+      continue;
+    }
+    if (use[i] != alloc[j]) return false;
+    ++i;
+    ++j;
+  }
+  return i == use.size() && j == alloc.size();
+}
+
+BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditional_(code.size(), false) {
+  // Function definitions: `name ( params ) [const|noexcept|override]* {` outside other functions.
+  std::size_t i = 0;
+  std::size_t function_end = 0;  // inside a function body until this token
+  for (; i < code.size(); ++i) {
+    if (i < function_end || code[i].text != "{") continue;
+    std::size_t p = i;
+    while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
+    if (p == 0 || code[p - 1].text != ")") continue;
+    int depth = 0;
+    std::size_t q = p - 1;
+    for (;; --q) {
+      if (code[q].text == ")") ++depth;
+      else if (code[q].text == "(" && --depth == 0) break;
+      if (q == 0) break;
+    }
+    if (q == 0 || code[q - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[q - 1].text)) continue;
+    FunctionDef f;
+    f.name = code[q - 1].text;
+    f.name_token = q - 1;
+    f.body_open = i;
+    f.body_close = match_forward(code, i, code.size());
+    for (const std::string& param : split_top(code, q, p - 1)) {
+      LexResult lr = lex(param);
+      std::vector<Token> pt = code_tokens(lr.tokens);
+      auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
+      std::string name;
+      for (auto it = pt.begin(); it != eq; ++it)
+        if (it->kind == TokenKind::Identifier) name = it->text;
+      f.params.push_back(name == "void" ? "" : name);
+    }
+    function_end = f.body_close;
+    functions_.push_back(f);
+  }
+  // Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands.
+  std::vector<bool> brace_conditional;  // per open '{'
+  int cond_depth = 0;
+  std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
+  for (i = 0; i < code.size(); ++i) {
+    const std::string& x = code[i].text;
+    bool in = cond_depth > 0 || !unbraced_end_depth.empty();
+    if (x == "{") {
+      bool c = false;
+      if (i > 0 && code[i - 1].text == "else") c = true;
+      if (i > 0 && code[i - 1].text == ")") {
+        int d = 0;
+        std::size_t q = i - 1;
+        for (;; --q) {
+          if (code[q].text == ")") ++d;
+          else if (code[q].text == "(" && --d == 0) break;
+          if (q == 0) break;
+        }
+        if (q > 0 && (code[q - 1].text == "if" || code[q - 1].text == "switch")) c = true;
+      }
+      brace_conditional.push_back(c);
+      if (c) ++cond_depth;
+    } else if (x == "}") {
+      if (!brace_conditional.empty()) {
+        if (brace_conditional.back()) --cond_depth;
+        brace_conditional.pop_back();
+      }
+    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
+      const std::size_t close = match_forward(code, i + 1, code.size());
+      if (close + 1 < code.size() && code[close + 1].text != "{") unbraced_end_depth.push_back(brace_conditional.size());
+    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
+      unbraced_end_depth.push_back(brace_conditional.size());
+      in = true;
+    } else if (x == "?") {
+      in = true;
+    }
+    conditional_[i] = in;
+    if (x == ";" && !unbraced_end_depth.empty() && unbraced_end_depth.back() == brace_conditional.size()) unbraced_end_depth.pop_back();
+  }
+  // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
+  std::set<std::string> defined;
+  for (const FunctionDef& f : functions_) defined.insert(f.name);
+  for (const FunctionDef& f : functions_) {
+    for (std::size_t k = f.body_open + 1; k + 1 < f.body_close; ++k) {
+      const Token& t = code_[k];
+      if (t.kind != TokenKind::Identifier) continue;
+      const Token& prev = code_[k - 1];
+      const bool declared = prev.text == "*" || prev.text == "&" ||
+                            (prev.kind == TokenKind::Identifier && prev.text != "return" && prev.text != "else" && prev.text != "case");
+      if (declared && code_[k + 1].text == "=" && code_[k + 1].text != "==") {
+        std::size_t e = k + 2;
+        int depth = 0;
+        for (; e < f.body_close; ++e) {
+          const std::string& x = code_[e].text;
+          if (x == "(" || x == "[" || x == "{") ++depth;
+          else if (x == ")" || x == "]" || x == "}") {
+            if (depth == 0) break;
+            --depth;
+          } else if ((x == ";" || x == ",") && depth == 0) break;
+        }
+        // `float* p = nullptr;` declares a variable an allocator fills later (`cudaMalloc(&p, ...)`):
+        // not an alias, the variable itself is the allocation's path.
+        const std::string init = join(code_, k + 2, e);
+        if (init != "nullptr" && init != "NULL" && init != "0") aliases_[f.name].push_back(Alias{t.text, init, k});
+      } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
+        std::size_t open = k;
+        while (open > f.body_open && code_[open].text != "(") --open;
+        if (open > 0 && code_[open - 1].text == "for") {
+          const std::size_t close = match_forward(code_, open, f.body_close);
+          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k});
+        }
+      }
+      if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
+        const std::size_t close = match_forward(code_, k + 1, f.body_close);
+        calls_[t.text].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
+      }
+    }
+  }
+}
+
+std::string BufferFlow::function_at(std::size_t at) const {
+  for (const FunctionDef& f : functions_)
+    if (at > f.body_open && at < f.body_close) return f.name;
+  return "";
+}
+
+BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth) const {
+  Resolution r;
+  std::vector<std::string> stack;
+  resolve_into(expr, function, at, max_depth, r, stack);
+  if (!r.reason.empty()) r.paths.clear();
+  std::sort(r.paths.begin(), r.paths.end());
+  r.paths.erase(std::unique(r.paths.begin(), r.paths.end()), r.paths.end());
+  return r;
+}
+
+void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
+                              std::vector<std::string>& stack) const {
+  const std::string path = access_path(expr, false);
+  if (path.empty()) {
+    out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
+    return;
+  }
+  const auto [root, rest] = split_root(path);
+  const std::string key = function + "/" + root;
+  if (std::find(stack.begin(), stack.end(), key) != stack.end() || depth < 0) {
+    out.reason = fmt::format("`{}` is defined through a cycle or more than 6 levels of calls", expr);
+    return;
+  }
+  stack.push_back(key);
+  // A local alias declared before the use (the nearest one).
+  if (auto it = aliases_.find(function); it != aliases_.end()) {
+    const Alias* best = nullptr;
+    for (const Alias& al : it->second)
+      if (al.name == root && al.token < at && (!best || al.token > best->token)) best = &al;
+    if (best) {
+      const std::string base = access_path(best->init, false);
+      if (base.empty()) {
+        // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
+        // itself is what the program names; an allocation through it must still be found by path.
+        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+        out.paths.push_back(path);
+      } else {
+        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+        resolve_into(base + rest, function, best->token, depth, out, stack);
+      }
+      stack.pop_back();
+      return;
+    }
+  }
+  // A parameter: every call of the function in this file.
+  for (const FunctionDef& f : functions_) {
+    if (f.name != function) continue;
+    auto p = std::find(f.params.begin(), f.params.end(), root);
+    if (p == f.params.end()) continue;
+    const std::size_t index = (std::size_t)(p - f.params.begin());
+    auto calls = calls_.find(function);
+    if (calls == calls_.end() || calls->second.empty()) {
+      out.reason = fmt::format("`{}` is a parameter of {}(), which is not called in this file", root, function);
+      stack.pop_back();
+      return;
+    }
+    for (const CallSite& c : calls->second) {
+      if (index >= c.args.size()) {
+        out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
+        break;
+      }
+      std::string arg_path = access_path(c.args[index], false);
+      if (arg_path.empty()) {  // `&model` passes the struct itself: m->x is model.x
+        bool addr = false;
+        LexResult lr = lex(c.args[index]);
+        std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+        if (addr && t.size() == 1 && t[0].kind == TokenKind::Identifier) arg_path = t[0].text;
+      }
+      if (arg_path.empty()) {
+        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller, c.args[index], root, c.line);
+        break;
+      }
+      out.via.push_back(fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+      resolve_into(arg_path + rest, c.caller, c.token, depth - 1, out, stack);
+      if (!out.reason.empty()) break;
+    }
+    stack.pop_back();
+    return;
+  }
+  out.paths.push_back(path);
+  stack.pop_back();
+}
+
+}  // namespace braid::convert

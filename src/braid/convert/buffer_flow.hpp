@@ -1,0 +1,78 @@
+// BufferFlow: which allocation an NCCL call's buffer argument points into, followed through the
+// translation unit the way users write it: casts and pointer arithmetic (`(float*)(ws + off)`,
+// `&buf[i]`), local aliases (`float* logits = ...`, range-for `auto& b : buckets`), struct fields
+// and array elements (`model->acts.out`, `layers[l].w`, `bufs[i]`), and function parameters
+// (every call of the helper in the file, several levels deep, member functions included).
+//
+// Buffers are named by access path, not by variable: `layers[].w` (any index), `kv[0]` and
+// `kv[1]` (distinct literal indices), `model.params.shard` (`->` and `.` alike). An allocation
+// site (`cudaMalloc(&layers[l].w, ...)`) has one path; a use matches a site when the paths have
+// the same components and indices agree or either is variable.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "braid/convert/lexer.hpp"
+
+namespace braid::convert {
+
+struct FunctionDef {
+  std::string name;
+  std::vector<std::string> params;
+  std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
+};
+
+// The access path an expression designates. `target` true: the first argument of an allocator
+// (`&x` -> x, `(void**)&b[i]` -> b[], `(void**)p + i` -> p[]); false: a pointer argument
+// (`(float*)(ws + 4096)` -> ws, `&buf[i]` -> buf). "" when the expression is no such path.
+std::string access_path(const std::string& expr, bool target);
+
+// True when a use path may name the same allocation as an allocation path.
+bool path_matches(const std::string& use, const std::string& alloc);
+
+// The root variable of a path and the rest (`model.params.shard` -> "model", ".params.shard").
+std::pair<std::string, std::string> split_root(const std::string& path);
+
+class BufferFlow {
+ public:
+  explicit BufferFlow(const std::vector<Token>& code);
+
+  struct Resolution {
+    std::vector<std::string> paths;  // the paths the expression may designate, in the callers' terms
+    std::vector<std::string> via;    // how: "parameter g of allreduce_grads <- grads[l] (line 40)"
+    std::string reason;              // "" when resolved
+  };
+  // Follows `expr`, written in function `function` before code token `at`, to the paths of the
+  // variables it may point into (through aliases and up to `max_depth` levels of callers).
+  Resolution resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth = 6) const;
+
+  // The function whose body holds code token `at` ("" at file scope).
+  std::string function_at(std::size_t at) const;
+  // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
+  bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
+  const std::vector<FunctionDef>& functions() const { return functions_; }
+
+ private:
+  void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
+                    std::vector<std::string>& stack) const;
+
+  const std::vector<Token>& code_;
+  std::vector<FunctionDef> functions_;
+  std::vector<bool> conditional_;
+  struct Alias {
+    std::string name, init;
+    std::size_t token = 0;
+  };
+  std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
+  struct CallSite {
+    std::string caller;
+    std::vector<std::string> args;
+    std::size_t token = 0;
+    int line = 0;
+  };
+  std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+};
+
+}  // namespace braid::convert
