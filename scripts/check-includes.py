@@ -39,7 +39,7 @@ def declared_deps(cmake_file):
     except OSError as e:
         fail_input(f"{cmake_file}: {e.strerror}")
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    deps = {name: braid_targets(args) for name, args in MODULE_CALL.findall(text) if name != "name"}
+    deps = {name: braid_targets(args) for name, args in MODULE_CALL.findall(text)}
     cli = CLI_LINK.search(text)
     if not deps or not cli:
         fail_input(f"{cmake_file}: no braid_module(...) calls or no target_link_libraries(braid ...) found")
