@@ -8,10 +8,10 @@
 
 #include "braid/db/database.hpp"
 #include "braid/eval/ncu_profile.hpp"
-#include "braid/llm/operators.hpp"
 #include "braid/llm/secrets.hpp"
 #include "braid/mutate/llm_agents.hpp"
 #include "braid/mutate/llm_mutator.hpp"
+#include "braid/mutate/llm_operators.hpp"
 #include "braid/mutate/llm_runtime.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/util/error.hpp"

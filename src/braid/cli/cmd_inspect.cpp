@@ -9,7 +9,7 @@
 #include "braid/cli/command.hpp"
 #include "braid/cli/run_setup.hpp"
 #include "braid/db/database.hpp"
-#include "braid/llm/operators.hpp"
+#include "braid/mutate/llm_operators.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/search/confirmation.hpp"
 #include "braid/search/remeasure.hpp"

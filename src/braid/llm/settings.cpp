@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
 #include "braid/llm/model_spec.hpp"
-#include "braid/llm/operators.hpp"
+#include "braid/llm/settings.hpp"
 #include "braid/util/error.hpp"
 
 namespace braid {

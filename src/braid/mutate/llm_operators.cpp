@@ -1,9 +1,9 @@
-// make_llm_operators(): assembles the LLM operators of llm/operators.hpp around one runtime.
+// make_llm_operators(): assembles the LLM operators of llm_operators.hpp around one runtime.
 #include "braid/llm/embeddings.hpp"
-#include "braid/llm/operators.hpp"
 #include "braid/llm/secrets.hpp"
 #include "braid/mutate/llm_agents.hpp"
 #include "braid/mutate/llm_mutator.hpp"
+#include "braid/mutate/llm_operators.hpp"
 #include "braid/mutate/llm_runtime.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/log.hpp"

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "braid/llm/secrets.hpp"
+#include "braid/mutate/llm_operators.hpp"
 #include "braid/platform/device_headers.hpp"
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"

@@ -14,8 +14,8 @@
 #include "braid/llm/hardware.hpp"
 #include "braid/llm/ledger.hpp"
 #include "braid/llm/model_selector.hpp"
-#include "braid/llm/operators.hpp"
 #include "braid/llm/prompt_template.hpp"
+#include "braid/llm/settings.hpp"
 
 struct sqlite3;
 

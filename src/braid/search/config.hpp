@@ -91,7 +91,7 @@ struct SearchConfig {
   int confirm_runs = 3;
   int noise_runs = 3;
 
-  json llm = json::object();  // keys owned by the LLM operators (llm/operators.hpp)
+  json llm = json::object();  // keys owned by the LLM operators (llm/settings.hpp)
 
   json to_json() const;
 };

@@ -1,6 +1,5 @@
-// LLM variation operators for the search: the contract between llm/ + mutate/ and the
-// EvolutionRunner / `braid evolve`. Implemented in mutate/llm_operators.cpp (it needs the
-// database and the Mutator interface; llm/ itself depends on util only).
+// The settings of a run's LLM operators (mutate/llm_operators.hpp), read from the config's
+// LLM keys; parsed here so that a bad value fails before anything runs.
 //
 // Config keys (all optional except that some model must come from llm_models or --llm):
 //   llm_models          string or list of model strings (see model_spec.hpp)
@@ -29,18 +28,12 @@
 //                       once and cache in <results>/hardware.json
 //   feedback_max_tokens, meta_max_tokens, novelty_max_tokens   (600, 2000, 200)
 #pragma once
-#include <filesystem>
-#include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "braid/db/database.hpp"
 #include "braid/llm/ledger.hpp"
 #include "braid/llm/model_selector.hpp"
-#include "braid/mutate/agents.hpp"
-#include "braid/mutate/mutator.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid {
@@ -77,33 +70,5 @@ struct LlmSettings {
 const std::vector<std::string>& llm_config_keys();
 // Reads the keys above from `config` (others are ignored); UserError(file, ...) on bad values.
 LlmSettings parse_llm_settings(const json& config, const std::string& file);
-
-struct LlmOperators {
-  std::unique_ptr<Mutator> mutator;          // LlmMutator
-  std::unique_ptr<FeedbackAgent> feedback;   // never null: it also rewards the model bandit;
-                                             // without a feedback model it returns ""
-  std::unique_ptr<MetaSummarizer> meta;      // null when meta_llm_model is "none"
-  std::function<bool(const std::string& candidate_code, const std::vector<std::string>& similar_codes)>
-      novelty_judge;                         // empty unless use_novelty_judge; true = novel
-  std::function<json()> totals;              // {"calls","tokens_in","tokens_out","cost_usd","errors":{..},
-                                             //  "models":[bandit stats]}
-  std::function<bool()> budget_exhausted;    // max_api_cost reached
-  // Whether `island` can run on this machine (its API type); `why` says why not.
-  std::function<bool(int island, std::string* why)> island_runnable;
-  // API embeddings (embedding_model); empty when the offline embedder is to be used.
-  std::function<std::vector<float>(const std::string& code)> embed;
-};
-
-// `llm_spec`: the CLI's --llm value: one model string or several separated by commas,
-// "replay:<results_dir>", or "" to use settings.models. Keys are read (and removed from the
-// environment) here: a missing key is a UserError before anything runs. Calls are recorded in
-// <results_dir>/llm_exchanges.jsonl and in the database's llm_calls table.
-LlmOperators make_llm_operators(const LlmSettings& s, const std::string& llm_spec, ProgramDatabase& db,
-                                const std::filesystem::path& results_dir, const std::string& task_message,
-                                const std::string& language);
-
-// Totals of a finished or running run read from its database (for `braid top`/`status`):
-// same shape as LlmOperators::totals(); zeros when the run made no LLM call.
-json llm_totals_from_db(const ProgramDatabase& db);
 
 }  // namespace braid
