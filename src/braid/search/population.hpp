@@ -2,8 +2,8 @@
 // database: loaded once at start, extended on every insert. Selection, the archive and the
 // novelty filter read it, so one generation's bookkeeping never scans the database.
 #pragma once
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>

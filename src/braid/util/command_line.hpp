@@ -1,6 +1,6 @@
-// Command lines (evaluator commands from workload.yaml, `command:` LLM programs): split into words like a POSIX shell would (quotes and
-// backslashes, no expansions), then {placeholders} are replaced inside each word, so a path
-// with spaces stays one argument and nothing is ever handed to /bin/sh.
+// Command lines (evaluator commands from workload.yaml, `command:` LLM programs): split into words like a POSIX shell
+// would (quotes and backslashes, no expansions), then {placeholders} are replaced inside each word, so a path with
+// spaces stays one argument and nothing is ever handed to /bin/sh.
 #pragma once
 #include <map>
 #include <optional>
