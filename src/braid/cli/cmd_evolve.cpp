@@ -20,6 +20,7 @@
 #include "braid/cli/run_setup.hpp"
 #include "braid/llm/http.hpp"
 #include "braid/llm/operators.hpp"
+#include "braid/mutate/backend_reference.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/search/replay_evaluator.hpp"
 #include "braid/program/program.hpp"
@@ -198,6 +199,7 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
   if (!uses_llm(req, parts.config)) return;
   LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), config_origin(req, parts.workload));
   std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
+  apply_workload_api_type(settings, parts.workload.evaluator);  // one GPU rank: "cuda", no NCCL reference
   LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
   parts.mutator = std::move(ops.mutator);
   parts.feedback = std::move(ops.feedback);
