@@ -76,7 +76,7 @@ TEST(HeaderDeclarations, SignaturesWithTheirCommentsNoBodiesNoInternals) {
   EXPECT_TRUE(has(text, "__host__ ncclResult_t ncclThingCreate(ncclComm_t,\n  int n);")) << text;
   EXPECT_TRUE(has(text, "enum class ncclLevel {\n  Relaxed\n};")) << text;
   EXPECT_EQ(text.find("operator+="), text.rfind("operator+="));  // one overload per operator
-  for (const char* gone : {"Copyright", "#include", "_internal", "_handle", "_stash", "return 32", "a(a)",
+  for (const char* gone : {"Copyright", "#include", "_internal;", "_handle", "_stash", "return 32", "a(a)",
                            "Unrelated comment", "struct ncclThing;", "NCCL_DEVICE_INLINE", "NCCL_EXTERN_C"})
     EXPECT_FALSE(has(text, gone)) << gone << " in\n" << text;
 }

@@ -52,7 +52,7 @@ int do_prompt_reference(const std::string& api, int tokens, bool sizes) {
 
 Registrar prompt_reference_reg(86, [](CLI::App& app, Action& action) {
   static std::string api = "lsa";
-  static int tokens = 6000;
+  static int tokens = 8000;
   static bool sizes = false;
   auto* cmd = app.add_subcommand("prompt-reference",
                                  "The backend context (braid and NCCL device API reference) a mutation prompt carries");

@@ -25,7 +25,7 @@
 //                       (default "lsa"; a one-rank workload always gets "cuda": no communication)
 //   island_api_types    per-island list overriding api_type
 //   backend_context_tokens  budget of the backend context (braid and NCCL device API reference) in
-//                       the system message, ~4 characters a token (default 6000; see
+//                       the system message, ~4 characters a token (default 8000; see
 //                       docs/prompt-reference.md)
 //   hardware_facts      JSON file of measured hardware facts (see hardware.hpp); default: probe
 //                       once and cache in <results>/hardware.json
@@ -71,7 +71,7 @@ struct LlmSettings {
   int feedback_max_tokens = 600;
   int meta_max_tokens = 2000;
   int novelty_max_tokens = 200;
-  int backend_context_tokens = 6000;
+  int backend_context_tokens = 8000;
 
   const std::string& api_type_of(int island) const;
 };

@@ -87,8 +87,8 @@ std::vector<ReferenceSection> reference_sections(const std::string& api_type, co
       std::string text = h.prompt_section();
       // One line tells where the declarations come from, so a reader can check them.
       if (first_nccl)
-        text = "NCCL device API, declarations read from " + in.nccl_origin +
-               " (comments as in the headers, bodies left out):\n" + text;
+        text = "NCCL device API: the declarations of " + in.nccl_origin +
+               " with the comments above them; bodies left out.\n" + text;
       first_nccl = false;
       out.push_back({h.name, std::move(text)});
     }
