@@ -11,6 +11,7 @@
 #include "braid/mutate/llm_mutator.hpp"
 #include "braid/mutate/llm_runtime.hpp"
 #include "braid/platform/toolchain.hpp"
+#include "braid/util/error.hpp"
 
 namespace braid {
 namespace {
@@ -181,6 +182,23 @@ TEST(BackendReference, InstalledNcclDeviceApiHasTheKeyNames) {
     const auto r = fit_reference(reference_sections(api_type, in), 6000);
     EXPECT_LE(r.text.size(), 6000u * 4) << api_type;
   }
+}
+
+TEST(BackendReference, ConfigKeyAndCudaApiType) {
+  EXPECT_EQ(parse_llm_settings(json::object(), "c.yaml").backend_context_tokens, 8000);
+  const auto s = parse_llm_settings(json{{"backend_context_tokens", 3000}, {"api_type", "cuda"}}, "c.yaml");
+  EXPECT_EQ(s.backend_context_tokens, 3000);
+  EXPECT_EQ(s.api_type, "cuda");
+  for (const json& bad : {json(-1), json("many"), json(1e9)}) {
+    try {
+      parse_llm_settings(json{{"backend_context_tokens", bad}}, "c.yaml");
+      ADD_FAILURE() << bad.dump() << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("c.yaml: backend_context_tokens", 0), 0u) << e.what();
+    }
+  }
+  const auto& keys = llm_config_keys();
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "backend_context_tokens"), keys.end());
 }
 
 std::shared_ptr<LlmRuntime> runtime(const std::string& api_type) {
