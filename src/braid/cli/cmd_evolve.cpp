@@ -19,6 +19,7 @@
 #include "braid/cli/run_lock.hpp"
 #include "braid/cli/run_setup.hpp"
 #include "braid/llm/http.hpp"
+#include "braid/mutate/backend_reference.hpp"
 #include "braid/mutate/knob_mutator.hpp"
 #include "braid/mutate/llm_operators.hpp"
 #include "braid/program/program.hpp"
@@ -202,6 +203,7 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
   if (!uses_llm(req, parts.config)) return;
   LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), config_origin(req, parts.workload));
   std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
+  apply_workload_api_type(settings, parts.workload.evaluator);  // one GPU rank: "cuda", no NCCL reference
   LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
   parts.mutator = std::move(ops.mutator);
   parts.feedback = std::move(ops.feedback);
@@ -209,10 +211,7 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
   parts.novelty_judge = std::move(ops.novelty_judge);
   parts.llm_totals = std::move(ops.totals);
   parts.budget_exhausted = std::move(ops.budget_exhausted);
-  // An island's communication backend (LSA, GIN) only matters when ranks talk to each other: a
-  // one-rank workload (a single-GPU kernel) runs on any machine with a GPU.
-  int ranks = parts.workload.evaluator.is_object() ? parts.workload.evaluator.value("ranks", 1) : 1;
-  if (ranks > 1) parts.island_runnable = std::move(ops.island_runnable);
+  parts.island_runnable = std::move(ops.island_runnable);  // a one-rank workload's islands are "cuda": any GPU
   if (ops.embed) parts.embedder = std::make_unique<FunctionEmbedder>(std::move(ops.embed));
 }
 

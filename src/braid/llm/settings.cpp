@@ -44,8 +44,8 @@ bool get_bool(const json& config, const char* key, const std::string& file) {
 }
 
 void check_api_type(const std::string& t, const char* key, const std::string& file) {
-  if (t != "lsa" && t != "gin" && t != "hybrid" && t != "host")
-    throw UserError(file, std::string(key) + ": '" + t + "' is not an API type (lsa, gin, hybrid, host)");
+  if (t != "lsa" && t != "gin" && t != "hybrid" && t != "host" && t != "cuda")
+    throw UserError(file, std::string(key) + ": '" + t + "' is not an API type (lsa, gin, hybrid, host, cuda)");
 }
 
 void check_model(const std::string& m, const char* key, const std::string& file, const std::string& key_env) {
@@ -71,7 +71,8 @@ const std::vector<std::string>& llm_config_keys() {
       "llm_prices",        "api_key_env",        "max_api_cost",        "request_timeout_s",
       "max_retries",       "retry_backoff_s",    "retry_backoff_max_s", "prompts_dir",
       "use_novelty_judge", "api_type",           "island_api_types",    "hardware_facts",
-      "feedback_max_tokens", "meta_max_tokens",  "novelty_max_tokens", "max_requests_per_model"};
+      "feedback_max_tokens", "meta_max_tokens",  "novelty_max_tokens", "max_requests_per_model",
+      "backend_context_tokens"};
   return keys;
 }
 
@@ -179,6 +180,8 @@ LlmSettings parse_llm_settings(const json& config, const std::string& file) {
   if (has("feedback_max_tokens")) s.feedback_max_tokens = get_int(config, "feedback_max_tokens", 1, kMaxTokens, file);
   if (has("meta_max_tokens")) s.meta_max_tokens = get_int(config, "meta_max_tokens", 1, kMaxTokens, file);
   if (has("novelty_max_tokens")) s.novelty_max_tokens = get_int(config, "novelty_max_tokens", 1, kMaxTokens, file);
+  if (has("backend_context_tokens"))
+    s.backend_context_tokens = get_int(config, "backend_context_tokens", 0, 200000, file);
   return s;
 }
 

@@ -22,8 +22,12 @@
 //                       limit; providers cap concurrency); at most 1024
 //   prompts_dir         folder whose *.md files override the shipped prompts/ by name
 //   use_novelty_judge   ask novelty_llm_model after the embedding filter (default false)
-//   api_type            backend shown to the model: "lsa" | "gin" | "hybrid" | "host" (default "lsa")
+//   api_type            backend shown to the model: "lsa" | "gin" | "hybrid" | "host" | "cuda"
+//                       (default "lsa"; a one-rank workload always gets "cuda": no communication)
 //   island_api_types    per-island list overriding api_type
+//   backend_context_tokens  budget of the backend context (braid and NCCL device API reference) in
+//                       the system message, ~4 characters a token (default 8000; see
+//                       docs/prompt-reference.md)
 //   hardware_facts      JSON file of measured hardware facts (see hardware.hpp); default: probe
 //                       once and cache in <results>/hardware.json
 //   feedback_max_tokens, meta_max_tokens, novelty_max_tokens   (600, 2000, 200)
@@ -63,6 +67,7 @@ struct LlmSettings {
   int feedback_max_tokens = 600;
   int meta_max_tokens = 2000;
   int novelty_max_tokens = 200;
+  int backend_context_tokens = 8000;
 
   const std::string& api_type_of(int island) const;
 };

@@ -15,6 +15,7 @@
 #include "braid/llm/secrets.hpp"
 #include "braid/mutate/llm_operators.hpp"
 #include "braid/platform/device_headers.hpp"
+#include "braid/mutate/backend_reference.hpp"
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -83,19 +84,15 @@ llm::LlmClient& LlmRuntime::client(const std::string& model) {
 std::string LlmRuntime::backend_context(const std::string& api_type) {
   std::lock_guard lock(context_mu_);
   if (auto it = context_cache_.find(api_type); it != context_cache_.end()) return it->second;
-  std::string out;
-  if (api_type != "host") {
-    for (const auto& h : device_header_contracts(find_device_include())) {
-      bool lsa_only = h.name.find("lsa") != std::string::npos;
-      bool gin_only = h.name.find("gin") != std::string::npos;
-      if (lsa_only && api_type == "gin") continue;
-      if (gin_only && api_type == "lsa") continue;
-      out += h.prompt_section();
-    }
-  }
-  std::string strategies = "strategies_" + api_type + ".md";
-  if (prompts && prompts->has(strategies)) out += prompts->text(strategies);
-  if (out.empty()) out = "(no backend documentation found)\n";
+  if (!reference_inputs_) reference_inputs_ = reference_inputs(prompts.get());
+  const auto sections = reference_sections(api_type, *reference_inputs_);
+  const auto fitted = fit_reference(sections, static_cast<std::size_t>(std::max(0, settings.backend_context_tokens)));
+  if (!fitted.cut.empty() || !fitted.left_out.empty())
+    log::info("backend context for {}: {} characters (~{} tokens); cut: {}; left out: {} (backend_context_tokens {})",
+              api_type, fitted.text.size(), approx_tokens(fitted.text.size()), fitted.cut.empty() ? "-" : fitted.cut,
+              fitted.left_out.empty() ? "-" : fmt::format("{}", fmt::join(fitted.left_out, ", ")),
+              settings.backend_context_tokens);
+  std::string out = fitted.text.empty() ? "(no backend documentation found)\n" : fitted.text;
   context_cache_[api_type] = out;
   return out;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "braid/llm/client.hpp"
@@ -16,6 +17,7 @@
 #include "braid/llm/model_selector.hpp"
 #include "braid/llm/prompt_template.hpp"
 #include "braid/llm/settings.hpp"
+#include "braid/mutate/backend_reference.hpp"
 
 struct sqlite3;
 
@@ -37,12 +39,14 @@ struct LlmRuntime {
   sqlite3* db = nullptr;                            // llm_calls rows; may be null
 
   llm::LlmClient& client(const std::string& model);  // throws SystemError for an unknown model
-  // Backend context for the system message: the device library's contract headers for the
-  // API type and strategies_<api>.md. Cached per API type.
+  // Backend context for the system message (mutate/backend_reference.hpp): orientation, braid's
+  // device header contracts, strategies and NCCL's device API for the API type, within
+  // settings.backend_context_tokens. Cached per API type.
   std::string backend_context(const std::string& api_type);
 
  private:
   std::mutex context_mu_;
+  std::optional<ReferenceInputs> reference_inputs_;  // read once, on first use
   std::map<std::string, std::string> context_cache_;
 };
 
