@@ -27,7 +27,7 @@ std::vector<HeaderContract> device_header_contracts(const std::filesystem::path&
 // bodies cut to signatures), a typedef. `lines` holds the comment lines right above it (no blank
 // line between), then the declaration, macros like NCCL_DEVICE_INLINE spelled as __device__.
 struct ApiDeclaration {
-  std::string name;                // the declared name: "ncclGetLsaPointer", "ncclLsaBarrierSession"
+  std::string name;  // the declared name: "ncclGetLsaPointer", "ncclLsaBarrierSession"
   std::vector<std::string> lines;
 };
 
@@ -37,7 +37,7 @@ struct ApiDeclaration {
 std::vector<ApiDeclaration> header_declarations(const std::string& text);
 
 struct ApiHeader {
-  std::string name;                           // "nccl_device/lsa_barrier.h"
+  std::string name;  // "nccl_device/lsa_barrier.h"
   std::vector<ApiDeclaration> declarations;
 
   // "### nccl_device/lsa_barrier.h\n<declarations, a blank line between two>\n"
