@@ -178,7 +178,8 @@ class DeclarationReader {
       return;
     }
     if (stmt_.empty() && !scopes_.empty() && l[0] == '}') return close_scope();
-    if (stmt_.empty() && !scopes_.empty() && scopes_.back().raw) return scopes_.back().decl.lines.push_back(indent(0) + l);
+    if (stmt_.empty() && !scopes_.empty() && scopes_.back().raw)
+      return scopes_.back().decl.lines.push_back(indent(0) + l);
     if (stmt_.empty() && (l == "public:" || l == "private:" || l == "protected:")) return;
     stmt_.push_back(l);
     // Braces count only outside parentheses: `mmHandle={}` is a default argument.
