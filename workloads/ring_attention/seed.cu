@@ -35,8 +35,9 @@ void run(Context& c, cudaStream_t s) {
   for (int step = 0; step < c.world; ++step) {
     // The block held at this step: the rank's own K/V at step 0, then stage (step - 1) % 2.
     const size_t held = (size_t)((step + 1) % 2) * 2 * n, into = (size_t)(step % 2) * 2 * n;
+    // The group is opened on every step (empty on the last) so that every rank reaches it alike.
+    BRAID_NCCL(ncclGroupStart());
     if (step + 1 < c.world) {
-      BRAID_NCCL(ncclGroupStart());
       if (step == 0) {
         BRAID_NCCL(ncclSend(k.as<bf16>(), n, ncclBfloat16, next, c.comm, s));
         BRAID_NCCL(ncclSend(v.as<bf16>(), n, ncclBfloat16, next, c.comm, s));
@@ -46,8 +47,8 @@ void run(Context& c, cudaStream_t s) {
       }
       BRAID_NCCL(ncclRecv(stage.as<bf16>() + into, n, ncclBfloat16, prev, c.comm, s));
       BRAID_NCCL(ncclRecv(stage.as<bf16>() + into + n, n, ncclBfloat16, prev, c.comm, s));
-      BRAID_NCCL(ncclGroupEnd());
     }
+    BRAID_NCCL(ncclGroupEnd());
     const bf16* cur_k = step == 0 ? k.as<bf16>() : stage.as<bf16>() + held;
     const bf16* cur_v = step == 0 ? v.as<bf16>() : stage.as<bf16>() + held + n;
     // The block held at this step came from rank r - step.
