@@ -12,6 +12,7 @@
 #include <chrono>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "braid/llm/client.hpp"
 #include "braid/llm/command_client.hpp"
@@ -449,11 +450,21 @@ TEST(Command, LargePromptArrivesWhole) {
   EXPECT_EQ(std::stoul(trimmed(r.text)), render_command_prompt(req).size());
 }
 
-bool process_gone(long pid) {
+bool process_gone_now(long pid) {
   auto stat = try_read_file("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return true;
   auto close = stat->rfind(')');
   return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'Z';
+}
+
+// A signal is delivered asynchronously: on a loaded machine a killed process can still be
+// runnable for a moment after kill() returns, so wait a bounded while before calling it alive.
+bool process_gone(long pid) {
+  for (int i = 0; i < 100; ++i) {
+    if (process_gone_now(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 TEST(Command, TimeoutKillsTheGroupAndIsRetried) {

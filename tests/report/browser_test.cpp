@@ -99,6 +99,28 @@ std::int64_t candidates_in(const fs::path& results) {
   }
 }
 
+// A copy of the CPU example whose builds wait while `<copy>/go` is missing (at most 150 s), so
+// the test decides when the run may go on: the browser must see it running and growing however
+// fast or slow this machine is. The copy lives under the working folder, not /tmp, because a
+// sandboxed build has a private /tmp.
+fs::path paced_example() {
+  auto dir = fs::current_path() / ("paced_matmul_cpu_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(fs::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu", dir, fs::copy_options::recursive);
+  std::string yaml = read_file(dir / "workload.yaml");
+  const std::string build = R"(build: "g++ -O2 -std=c++17 -I{workload_dir} -o {artifact} {program}")";
+  auto at = yaml.find(build);
+  if (at == std::string::npos) return {};
+  yaml.replace(at, build.size(),
+               "build: \"sh -c 'n=0; while [ ! -e $0/go ] && [ $n -lt 1500 ]; do sleep 0.1; n=$((n+1)); done; "
+               "exec g++ -O2 -std=c++17 -I$0 -o $1 $2' {workload_dir} {artifact} {program}\"");
+  at = yaml.find("build_timeout_s: 60");
+  if (at == std::string::npos) return {};
+  yaml.replace(at, 19, "build_timeout_s: 240");
+  write_file_atomic(dir / "workload.yaml", yaml);
+  return dir;
+}
+
 TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   if (auto why = missing_browser_parts(); !why.empty()) GTEST_SKIP() << "browser test skipped: " << why;
   auto results = test::test_dir("e2e_evolve");
@@ -108,9 +130,14 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   auto shots = artifacts_dir();
   auto evolve_log = shots / "evolve.log";
   fs::remove(evolve_log);
-  // A real run of the CPU example, still in progress while the browser watches it.
-  auto evolve = test::start_braid({"evolve", "examples/matmul_cpu", "--results", results.string(), "--generations", "12"}, evolve_log);
+  // A real run of the CPU example, still in progress while the browser watches it: its builds
+  // pause after the first candidate until the browser has looked (it creates `go` again).
+  auto example = paced_example();
+  ASSERT_FALSE(example.empty()) << "examples/matmul_cpu/workload.yaml no longer has the build line this test paces";
+  write_file_atomic(example / "go", "");
+  auto evolve = test::start_braid({"evolve", example.string(), "--results", results.string(), "--generations", "12"}, evolve_log);
   for (int i = 0; i < 1200 && candidates_in(results) < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  fs::remove(example / "go");
   ASSERT_GE(candidates_in(results), 1) << read_file(evolve_log);
 
   auto [serve, url] = start_serve({results.string(), hostile_dir.string()}, shots / "serve.log");
@@ -120,9 +147,11 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
                                 {"BRAID_MODE", "full"},
                                 {"BRAID_SHOTS", shots.string()},
                                 {"BRAID_LIVE", "1"},
+                                {"BRAID_LIVE_GATE", (example / "go").string()},
                                 {"BRAID_CHROMIUM", chromium_path()},
                                 {"BRAID_HOSTILE_ID", hostile.hostile_id},
                                 {"BRAID_HOSTILE_CODE_FILE", (hostile_dir / "hostile_code.txt").string()}});
+  write_file_atomic(example / "go", "");  // whatever the browser did, the run finishes
   int evolve_code = test::wait_exit(evolve);
   EXPECT_EQ(stop(serve), 0) << "serve should exit cleanly on SIGTERM";
   write_file_atomic(shots / "e2e_result.json", outcome.result.is_discarded() ? outcome.output : outcome.result.dump(2));
@@ -146,6 +175,7 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   std::printf("browser e2e: %s\n", outcome.result.dump().c_str());
   fs::remove_all(results);
   fs::remove_all(hostile_dir);
+  fs::remove_all(example);
 }
 
 // Page load times (full page load until the view has rendered its data) over a synthetic run of

@@ -8,10 +8,11 @@
 //   BRAID_MODE         "full" (every check) or "measure" (page load times of run 0 only)
 //   BRAID_SHOTS        folder for screenshots
 //   BRAID_LIVE         "1": run 0 is still being written; the page must update by itself
+//   BRAID_LIVE_GATE    file whose creation lets the paced run 0 go on (after the page saw it running)
 //   BRAID_HOSTILE_ID   id of the hostile candidate in run 1; BRAID_HOSTILE_CODE_FILE: its code
 //   BRAID_CHROMIUM     browser executable (default /usr/bin/chromium)
 import { chromium } from 'playwright-core';
-import { readFileSync, mkdirSync } from 'node:fs';
+import { readFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const base = process.env.BRAID_URL;
@@ -44,7 +45,8 @@ page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith
 async function ready(view, timeout = 30000) {
   await page.waitForFunction((v) => {
     const m = document.querySelector('#main');
-    return m && m.dataset.ready && m.dataset.view === v;
+    // The render of the current address, not one still on screen from before a click.
+    return m && m.dataset.ready && m.dataset.view === v && m.dataset.hash === location.hash;
   }, view, { timeout });
 }
 
@@ -97,6 +99,8 @@ try {
     if (process.env.BRAID_LIVE === '1') {
       await page.waitForFunction(() => Number(document.querySelector('#live').dataset.count) > 0, null, { timeout: 10000 });
       const before = Number(await page.getAttribute('#live', 'data-count'));
+      // The run is held until the page has been seen running; let it go on now.
+      if (process.env.BRAID_LIVE_GATE) writeFileSync(process.env.BRAID_LIVE_GATE, '');
       await page.waitForFunction((b) => Number(document.querySelector('#live').dataset.count) > b, before, { timeout: 90000 });
       const after = Number(await page.getAttribute('#live', 'data-count'));
       // The overview itself re-rendered with the new count, without a reload.

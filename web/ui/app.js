@@ -461,6 +461,7 @@ const views = { overview: viewOverview, candidates: viewCandidates, c: viewCandi
 
 async function render() {
   const seq = ++renderSeq;
+  const hash = location.hash;  // what this render shows; a click that changes it makes it stale
   const r = route();
   setNav(r);
   const view = views[r.view] || viewOverview;
@@ -474,6 +475,7 @@ async function render() {
     main.replaceChildren(el('p', { className: 'error' }, `Error: ${err.message}`));
   }
   main.dataset.view = r.view;
+  main.dataset.hash = hash;
   main.dataset.ready = String(seq);
 }
 
