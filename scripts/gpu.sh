@@ -1020,8 +1020,8 @@ cmd_quick() {
   gpus=$(gpu_count)
   ranks=${ranks:-$(ranks_for "$gpus")}
   qlog=$out/check.log
-  # A step: its output appended to check.log, its rc line to summary.txt (at most 8 files in OUT:
-  # some machines hand back no more).
+  # A step: its output appended to check.log, its rc line to summary.txt; OUT keeps a handful of
+  # files (check.log, summary.txt, allgather.csv, torch.json, seed1.md, seed1.log).
   step() {  # name seconds command...
     local name=$1 secs=$2 start rc
     shift 2
