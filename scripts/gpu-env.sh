@@ -1,8 +1,8 @@
 # Sourced by the scripts that run on a GPU machine: NVLink multicast off, CUDA and NCCL found
 # (scripts/find-cuda.sh), and the NCCL the ranks load on LD_LIBRARY_PATH. On a lent machine NCCL is
 # the Python wheel's libnccl.so.2, which may come without device headers: then the headers carried by
-# scripts/bundle-for-device.sh (.device-carry/nccl-include) are used; their version is checked by
-# scripts/gpu-check.sh. Sets BRAID_NCCL_INCLUDE (a directory with nccl_device.h) and BRAID_NCCL_LIB
+# scripts/gpu.sh bundle (.device-carry/nccl-include) are used; their version is checked by
+# scripts/gpu.sh check. Sets BRAID_NCCL_INCLUDE (a directory with nccl_device.h) and BRAID_NCCL_LIB
 # (one with libnccl.so.2), or leaves either empty and says so in braid_gpu_env_missing.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 braid_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,4 +1,4 @@
-// The rank count of the GPU gate drivers: BRAID_GATE_RANKS (scripts/gpu-check.sh sets it to the
+// The rank count of the GPU gate drivers: BRAID_GATE_RANKS (scripts/gpu.sh check sets it to the
 // machine's 2, 4 or 8 GPUs), 2 when unset. A value below 2 or not a number ends the driver.
 #pragma once
 #include <cstdio>

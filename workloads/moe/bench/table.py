@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-size table of scripts/bench-moe.sh: table.py RESULTS_DIR
+"""Per-size table of scripts/gpu.sh bench moe: table.py RESULTS_DIR
 
 RESULTS_DIR/<program>/metrics.json are harness results. Per size (T, E, skew): the seed's time,
 the best verified program and its time, the bound (max of expert compute alone and exchange alone,

@@ -4,7 +4,7 @@
 Prints N lines "kName=value ..." (all knobs), each satisfying every braid:require line and none
 equal to the defaults or to one another (fewer when the space is smaller). The first line sets
 every knob to the last value of its domain where the constraints allow (the far corner). Used by
-scripts/bench-serving-kernels.sh --verify to check knob vectors other than the defaults on a GPU."""
+scripts/gpu.sh bench serving-kernels --verify to check knob vectors other than the defaults on a GPU."""
 import itertools
 import random
 import re

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch eager and torch.compile timings of the serving-kernel ops, on one GPU, for
-scripts/bench-serving-kernels.sh.
+scripts/gpu.sh bench serving-kernels.
 
   torch_ops.py --ops add_rmsnorm,softmax --sizes add_rmsnorm=32008192,16384008192 ... --out torch.json
 
