@@ -59,10 +59,10 @@ json endpoint_index() {
                "GET /api/runs",
                "GET /api/runs/{r}/status",
                "GET /api/runs/{r}/overview",
-               "GET "
-               "/api/runs/{r}/"
-               "candidates?order=score|generation|generation_asc|knob:NAME|metric:NAME&dir=asc|desc&island=&failure=&"
-               "offset=&limit=",
+               // One endpoint a line, however long.
+               // clang-format off
+               "GET /api/runs/{r}/candidates?order=score|generation|generation_asc|knob:NAME|metric:NAME&dir=asc|desc&island=&failure=&offset=&limit=",
+               // clang-format on
                "GET /api/runs/{r}/candidates/{id}",
                "GET /api/runs/{r}/tree?focus=&up=&down=&max_children=&max_nodes=",
                "GET /api/runs/{r}/children/{id}?offset=&limit=",
