@@ -1,10 +1,10 @@
 #include "braid/mutate/knob_mutator.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -203,8 +203,8 @@ std::vector<Values> enumerate_reachable(const Program& parent, const std::vector
 // of the other knobs as possible.
 struct ValidSpace {
   using Vectors = std::vector<std::vector<std::uint16_t>>;
-  std::vector<const Knob*> knobs;         // mutable knobs, declaration order
-  std::shared_ptr<const Vectors> valid;   // value index per knob, for every valid vector
+  std::vector<const Knob*> knobs;        // mutable knobs, declaration order
+  std::shared_ptr<const Vectors> valid;  // value index per knob, for every valid vector
 
   static constexpr std::size_t kLimit = 200000;
 
@@ -269,7 +269,8 @@ struct ValidSpace {
   // in the fewest other knobs; one of them at random.
   std::optional<Values> repair(Draw& draw, const Values& want, const std::set<std::string>& fixed) const {
     std::vector<std::uint16_t> target(knobs.size());
-    for (std::size_t i = 0; i < knobs.size(); ++i) target[i] = static_cast<std::uint16_t>(index_of(*knobs[i], want.at(knobs[i]->name)));
+    for (std::size_t i = 0; i < knobs.size(); ++i)
+      target[i] = static_cast<std::uint16_t>(index_of(*knobs[i], want.at(knobs[i]->name)));
     std::size_t best = SIZE_MAX;
     std::vector<const std::vector<std::uint16_t>*> closest;
     for (const auto& v : *valid) {
@@ -292,60 +293,60 @@ struct ValidSpace {
   }
 };
 
-}  // namespace
-
-KnobMutator::KnobMutator(SeenKnobVector seen, int max_tries) : seen_(std::move(seen)), max_tries_(std::max(1, max_tries)) {}
-
-Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx) {
-  Proposal out;
-  out.patch_type = ctx.patch_type;
-  out.model = "knob";
-  if (!parent.ok()) {
-    out.error = "the parent program is invalid: " + parent.error()->message;
-    return out;
-  }
-  if (parent.knobs().empty()) {
-    out.error = "the knob mutator needs knobs: the program declares no braid:knob lines";
-    return out;
-  }
-  if (!ctx.rng) {
-    out.error = "the knob mutator needs a random number generator in its context";
-    return out;
-  }
-  Draw draw(*ctx.rng);
-  Sampler sampler{parent, ctx, draw, {}, {}};
+// Why the knob mutator cannot vary `parent`; "" when it can.
+std::string unusable_parent(const Program& parent, const MutationContext& ctx) {
+  if (!parent.ok()) return "the parent program is invalid: " + parent.error()->message;
+  if (parent.knobs().empty()) return "the knob mutator needs knobs: the program declares no braid:knob lines";
+  if (!ctx.rng) return "the knob mutator needs a random number generator in its context";
   for (const auto& k : parent.knobs())
-    if (k.domain.size() > 1) sampler.mutable_knobs.push_back(&k);
-  if (sampler.mutable_knobs.empty()) {
-    out.error = "the knob mutator needs knobs with more than one value; every braid:knob has a single value";
-    return out;
-  }
-  if (ctx.patch_type == PatchType::Cross) {
-    for (const ProgramRecord* record : ctx.cross_parents) {
-      if (!record) continue;
-      Program other = Program::parse(record->code, record->id.empty() ? "<cross parent>" : record->id);
-      if (!other.ok()) continue;
-      Values usable;
-      for (const auto& [name, value] : other.knob_values()) {
-        const Knob* mine = parent.find_knob(name);
-        if (mine && std::find(mine->domain.begin(), mine->domain.end(), value) != mine->domain.end())
-          usable[name] = value;
-      }
-      sampler.cross_sources.push_back(std::move(usable));
-    }
-  }
+    if (k.domain.size() > 1) return "";
+  return "the knob mutator needs knobs with more than one value; every braid:knob has a single value";
+}
 
-  // Parents that agree with this one everywhere cannot be mixed into anything new.
+std::vector<const Knob*> mutable_knobs_of(const Program& parent) {
+  std::vector<const Knob*> out;
+  for (const auto& k : parent.knobs())
+    if (k.domain.size() > 1) out.push_back(&k);
+  return out;
+}
+
+// The knob values of the other parents that are valid in this one's domains.
+std::vector<Values> cross_sources_of(const Program& parent, const MutationContext& ctx) {
+  std::vector<Values> sources;
+  for (const ProgramRecord* record : ctx.cross_parents) {
+    if (!record) continue;
+    Program other = Program::parse(record->code, record->id.empty() ? "<cross parent>" : record->id);
+    if (!other.ok()) continue;
+    Values usable;
+    for (const auto& [name, value] : other.knob_values()) {
+      const Knob* mine = parent.find_knob(name);
+      if (mine && std::find(mine->domain.begin(), mine->domain.end(), value) != mine->domain.end())
+        usable[name] = value;
+    }
+    sources.push_back(std::move(usable));
+  }
+  return sources;
+}
+
+bool sources_differ(const Program& parent, const std::vector<Values>& sources) {
   const Values own = parent.knob_values();
-  bool sources_differ = std::any_of(sampler.cross_sources.begin(), sampler.cross_sources.end(), [&](const Values& s) {
+  return std::any_of(sources.begin(), sources.end(), [&](const Values& s) {
     return std::any_of(s.begin(), s.end(), [&](const auto& kv) { return own.at(kv.first) != kv.second; });
   });
-  const bool always_wide = ctx.patch_type == PatchType::Cross && !sources_differ;
+}
 
-  const std::string parent_key = parent.knob_key();
+// Whether a vector is new, valid and unseen; counts the rejections for the error when none is.
+struct Acceptance {
+  Acceptance(const Program& parent, const SeenKnobVector& seen_before)
+      : parent(parent), seen_before(seen_before), parent_key(parent.knob_key()) {}
+
+  const Program& parent;
+  const SeenKnobVector& seen_before;
+  const std::string parent_key;
   int unchanged = 0, violated = 0, seen = 0;
   std::string last_violation;
-  auto acceptable = [&](const Values& v) {
+
+  bool operator()(const Values& v) {
     std::string key = knob_key_of(v);
     if (key == parent_key) {
       ++unchanged;
@@ -356,55 +357,55 @@ Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx)
       last_violation = *bad;
       return false;
     }
-    if (seen_ && seen_(key)) {
+    if (seen_before && seen_before(key)) {
       ++seen;
       return false;
     }
     return true;
-  };
-
-  std::optional<ValidSpace> space;
-  {
-    const std::string key = ValidSpace::key_of(parent, sampler.mutable_knobs);
-    std::lock_guard lock(valid_cache_mutex_);
-    auto it = valid_cache_.find(key);
-    if (it == valid_cache_.end()) it = valid_cache_.emplace(key, ValidSpace::enumerate(parent, sampler.mutable_knobs)).first;
-    if (it->second && !it->second->empty()) space = ValidSpace{sampler.mutable_knobs, it->second};
   }
-  if (space) sampler.structured_draw = [&](const Values& base) { return space->sequential(draw, base); };
 
-  std::optional<Values> chosen;
-  for (int attempt = 0; attempt < max_tries_ && !chosen; ++attempt) {
+  std::string none_found(int tries, std::size_t enumerated) const {
+    return "the knob mutator found no new knob vector after " + std::to_string(tries) + " random draws" +
+           (enumerated ? " and " + std::to_string(enumerated) + " enumerated vectors" : std::string()) + " (" +
+           std::to_string(violated) + " violated a braid:require" +
+           (last_violation.empty() ? "" : ", e.g. " + last_violation) + "; " + std::to_string(seen) +
+           " already seen; " + std::to_string(unchanged) + " equal to the parent)";
+  }
+};
+
+// The first acceptable one of up to `max_tries` random draws.
+std::optional<Values> draw_new_vector(Sampler& sampler, const ValidSpace* space, bool always_wide,
+                                      Acceptance& acceptable, int max_tries) {
+  for (int attempt = 0; attempt < max_tries; ++attempt) {
     // The second half of the tries widens the moves: Exploit's neighbours may all be seen.
-    Values v = sampler.sample(always_wide || attempt >= max_tries_ / 2);
+    Values v = sampler.sample(always_wide || attempt >= max_tries / 2);
     // A move that breaks a braid:require keeps the knobs it chose and adjusts the fewest others.
-    if (space && !sampler.moved.empty() && parent.violated_constraint(v))
-      if (auto repaired = space->repair(draw, v, sampler.moved)) v = std::move(*repaired);
-    if (acceptable(v)) chosen = std::move(v);
+    if (space && !sampler.moved.empty() && sampler.parent.violated_constraint(v))
+      if (auto repaired = space->repair(sampler.draw, v, sampler.moved)) v = std::move(*repaired);
+    if (acceptable(v)) return v;
   }
-  std::size_t enumerated = 0;
-  if (!chosen) {
-    std::vector<Values> reachable = enumerate_reachable(parent, sampler.mutable_knobs, ctx.patch_type);
-    enumerated = reachable.size();
-    std::vector<Values> valid;
-    for (auto& v : reachable)
-      if (acceptable(v)) valid.push_back(std::move(v));
-    if (!valid.empty()) chosen = valid[draw.below(valid.size())];
-  }
-  if (!chosen) {
-    out.error = "the knob mutator found no new knob vector after " + std::to_string(max_tries_) + " random draws" +
-                (enumerated ? " and " + std::to_string(enumerated) + " enumerated vectors" : std::string()) + " (" +
-                std::to_string(violated) + " violated a braid:require" +
-                (last_violation.empty() ? "" : ", e.g. " + last_violation) + "; " + std::to_string(seen) +
-                " already seen; " + std::to_string(unchanged) + " equal to the parent)";
-    return out;
-  }
+  return std::nullopt;
+}
 
-  if (ctx.patch_type == PatchType::Diff) {
+// One of the acceptable vectors within reach of the patch type, when the draws found none.
+std::optional<Values> enumerate_new_vector(const Sampler& sampler, Acceptance& acceptable, std::size_t& enumerated) {
+  std::vector<Values> reachable = enumerate_reachable(sampler.parent, sampler.mutable_knobs, sampler.ctx.patch_type);
+  enumerated = reachable.size();
+  std::vector<Values> valid;
+  for (auto& v : reachable)
+    if (acceptable(v)) valid.push_back(std::move(v));
+  if (valid.empty()) return std::nullopt;
+  return valid[sampler.draw.below(valid.size())];
+}
+
+// The patch from `parent` to the knob values `chosen`: the knob lines' SEARCH/REPLACE for a
+// diff, the blocks' full text otherwise. Sets `error` when the program cannot be edited.
+std::string patch_to(const Program& parent, PatchType type, const Values& chosen, std::string& error) {
+  if (type == PatchType::Diff) {
     std::vector<std::pair<std::string, std::string>> edits;
     const std::string& text = parent.text();
     for (const auto& k : parent.knobs()) {
-      const std::string& value = chosen->at(k.name);
+      const std::string& value = chosen.at(k.name);
       if (value == k.value) continue;
       auto [begin, end] = line_around(text, k.value_offset);
       std::string old_line = text.substr(begin, end - begin);
@@ -412,22 +413,61 @@ Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx)
       new_line.replace(k.value_offset - begin, k.value.size(), value);
       edits.emplace_back(std::move(old_line), std::move(new_line));
     }
-    out.patch = make_diff(edits);
-  } else {
-    EditResult edited = with_knobs(parent, *chosen);
-    if (!edited.ok()) {
-      out.error = "the knob mutator could not edit the program: " + edited.error;
-      return out;
-    }
-    Program child = Program::parse(edited.text, parent.origin());
-    if (!child.ok()) {
-      out.error = "the knob mutator produced an invalid program: " + child.error()->message;
-      return out;
-    }
-    std::vector<std::string> contents;
-    for (std::size_t i = 0; i < child.blocks().size(); ++i) contents.emplace_back(child.block_text(i));
-    out.patch = make_full(parent, contents);
+    return make_diff(edits);
   }
+  EditResult edited = with_knobs(parent, chosen);
+  if (!edited.ok()) {
+    error = "the knob mutator could not edit the program: " + edited.error;
+    return {};
+  }
+  Program child = Program::parse(edited.text, parent.origin());
+  if (!child.ok()) {
+    error = "the knob mutator produced an invalid program: " + child.error()->message;
+    return {};
+  }
+  std::vector<std::string> contents;
+  for (std::size_t i = 0; i < child.blocks().size(); ++i) contents.emplace_back(child.block_text(i));
+  return make_full(parent, contents);
+}
+
+}  // namespace
+
+KnobMutator::KnobMutator(SeenKnobVector seen, int max_tries)
+    : seen_(std::move(seen)), max_tries_(std::max(1, max_tries)) {}
+
+Proposal KnobMutator::propose(const Program& parent, const MutationContext& ctx) {
+  Proposal out;
+  out.patch_type = ctx.patch_type;
+  out.model = "knob";
+  out.error = unusable_parent(parent, ctx);
+  if (!out.error.empty()) return out;
+  Draw draw(*ctx.rng);
+  Sampler sampler{parent, ctx, draw, mutable_knobs_of(parent), {}, {}, {}};
+  if (ctx.patch_type == PatchType::Cross) sampler.cross_sources = cross_sources_of(parent, ctx);
+  // Parents that agree with this one everywhere cannot be mixed into anything new.
+  const bool always_wide = ctx.patch_type == PatchType::Cross && !sources_differ(parent, sampler.cross_sources);
+
+  std::optional<ValidSpace> space;
+  {
+    const std::string key = ValidSpace::key_of(parent, sampler.mutable_knobs);
+    std::lock_guard lock(valid_cache_mutex_);
+    auto it = valid_cache_.find(key);
+    if (it == valid_cache_.end())
+      it = valid_cache_.emplace(key, ValidSpace::enumerate(parent, sampler.mutable_knobs)).first;
+    if (it->second && !it->second->empty()) space = ValidSpace{sampler.mutable_knobs, it->second};
+  }
+  if (space) sampler.structured_draw = [&](const Values& base) { return space->sequential(draw, base); };
+
+  Acceptance acceptable(parent, seen_);
+  std::optional<Values> chosen =
+      draw_new_vector(sampler, space ? &*space : nullptr, always_wide, acceptable, max_tries_);
+  std::size_t enumerated = 0;
+  if (!chosen) chosen = enumerate_new_vector(sampler, acceptable, enumerated);
+  if (!chosen) {
+    out.error = acceptable.none_found(max_tries_, enumerated);
+    return out;
+  }
+  out.patch = patch_to(parent, ctx.patch_type, *chosen, out.error);
   return out;
 }
 

@@ -99,27 +99,41 @@ bool is_type_statement(const std::string& code) {
   return false;
 }
 
+// Where a variable's name ends (its initializer, array bounds, braces or the statement's end),
+// and the line that closes a type's scope.
+constexpr std::string_view kAfterVariableName = ";=[{";
+constexpr std::string_view kScopeEnd = "};";
+
+// `operator+=` (one per symbol is shown), or the identifier before the parameter list.
+std::string function_name(const std::string& code, std::size_t paren) {
+  if (auto op = code.find("operator"); op != std::string::npos && op < paren)
+    return trimmed(code.substr(op, paren - op));
+  auto e = paren;
+  while (e > 0 && code[e - 1] == ' ') --e;
+  auto b = e;
+  while (b > 0 && is_ident(code[b - 1])) --b;
+  return code.substr(b, e - b);
+}
+
+// The last identifier before the variable's initializer, bounds or ';'.
+std::string variable_name(const std::string& code) {
+  auto e = code.find_last_of(kAfterVariableName);
+  e = e == std::string::npos ? code.size() : e;
+  while (e > 0 && !is_ident(code[e - 1])) --e;
+  auto b = e;
+  while (b > 0 && is_ident(code[b - 1])) --b;
+  return code.substr(b, e - b);
+}
+
+// The name a statement declares: a type's, an alias's, a function's or a variable's.
 std::string declared_name(const std::string& code) {
   if (is_type_statement(code)) {
     for (const char* kw : {"struct", "class", "union", "enum"})
       if (auto w = word_after(code, kw); !w.empty()) return w;
   }
   if (code.rfind("using ", 0) == 0) return word_after(code, "using");
-  if (auto paren = code.find('('); paren != std::string::npos) {
-    if (auto op = code.find("operator"); op != std::string::npos && op < paren)
-      return trimmed(code.substr(op, paren - op));  // "operator+=": one per symbol is shown
-    auto e = paren;
-    while (e > 0 && code[e - 1] == ' ') --e;
-    auto b = e;
-    while (b > 0 && is_ident(code[b - 1])) --b;
-    return code.substr(b, e - b);
-  }
-  auto e = code.find_last_of(";=[{");
-  e = e == std::string::npos ? code.size() : e;
-  while (e > 0 && !is_ident(code[e - 1])) --e;
-  auto b = e;
-  while (b > 0 && is_ident(code[b - 1])) --b;
-  return code.substr(b, e - b);
+  if (auto paren = code.find('('); paren != std::string::npos) return function_name(code, paren);
+  return variable_name(code);
 }
 
 bool ends_with(const std::string& s, std::string_view tail) {
@@ -252,7 +266,7 @@ class DeclarationReader {
     Scope s = std::move(scopes_.back());
     scopes_.pop_back();
     pending_.clear();
-    s.decl.lines.push_back(indent(0) + "};");
+    s.decl.lines.push_back(indent(0) + std::string(kScopeEnd));
     if (s.keep) add(std::move(s.decl));
   }
 

@@ -59,7 +59,10 @@ json endpoint_index() {
                "GET /api/runs",
                "GET /api/runs/{r}/status",
                "GET /api/runs/{r}/overview",
+               // One endpoint a line, however long.
+               // clang-format off
                "GET /api/runs/{r}/candidates?order=score|generation|generation_asc|knob:NAME|metric:NAME&dir=asc|desc&island=&failure=&offset=&limit=",
+               // clang-format on
                "GET /api/runs/{r}/candidates/{id}",
                "GET /api/runs/{r}/tree?focus=&up=&down=&max_children=&max_nodes=",
                "GET /api/runs/{r}/children/{id}?offset=&limit=",
@@ -103,9 +106,192 @@ int bind_error(const std::string& host, int port) {
   return error;
 }
 
+using Runs = std::vector<std::unique_ptr<RunReader>>;
+
+// Every handler runs under one guard: a failing query answers 500 with its message instead of
+// dropping the connection. Every answer gets the common headers; an unrouted one a JSON error.
+void install_guards(httplib::Server& s) {
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    common_headers(res);
+    send_error(res, 500, what);
+  });
+  s.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) { common_headers(res); });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.body.empty()) send_error(res, res.status, "not found: " + req.path);
+  });
+}
+
+// The embedded UI's files and the index of the API.
+void install_ui(httplib::Server& s) {
+  for (const char* path : {"/", "/index.html", "/app.js", "/dom.js", "/charts.js", "/app.css"}) {
+    s.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+      auto asset = web_asset(req.path);
+      res.set_content(std::string(asset->body), std::string(asset->content_type).c_str());
+    });
+  }
+  // Browsers ask for it on every page; an empty answer keeps their consoles clean.
+  s.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+  s.Get("/api", [](const httplib::Request&, httplib::Response& res) { send_json(res, endpoint_index()); });
+}
+
+// The run of the path's first number; nullptr (after answering 404) when there is none.
+RunReader* run_at(const Runs& runs, const httplib::Request& req, httplib::Response& res) {
+  std::size_t r = 0;
+  const std::string m = req.matches[1];
+  auto [p, ec] = std::from_chars(m.data(), m.data() + m.size(), r);
+  if (ec != std::errc() || r >= runs.size()) {
+    send_error(res, 404, "no run " + m);
+    return nullptr;
+  }
+  return runs[r].get();
+}
+
+// GET `pattern` answers `view(run, request)` as JSON for the run it names.
+template <typename View>
+void get_run_json(httplib::Server& s, const Runs& runs, const char* pattern, View view) {
+  s.Get(pattern, [&runs, view](const httplib::Request& req, httplib::Response& res) {
+    if (auto* run = run_at(runs, req, res)) send_json(res, view(*run, req));
+  });
+}
+
+// The list of runs and each run's views that take no more than paging.
+void install_run_views(httplib::Server& s, const Runs& runs) {
+  s.Get("/api/runs", [&runs](const httplib::Request&, httplib::Response& res) {
+    json out = json::array();
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      json st = runs[i]->status();
+      st["index"] = i;
+      st["path"] = std::filesystem::absolute(runs[i]->dir()).lexically_normal().string();
+      out.push_back(st);
+    }
+    send_json(res, {{"runs", out}});
+  });
+  using Req = const httplib::Request&;
+  get_run_json(s, runs, R"(/api/runs/(\d+)/status)", [](RunReader& run, Req) { return run.status(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/overview)", [](RunReader& run, Req) { return run.overview(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/children/([0-9A-Za-z_.-]{1,128}))", [](RunReader& run, Req req) {
+    return run.children(req.matches[2], int_param(req, "offset").value_or(0), int_param(req, "limit").value_or(50));
+  });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/islands)", [](RunReader& run, Req) { return run.islands(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/archive)", [](RunReader& run, Req req) {
+    return run.archive(int_param(req, "offset").value_or(0), int_param(req, "limit").value_or(50));
+  });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/meta)", [](RunReader& run, Req) { return run.meta(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/knobs)", [](RunReader& run, Req) { return run.best_knobs(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/points)", [](RunReader& run, Req) { return run.points(); });
+  get_run_json(s, runs, R"(/api/runs/(\d+)/state)", [](RunReader& run, Req) { return run.state(); });
+}
+
+// The query of a candidate listing; nullopt (after answering 400) when it is malformed.
+std::optional<CandidatePageQuery> candidate_query(const httplib::Request& req, httplib::Response& res) {
+  CandidatePageQuery q;
+  if (req.has_param("order")) q.order = req.get_param_value("order");
+  const bool by_column = q.order.rfind("knob:", 0) == 0 || q.order.rfind("metric:", 0) == 0;
+  if (q.order != "score" && q.order != "generation" && q.order != "generation_asc" && !by_column) {
+    send_error(res, 400, "order must be score, generation, generation_asc, knob:NAME or metric:NAME");
+    return std::nullopt;
+  }
+  if (req.has_param("dir")) {
+    const std::string dir = req.get_param_value("dir");
+    if (dir != "asc" && dir != "desc") {
+      send_error(res, 400, "dir must be asc or desc");
+      return std::nullopt;
+    }
+    q.ascending = dir == "asc";
+  }
+  q.island = int_param(req, "island");
+  if (req.has_param("failure") && !req.get_param_value("failure").empty()) q.failure = req.get_param_value("failure");
+  q.offset = int_param(req, "offset").value_or(0);
+  q.limit = int_param(req, "limit").value_or(50);
+  return q;
+}
+
+// A run's candidate listing, one candidate, and the tree around one.
+void install_candidate_routes(httplib::Server& s, const Runs& runs) {
+  s.Get(R"(/api/runs/(\d+)/candidates)", [&runs](const httplib::Request& req, httplib::Response& res) {
+    auto* run = run_at(runs, req, res);
+    if (!run) return;
+    if (auto q = candidate_query(req, res)) send_json(res, run->candidates(*q));
+  });
+  s.Get(R"(/api/runs/(\d+)/candidates/([0-9A-Za-z_.-]{1,128}))",
+        [&runs](const httplib::Request& req, httplib::Response& res) {
+          auto* run = run_at(runs, req, res);
+          if (!run) return;
+          auto c = run->candidate(req.matches[2]);
+          if (!c) return send_error(res, 404, "no candidate " + std::string(req.matches[2]));
+          send_json(res, *c);
+        });
+  s.Get(R"(/api/runs/(\d+)/tree)", [&runs](const httplib::Request& req, httplib::Response& res) {
+    auto* run = run_at(runs, req, res);
+    if (!run) return;
+    TreeQuery q;
+    if (req.has_param("focus")) q.focus = req.get_param_value("focus");
+    q.up = int_param(req, "up").value_or(q.up);
+    q.down = int_param(req, "down").value_or(q.down);
+    q.max_children = int_param(req, "max_children").value_or(q.max_children);
+    q.max_nodes = int_param(req, "max_nodes").value_or(q.max_nodes);
+    json t = run->tree(q);
+    if (!q.focus.empty() && t.at("focus").is_null()) return send_error(res, 404, "no candidate " + q.focus);
+    send_json(res, t);
+  });
+}
+
+// A run's exports (CSV, JSON) and plots (SVG).
+void install_downloads(httplib::Server& s, const Runs& runs) {
+  s.Get(R"(/api/runs/(\d+)/export\.(csv|json))", [&runs](const httplib::Request& req, httplib::Response& res) {
+    auto* run = run_at(runs, req, res);
+    if (!run) return;
+    const std::string ext = req.matches[2];
+    // The file is named after the run; the name is run text, so only safe characters are kept.
+    std::string file = run->name();
+    for (char& ch : file)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+    res.set_header("Content-Disposition", "attachment; filename=\"" + file + "_candidates." + ext + "\"");
+    if (ext == "csv") return res.set_content(run->export_csv(), "text/csv; charset=utf-8");
+    send_json(res, run->export_json());
+  });
+  s.Get(R"(/api/runs/(\d+)/plots/([a-z_]+)\.svg)", [&runs](const httplib::Request& req, httplib::Response& res) {
+    auto* run = run_at(runs, req, res);
+    if (!run) return;
+    auto svg = run_plot_svg(*run, std::string(req.matches[2]));
+    if (!svg) return send_error(res, 404, "no plot " + std::string(req.matches[2]));
+    res.set_content(*svg, "image/svg+xml");
+  });
+}
+
+// Views across every run: knobs, workloads, overlaid plots.
+void install_compare_routes(httplib::Server& s, const Runs& runs) {
+  auto all_runs = [&runs] {
+    std::vector<RunReader*> v;
+    for (auto& r : runs) v.push_back(r.get());
+    return v;
+  };
+  s.Get("/api/compare/knobs",
+        [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_knobs(all_runs())); });
+  s.Get("/api/compare/workloads",
+        [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_workloads(all_runs())); });
+  s.Get(R"(/api/compare/plots/([a-z_]+)\.svg)", [all_runs](const httplib::Request& req, httplib::Response& res) {
+    // Scores of different workloads are not comparable: overlaid only when asked for knowingly.
+    const json w = compare_workloads(all_runs());
+    if (!w.at("same").get<bool>() && req.get_param_value("mixed") != "1")
+      return send_error(res, 409, w.at("why").get<std::string>() + "; add ?mixed=1 to overlay them anyway");
+    auto svg = compare_plot_svg(all_runs(), std::string(req.matches[1]));
+    if (!svg) return send_error(res, 404, "no plot " + std::string(req.matches[1]));
+    res.set_content(*svg, "image/svg+xml");
+  });
+}
+
 }  // namespace
 
-WebServer::WebServer(const std::vector<std::filesystem::path>& results, ServeOptions options) : options_(std::move(options)) {
+WebServer::WebServer(const std::vector<std::filesystem::path>& results, ServeOptions options)
+    : options_(std::move(options)) {
   if (results.empty()) throw UserError("", "serve: give at least one results folder");
   for (const auto& r : results) runs_.push_back(std::make_unique<RunReader>(r));
   server_ = std::make_unique<httplib::Server>();
@@ -139,8 +325,9 @@ int WebServer::bind() {
     const int e = bind_error(options_.host, options_.port);
     const std::string where = options_.host + ":" + std::to_string(options_.port);
     if (e == EADDRINUSE)
-      throw UserError("--port", "port " + std::to_string(options_.port) + " on " + options_.host +
-                                    " is in use (another braid serve?): pick another with --port, or --port 0 for a free one");
+      throw UserError("--port",
+                      "port " + std::to_string(options_.port) + " on " + options_.host +
+                          " is in use (another braid serve?): pick another with --port, or --port 0 for a free one");
     throw UserError("--host", "cannot listen on " + where + ": " + (e ? std::strerror(e) : "address not usable"));
   }
   return port;
@@ -152,157 +339,12 @@ void WebServer::stop() { server_->stop(); }
 
 void WebServer::install_routes() {
   auto& s = *server_;
-  // Every handler runs under one guard: a failing query answers 500 with its message instead
-  // of dropping the connection.
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    common_headers(res);
-    send_error(res, 500, what);
-  });
-  s.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) { common_headers(res); });
-
-  auto run_at = [this](const httplib::Request& req, httplib::Response& res) -> RunReader* {
-    std::size_t r = 0;
-    const std::string m = req.matches[1];
-    auto [p, ec] = std::from_chars(m.data(), m.data() + m.size(), r);
-    if (ec != std::errc() || r >= runs_.size()) {
-      send_error(res, 404, "no run " + m);
-      return nullptr;
-    }
-    return runs_[r].get();
-  };
-
-  for (const char* path : {"/", "/index.html", "/app.js", "/dom.js", "/charts.js", "/app.css"}) {
-    s.Get(path, [](const httplib::Request& req, httplib::Response& res) {
-      auto asset = web_asset(req.path);
-      res.set_content(std::string(asset->body), std::string(asset->content_type).c_str());
-    });
-  }
-  // Browsers ask for it on every page; an empty answer keeps their consoles clean.
-  s.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
-  s.Get("/api", [](const httplib::Request&, httplib::Response& res) { send_json(res, endpoint_index()); });
-  s.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
-    json out = json::array();
-    for (std::size_t i = 0; i < runs_.size(); ++i) {
-      json st = runs_[i]->status();
-      st["index"] = i;
-      st["path"] = std::filesystem::absolute(runs_[i]->dir()).lexically_normal().string();
-      out.push_back(st);
-    }
-    send_json(res, {{"runs", out}});
-  });
-  s.Get(R"(/api/runs/(\d+)/status)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->status());
-  });
-  s.Get(R"(/api/runs/(\d+)/overview)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->overview());
-  });
-  s.Get(R"(/api/runs/(\d+)/candidates)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    auto* run = run_at(req, res);
-    if (!run) return;
-    CandidatePageQuery q;
-    if (req.has_param("order")) q.order = req.get_param_value("order");
-    const bool by_column = q.order.rfind("knob:", 0) == 0 || q.order.rfind("metric:", 0) == 0;
-    if (q.order != "score" && q.order != "generation" && q.order != "generation_asc" && !by_column)
-      return send_error(res, 400, "order must be score, generation, generation_asc, knob:NAME or metric:NAME");
-    if (req.has_param("dir")) {
-      const std::string dir = req.get_param_value("dir");
-      if (dir != "asc" && dir != "desc") return send_error(res, 400, "dir must be asc or desc");
-      q.ascending = dir == "asc";
-    }
-    q.island = int_param(req, "island");
-    if (req.has_param("failure") && !req.get_param_value("failure").empty()) q.failure = req.get_param_value("failure");
-    q.offset = int_param(req, "offset").value_or(0);
-    q.limit = int_param(req, "limit").value_or(50);
-    send_json(res, run->candidates(q));
-  });
-  s.Get(R"(/api/runs/(\d+)/candidates/([0-9A-Za-z_.-]{1,128}))", [run_at](const httplib::Request& req, httplib::Response& res) {
-    auto* run = run_at(req, res);
-    if (!run) return;
-    auto c = run->candidate(req.matches[2]);
-    if (!c) return send_error(res, 404, "no candidate " + std::string(req.matches[2]));
-    send_json(res, *c);
-  });
-  s.Get(R"(/api/runs/(\d+)/tree)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    auto* run = run_at(req, res);
-    if (!run) return;
-    TreeQuery q;
-    if (req.has_param("focus")) q.focus = req.get_param_value("focus");
-    q.up = int_param(req, "up").value_or(q.up);
-    q.down = int_param(req, "down").value_or(q.down);
-    q.max_children = int_param(req, "max_children").value_or(q.max_children);
-    q.max_nodes = int_param(req, "max_nodes").value_or(q.max_nodes);
-    json t = run->tree(q);
-    if (!q.focus.empty() && t.at("focus").is_null()) return send_error(res, 404, "no candidate " + q.focus);
-    send_json(res, t);
-  });
-  s.Get(R"(/api/runs/(\d+)/children/([0-9A-Za-z_.-]{1,128}))", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res))
-      send_json(res, run->children(req.matches[2], int_param(req, "offset").value_or(0), int_param(req, "limit").value_or(50)));
-  });
-  s.Get(R"(/api/runs/(\d+)/islands)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->islands());
-  });
-  s.Get(R"(/api/runs/(\d+)/archive)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res))
-      send_json(res, run->archive(int_param(req, "offset").value_or(0), int_param(req, "limit").value_or(50)));
-  });
-  s.Get(R"(/api/runs/(\d+)/meta)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->meta());
-  });
-  s.Get(R"(/api/runs/(\d+)/knobs)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->best_knobs());
-  });
-  s.Get(R"(/api/runs/(\d+)/points)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->points());
-  });
-  s.Get(R"(/api/runs/(\d+)/state)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    if (auto* run = run_at(req, res)) send_json(res, run->state());
-  });
-  s.Get(R"(/api/runs/(\d+)/export\.(csv|json))", [run_at](const httplib::Request& req, httplib::Response& res) {
-    auto* run = run_at(req, res);
-    if (!run) return;
-    const std::string ext = req.matches[2];
-    // The file is named after the run; the name is run text, so only safe characters are kept.
-    std::string file = run->name();
-    for (char& ch : file)
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-    res.set_header("Content-Disposition", "attachment; filename=\"" + file + "_candidates." + ext + "\"");
-    if (ext == "csv") return res.set_content(run->export_csv(), "text/csv; charset=utf-8");
-    send_json(res, run->export_json());
-  });
-  s.Get(R"(/api/runs/(\d+)/plots/([a-z_]+)\.svg)", [run_at](const httplib::Request& req, httplib::Response& res) {
-    auto* run = run_at(req, res);
-    if (!run) return;
-    auto svg = run_plot_svg(*run, std::string(req.matches[2]));
-    if (!svg) return send_error(res, 404, "no plot " + std::string(req.matches[2]));
-    res.set_content(*svg, "image/svg+xml");
-  });
-  auto all_runs = [this] {
-    std::vector<RunReader*> v;
-    for (auto& r : runs_) v.push_back(r.get());
-    return v;
-  };
-  s.Get("/api/compare/knobs", [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_knobs(all_runs())); });
-  s.Get("/api/compare/workloads", [all_runs](const httplib::Request&, httplib::Response& res) { send_json(res, compare_workloads(all_runs())); });
-  s.Get(R"(/api/compare/plots/([a-z_]+)\.svg)", [all_runs](const httplib::Request& req, httplib::Response& res) {
-    // Scores of different workloads are not comparable: overlaid only when asked for knowingly.
-    const json w = compare_workloads(all_runs());
-    if (!w.at("same").get<bool>() && req.get_param_value("mixed") != "1")
-      return send_error(res, 409, w.at("why").get<std::string>() + "; add ?mixed=1 to overlay them anyway");
-    auto svg = compare_plot_svg(all_runs(), std::string(req.matches[1]));
-    if (!svg) return send_error(res, 404, "no plot " + std::string(req.matches[1]));
-    res.set_content(*svg, "image/svg+xml");
-  });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.body.empty()) send_error(res, res.status, "not found: " + req.path);
-  });
+  install_guards(s);
+  install_ui(s);
+  install_run_views(s, runs_);
+  install_candidate_routes(s, runs_);
+  install_downloads(s, runs_);
+  install_compare_routes(s, runs_);
 }
 
 }  // namespace braid::report

@@ -3,13 +3,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <dirent.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/socket.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +17,10 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -80,6 +81,7 @@ struct Fd {
   int fd = -1;
   Fd() = default;
   explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   ~Fd() { reset(); }
@@ -127,7 +129,8 @@ std::vector<std::string> child_environment(const SubprocessOptions& options) {
     auto eq = entry.find('=');
     if (eq == std::string_view::npos) continue;
     std::string name(entry.substr(0, eq));
-    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name) || name == "BRAID_RESULT_FD") continue;
+    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name) || name == "BRAID_RESULT_FD")
+      continue;
     if (options.candidate && !candidate_env_allowed(name)) continue;
     env.emplace_back(entry);
   }
@@ -158,7 +161,9 @@ struct ChildFail {
   ::_exit(127);
 }
 
-void sandbox_failed(int step, int err, void* ctx) { report_and_exit(static_cast<ChildFail*>(ctx)->report_fd, step, err); }
+void sandbox_failed(int step, int err, void* ctx) {
+  report_and_exit(static_cast<ChildFail*>(ctx)->report_fd, step, err);
+}
 
 // Only async-signal-safe calls from here to execve: the parent may have other threads that
 // held locks (malloc, stdio) at the moment of fork.
@@ -230,6 +235,257 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// What the child is given, built before fork (the forked child may not allocate).
+struct Launch {
+  std::vector<std::string> env;
+  std::string token;  // BRAID_EVAL_TOKEN of a candidate, "" otherwise
+  std::string executable;
+  std::vector<std::string> argv;
+  std::string cwd;
+};
+
+Launch prepare_launch(const SubprocessOptions& options) {
+  Launch l;
+  l.env = child_environment(options);
+  if (options.candidate) {
+    std::random_device rd;
+    l.token = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+    l.env.push_back("BRAID_EVAL_TOKEN=" + l.token);
+  }
+  l.executable = resolve_executable(options.argv[0], lookup_env(l.env, "PATH"), options.cwd);
+  l.argv = options.argv;
+  l.cwd = options.cwd.string();
+  return l;
+}
+
+// Both ends of the child's stdout, stderr, start report and (when asked for) result channel,
+// and its stdin.
+struct ChildPipes {
+  Fd out_r, out_w, err_r, err_w, report_r, report_w, result_r, result_w, stdin_fd;
+};
+
+void open_pipe(Fd& read_end, Fd& write_end) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
+  read_end.fd = p[0];
+  write_end.fd = p[1];
+}
+
+ChildPipes open_pipes(const SubprocessOptions& options) {
+  ChildPipes p;
+  open_pipe(p.out_r, p.out_w);
+  open_pipe(p.err_r, p.err_w);
+  open_pipe(p.report_r, p.report_w);
+  // One socket both ways: the greeting (the verdict nonce) goes in before the child exists,
+  // so the harness reads it at once; the records come back on the same descriptor.
+  int result_pipe[2] = {-1, -1};
+  if (options.result_channel && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, result_pipe) != 0)
+    throw SystemError(std::string("socketpair: ") + std::strerror(errno));
+  p.result_r.fd = result_pipe[0];
+  p.result_w.fd = result_pipe[1];
+  if (p.result_r.fd >= 0) {
+    const std::string& greeting = options.channel_greeting;
+    if (!greeting.empty() &&
+        ::send(p.result_r.fd, greeting.data(), greeting.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(greeting.size()))
+      throw SystemError(std::string("verdict channel: ") + std::strerror(errno));
+    ::shutdown(p.result_r.fd, SHUT_WR);
+  }
+  p.stdin_fd.fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (p.stdin_fd.fd < 0) throw SystemError(std::string("open /dev/null: ") + std::strerror(errno));
+  if (!options.stdin_text.empty()) {
+    p.stdin_fd.reset();
+    p.stdin_fd.fd = stdin_from_memory(options.stdin_text);
+  }
+  return p;
+}
+
+// Forks the child (its own process group) and closes the parent's copies of the child's ends.
+pid_t spawn(Launch& launch, ChildPipes& p, const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
+  std::vector<char*> argv_ptrs = pointers(launch.argv);
+  std::vector<char*> env_ptrs = pointers(launch.env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw SystemError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0)
+    child_after_fork(p.stdin_fd.fd, p.out_w.fd, p.err_w.fd, p.result_w.fd, p.report_w.fd, launch.cwd.c_str(),
+                     launch.executable.c_str(), argv_ptrs.data(), env_ptrs.data(), parent, sandbox, memory_limit_bytes);
+  // Both sides set the group so that on_start and kill(-pgid) never race the child.
+  ::setpgid(pid, pid);
+  p.out_w.reset();
+  p.err_w.reset();
+  p.report_w.reset();
+  p.result_w.reset();
+  p.stdin_fd.reset();
+  return pid;
+}
+
+// The child's report of a failed setup or exec (it closes the report pipe on exec); the child
+// is reaped then.
+std::optional<std::string> start_error(const Fd& report_r, pid_t pid, const Launch& launch,
+                                       const SandboxPlan& sandbox) {
+  int report[2] = {0, 0};
+  ssize_t got;
+  do {
+    got = ::read(report_r.fd, report, sizeof report);
+  } while (got < 0 && errno == EINTR);
+  if (got != static_cast<ssize_t>(sizeof report)) return std::nullopt;
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (report[0] >= 10)
+    return std::string("cannot set up the sandbox (") + SandboxPlan::step_name(report[0]) +
+           "): " + std::strerror(report[1]) + "; sandbox level " + sandbox.level() +
+           " (docs/sandbox.md; `sandbox: false` in workload.yaml runs candidates unconfined)";
+  const char* stage = report[0] == 2 ? "cannot enter " : report[0] == 3 ? "cannot execute " : "cannot set up ";
+  return stage + (report[0] == 2 ? launch.cwd : launch.executable) + ": " + std::strerror(report[1]);
+}
+
+int reap(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+void announce_start(const SubprocessOptions& options, pid_t pid) {
+  if (!options.on_start) return;
+  try {
+    options.on_start(static_cast<long>(pid));
+  } catch (...) {
+    // Nobody would wait for the child otherwise.
+    ::kill(-pid, SIGKILL);
+    reap(pid);
+    throw;
+  }
+}
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(s, 0.0)));
+}
+
+// The child's end and the signals braid sends its group: SIGTERM at the deadline or on stop,
+// SIGKILL after the grace period, and SIGKILL to the leftovers once the leader has exited.
+struct GroupWatch {
+  GroupWatch(pid_t pid, const SubprocessOptions& options, std::chrono::steady_clock::time_point t0)
+      : pid(pid),
+        has_deadline(options.timeout_s > 0),
+        deadline(t0 + seconds(options.timeout_s)),
+        kill_grace(seconds(options.kill_grace_s)),
+        stop(options.stop) {}
+
+  void step(std::chrono::steady_clock::time_point now, SubprocessResult& result) {
+    if (exited) return;
+    siginfo_t info{};
+    // WNOWAIT leaves the leader a zombie, so its pid (= the pgid) cannot be reused while we
+    // signal the group below.
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      exited = true;
+      ::kill(-pid, SIGKILL);  // leftovers of the group (background grandchildren)
+      drain_until = now + std::chrono::seconds(1);
+    } else if (!term_sent && ((has_deadline && now >= deadline) || (stop && stop->load()))) {
+      if (has_deadline && now >= deadline) result.timed_out = true;
+      else result.stopped = true;
+      term_sent = true;
+      ::kill(-pid, SIGTERM);
+      kill_at = now + kill_grace;
+    } else if (term_sent && !kill_sent && now >= kill_at) {
+      kill_sent = true;
+      ::kill(-pid, SIGKILL);
+    }
+  }
+
+  const pid_t pid;
+  const bool has_deadline;
+  const std::chrono::steady_clock::time_point deadline;
+  const std::chrono::steady_clock::duration kill_grace;
+  const std::atomic<bool>* const stop;
+  bool term_sent = false, kill_sent = false, exited = false;
+  std::chrono::steady_clock::time_point kill_at{}, drain_until{};
+};
+
+// Reads the child's stdout and stderr (capped) and result channel until each is closed.
+class OutputPump {
+ public:
+  OutputPump(ChildPipes&& pipes, std::size_t cap)
+      : out_(std::move(pipes.out_r)),
+        err_(std::move(pipes.err_r)),
+        channel_fd_(std::move(pipes.result_r)),
+        out_buf_(cap),
+        err_buf_(cap) {}
+
+  bool open() const { return out_.fd >= 0 || err_.fd >= 0 || channel_fd_.fd >= 0; }
+
+  // Waits up to `wait_ms` for output, then reads what is ready.
+  void pump(int wait_ms) {
+    pollfd fds[3];
+    int nfds = 0;
+    if (out_.fd >= 0) fds[nfds++] = {out_.fd, POLLIN, 0};
+    if (err_.fd >= 0) fds[nfds++] = {err_.fd, POLLIN, 0};
+    if (channel_fd_.fd >= 0) fds[nfds++] = {channel_fd_.fd, POLLIN, 0};
+    if (nfds == 0) {
+      ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
+      return;
+    }
+    if (::poll(fds, static_cast<nfds_t>(nfds), wait_ms) <= 0) return;
+    for (int i = 0; i < nfds; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (fds[i].fd == channel_fd_.fd) {
+        read_channel();
+        continue;
+      }
+      const bool is_out = fds[i].fd == out_.fd;
+      read_stream(is_out ? out_ : err_, is_out ? out_buf_ : err_buf_);
+    }
+  }
+
+  const CappedBuffer& out() const { return out_buf_; }
+  const CappedBuffer& err() const { return err_buf_; }
+  std::string take_channel() { return std::move(channel_); }
+
+ private:
+  static constexpr std::size_t kChannelCap = 1 << 20;
+
+  void read_channel() {
+    ssize_t n = ::read(channel_fd_.fd, chunk_, sizeof chunk_);
+    if (n > 0) {
+      channel_.append(chunk_,
+                      std::min(static_cast<std::size_t>(n), kChannelCap - std::min(kChannelCap, channel_.size())));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      channel_fd_.reset();
+    }
+  }
+
+  void read_stream(Fd& source, CappedBuffer& sink) {
+    ssize_t n = ::read(source.fd, chunk_, sizeof chunk_);
+    if (n > 0) {
+      sink.append(chunk_, static_cast<std::size_t>(n));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      source.reset();
+    }
+  }
+
+  Fd out_, err_, channel_fd_;
+  CappedBuffer out_buf_, err_buf_;
+  std::string channel_;
+  char chunk_[65536];
+};
+
+// The child's end, output and channel into `result`; the capped outputs also to their files.
+void collect(int status, OutputPump& pump, const SubprocessOptions& options, SubprocessResult& result) {
+  if (WIFSIGNALED(status)) {
+    result.term_signal = WTERMSIG(status);
+  } else if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  result.stdout_text = pump.out().text();
+  result.stderr_text = pump.err().text();
+  result.stdout_bytes = pump.out().total();
+  result.stderr_bytes = pump.err().total();
+  result.channel_text = pump.take_channel();
+  if (!options.stdout_path.empty()) write_file_atomic(options.stdout_path, result.stdout_text);
+  if (!options.stderr_path.empty()) write_file_atomic(options.stderr_path, result.stderr_text);
+}
+
 }  // namespace
 
 void register_secret_env_name(const std::string& name) {
@@ -243,35 +499,12 @@ bool is_secret_env_name(const std::string& name) {
   return secret_names().count(name) > 0;
 }
 
-std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    case SIGSYS: return "SIGSYS";
-    default: return fmt::format("SIG{}", sig);
-  }
-}
-
 std::string SubprocessResult::describe_end() const {
   if (!started) return "could not start: " + start_error;
   if (timed_out) return fmt::format("timed out after {:.1f} s", wall_s);
   if (stopped) return fmt::format("stopped by braid after {:.1f} s", wall_s);
-  if (term_signal != 0) return fmt::format("killed by signal {} ({})", signal_name(term_signal), ::strsignal(term_signal));
+  if (term_signal != 0)
+    return fmt::format("killed by signal {} ({})", signal_name(term_signal), ::strsignal(term_signal));
   return fmt::format("exit code {}", exit_code);
 }
 
@@ -279,273 +512,67 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   SubprocessResult result;
   if (options.argv.empty()) throw SystemError("run_subprocess: empty argv");
   const auto t0 = std::chrono::steady_clock::now();
-
-  std::vector<std::string> env = child_environment(options);
-  std::string token;
-  if (options.candidate) {
-    std::random_device rd;
-    token = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
-    env.push_back("BRAID_EVAL_TOKEN=" + token);
-  }
-  std::string path_var = lookup_env(env, "PATH");
-  std::string executable = resolve_executable(options.argv[0], path_var, options.cwd);
-  if (executable.empty()) {
+  Launch launch = prepare_launch(options);
+  if (launch.executable.empty()) {
     result.start_error = "'" + options.argv[0] + "' not found in PATH";
     return result;
   }
-  std::vector<std::string> argv_strings = options.argv;
-  std::vector<char*> argv_ptrs = pointers(argv_strings);
-  std::vector<char*> env_ptrs = pointers(env);
-  std::string cwd = options.cwd.string();
   const SandboxPlan sandbox(options.sandbox, options.sandbox.enabled ? sandbox_support() : SandboxSupport{});
   result.sandbox_level = sandbox.level();
 
-  int out_pipe[2], err_pipe[2], report_pipe[2], result_pipe[2] = {-1, -1};
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
-  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
-  if (::pipe2(report_pipe, O_CLOEXEC) != 0) throw SystemError(std::string("pipe: ") + std::strerror(errno));
-  Fd report_r(report_pipe[0]), report_w(report_pipe[1]);
-  // One socket both ways: the greeting (the verdict nonce) goes in before the child exists,
-  // so the harness reads it at once; the records come back on the same descriptor.
-  if (options.result_channel && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, result_pipe) != 0)
-    throw SystemError(std::string("socketpair: ") + std::strerror(errno));
-  Fd result_r(result_pipe[0]), result_w(result_pipe[1]);
-  if (result_r.fd >= 0) {
-    const std::string& greeting = options.channel_greeting;
-    if (!greeting.empty() && ::send(result_r.fd, greeting.data(), greeting.size(), MSG_NOSIGNAL) !=
-                                 static_cast<ssize_t>(greeting.size()))
-      throw SystemError(std::string("verdict channel: ") + std::strerror(errno));
-    ::shutdown(result_r.fd, SHUT_WR);
-  }
-  Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (dev_null.fd < 0) throw SystemError(std::string("open /dev/null: ") + std::strerror(errno));
-  if (!options.stdin_text.empty()) {
-    dev_null.reset();
-    dev_null.fd = stdin_from_memory(options.stdin_text);
-  }
-
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw SystemError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0)
-    child_after_fork(dev_null.fd, out_w.fd, err_w.fd, result_w.fd, report_w.fd, cwd.c_str(), executable.c_str(),
-                     argv_ptrs.data(), env_ptrs.data(), parent, sandbox, options.memory_limit_bytes);
-
-  // Both sides set the group so that on_start and kill(-pgid) never race the child.
-  ::setpgid(pid, pid);
-  out_w.reset();
-  err_w.reset();
-  report_w.reset();
-  result_w.reset();
-  dev_null.reset();
+  ChildPipes pipes = open_pipes(options);
+  const pid_t pid = spawn(launch, pipes, sandbox, options.memory_limit_bytes);
   result.pgid = pid;
-
-  int report[2] = {0, 0};
-  ssize_t got;
-  do {
-    got = ::read(report_r.fd, report, sizeof report);
-  } while (got < 0 && errno == EINTR);
-  if (got == static_cast<ssize_t>(sizeof report)) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (report[0] >= 10) {
-      result.start_error = std::string("cannot set up the sandbox (") + SandboxPlan::step_name(report[0]) +
-                           "): " + std::strerror(report[1]) + "; sandbox level " + sandbox.level() +
-                           " (docs/sandbox.md; `sandbox: false` in workload.yaml runs candidates unconfined)";
-    } else {
-      const char* stage = report[0] == 2 ? "cannot enter " : report[0] == 3 ? "cannot execute " : "cannot set up ";
-      result.start_error = stage + (report[0] == 2 ? cwd : executable) + ": " + std::strerror(report[1]);
-    }
+  if (auto error = start_error(pipes.report_r, pid, launch, sandbox)) {
+    result.start_error = std::move(*error);
     result.wall_s = seconds_since(t0);
     return result;
   }
   result.started = true;
-  if (options.on_start) {
-    try {
-      options.on_start(static_cast<long>(pid));
-    } catch (...) {
-      // Nobody would wait for the child otherwise.
-      ::kill(-pid, SIGKILL);
-      int status = 0;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      throw;
-    }
-  }
+  announce_start(options, pid);
 
-  CappedBuffer out_buf(options.output_cap_bytes), err_buf(options.output_cap_bytes);
-  std::string channel;
-  constexpr std::size_t kChannelCap = 1 << 20;
-  const bool has_deadline = options.timeout_s > 0;
-  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(std::max(options.timeout_s, 0.0)));
-  std::chrono::steady_clock::time_point kill_at{};
-  bool term_sent = false, kill_sent = false, exited = false;
-  std::chrono::steady_clock::time_point drain_until{};
-  char chunk[65536];
-
+  OutputPump pump(std::move(pipes), options.output_cap_bytes);
+  GroupWatch watch(pid, options, t0);
   while (true) {
-    auto now = std::chrono::steady_clock::now();
-    if (!exited) {
-      siginfo_t info{};
-      // WNOWAIT leaves the leader a zombie, so its pid (= the pgid) cannot be reused while we
-      // signal the group below.
-      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
-        exited = true;
-        ::kill(-pid, SIGKILL);  // leftovers of the group (background grandchildren)
-        drain_until = now + std::chrono::seconds(1);
-      } else if (!term_sent && ((has_deadline && now >= deadline) || (options.stop && options.stop->load()))) {
-        if (has_deadline && now >= deadline) result.timed_out = true;
-        else result.stopped = true;
-        term_sent = true;
-        ::kill(-pid, SIGTERM);
-        kill_at = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(std::max(options.kill_grace_s, 0.0)));
-      } else if (term_sent && !kill_sent && now >= kill_at) {
-        kill_sent = true;
-        ::kill(-pid, SIGKILL);
-      }
-    }
-    if (out_r.fd < 0 && err_r.fd < 0 && result_r.fd < 0 && exited) break;
+    const auto now = std::chrono::steady_clock::now();
+    watch.step(now, result);
+    if (!pump.open() && watch.exited) break;
     // A process that escaped the group may keep a pipe open; stop reading a moment after exit.
-    if (exited && now >= drain_until) break;
-
-    pollfd fds[3];
-    int nfds = 0;
-    if (out_r.fd >= 0) fds[nfds++] = {out_r.fd, POLLIN, 0};
-    if (err_r.fd >= 0) fds[nfds++] = {err_r.fd, POLLIN, 0};
-    if (result_r.fd >= 0) fds[nfds++] = {result_r.fd, POLLIN, 0};
-    int wait_ms = exited ? 20 : 10;
-    if (nfds == 0) {
-      ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
-      continue;
-    }
-    int ready = ::poll(fds, static_cast<nfds_t>(nfds), wait_ms);
-    if (ready <= 0) continue;
-    for (int i = 0; i < nfds; ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (fds[i].fd == result_r.fd) {
-        ssize_t n = ::read(result_r.fd, chunk, sizeof chunk);
-        if (n > 0) {
-          channel.append(chunk, std::min(static_cast<std::size_t>(n), kChannelCap - std::min(kChannelCap, channel.size())));
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          result_r.reset();
-        }
-        continue;
-      }
-      Fd& source = fds[i].fd == out_r.fd ? out_r : err_r;
-      CappedBuffer& sink = fds[i].fd == out_r.fd ? out_buf : err_buf;
-      ssize_t n = ::read(source.fd, chunk, sizeof chunk);
-      if (n > 0) {
-        sink.append(chunk, static_cast<std::size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        source.reset();
-      }
-    }
+    if (watch.exited && now >= watch.drain_until) break;
+    pump.pump(watch.exited ? 20 : 10);
   }
 
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!token.empty()) kill_processes_with_token(token);  // what left the group (setsid) dies too
+  const int status = reap(pid);
+  if (!launch.token.empty()) kill_processes_with_token(launch.token);  // what left the group (setsid) dies too
   result.wall_s = seconds_since(t0);
-  if (WIFSIGNALED(status)) {
-    result.term_signal = WTERMSIG(status);
-  } else if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  }
-  result.stdout_text = out_buf.text();
-  result.stderr_text = err_buf.text();
-  result.stdout_bytes = out_buf.total();
-  result.stderr_bytes = err_buf.total();
-  result.channel_text = std::move(channel);
-  if (!options.stdout_path.empty()) write_file_atomic(options.stdout_path, result.stdout_text);
-  if (!options.stderr_path.empty()) write_file_atomic(options.stderr_path, result.stderr_text);
+  collect(status, pump, options, result);
   return result;
 }
 
 bool candidate_env_allowed(const std::string& name) {
-  static const std::set<std::string> exact{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
-                                           "TMPDIR", "LD_LIBRARY_PATH", "LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
-                                           "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS"};
-  static const char* const prefixes[] = {"LC_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS", "TORCH_", "OMPI_", "PMIX_",
-                                         "PMI_", "SLURM_", "BRAID_"};
+  static const std::set<std::string> exact{"PATH",
+                                           "HOME",
+                                           "USER",
+                                           "LOGNAME",
+                                           "SHELL",
+                                           "LANG",
+                                           "LANGUAGE",
+                                           "TERM",
+                                           "TZ",
+                                           "TMPDIR",
+                                           "LD_LIBRARY_PATH",
+                                           "LIBRARY_PATH",
+                                           "PYTHONPATH",
+                                           "VIRTUAL_ENV",
+                                           "OPENBLAS_CORETYPE",
+                                           "OPENBLAS_L2_SIZE",
+                                           "OMP_NUM_THREADS"};
+  static const char* const prefixes[] = {"LC_",   "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS", "TORCH_",
+                                         "OMPI_", "PMIX_", "PMI_",  "SLURM_",  "BRAID_"};
   if (exact.count(name)) return true;
   for (const char* p : prefixes)
     if (name.rfind(p, 0) == 0) return !is_secret_env_name(name);
   return false;
-}
-
-int kill_processes_with_token(const std::string& token) {
-  const std::string needle = "BRAID_EVAL_TOKEN=" + token;
-  int killed = 0;
-  // Twice: a process may fork between the scan and the kill.
-  for (int pass = 0; pass < 2; ++pass) {
-    DIR* proc = ::opendir("/proc");
-    if (proc == nullptr) return killed;
-    while (dirent* e = ::readdir(proc)) {
-      const char* n = e->d_name;
-      if (*n < '1' || *n > '9') continue;
-      const long pid = std::strtol(n, nullptr, 10);
-      if (pid <= 1 || pid == ::getpid()) continue;
-      auto environ_text = try_read_file("/proc/" + std::string(n) + "/environ");
-      if (!environ_text) continue;
-      // Entries are NUL-separated; match a whole entry.
-      std::string_view text(*environ_text);
-      for (std::size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + 1)) {
-        const bool starts = at == 0 || text[at - 1] == '\0';
-        const std::size_t end = at + needle.size();
-        if (starts && (end == text.size() || text[end] == '\0')) {
-          if (::kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
-          break;
-        }
-      }
-    }
-    ::closedir(proc);
-  }
-  return killed;
-}
-
-std::string process_start_marker(long pid) {
-  if (pid <= 0) return {};
-  auto stat = try_read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return {};
-  // Field 2 (comm) may hold spaces and parentheses; fields resume after the last ')'.
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return {};
-  std::string_view rest = std::string_view(*stat).substr(close + 1);
-  // After ')' come fields 3.. ; start time is field 22, i.e. the 20th token here.
-  std::size_t pos = 0;
-  std::string start_time;
-  for (int field = 3; field <= 22; ++field) {
-    while (pos < rest.size() && rest[pos] == ' ') ++pos;
-    std::size_t end = rest.find(' ', pos);
-    if (end == std::string_view::npos) end = rest.size();
-    if (field == 22) start_time = std::string(rest.substr(pos, end - pos));
-    pos = end;
-  }
-  if (start_time.empty()) return {};
-  std::string boot_id = try_read_file("/proc/sys/kernel/random/boot_id").value_or("");
-  while (!boot_id.empty() && (boot_id.back() == '\n' || boot_id.back() == ' ')) boot_id.pop_back();
-  return boot_id + ":" + start_time;
-}
-
-bool kill_process_group_if_alive(long pgid, const std::string& start_marker) {
-  if (pgid <= 1 || start_marker.empty()) return false;
-  std::string current = process_start_marker(pgid);
-  if (!current.empty()) {
-    // The leader's pid is alive: ours only if it is the same incarnation.
-    if (current != start_marker) return false;
-  } else {
-    // The leader is gone. A pid stays reserved while a group of that id has members, so any
-    // group `pgid` still existing is ours, but only within the same boot.
-    std::string boot_prefix = process_start_marker(static_cast<long>(::getpid()));
-    boot_prefix = boot_prefix.substr(0, boot_prefix.find(':') + 1);
-    if (start_marker.compare(0, boot_prefix.size(), boot_prefix) != 0) return false;
-  }
-  return ::kill(-static_cast<pid_t>(pgid), SIGKILL) == 0;
 }
 
 }  // namespace braid
