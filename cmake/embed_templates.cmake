@@ -1,7 +1,14 @@
-# Writes OUT: a C++ source defining braid::cli::FUNC() (default workload_template_files) from the
-# files of DIR.
+# Writes OUT: a C++ source defining NAMESPACE::FUNC() (default braid::cli::workload_template_files,
+# declared in braid/cli/templates.hpp) that returns the files of DIR as (name, content) pairs, by name.
+# Embeds `braid init`'s templates (templates/) and the converter's prelude (device/include/braid/converted/).
 if(NOT FUNC)
   set(FUNC workload_template_files)
+endif()
+if(NOT NAMESPACE)
+  set(NAMESPACE braid::cli)
+endif()
+if(NOT HEADER)
+  set(HEADER braid/cli/templates.hpp)
 endif()
 file(GLOB files LIST_DIRECTORIES false RELATIVE ${DIR} ${DIR}/*)
 list(SORT files)
@@ -11,5 +18,5 @@ foreach(f ${files})
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," content "${content}")
   string(APPEND body "  {\"${f}\", std::string({${content}})},\n")
 endforeach()
-file(WRITE ${OUT}.tmp "#include \"braid/cli/templates.hpp\"\nnamespace braid::cli {\nconst std::vector<std::pair<std::string, std::string>>& ${FUNC}() {\n  static const std::vector<std::pair<std::string, std::string>> files = {\n${body}  };\n  return files;\n}\n}  // namespace braid::cli\n")
+file(WRITE ${OUT}.tmp "#include \"${HEADER}\"\nnamespace ${NAMESPACE} {\nconst std::vector<std::pair<std::string, std::string>>& ${FUNC}() {\n  static const std::vector<std::pair<std::string, std::string>> files = {\n${body}  };\n  return files;\n}\n}  // namespace ${NAMESPACE}\n")
 file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

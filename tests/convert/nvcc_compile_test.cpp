@@ -6,6 +6,7 @@
 
 #include "braid/convert/build_flags.hpp"
 #include "braid/convert/gate.hpp"
+#include "braid/convert/transform.hpp"
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -33,6 +34,25 @@ TEST_P(ConvertedCompiles, WithNvcc) {
   const auto work = std::filesystem::current_path() / "convert-nvcc" / GetParam();
   braid::BuildResult r = compile_only(c.source, work, "converted", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
+}
+
+// The prelude's headers (device/include/braid/converted/) compile on their own, every replacement
+// instantiated (prelude_header.cu), and converted_prelude() inserts exactly their embedded text.
+TEST(PreludeHeader, CompilesWithNvcc) {
+  if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc: device/include/braid/converted/*.cuh not compiled";
+  const auto path = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/prelude_header.cu";
+  const auto work = std::filesystem::current_path() / "convert-nvcc" / "prelude_header";
+  braid::BuildResult r =
+      compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
+  EXPECT_TRUE(r.ok) << r.error;
+}
+
+TEST(PreludeHeader, IsTheInsertedText) {
+  const auto dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device/include/braid/converted";
+  const std::string preamble = "\nnamespace braid_converted { constexpr int kCallSites = 3; }\n\n";
+  EXPECT_EQ(converted_prelude(3, false), preamble + braid::read_file(dir / "prelude.cuh"));
+  EXPECT_EQ(converted_prelude(3, true), preamble + braid::read_file(dir / "prelude.cuh") + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
+  EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1; }\n", 0), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,

@@ -1,5 +1,5 @@
 // Host-side launch rules of `braid convert`'s replacements, shared by the generated prelude
-// (src/braid/convert/prelude.cpp) and the CPU test that simulates converted programs
+// (device/include/braid/converted/prelude.cuh) and the CPU test that simulates converted programs
 // (tests/convert/launch_shape_test.cpp). Plain C++, no CUDA.
 //
 // Why converted programs cannot deadlock on launch shape:

@@ -10,11 +10,233 @@ bool ident_start(char c) { return std::isalpha((unsigned char)c) || c == '_'; }
 bool ident_char(char c) { return std::isalnum((unsigned char)c) || c == '_'; }
 
 // Longest first, so that `<<=` is not split into `<<` `=`.
-const char* const kPuncts[] = {"<<<", ">>>", "<<=", ">>=", "...", "->*", "<=>", "::", "->", "++", "--", "<<", ">>", "<=", ">=",
-                               "==", "!=", "&&", "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", ".*", "##"};
+const char* const kPuncts[] = {"<<<", ">>>", "<<=", ">>=", "...", "->*", "<=>", "::", "->", "++",
+                               "--",  "<<",  ">>",  "<=",  ">=",  "==",  "!=",  "&&", "||", "+=",
+                               "-=",  "*=",  "/=",  "%=",  "&=",  "|=",  "^=",  ".*", "##"};
 
 // A string literal prefix (u8, u, U, L) immediately followed by a quote or R".
 bool is_string_prefix(const std::string& id) { return id == "u8" || id == "u" || id == "U" || id == "L"; }
+
+// One pass over the source: each step reads one token (or skips blanks) at the current position
+// and says whether it applied; a failure stops the pass with the error in the result.
+class Lexer {
+ public:
+  explicit Lexer(const std::string& s) : s_(s), n_(s.size()) {}
+
+  LexResult run() {
+    while (i_ < n_ && !failed()) {
+      if (skip_blank()) continue;
+      const std::size_t b = i_;
+      const int l = line_;
+      if (comment(b, l) || directive(b, l)) continue;
+      line_start_ = false;
+      if (!word_or_literal(b, l) && !number(b, l) && !punctuation(b, l)) unexpected(l);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  bool failed() const { return !out_.error.empty(); }
+
+  void fail(int at, const std::string& what) {
+    out_.error = "line " + std::to_string(at) + ": " + what;
+    out_.error_line = at;
+  }
+
+  void push(TokenKind k, std::size_t b, std::size_t e, int l) {
+    out_.tokens.push_back(Token{k, s_.substr(b, e - b), l, b, e});
+  }
+
+  // Whitespace, newlines and line splices outside a directive.
+  bool skip_blank() {
+    const char c = s_[i_];
+    if (c == '\n') {
+      ++line_;
+      line_start_ = true;
+      ++i_;
+      return true;
+    }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+      ++i_;
+      return true;
+    }
+    if (c == '\\' && i_ + 1 < n_ && s_[i_ + 1] == '\n') {  // line splice outside a directive
+      i_ += 2;
+      ++line_;
+      return true;
+    }
+    return false;
+  }
+
+  // Moves past `/* ... */` from its opening, counting lines; false when it is not closed.
+  bool skip_block_comment() {
+    i_ += 2;
+    while (i_ + 1 < n_ && !(s_[i_] == '*' && s_[i_ + 1] == '/')) {
+      if (s_[i_] == '\n') ++line_;
+      ++i_;
+    }
+    if (i_ + 1 >= n_) return false;
+    i_ += 2;
+    return true;
+  }
+
+  // `// ...` to the end of the line, or `/* ... */`. Comments keep line_start_: a directive may follow.
+  bool comment(std::size_t b, int l) {
+    if (s_[i_] != '/' || i_ + 1 >= n_) return false;
+    if (s_[i_ + 1] == '/') {
+      while (i_ < n_ && s_[i_] != '\n') ++i_;
+      push(TokenKind::Comment, b, i_, l);
+      return true;
+    }
+    if (s_[i_ + 1] != '*') return false;
+    if (!skip_block_comment()) {
+      fail(l, "unterminated /* comment");
+      return true;
+    }
+    push(TokenKind::Comment, b, i_, l);
+    return true;
+  }
+
+  bool directive(std::size_t b, int l) {
+    if (s_[i_] != '#' || !line_start_) return false;
+    // A directive runs to the end of the line, continued by backslash-newline; comments in it
+    // end it for our purposes only at the newline.
+    while (i_ < n_ && s_[i_] != '\n') {
+      if (s_[i_] == '\\' && i_ + 1 < n_ && s_[i_ + 1] == '\n') {
+        ++line_;
+        i_ += 2;
+        continue;
+      }
+      if (s_[i_] == '/' && i_ + 1 < n_ && s_[i_ + 1] == '*') {
+        if (!skip_block_comment()) i_ = n_;
+        continue;
+      }
+      ++i_;
+    }
+    push(TokenKind::Preprocessor, b, i_, l);
+    return true;
+  }
+
+  // An identifier, a raw string (R"delim(...)delim", optionally prefixed) or a quoted literal
+  // (with its u8/u/U/L prefix in the token).
+  bool word_or_literal(std::size_t b, int l) {
+    const char c = s_[i_];
+    if (c == '"' || c == '\'') return quoted(b, l);
+    if (!ident_start(c)) return false;
+    while (i_ < n_ && ident_char(s_[i_])) ++i_;
+    const std::string id = s_.substr(b, i_ - b);
+    const bool raw = (id == "R" || id == "u8R" || id == "uR" || id == "UR" || id == "LR") && i_ < n_ && s_[i_] == '"';
+    if (raw) return raw_string(b, l);
+    if (is_string_prefix(id) && i_ < n_ && (s_[i_] == '"' || s_[i_] == '\'')) return quoted(b, l);
+    push(TokenKind::Identifier, b, i_, l);
+    return true;
+  }
+
+  // From the opening quote after R: to the closing )delim".
+  bool raw_string(std::size_t b, int l) {
+    std::size_t p = i_ + 1;
+    while (p < n_ && s_[p] != '(' && s_[p] != '\n' && p - i_ <= 17) ++p;
+    if (p >= n_ || s_[p] != '(') {
+      fail(l, "malformed raw string delimiter");
+      return true;
+    }
+    const std::string close = ")" + s_.substr(i_ + 1, p - i_ - 1) + "\"";
+    std::size_t e = s_.find(close, p + 1);
+    if (e == std::string::npos) {
+      fail(l, "unterminated raw string");
+      return true;
+    }
+    for (std::size_t k = i_; k < e; ++k)
+      if (s_[k] == '\n') ++line_;
+    i_ = e + close.size();
+    push(TokenKind::String, b, i_, l);
+    return true;
+  }
+
+  // From the opening quote: a string or character literal, escapes and spliced lines included.
+  bool quoted(std::size_t b, int l) {
+    const char q = s_[i_];
+    const char* unterminated = q == '"' ? "unterminated string literal" : "unterminated character literal";
+    ++i_;
+    while (i_ < n_ && s_[i_] != q) {
+      if (s_[i_] == '\\' && i_ + 1 < n_) {
+        if (s_[i_ + 1] == '\n') ++line_;
+        i_ += 2;
+        continue;
+      }
+      if (s_[i_] == '\n') {
+        fail(l, unterminated);
+        return true;
+      }
+      ++i_;
+    }
+    if (i_ >= n_) {
+      fail(l, unterminated);
+      return true;
+    }
+    ++i_;
+    push(q == '"' ? TokenKind::String : TokenKind::Char, b, i_, l);
+    return true;
+  }
+
+  // pp-number: digits, letters, dots, digit separators, exponent signs.
+  bool number(std::size_t b, int l) {
+    const char c = s_[i_];
+    if (!(std::isdigit((unsigned char)c) || (c == '.' && i_ + 1 < n_ && std::isdigit((unsigned char)s_[i_ + 1]))))
+      return false;
+    ++i_;
+    while (i_ < n_) {
+      char d = s_[i_];
+      if (ident_char(d) || d == '.') {
+        ++i_;
+      } else if (d == '\'' && i_ + 1 < n_ && std::isalnum((unsigned char)s_[i_ + 1])) {
+        i_ += 2;
+      } else if ((d == '+' || d == '-') &&
+                 (s_[i_ - 1] == 'e' || s_[i_ - 1] == 'E' || s_[i_ - 1] == 'p' || s_[i_ - 1] == 'P')) {
+        ++i_;
+      } else {
+        break;
+      }
+    }
+    push(TokenKind::Number, b, i_, l);
+    return true;
+  }
+
+  // Multi-character punctuators (`<<<` and `>>>` are kernel launch brackets), then single ones;
+  // a UTF-8 byte outside strings is passed over.
+  bool punctuation(std::size_t b, int l) {
+    for (const char* p : kPuncts) {
+      const std::size_t len = std::strlen(p);
+      if (s_.compare(i_, len, p) != 0) continue;
+      i_ += len;
+      TokenKind k = TokenKind::Punct;
+      if (std::strcmp(p, "<<<") == 0) k = TokenKind::LaunchOpen;
+      if (std::strcmp(p, ">>>") == 0) k = TokenKind::LaunchClose;
+      push(k, b, i_, l);
+      return true;
+    }
+    const char c = s_[i_];
+    if (std::strchr("{}[]()<>;:,.?~!+-*/%^&|=#", c) != nullptr) {
+      ++i_;
+      push(TokenKind::Punct, b, i_, l);
+      return true;
+    }
+    if ((unsigned char)c >= 0x80) {  // UTF-8 in identifiers is not used by CUDA code; a NUL-free
+      ++i_;                          // multi-byte sequence outside strings is passed through
+      return true;
+    }
+    return false;
+  }
+
+  void unexpected(int l) { fail(l, std::string("unexpected character '") + s_[i_] + "'"); }
+
+  const std::string& s_;
+  const std::size_t n_;
+  std::size_t i_ = 0;
+  int line_ = 1;
+  bool line_start_ = true;  // only whitespace since the last newline: `#` starts a directive
+  LexResult out_;
+};
 
 }  // namespace
 
@@ -33,180 +255,7 @@ const char* token_kind_name(TokenKind k) {
   return "?";
 }
 
-LexResult lex(const std::string& s) {
-  LexResult out;
-  std::size_t i = 0, n = s.size();
-  int line = 1;
-  bool line_start = true;  // only whitespace since the last newline: `#` starts a directive
-  auto fail = [&](int at, const std::string& what) {
-    out.error = "line " + std::to_string(at) + ": " + what;
-    out.error_line = at;
-  };
-  auto push = [&](TokenKind k, std::size_t b, std::size_t e, int l) {
-    out.tokens.push_back(Token{k, s.substr(b, e - b), l, b, e});
-  };
-  while (i < n) {
-    char c = s[i];
-    if (c == '\n') {
-      ++line;
-      line_start = true;
-      ++i;
-      continue;
-    }
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-      ++i;
-      continue;
-    }
-    if (c == '\\' && i + 1 < n && s[i + 1] == '\n') {  // line splice outside a directive
-      i += 2;
-      ++line;
-      continue;
-    }
-    const std::size_t b = i;
-    const int l = line;
-    if (c == '/' && i + 1 < n && s[i + 1] == '/') {
-      while (i < n && s[i] != '\n') ++i;
-      push(TokenKind::Comment, b, i, l);
-      continue;
-    }
-    if (c == '/' && i + 1 < n && s[i + 1] == '*') {
-      i += 2;
-      while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
-        if (s[i] == '\n') ++line;
-        ++i;
-      }
-      if (i + 1 >= n) {
-        fail(l, "unterminated /* comment");
-        return out;
-      }
-      i += 2;
-      push(TokenKind::Comment, b, i, l);
-      continue;
-    }
-    if (c == '#' && line_start) {
-      // A directive runs to the end of the line, continued by backslash-newline; comments in it
-      // end it for our purposes only at the newline.
-      while (i < n && s[i] != '\n') {
-        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\n') {
-          ++line;
-          i += 2;
-          continue;
-        }
-        if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') {
-          i += 2;
-          while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) {
-            if (s[i] == '\n') ++line;
-            ++i;
-          }
-          i = i + 2 > n ? n : i + 2;
-          continue;
-        }
-        ++i;
-      }
-      push(TokenKind::Preprocessor, b, i, l);
-      continue;
-    }
-    line_start = false;
-    if (ident_start(c)) {
-      while (i < n && ident_char(s[i])) ++i;
-      std::string id = s.substr(b, i - b);
-      // Raw string: R"delim( ... )delim", optionally prefixed.
-      bool raw = (id == "R" || id == "u8R" || id == "uR" || id == "UR" || id == "LR") && i < n && s[i] == '"';
-      if (raw) {
-        std::size_t p = i + 1;
-        while (p < n && s[p] != '(' && s[p] != '\n' && p - i <= 17) ++p;
-        if (p >= n || s[p] != '(') {
-          fail(l, "malformed raw string delimiter");
-          return out;
-        }
-        const std::string close = ")" + s.substr(i + 1, p - i - 1) + "\"";
-        std::size_t e = s.find(close, p + 1);
-        if (e == std::string::npos) {
-          fail(l, "unterminated raw string");
-          return out;
-        }
-        for (std::size_t k = i; k < e; ++k)
-          if (s[k] == '\n') ++line;
-        i = e + close.size();
-        push(TokenKind::String, b, i, l);
-        continue;
-      }
-      if (is_string_prefix(id) && i < n && (s[i] == '"' || s[i] == '\'')) {
-        c = s[i];  // fall through to the quoted literal below, keeping the prefix in the token
-      } else {
-        push(TokenKind::Identifier, b, i, l);
-        continue;
-      }
-    }
-    if (c == '"' || c == '\'') {
-      const char q = s[i];
-      ++i;
-      while (i < n && s[i] != q) {
-        if (s[i] == '\\' && i + 1 < n) {
-          if (s[i + 1] == '\n') ++line;
-          i += 2;
-          continue;
-        }
-        if (s[i] == '\n') {
-          fail(l, q == '"' ? "unterminated string literal" : "unterminated character literal");
-          return out;
-        }
-        ++i;
-      }
-      if (i >= n) {
-        fail(l, q == '"' ? "unterminated string literal" : "unterminated character literal");
-        return out;
-      }
-      ++i;
-      push(q == '"' ? TokenKind::String : TokenKind::Char, b, i, l);
-      continue;
-    }
-    if (std::isdigit((unsigned char)c) || (c == '.' && i + 1 < n && std::isdigit((unsigned char)s[i + 1]))) {
-      // pp-number: digits, letters, dots, digit separators, exponent signs.
-      ++i;
-      while (i < n) {
-        char d = s[i];
-        if (ident_char(d) || d == '.') {
-          ++i;
-        } else if (d == '\'' && i + 1 < n && std::isalnum((unsigned char)s[i + 1])) {
-          i += 2;
-        } else if ((d == '+' || d == '-') && (s[i - 1] == 'e' || s[i - 1] == 'E' || s[i - 1] == 'p' || s[i - 1] == 'P')) {
-          ++i;
-        } else {
-          break;
-        }
-      }
-      push(TokenKind::Number, b, i, l);
-      continue;
-    }
-    bool matched = false;
-    for (const char* p : kPuncts) {
-      const std::size_t len = std::strlen(p);
-      if (s.compare(i, len, p) == 0) {
-        i += len;
-        TokenKind k = TokenKind::Punct;
-        if (std::strcmp(p, "<<<") == 0) k = TokenKind::LaunchOpen;
-        if (std::strcmp(p, ">>>") == 0) k = TokenKind::LaunchClose;
-        push(k, b, i, l);
-        matched = true;
-        break;
-      }
-    }
-    if (matched) continue;
-    if (std::strchr("{}[]()<>;:,.?~!+-*/%^&|=#", c) != nullptr) {
-      ++i;
-      push(TokenKind::Punct, b, i, l);
-      continue;
-    }
-    if ((unsigned char)c >= 0x80) {  // UTF-8 in identifiers is not used by CUDA code; a NUL-free
-      ++i;                            // multi-byte sequence outside strings is passed through
-      continue;
-    }
-    fail(l, std::string("unexpected character '") + c + "'");
-    return out;
-  }
-  return out;
-}
+LexResult lex(const std::string& s) { return Lexer(s).run(); }
 
 std::vector<Token> code_tokens(const std::vector<Token>& all) {
   std::vector<Token> out;

@@ -62,7 +62,8 @@ std::size_t prelude_position(const std::string& source);
 // positions and lines are the converted program's own. Throws UserError like analyze().
 Analysis analyze_converted(const std::string& file, const std::string& source);
 
-// The prelude text inserted after the includes (prelude.cpp).
+// The prelude text inserted after the includes: a kCallSites preamble, then the embedded
+// device/include/braid/converted/prelude.cuh (and prelude_harness.cuh for harness programs).
 std::string converted_prelude(int call_sites, bool harness);
 
 json conversion_to_json(const Conversion& c);

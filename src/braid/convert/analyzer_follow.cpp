@@ -1,0 +1,201 @@
+// The analyzer's passes after the walk (analyzer_passes.hpp): constructs the rules do not model,
+// buffer and communicator arguments followed to their allocation sites and creations
+// (buffer_flow.hpp), the order among calls and each call's statement range.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "braid/convert/analyzer_passes.hpp"
+#include "braid/util/error.hpp"
+
+namespace braid::convert {
+namespace {
+
+// The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
+// reason in c.unresolved, when it cannot be followed.
+std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
+                                       std::size_t tok, Call& c) {
+  // A harness buffer (`const Buffer& kv = c.buffer("kv")`) is used as `kv.ptr` or
+  // `kv.as<T>() + off`: the variable is the allocation, whatever member reaches its pointer.
+  if (auto h = a.buffers.find(base_variable(text)); h != a.buffers.end() && h->second.allocator == "harness")
+    return {h->first};
+  const BufferFlow::Resolution r = flow.resolve(text, flow.function_at(tok), tok);
+  for (const std::string& v : r.via) c.via.push_back(v);
+  if (!r.reason.empty()) {
+    if (c.unresolved.empty()) c.unresolved = r.reason;
+    return {};
+  }
+  std::vector<std::string> keys;
+  for (const std::string& path : r.paths) {
+    bool found = false;
+    for (const auto& [key, b] : a.buffers)
+      if (path_matches(path, b.path)) {
+        keys.push_back(key);
+        found = true;
+      }
+    if (!found && c.unresolved.empty())
+      c.unresolved = fmt::format(
+          "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
+  }
+  return keys;
+}
+
+// The send/receive buffers and the communicator of one collective at code token `tok`.
+void follow_call(const BufferFlow& flow, const NcclSignature& sig, std::size_t tok, Analysis& a, Call& c) {
+  c.buffers.clear();
+  for (int idx : {sig.send, sig.recv}) {
+    if (idx < 0) continue;
+    const std::string& text = c.args[(std::size_t)idx].text;
+    if (text == "nullptr" || text == "NULL") continue;
+    for (const std::string& k : resolve_sites(flow, a, text, tok, c)) {
+      c.arg_buffers[idx].push_back(k);
+      if (std::find(c.buffers.begin(), c.buffers.end(), k) == c.buffers.end()) c.buffers.push_back(k);
+    }
+  }
+  const BufferFlow::Resolution comm = flow.resolve(c.args[(std::size_t)sig.comm].text, flow.function_at(tok), tok);
+  c.comm_paths = comm.paths;
+  // The harness hands every entry point its one communicator (`c.comm`), so the expression
+  // as written names it even though run()'s caller is outside this file.
+  if (comm.paths.empty() && a.uses_harness)
+    if (std::string p = access_path(c.args[(std::size_t)sig.comm].text, false); !p.empty()) c.comm_paths = {p};
+}
+
+bool is_work(const Call& c) {
+  return c.kind == CallKind::Kernel || (c.kind == CallKind::Nccl && nccl_signature(c.name)) ||
+         (c.kind == CallKind::Cublas && c.name.find("Gemm") != std::string::npos) || c.name == "cudaMemcpyAsync";
+}
+
+// The edge of `cudaStreamWaitEvent(stream, e)` at call `i`: from the last work before e's record
+// to the next work on the waiting stream.
+void add_event_edge(Analysis& a, std::size_t i,
+                    const std::map<std::string, std::pair<std::size_t, std::string>>& recorded) {
+  const Call& c = a.calls[i];
+  auto it = recorded.find(c.args[1].text);
+  if (it == recorded.end()) return;
+  for (std::size_t j = i + 1; j < a.calls.size(); ++j)
+    if (a.calls[j].stream == c.stream && (a.calls[j].kind == CallKind::Kernel || a.calls[j].kind == CallKind::Nccl ||
+                                          a.calls[j].kind == CallKind::Cublas)) {
+      a.edges.push_back(
+          Edge{it->second.first, j, fmt::format("event {}: {} -> {}", c.args[1].text, it->second.second, c.stream)});
+      return;
+    }
+}
+
+}  // namespace
+
+void list_not_followed(const std::vector<Token>& toks, Analysis& a) {
+  static const std::map<std::string, std::string> kNotFollowed = {
+      {"ncclCommInitAll",
+       "single-process multi-GPU communicators (several ranks in one process): the converted runtime serves one rank "
+       "per process, "
+       "so the file is left untouched"},
+      {"ncclCommShrink", "a derived communicator: calls on it run as host NCCL"},
+      {"cudaStreamBeginCapture", "CUDA graph capture: first-use window registration must not be captured"},
+      {"cudaGraphLaunch", "CUDA graph launch: the graph's contents are not visible to the analysis"},
+      {"cudaLaunchKernel", "kernel launched through the runtime API: its buffers and stream are not followed"},
+      {"cudaLaunchCooperativeKernel",
+       "kernel launched through the runtime API: its buffers and stream are not followed"},
+      {"ncclCommRegister", "user buffer registration: kept as written, the rules register windows themselves"}};
+  for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
+    auto it = kNotFollowed.find(toks[i].text);
+    if (it != kNotFollowed.end() && toks[i + 1].text == "(")
+      a.unsupported.push_back(Issue{toks[i].line, it->first, it->second});
+  }
+}
+
+TokenIndex index_tokens(const std::vector<Token>& toks) {
+  TokenIndex token_at;
+  for (std::size_t k = 0; k < toks.size(); ++k) token_at[toks[k].offset] = k;
+  return token_at;
+}
+
+void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+  for (Call& c : a.calls)
+    if (auto tok = token_at.find(c.call_begin); tok != token_at.end()) c.conditional = flow.conditional(tok->second);
+}
+
+void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
+                                 const std::vector<std::size_t>& collectives, Analysis& a) {
+  for (std::size_t ci : collectives) {
+    Call& c = a.calls[ci];
+    const NcclSignature* sig = nccl_signature(c.name);
+    if ((int)c.args.size() != sig->arity) continue;
+    auto tok = token_at.find(c.call_begin);
+    if (tok == token_at.end()) continue;
+    follow_call(flow, *sig, tok->second, a, c);
+  }
+}
+
+void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+  for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
+    const Call& c = a.calls[ci];
+    int target = -1;
+    if ((c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig") && !c.args.empty()) target = 0;
+    else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
+    else if (c.name == "ncclCommInitAll") a.single_process_multi_gpu = true;
+    if (target < 0) continue;
+    auto tok = token_at.find(c.call_begin);
+    const std::string path = access_path(c.args[(std::size_t)target].text, true);
+    if (!path.empty() && tok != token_at.end())
+      a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
+  }
+}
+
+void list_address_taken(const std::vector<Token>& toks, Analysis& a) {
+  for (std::size_t k = 0; k + 1 < toks.size(); ++k)
+    if (nccl_signature(toks[k].text) && toks[k + 1].text != "(" && (k == 0 || toks[k - 1].text != "p" + toks[k].text))
+      a.unsupported.push_back(
+          Issue{toks[k].line, toks[k].text + " (not called by name)",
+                "taken by address: calls through the pointer are not followed and run as host NCCL"});
+}
+
+void check_annotations(const std::string& file, const Analysis& a) {
+  for (const Annotation& an : a.annotations)
+    if (!a.buffers.count(an.buffer))
+      throw UserError(fmt::format("{}:{}", file, an.line),
+                      fmt::format("braid:{} names `{}`, which is not an allocated buffer", an.kind, an.buffer));
+}
+
+void order_calls(Analysis& a) {
+  std::map<std::string, std::size_t> last_on_stream;
+  std::map<std::string, std::pair<std::size_t, std::string>> recorded;    // event -> (last op before record, stream)
+  std::map<std::string, std::pair<std::size_t, std::string>> last_touch;  // buffer -> (call, stream)
+  for (std::size_t i = 0; i < a.calls.size(); ++i) {
+    const Call& c = a.calls[i];
+    if (c.name == "cudaEventRecord" && !c.args.empty()) {
+      auto it = last_on_stream.find(c.stream);
+      if (it != last_on_stream.end()) recorded[c.args[0].text] = {it->second, c.stream};
+      continue;
+    }
+    if (c.name == "cudaStreamWaitEvent" && c.args.size() >= 2) {
+      add_event_edge(a, i, recorded);  // attached to the next operation on the waiting stream
+      continue;
+    }
+    if (!is_work(c) || c.stream.empty()) continue;
+    auto it = last_on_stream.find(c.stream);
+    if (it != last_on_stream.end()) a.edges.push_back(Edge{it->second, i, "stream " + c.stream});
+    last_on_stream[c.stream] = i;
+    for (const std::string& b : c.buffers) {
+      auto lt = last_touch.find(b);
+      if (lt != last_touch.end() && lt->second.second != c.stream)
+        a.edges.push_back(Edge{lt->second.first, i,
+                               fmt::format("buffer {} across streams {} -> {}", b, lt->second.second, c.stream)});
+      last_touch[b] = {i, c.stream};
+    }
+  }
+}
+
+void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a) {
+  for (Call& c : a.calls) {
+    auto name = token_at.find(c.call_begin);
+    if (name == token_at.end() || c.call_end == 0) continue;
+    auto close = token_at.find(c.call_end - 1);
+    if (close == token_at.end()) continue;
+    const StatementRange r = statement_of(toks, name->second, close->second);
+    c.stmt_begin = r.begin;
+    c.stmt_end = r.end;
+    c.stmt_is_body = r.control_body;
+  }
+}
+
+}  // namespace braid::convert

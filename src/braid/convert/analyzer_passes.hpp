@@ -1,0 +1,78 @@
+// The passes of analyze() (analyzer.hpp), in the order it runs them, and the token helpers they
+// share. Internal to the analyzer: each pass reads the tokens and fills its part of the Analysis.
+//   analyzer_syntax.cpp  token helpers: argument splitting, integer constants, base variables, statements
+//   analyzer_scan.cpp    before the walk: the source check, annotations, constants, pointer types, harness buffers
+//   analyzer_walk.cpp    the walk: scopes, loops, groups, kernel launches and API calls
+//   analyzer_follow.cpp  after the walk: buffers and communicators followed, order edges, statement ranges
+#pragma once
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/lexer.hpp"
+
+namespace braid::convert {
+
+// ---- token helpers (analyzer_syntax.cpp) ----
+
+// The data-moving NCCL calls with the position of their arguments.
+std::span<const NcclSignature> nccl_signatures();
+// Tokens [b, e) as one whitespace-normalised text (`a * b`, `f(x)`).
+std::string normalise(const std::vector<Token>& toks, std::size_t b, std::size_t e);
+// Index of the token closing the bracket opened at `open`, or toks.size().
+std::size_t matching(const std::vector<Token>& toks, std::size_t open);
+// Splits (open, close) into top-level comma-separated arguments.
+std::vector<Argument> split_args(const std::vector<Token>& toks, std::size_t open, std::size_t close);
+
+// ---- passes before the walk (analyzer_scan.cpp) ----
+
+// The lexed source; a UserError for binary data or text the lexer rejects.
+LexResult lex_source(const std::string& file, const std::string& source);
+// A UserError unless the tokens look like a C++/CUDA translation unit (prose, JSON or YAML do not).
+void require_translation_unit(const std::string& file, const std::string& source, const LexResult& lexed,
+                              const std::vector<Token>& code);
+// `// braid:input|output x` comments into annotations; NCCL calls inside #define into unsupported.
+void read_comments_and_macros(const std::string& file, const std::vector<Token>& all, Analysis& a);
+// `constexpr T NAME = expr;` and `const T NAME = expr;` with an integer value into constants.
+void collect_constants(const std::vector<Token>& toks, Analysis& a);
+// Declared pointers `T* name` / `T *name`: name -> element type.
+using PointerTypes = std::map<std::string, std::string>;
+PointerTypes declared_pointer_types(const std::vector<Token>& toks);
+// Buffers bound to the harness (`Buffer& x = c.buffer("x")`, sized by `c.alloc("x", bytes)`).
+void collect_harness_buffers(const std::vector<Token>& toks, Analysis& a);
+
+// ---- the walk (analyzer_walk.cpp) ----
+
+// Kernels, streams, events, loops, groups and calls (kernel launches and NCCL, cuBLAS, stream,
+// event and memory API calls) in source order, with the buffers allocated by the calls.
+void walk_calls(const std::string& file, const std::vector<Token>& toks, const BufferFlow& flow,
+                const PointerTypes& pointer_types, Analysis& a);
+
+// ---- passes after the walk (analyzer_follow.cpp) ----
+
+// Constructs whose effect on ordering or on the communicator the rules do not model.
+void list_not_followed(const std::vector<Token>& toks, Analysis& a);
+// Byte offset of a code token -> its index.
+using TokenIndex = std::map<std::size_t, std::size_t>;
+TokenIndex index_tokens(const std::vector<Token>& toks);
+// Each call's `conditional`: under if/else/switch/?:.
+void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// Buffer and communicator arguments of the collectives followed to their allocation sites and
+// creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
+void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
+                                 const std::vector<std::size_t>& collectives, Analysis& a);
+// Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
+void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// NCCL collectives named without a call (taken by address, through a function pointer).
+void list_address_taken(const std::vector<Token>& toks, Analysis& a);
+// A UserError for an annotation that names no allocated buffer.
+void check_annotations(const std::string& file, const Analysis& a);
+// Order edges: consecutive work on one stream, event record -> wait, buffers shared across streams.
+void order_calls(Analysis& a);
+// Each call's statement range, for tools that insert code after a call (diagnostic_rerun.hpp).
+void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);
+
+}  // namespace braid::convert

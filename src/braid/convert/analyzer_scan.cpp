@@ -1,0 +1,136 @@
+// The analyzer's passes before the walk (analyzer_passes.hpp): what the whole token stream says
+// before calls are read in order — is it source at all, its annotations, constants, pointer types
+// and the harness's buffers.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "braid/convert/analyzer_passes.hpp"
+#include "braid/util/error.hpp"
+
+namespace braid::convert {
+namespace {
+
+bool is(const Token& t, const char* text) { return t.text == text; }
+
+bool harness_buffer_call(const std::string& s) { return s == "buffer" || s == "alloc" || s == "alloc_window"; }
+
+// The buffer a `// braid:input x` / `// braid:output x` comment names, if it holds the marker.
+void read_annotation(const std::string& file, const Token& t, const char* kind, Analysis& a) {
+  const std::string marker = std::string("braid:") + kind;
+  auto p = t.text.find(marker);
+  if (p == std::string::npos) return;
+  std::string rest = t.text.substr(p + marker.size());
+  std::size_t b = rest.find_first_not_of(" \t");
+  std::size_t e = b == std::string::npos ? b : rest.find_first_of(" \t*", b);
+  std::string name = b == std::string::npos ? "" : rest.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  if (name.empty()) throw UserError(fmt::format("{}:{}", file, t.line), marker + " names no buffer");
+  a.annotations.push_back(Annotation{kind, name, t.line, t.offset, t.end});
+}
+
+}  // namespace
+
+LexResult lex_source(const std::string& file, const std::string& source) {
+  if (source.find('\0') != std::string::npos) throw UserError(file, "is not C++/CUDA source (binary data)");
+  LexResult lr = lex(source);
+  if (!lr.error.empty())
+    throw UserError(fmt::format("{}:{}", file, lr.error_line),
+                    "not C++/CUDA: " + lr.error.substr(lr.error.find(": ") + 2));
+  return lr;
+}
+
+void require_translation_unit(const std::string& file, const std::string& source, const LexResult& lexed,
+                              const std::vector<Token>& code) {
+  // A C++/CUDA translation unit has at least one declaration ending in ';' or '}' and identifiers.
+  std::size_t idents = 0, semis = 0, braces = 0;
+  for (const Token& t : code) {
+    idents += t.kind == TokenKind::Identifier;
+    semis += t.text == ";";
+    braces += t.text == "{";
+  }
+  const bool has_include = std::any_of(lexed.tokens.begin(), lexed.tokens.end(), [](const Token& t) {
+    return t.kind == TokenKind::Preprocessor && t.text.find("include") != std::string::npos;
+  });
+  if (idents == 0 || semis == 0 || braces == 0 || (!has_include && source.find("int main") == std::string::npos))
+    throw UserError(file, "is not C++/CUDA source (no includes, declarations or functions)");
+}
+
+void read_comments_and_macros(const std::string& file, const std::vector<Token>& all, Analysis& a) {
+  for (const Token& t : all) {
+    if (t.kind == TokenKind::Comment)
+      for (const char* kind : {"input", "output"}) read_annotation(file, t, kind, a);
+    if (t.kind == TokenKind::Preprocessor && t.text.find("define") != std::string::npos) {
+      for (const NcclSignature& s : nccl_signatures())
+        if (t.text.find(std::string(s.name) + "(") != std::string::npos ||
+            t.text.find(std::string(s.name) + " (") != std::string::npos)
+          a.unsupported.push_back(
+              Issue{t.line, s.name, "NCCL call inside a macro definition: expansions are not followed"});
+    }
+  }
+}
+
+void collect_constants(const std::vector<Token>& toks, Analysis& a) {
+  for (std::size_t i = 0; i + 3 < toks.size(); ++i) {
+    if (!(is(toks[i], "constexpr") || is(toks[i], "const"))) continue;
+    std::size_t j = i + 1;
+    while (j < toks.size() && (toks[j].kind == TokenKind::Identifier || is(toks[j], "::")) && j + 1 < toks.size() &&
+           !is(toks[j + 1], "="))
+      ++j;
+    if (j + 1 >= toks.size() || toks[j].kind != TokenKind::Identifier || !is(toks[j + 1], "=")) continue;
+    std::size_t e = j + 2;
+    while (e < toks.size() && !is(toks[e], ";") && !is(toks[e], ",")) ++e;
+    if (auto v = evaluate_integer(normalise(toks, j + 2, e), a.constants)) a.constants[toks[j].text] = *v;
+  }
+}
+
+PointerTypes declared_pointer_types(const std::vector<Token>& toks) {
+  PointerTypes pointer_types;
+  for (std::size_t i = 1; i + 1 < toks.size(); ++i) {
+    if (!is(toks[i], "*") || toks[i + 1].kind != TokenKind::Identifier || toks[i - 1].kind != TokenKind::Identifier)
+      continue;
+    if (i + 2 < toks.size() &&
+        !(is(toks[i + 2], "=") || is(toks[i + 2], ";") || is(toks[i + 2], ",") || is(toks[i + 2], ")")))
+      continue;
+    if (element_size(toks[i - 1].text) == 0 && toks[i - 1].text != "void") continue;
+    pointer_types.emplace(toks[i + 1].text, toks[i - 1].text);
+  }
+  return pointer_types;
+}
+
+void collect_harness_buffers(const std::vector<Token>& toks, Analysis& a) {
+  // `const Buffer& x = c.buffer("name")` binds a variable; `c.alloc("name", bytes, ...)` sizes it.
+  std::map<std::string, std::pair<std::string, int>> harness_alloc;  // harness name -> bytes expr, line
+  for (std::size_t i = 0; i + 3 < toks.size(); ++i) {
+    if (!(is(toks[i], ".") || is(toks[i], "->")) || !harness_buffer_call(toks[i + 1].text) || !is(toks[i + 2], "("))
+      continue;
+    if (toks[i + 3].kind != TokenKind::String) continue;
+    std::string hname = toks[i + 3].text.substr(1, toks[i + 3].text.size() - 2);
+    std::size_t close = matching(toks, i + 2);
+    auto args = split_args(toks, i + 2, close);
+    if (toks[i + 1].text != "buffer" && args.size() >= 2) harness_alloc[hname] = {args[1].text, toks[i].line};
+    // Variable bound to it: `Buffer& x = c.buffer("name")` (x precedes `=` precedes object).
+    if (i >= 3 && is(toks[i - 2], "=") && toks[i - 3].kind == TokenKind::Identifier) {
+      Buffer b;
+      b.name = toks[i - 3].text;
+      b.harness_name = hname;
+      b.allocator = "harness";
+      b.line = toks[i].line;
+      b.path = b.name;
+      a.buffers[b.name] = b;
+    }
+    a.uses_harness = true;
+  }
+  for (auto& [name, b] : a.buffers) {
+    if (b.allocator != "harness") continue;
+    auto it = harness_alloc.find(b.harness_name);
+    if (it != harness_alloc.end()) {
+      b.bytes_expr = it->second.first;
+      b.line = it->second.second;
+      b.bytes = evaluate_integer(b.bytes_expr, a.constants);
+    } else {
+      b.bytes_expr = b.name + ".bytes";  // sized by the workload at run time (Buffer::bytes)
+    }
+  }
+}
+
+}  // namespace braid::convert

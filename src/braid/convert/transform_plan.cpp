@@ -1,0 +1,210 @@
+// The decision pass of transform() (transform_plan.hpp): which collectives convert and why the
+// others stay host NCCL, settled over calls that must convert together.
+#include "braid/convert/transform_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace braid::convert {
+namespace {
+
+const std::map<std::string, std::string> kReplacement = {{"ncclAllGather", "all_gather"},
+                                                         {"ncclAllReduce", "all_reduce"},
+                                                         {"ncclReduceScatter", "reduce_scatter"},
+                                                         {"ncclBroadcast", "broadcast"},
+                                                         {"ncclBcast", "bcast"},
+                                                         {"ncclAlltoAll", "all_to_all"},
+                                                         {"ncclReduce", "reduce"},
+                                                         {"ncclGather", "gather"},
+                                                         {"ncclScatter", "scatter"},
+                                                         {"ncclSend", "send"},
+                                                         {"ncclRecv", "recv"}};
+
+bool is_reduction(const std::string& name) {
+  return name == "ncclAllReduce" || name == "ncclReduceScatter" || name == "ncclReduce";
+}
+
+// Why a call's data type / reduction has no device rule ("" when it has one). A type or op that is
+// not a literal is decided at run time by the replacement (the same on every rank).
+std::string type_op_reason(const Call& c, const NcclSignature& sig) {
+  static const std::set<std::string> kTypes = {"ncclFloat",  "ncclFloat32", "ncclBfloat16", "ncclHalf", "ncclFloat16",
+                                               "ncclDouble", "ncclFloat64", "ncclInt32",    "ncclInt",  "ncclUint32",
+                                               "ncclInt64",  "ncclUint64",  "ncclInt8",     "ncclChar", "ncclUint8"};
+  static const std::set<std::string> kFloatTypes = {"ncclFloat",   "ncclFloat32", "ncclBfloat16", "ncclHalf",
+                                                    "ncclFloat16", "ncclDouble",  "ncclFloat64"};
+  static const std::set<std::string> kOps = {"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"};
+  if (!is_reduction(c.name)) return "";
+  const std::string& dt = c.args[(std::size_t)sig.dtype].text;
+  const std::string& op = c.args[(std::size_t)sig.op].text;
+  if (dt.rfind("nccl", 0) == 0 && !kTypes.count(dt))
+    return "data type `" + dt + "` has no device reduction (fp8 and others stay host NCCL)";
+  if (op.rfind("nccl", 0) == 0 && !kOps.count(op)) return "reduction `" + op + "` has no device rule";
+  if (op == "ncclAvg" && dt.rfind("nccl", 0) == 0 && !kFloatTypes.count(dt))
+    return "ncclAvg on an integer type has no device rule";
+  return "";
+}
+
+// Why a call cannot convert on its own ("" when a rule applies), before communicator binding.
+std::string own_reason(const Analysis& a, const Call& c) {
+  const NcclSignature* sig = nccl_signature(c.name);
+  if ((int)c.args.size() != sig->arity) return "arguments could not be split";
+  if (!kReplacement.count(c.name)) return "no rule for " + c.name;
+  if (std::string r = type_op_reason(c, *sig); !r.empty()) return r;
+  if (!c.unresolved.empty()) return c.unresolved;
+  for (int idx : window_args(c.name, *sig)) {
+    auto it = c.arg_buffers.find(idx);
+    if (it == c.arg_buffers.end() || it->second.empty())
+      return "buffer `" + c.args[(std::size_t)idx].text + "` is not followed to an allocation in this file";
+    for (const std::string& key : it->second) {
+      const Buffer& b = a.buffers.at(key);
+      // Stream-ordered and managed allocations are never windows, on any rank: the converted
+      // call falls back to host NCCL at run time everywhere, and stage A (below) hands their
+      // allocation sites to the LLM loop.
+      // Not for send/recv, which have no run-time fallback per pair (the receive must be a window).
+      if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" &&
+          (!stage_a_allocator(b.allocator) || is_p2p(c.name)))
+        return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
+               "), which cannot move to symmetric memory by rule";
+      if (b.conditional)
+        return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
+               "): ranks may allocate differently, and window registration is collective";
+    }
+  }
+  if (c.comm_paths.size() != 1)
+    return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` cannot be followed to one variable";
+  return "";
+}
+
+// One communicator is converted: the one most convertible calls use. Its creation binds the
+// runtime (windows registered there and at every later symmetric allocation, a point every rank
+// passes), which point-to-point calls need: they run on some ranks only.
+void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
+  std::map<std::string, int> comm_votes;
+  for (std::size_t ci : collectives)
+    if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
+  for (const auto& [path, n] : comm_votes)
+    if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
+  for (const CommInit& ci : a.comm_inits)
+    if (ci.path == p.bound && !ci.conditional && !p.bound_init) p.bound_init = &ci;
+  for (std::size_t ci : collectives) {
+    const Call& c = a.calls[ci];
+    if (!p.reason[ci].empty()) continue;
+    if (c.comm_paths.front() != p.bound)
+      p.reason[ci] = "on communicator `" + c.comm_paths.front() +
+                     "`; the converted runtime serves one communicator per process (`" + p.bound +
+                     "`, used by most convertible calls): host NCCL";
+    else if (is_p2p(c.name) && !p.bound_init &&
+             (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
+      p.reason[ci] =
+          "runs under a condition and `" + p.bound +
+          "` is not created in this file: the first converted call registers the windows, a collective step every rank "
+          "must reach (create the communicator in this file, or call it on every rank)";
+  }
+}
+
+// Sends and receives pair across ranks in ways the file does not show (rank-dependent peers,
+// other groups): on one communicator they convert all together or not at all, so a converted
+// send never meets a host receive, and a pair is in windows on both ends or on neither.
+// A call whose communicator is not followed ("") could pair with any. True when a reason was added.
+bool pairs_all_or_nothing(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
+  auto comm_of = [&](std::size_t ci) {
+    return a.calls[ci].comm_paths.size() == 1 ? a.calls[ci].comm_paths.front() : std::string();
+  };
+  std::map<std::string, std::string> bad;  // communicator -> first send/recv on it left host
+  for (std::size_t ci : collectives)
+    if (is_p2p(a.calls[ci].name) && !p.reason[ci].empty() && !bad.count(comm_of(ci)))
+      bad[comm_of(ci)] = fmt::format("line {} ({})", a.calls[ci].line, p.reason[ci]);
+  bool changed = false;
+  for (std::size_t ci : collectives) {
+    if (!is_p2p(a.calls[ci].name) || !p.reason[ci].empty()) continue;
+    auto it = bad.find(comm_of(ci));
+    if (it == bad.end()) it = bad.find("");
+    if (it == bad.end()) continue;
+    p.reason[ci] =
+        "a send/recv pair must be in symmetric windows on both ends or on neither, and another send/recv on its "
+        "communicator stays host NCCL: " +
+        it->second;
+    changed = true;
+  }
+  return changed;
+}
+
+// A group converts whole or not at all: a host member left in it would lose its group.
+void groups_whole(const Analysis& a, Plan& p) {
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    std::string bad;
+    std::set<std::string> streams;
+    for (std::size_t m : a.groups[g].members) {
+      if (!p.reason[m].empty() && bad.empty()) bad = fmt::format("line {} ({})", a.calls[m].line, p.reason[m]);
+      if (is_p2p(a.calls[m].name)) streams.insert(a.calls[m].stream);
+    }
+    if (streams.size() > 1 && bad.empty()) bad = "send/recv on several streams (one p2p kernel runs on one stream)";
+    if (bad.empty()) continue;
+    for (std::size_t m : a.groups[g].members)
+      if (p.reason[m].empty())
+        p.reason[m] = "its group (line " + std::to_string(a.groups[g].start_line) +
+                      ") stays host NCCL: a member cannot convert, " + bad;
+  }
+}
+
+// The other half of "both ends or neither": a send/recv left host NCCL keeps its buffers out of
+// the windows, so a collective that would make one of them a window stays host NCCL too. True
+// when a reason was added.
+bool host_pairs_unwindowed(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
+  std::map<std::string, std::size_t> host_p2p;  // buffer key -> a host send/recv using it
+  for (std::size_t ci : collectives)
+    if (is_p2p(a.calls[ci].name) && !p.reason[ci].empty())
+      for (const auto& [idx, keys] : a.calls[ci].arg_buffers)
+        for (const std::string& key : keys) host_p2p.emplace(key, ci);
+  bool changed = false;
+  for (std::size_t ci : collectives) {
+    const Call& c = a.calls[ci];
+    if (is_p2p(c.name) || !p.reason[ci].empty()) continue;
+    for (int idx : window_args(c.name, *nccl_signature(c.name)))
+      for (const std::string& key : c.arg_buffers.at(idx))
+        if (auto it = host_p2p.find(key); it != host_p2p.end() && p.reason[ci].empty()) {
+          p.reason[ci] = fmt::format(
+              "buffer `{}` is also used by the host send/recv at line {}, which must not become a window "
+              "unless its other end does (a send/recv pair is windowed on both ends or on neither)",
+              key, a.calls[it->second].line);
+          changed = true;
+        }
+  }
+  return changed;
+}
+
+}  // namespace
+
+Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collectives) {
+  Plan p;
+  for (std::size_t ci : collectives) p.reason[ci] = own_reason(a, a.calls[ci]);
+  bind_one_communicator(a, collectives, p);
+  // Each pass only adds reasons, so this ends.
+  for (bool again = true; again;) {
+    groups_whole(a, p);
+    again = pairs_all_or_nothing(a, collectives, p);
+    again = host_pairs_unwindowed(a, collectives, p) || again;
+  }
+  return p;
+}
+
+const std::map<std::string, std::string>& replacements() { return kReplacement; }
+
+std::vector<int> window_args(const std::string& name, const NcclSignature& sig) {
+  if (name == "ncclAllReduce") return {sig.send, sig.recv};
+  if (name == "ncclReduceScatter" || name == "ncclReduce" || name == "ncclGather") return {sig.send};
+  // A send's own buffer too: both ends of a pair in windows or neither (NCCL 2.28.9 hangs an
+  // ncclSend from a registered window into an unregistered receive buffer, which a run-time
+  // fallback of the pair would otherwise attempt).
+  if (name == "ncclSend") return {sig.send};
+  return {sig.recv};  // all-gather, all-to-all, broadcast, bcast, scatter, recv
+}
+
+bool stage_a_allocator(const std::string& allocator) {
+  return allocator == "cudaMallocAsync" || allocator == "cudaMallocManaged";
+}
+
+bool is_p2p(const std::string& name) { return name == "ncclSend" || name == "ncclRecv"; }
+
+}  // namespace braid::convert
