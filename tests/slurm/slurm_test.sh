@@ -2,7 +2,8 @@
 # braid's Slurm backend against a real single-node Slurm (tests/slurm/cluster.sh): the CPU
 # example evolved through it, a job cancelled by scancel mid-run (requeued), a time-limit hit
 # (TIMEOUT), kill -9 of braid with jobs in the queue and `braid resume`, Ctrl-C (scancel of
-# braid's jobs), and the node drained and resumed. Exit 77 (skip) where slurmd cannot run.
+# braid's jobs), the node drained and resumed, and the example's external evaluator
+# (evaluate.py, evaluator kind external) evolved through it. Exit 77 (skip) where slurmd cannot run.
 #   usage: slurm_test.sh BRAID_BINARY SOURCE_DIR
 set -u
 braid=$1
@@ -199,6 +200,48 @@ if wait_until "ours '$r' pending | grep -q braid-" 30; then
 else
   scontrol update nodename="$node" state=resume
   fail "drain: no job was pending while the node was drained"
+fi
+
+# --- evaluator kind external: evaluate.py runs once per job, in an allocation of 2 tasks x 1 GPU ---
+w="$work/external_wl"
+mkdir -p "$w"
+cp "$src"/examples/matmul_cpu/{program.cpp,config.yaml,evaluate.py} "$w"/
+no_remeasure "$w"
+# Records the allocation the evaluator ran in, then runs it.
+cat > "$w/allocation.sh" <<'SH'
+echo "$SLURM_JOB_ID $SLURM_NTASKS $(hostname)" > "$BRAID_WORK_DIR/allocation"
+exec "$@"
+SH
+cat > "$w/workload.yaml" <<'YAML'
+name: matmul_cpu_external
+program: program.cpp
+language: cpp
+config: config.yaml
+evaluator:
+  kind: external
+  command: "bash allocation.sh python3 evaluate.py"
+  timeout_s: 120
+  slurm:
+    ranks: 2
+    gpus_per_task: 1
+    poll_interval_s: 0.2
+task: |
+  Make matmul_kernel as fast as possible.
+YAML
+r="$work/r_external"
+if timeout 120 "$braid" evolve "$w" -g 4 -j 2 -s 19 -r "$r" > "$work/external.log" 2>&1; then
+  ok=$(q "$r" "select count(*) from programs where failure_kind = 'ok'")
+  total=$(q "$r" "select count(*) from programs")
+  allocations=$(cat "$r"/slurm_jobs/*/allocation 2>/dev/null | awk '$2 == 2' | wc -l)
+  jobs=$(ls -d "$r"/slurm_jobs/*/ | wc -l)
+  [[ "$ok" == "$total" && "$total" -ge 5 ]] && pass "external evaluator through Slurm: $total programs, all ok" ||
+    fail "external: $ok of $total ok ($(q "$r" "select failure_kind || ': ' || substr(error_text, 1, 200) from programs where failure_kind != 'ok' limit 2"))"
+  [[ "$allocations" == "$jobs" && "$jobs" -ge 1 ]] && grep -q "^once external 120 " "$r"/slurm_jobs/*/job.sh &&
+    pass "external: evaluate.py ran once in each of $jobs jobs, each an allocation of 2 tasks" ||
+    fail "external: $allocations of $jobs jobs recorded a 2-task allocation"
+  check_once "$r" "external" "$work/external.log"
+else
+  fail "external evolve exited $? ($(tail -3 "$work/external.log"))"
 fi
 
 # --- TIMEOUT result ---

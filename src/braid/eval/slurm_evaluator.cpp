@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
-#include "braid/util/command_line.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
@@ -21,9 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Single quotes for the batch script: nothing inside is expanded.
 std::string shell_quote(const std::string& word) {
@@ -87,7 +85,8 @@ SlurmEvaluator::SlurmEvaluator(CascadeConfig cascade, SlurmConfig slurm)
 
 std::string SlurmEvaluator::describe() const {
   std::string where = slurm_.partition.empty() ? "default partition" : "partition " + slurm_.partition;
-  return fmt::format("slurm ({}, {} rank(s), {} GPU(s) per rank): {}", where, slurm_.ranks, slurm_.gpus_per_task, kind_->describe());
+  return fmt::format("slurm ({}, {} rank(s), {} GPU(s) per rank): {}", where, slurm_.ranks, slurm_.gpus_per_task,
+                     kind_->describe());
 }
 
 void SlurmEvaluator::attach_run(ProgramDatabase& db, const fs::path& results_dir) {
@@ -97,7 +96,8 @@ void SlurmEvaluator::attach_run(ProgramDatabase& db, const fs::path& results_dir
 
 fs::path SlurmEvaluator::job_dir_for(const EvalRequest& request) const {
   fs::path shared = slurm_.shared_dir;
-  if (shared.empty()) shared = results_dir_.empty() ? fs::absolute(request.work_dir) / "slurm" : results_dir_ / "slurm_jobs";
+  if (shared.empty())
+    shared = results_dir_.empty() ? fs::absolute(request.work_dir) / "slurm" : results_dir_ / "slurm_jobs";
   else if (shared.is_relative()) shared = kind_->workload_dir() / shared;
   return (shared / request.candidate_id).lexically_normal();
 }
@@ -120,7 +120,9 @@ WorkFolder SlurmEvaluator::job_folder(const fs::path& job_dir, const std::string
 }
 
 // The steps' names, timings and limits (their commands do not matter to the caller).
-std::vector<SlurmStep> SlurmEvaluator::job_steps(const fs::path& job_dir) const { return kind_->steps(job_folder(job_dir, "0"), 0); }
+std::vector<SlurmStep> SlurmEvaluator::job_steps(const fs::path& job_dir) const {
+  return kind_->steps(job_folder(job_dir, "0"), 0);
+}
 
 std::string SlurmEvaluator::time_limit() const {
   if (!slurm_.time.empty()) return slurm_.time;
@@ -187,7 +189,8 @@ std::string SlurmEvaluator::job_script(const fs::path& job_dir, const std::strin
     s += "}\n";
   }
   if (uses(SlurmStep::Launch::RankLogs)) {
-    s += "rank_step() {  # name, time limit, command...: on every rank, logs/<name>/rank<R>.*, srun's own in logs/<name>/srun.stderr\n";
+    s += "rank_step() {  # name, time limit, command...: on every rank, logs/<name>/rank<R>.*, srun's own in "
+         "logs/<name>/srun.stderr\n";
     s += "  local name=$1 limit=$2 t0; shift 2; t0=$(date +%s.%N)\n";
     s += "  mkdir -p \"logs/$name\"\n";
     s += "  BRAID_RUN_ID=\"slurm-$SLURM_JOB_ID-$name\" " + srun +
@@ -206,7 +209,9 @@ std::string SlurmEvaluator::job_script(const fs::path& job_dir, const std::strin
   }
   s += "rc=0\n";
   for (const SlurmStep& step : steps) {
-    std::string line = step.launch == SlurmStep::Launch::Ranks ? "step" : step.launch == SlurmStep::Launch::RankLogs ? "rank_step" : "once";
+    std::string line = step.launch == SlurmStep::Launch::Ranks      ? "step"
+                       : step.launch == SlurmStep::Launch::RankLogs ? "rank_step"
+                                                                    : "once";
     line += fmt::format(" {} {:g}", step.name, step.timeout_s);
     if (step.launch == SlurmStep::Launch::Once) line += " " + shell_quote(step.cwd.string());
     line += " " + quoted_words(step.argv) + "\n";
@@ -219,7 +224,8 @@ std::string SlurmEvaluator::job_script(const fs::path& job_dir, const std::strin
       s += line + "rc=$?\n";
     }
     if (step.set_aside)
-      s += "mkdir -p verify && for f in correct.json metrics.json; do [ -f \"results/$f\" ] && mv \"results/$f\" verify/; done\n";
+      s += "mkdir -p verify && for f in correct.json metrics.json; do [ -f \"results/$f\" ] && mv \"results/$f\" "
+           "verify/; done\n";
   }
   s += "date +%s.%N > done.tmp && mv done.tmp done\n";
   return s;
@@ -264,12 +270,14 @@ void SlurmEvaluator::cancel_jobs() {
     std::lock_guard lock(mutex_);
     for (const auto& [cand, a] : active_) ids.push_back(a.job_id);
   }
-  if (!ids.empty() && !client_.cancel(ids)) log::warn("scancel of braid's Slurm jobs failed; cancel them by hand: scancel {}", fmt::join(ids, " "));
+  if (!ids.empty() && !client_.cancel(ids))
+    log::warn("scancel of braid's Slurm jobs failed; cancel them by hand: scancel {}", fmt::join(ids, " "));
 }
 
 void SlurmEvaluator::mark(const Job& job, const std::string& state) {
   if (ledger_)
-    ledger_->put({job.candidate_id, job.job_id, job.code_hash, job.folder.dir.string(), state, job.attempts, job.submitted_at, now_s()});
+    ledger_->put({job.candidate_id, job.job_id, job.code_hash, job.folder.dir.string(), state, job.attempts,
+                  job.submitted_at, now_s()});
 }
 
 bool SlurmEvaluator::submit(Job& job, EvalResult& result) {
@@ -292,7 +300,8 @@ bool SlurmEvaluator::submit(Job& job, EvalResult& result) {
   job.submitted_at = now_s();
   set_active(job.candidate_id, {job.job_id, "PENDING", ""});
   if (ledger_) {
-    SlurmJobEntry e{job.candidate_id, job.job_id, job.code_hash, dir.string(), "submitted", job.attempts, job.submitted_at, job.submitted_at};
+    SlurmJobEntry e{job.candidate_id, job.job_id,   job.code_hash,    dir.string(),
+                    "submitted",      job.attempts, job.submitted_at, job.submitted_at};
     ledger_->put(e);
   }
   log::info("slurm: {} submitted as job {}{}", job.candidate_id, job.job_id,
@@ -319,7 +328,8 @@ bool SlurmEvaluator::adopt(Job& job, const fs::path& dir) {
 
 // A fresh job folder, the kind's build here, the batch script and its submission; false with
 // the failure recorded (and the evaluation's work folder holding it) when any of them fails.
-bool SlurmEvaluator::build_and_submit(Job& job, const EvalRequest& request, const JobObserver& jobs, EvalResult& result) {
+bool SlurmEvaluator::build_and_submit(Job& job, const EvalRequest& request, const JobObserver& jobs,
+                                      EvalResult& result) {
   const fs::path dir = job_dir_for(request);
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -362,8 +372,8 @@ EvalResult SlurmEvaluator::evaluate(const EvalRequest& request, const JobObserve
 bool SlurmEvaluator::requeue(Job& job, const std::string& why, EvalResult& result) {
   if (job.attempts > slurm_.max_requeues) {
     record_failure(result, FailureKind::RunFailed,
-                   fmt::format("slurm job {} {}; not scored, and given up after {} submission(s) (max_requeues {})", job.job_id, why,
-                               job.attempts, slurm_.max_requeues));
+                   fmt::format("slurm job {} {}; not scored, and given up after {} submission(s) (max_requeues {})",
+                               job.job_id, why, job.attempts, slurm_.max_requeues));
     return false;
   }
   log::warn("slurm job {} of {} {}: not scored, submitting it again", job.job_id, job.candidate_id, why);
@@ -411,7 +421,8 @@ SlurmEvaluator::WaitEnd SlurmEvaluator::wait_for_end(Job& job, EvalResult& resul
 // as the script measured it.
 void SlurmEvaluator::record_job_timings(const Job& job, double noticed_at, EvalResult& result) const {
   const fs::path dir = job.folder.dir;
-  if (auto started = read_time(dir / "started", true)) result.timings["slurm_queue"] = std::max(0.0, *started - job.submitted_at);
+  if (auto started = read_time(dir / "started", true))
+    result.timings["slurm_queue"] = std::max(0.0, *started - job.submitted_at);
   if (auto done = read_time(dir / "done", false)) result.timings["slurm_collect"] = std::max(0.0, noticed_at - *done);
   result.timings["slurm_job"] = std::stod(job.job_id.substr(0, job.job_id.find('_')));
   result.timings["slurm_attempts"] = job.attempts;
@@ -433,9 +444,11 @@ void SlurmEvaluator::classify_early_end(const Job& job, const std::string& state
     }
   }
   if (state == "TIMEOUT") {
-    record_failure(result, FailureKind::Timeout, fmt::format("{} hit its time limit ({}) during {}", where, "--time=" + time_limit(), in_step));
+    record_failure(result, FailureKind::Timeout,
+                   fmt::format("{} hit its time limit ({}) during {}", where, "--time=" + time_limit(), in_step));
   } else if (state == "OUT_OF_MEMORY") {
-    record_failure(result, FailureKind::RunFailed, fmt::format("{} ran out of memory (OUT_OF_MEMORY) during {}", where, in_step));
+    record_failure(result, FailureKind::RunFailed,
+                   fmt::format("{} ran out of memory (OUT_OF_MEMORY) during {}", where, in_step));
   } else {
     std::string text = fmt::format("{} ended {} before its script finished", where, state);
     if (auto tail = log_tail(dir / "slurm.out", 1024); !tail.empty()) text += "\n" + tail;
@@ -468,7 +481,8 @@ EvalResult SlurmEvaluator::wait_and_collect(Job& job, const EvalRequest& request
   mark(job, "collected");
   record_job_timings(job, now_s(), result);
   if (end.how == WaitEnd::How::EndedEarly) classify_early_end(job, end.slurm_state, result);
-  else if (end.how == WaitEnd::How::ScriptDone) kind_->read_steps(job.folder.dir, fmt::format("slurm job {}", job.job_id), result);
+  else if (end.how == WaitEnd::How::ScriptDone)
+    kind_->read_steps(job.folder.dir, fmt::format("slurm job {}", job.job_id), result);
   return deliver(job, request, std::move(result));  // GaveUp: the failure requeue() recorded
 }
 

@@ -33,7 +33,8 @@ namespace braid {
 struct SlurmStep {
   enum class Launch {
     Ranks,     // srun with the job's ranks; one log per step (lines prefixed with the rank)
-    RankLogs,  // srun with the job's ranks; logs/<name>/rank<R>.stdout|.stderr, srun's own messages in logs/<name>/srun.stderr
+    RankLogs,  // srun with the job's ranks; logs/<name>/rank<R>.stdout|.stderr, srun's own messages in
+               // logs/<name>/srun.stderr
     Once,      // once, in the batch script (the allocation's first node), in `cwd`
   };
   std::string name;    // logs/<name>.*, <name>.exit ("<exit code> <start> <end>")
@@ -69,7 +70,8 @@ class SlurmJobKind {
   // The level a job's evaluation starts at (after what was built here).
   virtual int job_level() const { return 2; }
   // Before submission, in the job folder: false with the failure recorded in `result`.
-  virtual bool build(const WorkFolder& folder, const EvalRequest& request, const JobObserver& jobs, EvalResult& result) = 0;
+  virtual bool build(const WorkFolder& folder, const EvalRequest& request, const JobObserver& jobs,
+                     EvalResult& result) = 0;
   // The job's steps for a folder (its placeholders name the job folder) and seed.
   virtual std::vector<SlurmStep> steps(const WorkFolder& folder, std::uint64_t seed) const = 0;
   // The finished script's files in `job_dir` into `result`; `where` names the job in messages.

@@ -209,15 +209,17 @@ class WorkloadReader {
     if (section.value("launcher", std::string("local")) != "local")
       error(node["launcher"], "evaluator launcher '" + section.value("launcher", std::string()) +
                                   "' does not go with a slurm section: its jobs start the ranks with srun (leave launcher out)");
-    json s = read_slurm_section(slurm, yaml_.string());
-    s["ranks"] = section["ranks"];
-    s["gpus_per_task"] = section["gpus_per_rank"];
     const long ranks = section["ranks"].get<long>(), per_rank = section["gpus_per_rank"].get<long>();
-    if (s["gpus_per_node"].get<long>() > 0 && per_rank > s["gpus_per_node"].get<long>())
-      error(slurm["gpus_per_node"], "evaluator.slurm: 'gpus_per_node' is less than the evaluator's gpus_per_rank (" + std::to_string(per_rank) + ")");
-    if (s["nodes"].get<long>() > ranks)
-      error(slurm["nodes"], "evaluator.slurm: 'nodes' (" + std::to_string(s["nodes"].get<long>()) + ") is more than the evaluator's ranks (" +
+    long value = 0;
+    if (slurm.IsMap() && slurm["gpus_per_node"] && YAML::convert<long>::decode(slurm["gpus_per_node"], value) && value > 0 && per_rank > value)
+      error(slurm["gpus_per_node"], "evaluator.slurm: 'gpus_per_node' (" + std::to_string(value) + ") is less than the evaluator's gpus_per_rank (" +
+                                        std::to_string(per_rank) + ")");
+    if (slurm.IsMap() && slurm["nodes"] && YAML::convert<long>::decode(slurm["nodes"], value) && value > ranks)
+      error(slurm["nodes"], "evaluator.slurm: 'nodes' (" + std::to_string(value) + ") is more than the evaluator's ranks (" +
                                 std::to_string(ranks) + "): every node needs a rank");
+    json s = read_slurm_section(slurm, yaml_.string());
+    s["ranks"] = ranks;
+    s["gpus_per_task"] = per_rank;
     return s;
   }
 
