@@ -1,5 +1,6 @@
 #include "braid/eval/slurm_evaluator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>

@@ -68,41 +68,37 @@ class CascadeKind : public SlurmJobKind {
     StepSpec spec{"build", command_argv(c_.build, folder.placeholders), folder.dir, c_.build_timeout_s, c_.env};
     SubprocessResult build = run_step(spec, folder, request, jobs);
     result.timings["build"] = build.wall_s;
-    if (!build.started)
-      return record_failure(result, FailureKind::BuildFailed, "build command " + build.describe_end()), false;
+    auto fail = [&](FailureKind kind, const std::string& error) {
+      record_failure(result, kind, error);
+      return false;
+    };
+    if (!build.started) return fail(FailureKind::BuildFailed, "build command " + build.describe_end());
     if (build.timed_out)
-      return record_failure(
-                 result, FailureKind::Timeout,
-                 fmt::format("build timed out (limit {:g} s); the process group was killed", c_.build_timeout_s)),
-             false;
+      return fail(FailureKind::Timeout,
+                  fmt::format("build timed out (limit {:g} s); the process group was killed", c_.build_timeout_s));
     if (build.succeeded()) return true;
     std::string error =
         trim_compiler_errors(build.stderr_text + build.stdout_text, folder.program.string(), c_.program_filename);
     if (error.find_first_not_of(" \n\t") == std::string::npos) error = "build " + build.describe_end();
-    record_failure(result, FailureKind::BuildFailed, error);
-    return false;
+    return fail(FailureKind::BuildFailed, error);
   }
 
   std::vector<SlurmStep> steps(const WorkFolder& folder, std::uint64_t) const override {
     std::vector<SlurmStep> s;
-    s.push_back({"run",
-                 "run",
-                 SlurmStep::Launch::Ranks,
-                 c_.run_timeout_s,
-                 command_argv(c_.run, folder.placeholders),
-                 {},
-                 true,
-                 false});
+    s.push_back({.name = "run",
+                 .timing = "run",
+                 .launch = SlurmStep::Launch::Ranks,
+                 .timeout_s = c_.run_timeout_s,
+                 .argv = command_argv(c_.run, folder.placeholders),
+                 .set_aside = true});
     // A run that failed or reported a wrong result is not benchmarked (braid reads verify/).
     if (!c_.bench.empty())
-      s.push_back({"bench",
-                   "bench",
-                   SlurmStep::Launch::Ranks,
-                   c_.bench_timeout_s,
-                   command_argv(c_.bench, folder.placeholders),
-                   {},
-                   false,
-                   true});
+      s.push_back({.name = "bench",
+                   .timing = "bench",
+                   .launch = SlurmStep::Launch::Ranks,
+                   .timeout_s = c_.bench_timeout_s,
+                   .argv = command_argv(c_.bench, folder.placeholders),
+                   .gated = true});
     return s;
   }
 
@@ -163,7 +159,12 @@ class ExternalKind : public SlurmJobKind {
   std::vector<SlurmStep> steps(const WorkFolder& folder, std::uint64_t) const override {
     std::vector<std::string> argv = command_argv(c_.command, folder.placeholders);
     argv.insert(argv.end(), {"--program_path", folder.program.string(), "--results_dir", folder.results.string()});
-    return {{"external", "external", SlurmStep::Launch::Once, c_.timeout_s, std::move(argv), workload_, false, false}};
+    return {{.name = "external",
+             .timing = "external",
+             .launch = SlurmStep::Launch::Once,
+             .timeout_s = c_.timeout_s,
+             .argv = std::move(argv),
+             .cwd = workload_}};
   }
 
   void read_steps(const fs::path& dir, const std::string& where, EvalResult& result) const override {
@@ -226,22 +227,18 @@ class GpuKind : public SlurmJobKind {
   std::vector<SlurmStep> steps(const WorkFolder& folder, std::uint64_t seed) const override {
     std::vector<SlurmStep> s;
     if (!c_.verify_in_bench)
-      s.push_back({"verify",
-                   "run",
-                   SlurmStep::Launch::RankLogs,
-                   c_.run_timeout_s,
-                   harness_argv(c_, folder, seed, "verify", ""),
-                   {},
-                   true,
-                   false});
-    s.push_back({"bench",
-                 "bench",
-                 SlurmStep::Launch::RankLogs,
-                 c_.bench_timeout_s,
-                 harness_argv(c_, folder, seed, "bench", c_.bench_args),
-                 {},
-                 false,
-                 !c_.verify_in_bench});
+      s.push_back({.name = "verify",
+                   .timing = "run",
+                   .launch = SlurmStep::Launch::RankLogs,
+                   .timeout_s = c_.run_timeout_s,
+                   .argv = harness_argv(c_, folder, seed, "verify", ""),
+                   .set_aside = true});
+    s.push_back({.name = "bench",
+                 .timing = "bench",
+                 .launch = SlurmStep::Launch::RankLogs,
+                 .timeout_s = c_.bench_timeout_s,
+                 .argv = harness_argv(c_, folder, seed, "bench", c_.bench_args),
+                 .gated = !c_.verify_in_bench});
     return s;
   }
 

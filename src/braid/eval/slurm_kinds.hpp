@@ -42,9 +42,9 @@ struct SlurmStep {
   Launch launch = Launch::Ranks;
   double timeout_s = 0.0;
   std::vector<std::string> argv;
-  std::filesystem::path cwd;  // Once only
-  bool set_aside = false;     // afterwards its results/correct.json and metrics.json move to verify/
-  bool gated = false;         // runs only when the step before exited 0 and verify/correct.json says correct
+  std::filesystem::path cwd{};  // Once only
+  bool set_aside = false;       // afterwards its results/correct.json and metrics.json move to verify/
+  bool gated = false;           // runs only when the step before exited 0 and verify/correct.json says correct
 };
 
 // "<exit code> <start> <end>" as the script writes it into <step>.exit.
