@@ -2,7 +2,10 @@
 # braid's Slurm backend against a real single-node Slurm (tests/slurm/cluster.sh): the CPU
 # example evolved through it, a job cancelled by scancel mid-run (requeued), a time-limit hit
 # (TIMEOUT), kill -9 of braid with jobs in the queue and `braid resume`, Ctrl-C (scancel of
-# braid's jobs), and the node drained and resumed. Exit 77 (skip) where slurmd cannot run.
+# braid's jobs), the node drained and resumed, the example's external evaluator (evaluate.py,
+# evaluator kind external) evolved through it, and a `kind: gpu` workload whose harness is host
+# code (tests/slurm/fake_gpu: nvcc builds it here, its 2 ranks run as job steps on the fake GPUs),
+# evolved and then crashing on rank 1. Exit 77 (skip) where slurmd cannot run.
 #   usage: slurm_test.sh BRAID_BINARY SOURCE_DIR
 set -u
 braid=$1
@@ -199,6 +202,84 @@ if wait_until "ours '$r' pending | grep -q braid-" 30; then
 else
   scontrol update nodename="$node" state=resume
   fail "drain: no job was pending while the node was drained"
+fi
+
+# --- evaluator kind external: evaluate.py runs once per job, in an allocation of 2 tasks x 1 GPU ---
+w="$work/external_wl"
+mkdir -p "$w"
+cp "$src"/examples/matmul_cpu/{program.cpp,config.yaml,evaluate.py} "$w"/
+no_remeasure "$w"
+# Records the allocation the evaluator ran in, then runs it.
+cat > "$w/allocation.sh" <<'SH'
+echo "$SLURM_JOB_ID $SLURM_NTASKS $(hostname)" > "$BRAID_WORK_DIR/allocation"
+exec "$@"
+SH
+cat > "$w/workload.yaml" <<'YAML'
+name: matmul_cpu_external
+program: program.cpp
+language: cpp
+config: config.yaml
+evaluator:
+  kind: external
+  command: "bash allocation.sh python3 evaluate.py"
+  timeout_s: 120
+  slurm:
+    ranks: 2
+    gpus_per_task: 1
+    poll_interval_s: 0.2
+task: |
+  Make matmul_kernel as fast as possible.
+YAML
+r="$work/r_external"
+if timeout 120 "$braid" evolve "$w" -g 4 -j 2 -s 19 -r "$r" > "$work/external.log" 2>&1; then
+  ok=$(q "$r" "select count(*) from programs where failure_kind = 'ok'")
+  total=$(q "$r" "select count(*) from programs")
+  allocations=$(cat "$r"/slurm_jobs/*/allocation 2>/dev/null | awk '$2 == 2' | wc -l)
+  jobs=$(ls -d "$r"/slurm_jobs/*/ | wc -l)
+  [[ "$ok" == "$total" && "$total" -ge 5 ]] && pass "external evaluator through Slurm: $total programs, all ok" ||
+    fail "external: $ok of $total ok ($(q "$r" "select failure_kind || ': ' || substr(error_text, 1, 200) from programs where failure_kind != 'ok' limit 2"))"
+  [[ "$allocations" == "$jobs" && "$jobs" -ge 1 ]] && grep -q "^once external 120 " "$r"/slurm_jobs/*/job.sh &&
+    pass "external: evaluate.py ran once in each of $jobs jobs, each an allocation of 2 tasks" ||
+    fail "external: $allocations of $jobs jobs recorded a 2-task allocation"
+  check_once "$r" "external" "$work/external.log"
+else
+  fail "external evolve exited $? ($(tail -3 "$work/external.log"))"
+fi
+
+# --- evaluator kind gpu: nvcc builds here; verify and bench are job steps of 2 ranks x 1 GPU ---
+w="$work/gpu_wl"
+cp -r "$here/fake_gpu" "$w"
+r="$work/r_gpu"
+timeout 150 "$braid" evolve "$w" -g 3 -j 2 -s 23 -r "$r" > "$work/gpu.log" 2>&1
+rc=$?
+if grep -q "needs the CUDA toolkit here" "$work/gpu.log"; then
+  echo "skipped: evaluator kind gpu (no nvcc here): $(grep -m1 "needs the CUDA toolkit" "$work/gpu.log")"
+elif (( rc == 0 )); then
+  ok=$(q "$r" "select count(*) from programs where failure_kind = 'ok'")
+  total=$(q "$r" "select count(*) from programs")
+  [[ "$ok" == "$total" && "$total" -ge 4 ]] && pass "gpu kind through Slurm: $total programs, all ok" ||
+    fail "gpu kind: $ok of $total ok ($(q "$r" "select failure_kind || ': ' || substr(error_text, 1, 300) from programs where failure_kind != 'ok' limit 2"))"
+  ranks_ok=1
+  for d in "$r"/slurm_jobs/*/; do
+    grep -q "rank 1 of 2, mode verify" "$d/logs/verify/rank1.stdout" && grep -q "rank 0 of 2, mode bench" "$d/logs/bench/rank0.stdout" || ranks_ok=0
+  done
+  (( ranks_ok )) && grep -q "^rank_step verify 60 " "$r"/slurm_jobs/*/job.sh &&
+    grep -q -- "srun --ntasks=2 --kill-on-bad-exit=1 --gpus-per-task=1 --output=\"logs/\$name/rank%t.stdout\"" "$r"/slurm_jobs/*/job.sh &&
+    pass "gpu kind: each step ran 2 ranks from Slurm's environment, logs per rank" || fail "gpu kind: rank logs or job steps missing"
+  check_once "$r" "gpu kind" "$work/gpu.log"
+  # rank 1 dies of SIGSEGV: srun's report is judged as a local launch's (run_failed, the rank named)
+  touch "$w/crash_rank1"
+  r="$work/r_gpu_crash"
+  timeout 120 "$braid" evolve "$w" -g 1 -j 1 -s 29 -r "$r" > "$work/gpu_crash.log" 2>&1
+  rc=$?
+  kind=$(q "$r" "select failure_kind || ' | ' || error_text from programs where patch_type = 'seed' limit 1")
+  if (( rc == 2 )) && [[ "$kind" == "run_failed | run+verify: rank 1: killed by signal SIGSEGV"* ]]; then
+    pass "gpu kind: a rank's crash in a job step -> ${kind%%$'\n'*}"
+  else
+    fail "gpu kind crash: exit $rc, seed: $kind"
+  fi
+else
+  fail "gpu kind evolve exited $rc ($(tail -3 "$work/gpu.log"))"
 fi
 
 # --- TIMEOUT result ---

@@ -24,6 +24,26 @@ ExternalConfig ExternalConfig::from_json(const json& section, const std::filesys
   return c;
 }
 
+bool read_external_verdict(const std::filesystem::path& results, EvalResult& result) {
+  read_metrics_contract(results, FailureKind::RunFailed, result);
+  if (result.failure == FailureKind::Ok) {
+    result.level_reached = 3;
+    return true;
+  }
+  if (result.failure != FailureKind::VerifyFailed) return false;
+  result.level_reached = 2;
+  // The evaluator may say which stage failed, in braid's words.
+  json verdict = json::parse(try_read_file(results / "correct.json").value_or("{}"), nullptr, false);
+  if (verdict.is_object() && verdict.contains("failure") && verdict["failure"].is_string()) {
+    if (auto kind = failure_kind_from(verdict["failure"].get<std::string>()); kind && *kind != FailureKind::Ok) {
+      result.failure = *kind;
+      if (*kind == FailureKind::BuildFailed) result.level_reached = 1;
+      if (*kind == FailureKind::BenchFailed) result.level_reached = 3;
+    }
+  }
+  return true;
+}
+
 ExternalEvaluator::ExternalEvaluator(ExternalConfig config) : config_(std::move(config)) {}
 
 std::string ExternalEvaluator::describe() const { return fmt::format("external: `{}`", config_.command); }
@@ -68,24 +88,7 @@ EvalResult ExternalEvaluator::evaluate(const EvalRequest& request, const JobObse
     if (!run.succeeded()) return fail(FailureKind::RunFailed, describe_crash("evaluator", run));
     return fail(FailureKind::RunFailed, "evaluator exited 0 but no verdict came through the verdict channel (BRAID_RESULT_FD)");
   }
-  read_metrics_contract(folder.results, FailureKind::RunFailed, result);
-  if (result.failure == FailureKind::Ok) {
-    result.level_reached = 3;
-    return finish();
-  }
-  if (result.failure == FailureKind::VerifyFailed) {
-    result.level_reached = 2;
-    // The evaluator may say which stage failed, in braid's words.
-    json verdict = json::parse(try_read_file(folder.results / "correct.json").value_or("{}"), nullptr, false);
-    if (verdict.is_object() && verdict.contains("failure") && verdict["failure"].is_string()) {
-      if (auto kind = failure_kind_from(verdict["failure"].get<std::string>()); kind && *kind != FailureKind::Ok) {
-        result.failure = *kind;
-        if (*kind == FailureKind::BuildFailed) result.level_reached = 1;
-        if (*kind == FailureKind::BenchFailed) result.level_reached = 3;
-      }
-    }
-    return finish();
-  }
+  if (read_external_verdict(folder.results, result)) return finish();
   // No usable verdict: say how the evaluator ended.
   if (!run.succeeded()) result.error_text += "\n" + describe_crash("evaluator", run);
   write_failure_contract(folder, result);

@@ -34,6 +34,12 @@ struct ExternalConfig {
                                   const std::string& program_filename);
 };
 
+// The external evaluator's verdict in `results` (correct.json, metrics.json) into `result`:
+// true when it is usable (correct, or a failure the evaluator reported, in braid's failure
+// kind when correct.json names one); false when the files are missing or malformed (the
+// failure is then run_failed). Shared by the local run and a Slurm job (slurm_kinds.hpp).
+bool read_external_verdict(const std::filesystem::path& results, EvalResult& result);
+
 class ExternalEvaluator : public Evaluator {
  public:
   explicit ExternalEvaluator(ExternalConfig config);

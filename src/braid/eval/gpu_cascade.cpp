@@ -89,6 +89,71 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   return c;
 }
 
+LevelJudgement judge_level(const LaunchResult& run, const std::optional<Verdict>& verdict, const std::string& step,
+                           FailureKind crash_kind) {
+  LevelJudgement out;
+  if (!run.started) {
+    out.failure = crash_kind;
+    out.error = run.describe_failure(step);
+    return out;
+  }
+  if (run.timed_out) {
+    out.failure = FailureKind::Timeout;
+    out.error = run.describe_failure(step);
+    out.crashed = true;
+    return out;
+  }
+  std::optional<std::string> exception_line;
+  for (const auto& r : run.ranks)
+    if (!exception_line) exception_line = harness_exception_line(r.stderr_text);
+  bool signalled = false;
+  for (const auto& r : run.ranks) signalled = signalled || (r.failed() && r.term_signal != 0);
+  if (signalled || (!run.succeeded() && exception_line) || (!run.succeeded() && !verdict)) {
+    out.failure = crash_kind;
+    out.error = run.describe_failure(step);
+    if (verdict && !verdict->correct && out.error.find(verdict->error) == std::string::npos) out.error += "\nreported: " + verdict->error;
+    out.crashed = true;
+  } else if (verdict && !verdict->correct) {
+    out.failure = FailureKind::VerifyFailed;
+    out.error = verdict->error;
+  } else if (!verdict) {
+    out.failure = crash_kind;
+    out.error = step + ": every rank exited 0 but none wrote a valid results/correct.json";
+  } else if (!run.succeeded()) {
+    // correct.json says correct but a rank failed: the run is not to be trusted.
+    out.failure = crash_kind;
+    out.error = run.describe_failure(step);
+    out.crashed = true;
+  }
+  return out;
+}
+
+std::vector<std::string> harness_argv(const GpuCascadeConfig& config, const WorkFolder& folder, std::uint64_t seed,
+                                      const std::string& mode, const std::string& extra) {
+  std::vector<std::string> argv = {folder.artifact.string(), "--mode", mode, "--seed", std::to_string(seed),
+                                   "--results_dir", folder.results.string()};
+  for (const std::string& args : {config.args, extra}) {
+    if (args.empty()) continue;
+    auto words = command_argv(args, folder.placeholders);
+    argv.insert(argv.end(), words.begin(), words.end());
+  }
+  return argv;
+}
+
+BuildInput harness_build_input(const GpuCascadeConfig& config, const std::string& arch, const WorkFolder& folder) {
+  BuildInput input;
+  input.source = folder.program;
+  input.output = folder.artifact;
+  input.arch = arch;
+  input.flags = config.nvcc_flags;
+  input.includes = config.includes;
+  input.libs = config.libs;
+  input.timeout_s = config.build_timeout_s;
+  input.display_name = config.program_filename;
+  input.log_dir = folder.logs;
+  return input;
+}
+
 struct GpuCascadeEvaluator::LevelOutcome {
   FailureKind failure = FailureKind::Ok;
   std::string error;
@@ -199,39 +264,10 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   out.wall_s = run.wall_s;
 
   const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
-  auto verdict = read_verdict(results);
-  bool crashed = false;  // the GPUs may be left in a bad state: probe them
-  if (!run.started) {
-    out.failure = crash_kind;
-    out.error = run.describe_failure(step);
-  } else if (run.timed_out) {
-    out.failure = FailureKind::Timeout;
-    out.error = run.describe_failure(step);
-    crashed = true;
-  } else {
-    std::optional<std::string> exception_line;
-    for (const auto& r : run.ranks)
-      if (!exception_line) exception_line = harness_exception_line(r.stderr_text);
-    bool signalled = false;
-    for (const auto& r : run.ranks) signalled = signalled || (r.failed() && r.term_signal != 0);
-    if (signalled || (!run.succeeded() && exception_line) || (!run.succeeded() && !verdict)) {
-      out.failure = crash_kind;
-      out.error = run.describe_failure(step);
-      if (verdict && !verdict->correct && out.error.find(verdict->error) == std::string::npos) out.error += "\nreported: " + verdict->error;
-      crashed = true;
-    } else if (verdict && !verdict->correct) {
-      out.failure = FailureKind::VerifyFailed;
-      out.error = verdict->error;
-    } else if (!verdict) {
-      out.failure = crash_kind;
-      out.error = step + ": every rank exited 0 but none wrote a valid results/correct.json";
-    } else if (!run.succeeded()) {
-      // correct.json says correct but a rank failed: the run is not to be trusted.
-      out.failure = crash_kind;
-      out.error = run.describe_failure(step);
-      crashed = true;
-    }
-  }
+  LevelJudgement judged = judge_level(run, read_verdict(results), step, crash_kind);
+  out.failure = judged.failure;
+  out.error = judged.error;
+  const bool crashed = judged.crashed;  // the GPUs may be left in a bad state: probe them
 
   if (crashed && probe_) {
     out.probed = true;
@@ -258,16 +294,7 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
 
   // L1: build.
   result.level_reached = 1;
-  BuildInput input;
-  input.source = folder.program;
-  input.output = folder.artifact;
-  input.arch = arch_;
-  input.flags = config_.nvcc_flags;
-  input.includes = config_.includes;
-  input.libs = config_.libs;
-  input.timeout_s = config_.build_timeout_s;
-  input.display_name = config_.program_filename;
-  input.log_dir = folder.logs;
+  BuildInput input = harness_build_input(config_, arch_, folder);
   const std::string who = request.candidate_id.empty() ? std::string() : request.candidate_id + " ";
   BuildResult build = builder_->build(input, jobs, who + "build");
   result.timings["build"] = build.wall_s;
@@ -275,14 +302,7 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   if (!build.ok) return fail(build.timed_out ? FailureKind::Timeout : FailureKind::BuildFailed, build.error);
 
   auto argv_for = [&](const std::string& mode, const std::string& extra) {
-    std::vector<std::string> argv = {folder.artifact.string(), "--mode", mode, "--seed", std::to_string(request.seed),
-                                     "--results_dir", folder.results.string()};
-    for (const std::string& args : {config_.args, extra}) {
-      if (args.empty()) continue;
-      auto words = command_argv(args, folder.placeholders);
-      argv.insert(argv.end(), words.begin(), words.end());
-    }
-    return argv;
+    return harness_argv(config_, folder, request.seed, mode, extra);
   };
 
   // L2: run and verify on a shared lease (or, with verify_in_bench, in the bench run below).

@@ -51,6 +51,7 @@
 #include "braid/eval/launcher.hpp"
 #include "braid/eval/ncu_profile.hpp"
 #include "braid/eval/nvcc_builder.hpp"
+#include "braid/eval/work_folder.hpp"
 #include "braid/util/json.hpp"
 
 namespace braid {
@@ -88,6 +89,22 @@ struct GpuCascadeConfig {
 
 // $BRAID_CACHE_DIR/nvcc, else $XDG_CACHE_HOME/braid/nvcc, else ~/.cache/braid/nvcc.
 std::filesystem::path default_compile_cache_dir();
+
+// How one level's launch went, from its ranks' ends and output and the verdict they wrote:
+// shared by the local launch below and a Slurm job step (slurm_kinds.hpp), so both judge alike.
+struct LevelJudgement {
+  FailureKind failure = FailureKind::Ok;
+  std::string error;
+  bool crashed = false;  // a rank crashed, hung or was killed: the GPUs may be in a bad state
+};
+LevelJudgement judge_level(const LaunchResult& run, const std::optional<Verdict>& verdict, const std::string& step,
+                           FailureKind crash_kind);
+
+// A level's command: `<artifact> --mode M --seed S --results_dir <results> <args> <extra>`.
+std::vector<std::string> harness_argv(const GpuCascadeConfig& config, const WorkFolder& folder, std::uint64_t seed,
+                                      const std::string& mode, const std::string& extra);
+// L1's nvcc input: the folder's program into its artifact, for `arch`.
+BuildInput harness_build_input(const GpuCascadeConfig& config, const std::string& arch, const WorkFolder& folder);
 
 class GpuCascadeEvaluator : public Evaluator {
  public:

@@ -199,6 +199,35 @@ std::optional<std::string> rank_stream(const LaunchSpec& spec, int rank, const c
   return std::nullopt;
 }
 
+// The ranks' output from their files and how each ended: all 0 when the launch succeeded; at a
+// timeout those still alive timed out, the rest stopped;
+// otherwise what the launcher's messages say, the rest stopped.
+void read_rank_ends(const LaunchSpec& spec, bool succeeded, const std::set<int>& alive_at_deadline, LaunchResult& result) {
+  for (auto& o : result.ranks) {
+    o.stdout_text = cap_text(rank_stream(spec, o.rank, "stdout").value_or(""), spec.output_cap_bytes);
+    o.stderr_text = cap_text(rank_stream(spec, o.rank, "stderr").value_or(""), spec.output_cap_bytes);
+    if (spec.kind == LauncherKind::Mpirun) {
+      write_file_atomic(spec.log_dir / fmt::format("rank{}.stdout", o.rank), o.stdout_text);
+      write_file_atomic(spec.log_dir / fmt::format("rank{}.stderr", o.rank), o.stderr_text);
+    }
+    o.end_s = result.wall_s;
+  }
+  if (succeeded) {
+    for (auto& o : result.ranks) o.known = true, o.exit_code = 0;
+    return;
+  }
+  if (result.timed_out) {
+    for (auto& o : result.ranks) {
+      if (alive_at_deadline.count(o.rank)) o.known = true, o.timed_out = true;
+      else o.stopped = true;
+    }
+    return;
+  }
+  // The launcher ended the others after the first failure; its messages name that rank.
+  for (auto& o : result.ranks) o.stopped = true;
+  parse_launcher_messages(result.launcher_output, result);
+}
+
 LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& jobs) {
   const auto t0 = Clock::now();
   LaunchResult result;
@@ -279,30 +308,8 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   result.launcher_output = run.stdout_text.empty() ? run.stderr_text : run.stderr_text + "\n" + run.stdout_text;
   if (!run.started) return result;
 
-  for (auto& o : result.ranks) {
-    o.stdout_text = cap_text(rank_stream(spec, o.rank, "stdout").value_or(""), spec.output_cap_bytes);
-    o.stderr_text = cap_text(rank_stream(spec, o.rank, "stderr").value_or(""), spec.output_cap_bytes);
-    if (spec.kind == LauncherKind::Mpirun) {
-      write_file_atomic(spec.log_dir / fmt::format("rank{}.stdout", o.rank), o.stdout_text);
-      write_file_atomic(spec.log_dir / fmt::format("rank{}.stderr", o.rank), o.stderr_text);
-    }
-    o.end_s = result.wall_s;
-  }
-  if (run.succeeded()) {
-    for (auto& o : result.ranks) o.known = true, o.exit_code = 0;
-    return result;
-  }
-  if (run.timed_out) {
-    std::lock_guard lock(seen_mutex);
-    for (auto& o : result.ranks) {
-      if (alive_at_deadline.count(o.rank)) o.known = true, o.timed_out = true;
-      else o.stopped = true;
-    }
-    return result;
-  }
-  // The launcher ended the others after the first failure; its messages name that rank.
-  for (auto& o : result.ranks) o.stopped = true;
-  parse_launcher_messages(result.launcher_output, result);
+  std::lock_guard lock(seen_mutex);
+  read_rank_ends(spec, run.succeeded(), alive_at_deadline, result);
   return result;
 }
 
@@ -426,6 +433,32 @@ LaunchResult launch_ranks(const LaunchSpec& spec, const JobObserver& jobs) {
   std::filesystem::create_directories(spec.log_dir);
   if (spec.kind == LauncherKind::Local) return launch_local(spec, jobs);
   return launch_with_launcher(spec, jobs);
+}
+
+LaunchResult srun_step_result(const LaunchSpec& spec, const SrunStepEnd& end) {
+  LaunchResult result;
+  result.ranks.resize(static_cast<std::size_t>(spec.ranks));
+  for (int r = 0; r < spec.ranks; ++r) result.ranks[static_cast<std::size_t>(r)].rank = r;
+  result.started = end.started;
+  result.start_error = end.started ? "" : "srun did not start the step";
+  result.timed_out = end.timed_out;
+  result.wall_s = end.wall_s;
+  result.launcher_exit_code = end.exit_code;
+  result.launcher_output = end.srun_messages;
+  if (!end.started) return result;
+  // The time limit runs inside each task (timeout(1) exits 124): srun's messages name the ranks
+  // that hit it; the others were ended by --kill-on-bad-exit.
+  std::set<int> alive_at_deadline;
+  if (end.timed_out) {
+    LaunchResult named = result;
+    parse_launcher_messages(end.srun_messages, named);
+    for (const auto& o : named.ranks)
+      if (o.known && (o.exit_code == 124 || o.exit_code == 137)) alive_at_deadline.insert(o.rank);
+    if (alive_at_deadline.empty())  // srun said nothing: every rank counts as still running
+      for (int r = 0; r < spec.ranks; ++r) alive_at_deadline.insert(r);
+  }
+  read_rank_ends(spec, end.exit_code == 0 && !end.timed_out, alive_at_deadline, result);
+  return result;
 }
 
 std::vector<RankProcess> find_rank_processes(long root_pid) {

@@ -87,6 +87,18 @@ std::vector<std::string> launcher_argv(const LaunchSpec& spec);
 // environment fails (no log folder, fork impossible).
 LaunchResult launch_ranks(const LaunchSpec& spec, const JobObserver& jobs = {});
 
+// How an srun launch that ran elsewhere (a step of a Slurm job braid submitted, slurm_kinds.hpp)
+// ended, as its job script recorded it; the ranks' output is in spec.log_dir/rank<R>.stdout|.stderr.
+struct SrunStepEnd {
+  bool started = true;
+  int exit_code = -1;         // srun's
+  bool timed_out = false;     // the step's time limit struck (timeout(1) around each task)
+  double wall_s = 0.0;
+  std::string srun_messages;  // srun's own stderr ("task 1: Exited with exit code 3", ...)
+};
+// The LaunchResult of such a step, read as launch_ranks reads its own srun launches.
+LaunchResult srun_step_result(const LaunchSpec& spec, const SrunStepEnd& end);
+
 // Processes descended from `root_pid` (by /proc parentage) with their rank read from their
 // environment (OMPI_COMM_WORLD_RANK, SLURM_PROCID or BRAID_RANK); rank -1 when none is set.
 struct RankProcess {

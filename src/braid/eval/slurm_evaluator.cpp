@@ -1,5 +1,6 @@
 #include "braid/eval/slurm_evaluator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -9,9 +10,8 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
-#include "braid/util/command_line.hpp"
-#include "braid/eval/diagnostics.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
@@ -22,9 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Single quotes for the batch script: nothing inside is expanded.
 std::string shell_quote(const std::string& word) {
@@ -39,20 +37,6 @@ std::string quoted_words(const std::vector<std::string>& words) {
   return out;
 }
 
-// "<exit code> <start> <end>" as the script writes it into <step>.exit.
-struct StepEnd {
-  int exit_code = -1;
-  double start = 0.0, end = 0.0;
-};
-std::optional<StepEnd> read_step_end(const fs::path& file) {
-  auto text = try_read_file(file);
-  if (!text) return std::nullopt;
-  std::istringstream in(*text);
-  StepEnd s;
-  if (!(in >> s.exit_code >> s.start >> s.end)) return std::nullopt;
-  return s;
-}
-
 std::optional<double> read_time(const fs::path& file, bool after_job_id) {
   auto text = try_read_file(file);
   if (!text) return std::nullopt;
@@ -62,18 +46,6 @@ std::optional<double> read_time(const fs::path& file, bool after_job_id) {
   if (after_job_id && !(in >> id)) return std::nullopt;
   if (!(in >> t)) return std::nullopt;
   return t;
-}
-
-std::string log_tail(const fs::path& file, std::size_t bytes) {
-  auto text = try_read_file(file);
-  if (!text) return {};
-  std::string tail = tail_text(*text, bytes);
-  return tail.find_first_not_of(" \n\t") == std::string::npos ? std::string() : tail;
-}
-
-// Whether `limit_s` was used up: timeout(1) exits 124 (137 when its KILL follow-up was needed).
-bool step_timed_out(const StepEnd& s, double limit_s) {
-  return s.exit_code == 124 || (s.exit_code == 137 && s.end - s.start >= limit_s);
 }
 
 void copy_tree(const fs::path& from, const fs::path& to) {
@@ -95,19 +67,27 @@ struct SlurmEvaluator::Job {
   double submitted_at = 0.0;
 };
 
-SlurmEvaluator::SlurmEvaluator(CascadeConfig cascade, SlurmConfig slurm)
-    : cascade_(std::move(cascade)), slurm_(std::move(slurm)) {
+// What polling one job remembers between looks.
+struct SlurmEvaluator::Poll {
+  double last_query = 0.0;
+  int end_marker_checks = 0;
+};
+
+SlurmEvaluator::SlurmEvaluator(std::unique_ptr<SlurmJobKind> kind, SlurmConfig slurm)
+    : kind_(std::move(kind)), slurm_(std::move(slurm)) {
   if (!SlurmClient::available())
-    throw UserError((cascade_.workload_dir / "workload.yaml").string(),
+    throw UserError((kind_->workload_dir() / "workload.yaml").string(),
                     "evaluator.slurm needs sbatch, squeue and scancel on PATH (Slurm's client commands), and none or "
                     "not all were found");
 }
 
+SlurmEvaluator::SlurmEvaluator(CascadeConfig cascade, SlurmConfig slurm)
+    : SlurmEvaluator(cascade_job_kind(std::move(cascade)), std::move(slurm)) {}
+
 std::string SlurmEvaluator::describe() const {
   std::string where = slurm_.partition.empty() ? "default partition" : "partition " + slurm_.partition;
-  return fmt::format("slurm ({}, {} rank(s), {} GPU(s) per rank): build `{}` here, run `{}`{} as jobs", where, slurm_.ranks,
-                     slurm_.gpus_per_task, cascade_.build, cascade_.run,
-                     cascade_.bench.empty() ? "" : ", bench `" + cascade_.bench + "`");
+  return fmt::format("slurm ({}, {} rank(s), {} GPU(s) per rank): {}", where, slurm_.ranks, slurm_.gpus_per_task,
+                     kind_->describe());
 }
 
 void SlurmEvaluator::attach_run(ProgramDatabase& db, const fs::path& results_dir) {
@@ -117,15 +97,39 @@ void SlurmEvaluator::attach_run(ProgramDatabase& db, const fs::path& results_dir
 
 fs::path SlurmEvaluator::job_dir_for(const EvalRequest& request) const {
   fs::path shared = slurm_.shared_dir;
-  if (shared.empty()) shared = results_dir_.empty() ? fs::absolute(request.work_dir) / "slurm" : results_dir_ / "slurm_jobs";
-  else if (shared.is_relative()) shared = cascade_.workload_dir / shared;
+  if (shared.empty())
+    shared = results_dir_.empty() ? fs::absolute(request.work_dir) / "slurm" : results_dir_ / "slurm_jobs";
+  else if (shared.is_relative()) shared = kind_->workload_dir() / shared;
   return (shared / request.candidate_id).lexically_normal();
+}
+
+// The paths and placeholders of a job folder (the folder itself is prepared before).
+WorkFolder SlurmEvaluator::job_folder(const fs::path& job_dir, const std::string& seed) const {
+  WorkFolder f;
+  f.dir = job_dir;
+  f.program = job_dir / kind_->program_filename();
+  f.artifact = job_dir / (fs::path(kind_->program_filename()).stem().string() + ".out");
+  f.results = job_dir / "results";
+  f.logs = job_dir / "logs";
+  f.placeholders = {{"program", f.program.string()},
+                    {"artifact", f.artifact.string()},
+                    {"work_dir", job_dir.string()},
+                    {"workload_dir", fs::absolute(kind_->workload_dir()).string()},
+                    {"seed", seed},
+                    {"results_dir", f.results.string()}};
+  return f;
+}
+
+// The steps' names, timings and limits (their commands do not matter to the caller).
+std::vector<SlurmStep> SlurmEvaluator::job_steps(const fs::path& job_dir) const {
+  return kind_->steps(job_folder(job_dir, "0"), 0);
 }
 
 std::string SlurmEvaluator::time_limit() const {
   if (!slurm_.time.empty()) return slurm_.time;
-  // Both steps' limits and a minute for the steps to start and the script to finish (minutes).
-  const double seconds = cascade_.run_timeout_s + (cascade_.bench.empty() ? 0.0 : cascade_.bench_timeout_s) + 60.0;
+  // Every step's limit and a minute for the steps to start and the script to finish (minutes).
+  double seconds = 60.0;
+  for (const auto& step : job_steps("/")) seconds += step.timeout_s;
   return std::to_string(long(std::ceil(seconds / 60.0)));
 }
 
@@ -147,55 +151,82 @@ std::vector<std::string> SlurmEvaluator::sbatch_args(const std::string& candidat
 }
 
 std::string SlurmEvaluator::job_script(const fs::path& job_dir, const std::string& seed) const {
-  WorkFolder f;  // only the placeholders: the folder itself was prepared before
-  f.dir = job_dir;
-  f.program = job_dir / cascade_.program_filename;
-  f.artifact = job_dir / (fs::path(cascade_.program_filename).stem().string() + ".out");
-  f.results = job_dir / "results";
-  f.placeholders = {{"program", f.program.string()},
-                    {"artifact", f.artifact.string()},
-                    {"work_dir", job_dir.string()},
-                    {"workload_dir", fs::absolute(cascade_.workload_dir).string()},
-                    {"seed", seed},
-                    {"results_dir", f.results.string()}};
+  const WorkFolder f = job_folder(job_dir, seed);
+  const std::vector<SlurmStep> steps = kind_->steps(f, std::stoull(seed));
   std::string srun = "srun --ntasks=" + std::to_string(slurm_.ranks) + " --kill-on-bad-exit=1";
   if (int nodes = slurm_.node_count(); nodes > 0) srun += " --nodes=" + std::to_string(nodes);
   if (slurm_.gpus_per_task > 0) srun += " --gpus-per-task=" + std::to_string(slurm_.gpus_per_task);
-  if (slurm_.ranks > 1) srun += " --label";  // one log per step; lines prefixed with the rank
+  for (const auto& arg : kind_->srun_args()) srun += " " + shell_quote(arg);
+  auto uses = [&](SlurmStep::Launch launch) {
+    return std::any_of(steps.begin(), steps.end(), [&](const SlurmStep& s) { return s.launch == launch; });
+  };
 
   std::string s;
   s += "#!/bin/bash\n";
-  s += "# Written by braid: run+verify and bench of one candidate as Slurm job steps.\n";
+  s += "# Written by braid: one candidate's evaluation as Slurm job steps.\n";
   s += "cd " + shell_quote(job_dir.string()) + " || exit 1\n";
   s += "echo \"$SLURM_JOB_ID $(date +%s.%N)\" >> runs.log\n";
   s += "echo \"$SLURM_JOB_ID $(date +%s.%N)\" > started.tmp && mv started.tmp started\n";
+  s += "mkdir -p logs results\n";
   s += "export BRAID_WORK_DIR=" + shell_quote(job_dir.string()) + "\n";
   s += "export BRAID_RESULTS_DIR=" + shell_quote(f.results.string()) + "\n";
-  s += "export BRAID_WORKLOAD_DIR=" + shell_quote(f.placeholders["workload_dir"]) + "\n";
+  s += "export BRAID_METRICS_PATH=" + shell_quote((f.results / "metrics.json").string()) + "\n";
+  s += "export BRAID_WORKLOAD_DIR=" + shell_quote(f.placeholders.at("workload_dir")) + "\n";
   s += "export BRAID_SEED=" + shell_quote(seed) + "\n";
   // The harness's rank bootstrap (device/include/braid/runtime.cuh) reads SLURM_PROCID,
   // SLURM_NTASKS and SLURM_LOCALID, and exchanges the ncclUniqueId through this folder.
   s += "export BRAID_EVAL_DIR=" + shell_quote(job_dir.string()) + "\n";
-  for (const auto& [name, value] : cascade_.env) s += "export " + name + "=" + shell_quote(value) + "\n";
-  s += "step() {  # name, time limit, command...\n";
-  s += "  local name=$1 limit=$2; shift 2\n";
-  s += "  local t0; t0=$(date +%s.%N)\n";
-  s += "  BRAID_RUN_ID=\"slurm-$SLURM_JOB_ID-$name\" " + srun +
-       " --output=\"logs/$name.stdout\" --error=\"logs/$name.stderr\" timeout -k 2 \"$limit\" \"$@\"\n";
-  s += "  local rc=$?\n";
-  s += "  echo \"$rc $t0 $(date +%s.%N)\" > \"$name.exit.tmp\" && mv \"$name.exit.tmp\" \"$name.exit\"\n";
-  s += "  return $rc\n";
+  for (const auto& [name, value] : kind_->env()) s += "export " + name + "=" + shell_quote(value) + "\n";
+  s += "ended() {  # name, exit code, start\n";
+  s += "  echo \"$2 $3 $(date +%s.%N)\" > \"$1.exit.tmp\" && mv \"$1.exit.tmp\" \"$1.exit\"\n";
+  s += "  return $2\n";
   s += "}\n";
-  s += fmt::format("step run {:g} {}\n", cascade_.run_timeout_s, quoted_words(command_argv(cascade_.run, f.placeholders)));
-  s += "rc=$?\n";
-  s += "mkdir -p verify && for f in correct.json metrics.json; do [ -f \"results/$f\" ] && mv \"results/$f\" verify/; done\n";
-  if (!cascade_.bench.empty()) {
-    // A run that failed or reported a wrong result is not benchmarked (braid reads verify/).
-    s += "if [ $rc -eq 0 ] && [ -f verify/correct.json ] && ! grep -Eq '\"correct\"[[:space:]]*:[[:space:]]*false' "
-         "verify/correct.json; then\n";
-    s += fmt::format("  step bench {:g} {}\n", cascade_.bench_timeout_s,
-                     quoted_words(command_argv(cascade_.bench, f.placeholders)));
-    s += "fi\n";
+  if (uses(SlurmStep::Launch::Ranks)) {
+    s += "step() {  # name, time limit, command...: on every rank, one log (lines prefixed with the rank)\n";
+    s += "  local name=$1 limit=$2 t0; shift 2; t0=$(date +%s.%N)\n";
+    s += "  BRAID_RUN_ID=\"slurm-$SLURM_JOB_ID-$name\" " + srun + (slurm_.ranks > 1 ? " --label" : "") +
+         " --output=\"logs/$name.stdout\" --error=\"logs/$name.stderr\" timeout -k 2 \"$limit\" \"$@\"\n";
+    s += "  ended \"$name\" $? \"$t0\"\n";
+    s += "}\n";
+  }
+  if (uses(SlurmStep::Launch::RankLogs)) {
+    s += "rank_step() {  # name, time limit, command...: on every rank, logs/<name>/rank<R>.*, srun's own in "
+         "logs/<name>/srun.stderr\n";
+    s += "  local name=$1 limit=$2 t0; shift 2; t0=$(date +%s.%N)\n";
+    s += "  mkdir -p \"logs/$name\"\n";
+    s += "  BRAID_RUN_ID=\"slurm-$SLURM_JOB_ID-$name\" " + srun +
+         " --output=\"logs/$name/rank%t.stdout\" --error=\"logs/$name/rank%t.stderr\" timeout -k 2 \"$limit\" \"$@\" "
+         "2> \"logs/$name/srun.stderr\"\n";
+    s += "  ended \"$name\" $? \"$t0\"\n";
+    s += "}\n";
+  }
+  if (uses(SlurmStep::Launch::Once)) {
+    s += "once() {  # name, time limit, folder, command...: once, here on the allocation's first node\n";
+    s += "  local name=$1 limit=$2 dir=$3 t0; shift 3; t0=$(date +%s.%N)\n";
+    s += "  (cd \"$dir\" && BRAID_RUN_ID=\"slurm-$SLURM_JOB_ID-$name\" exec timeout -k 2 \"$limit\" \"$@\") "
+         "> \"logs/$name.stdout\" 2> \"logs/$name.stderr\"\n";
+    s += "  ended \"$name\" $? \"$t0\"\n";
+    s += "}\n";
+  }
+  s += "rc=0\n";
+  for (const SlurmStep& step : steps) {
+    std::string line = step.launch == SlurmStep::Launch::Ranks      ? "step"
+                       : step.launch == SlurmStep::Launch::RankLogs ? "rank_step"
+                                                                    : "once";
+    line += fmt::format(" {} {:g}", step.name, step.timeout_s);
+    if (step.launch == SlurmStep::Launch::Once) line += " " + shell_quote(step.cwd.string());
+    line += " " + quoted_words(step.argv) + "\n";
+    if (step.gated) {
+      // A run that failed or reported a wrong result is not benchmarked (braid reads verify/).
+      s += "if [ $rc -eq 0 ] && [ -f verify/correct.json ] && ! grep -Eq '\"correct\"[[:space:]]*:[[:space:]]*false' "
+           "verify/correct.json; then\n";
+      s += "  " + line + "fi\n";
+    } else {
+      s += line + "rc=$?\n";
+    }
+    if (step.set_aside)
+      s += "mkdir -p verify && for f in correct.json metrics.json; do [ -f \"results/$f\" ] && mv \"results/$f\" "
+           "verify/; done\n";
   }
   s += "date +%s.%N > done.tmp && mv done.tmp done\n";
   return s;
@@ -240,12 +271,20 @@ void SlurmEvaluator::cancel_jobs() {
     std::lock_guard lock(mutex_);
     for (const auto& [cand, a] : active_) ids.push_back(a.job_id);
   }
-  if (!ids.empty() && !client_.cancel(ids)) log::warn("scancel of braid's Slurm jobs failed; cancel them by hand: scancel {}", fmt::join(ids, " "));
+  if (!ids.empty() && !client_.cancel(ids))
+    log::warn("scancel of braid's Slurm jobs failed; cancel them by hand: scancel {}", fmt::join(ids, " "));
+}
+
+void SlurmEvaluator::mark(const Job& job, const std::string& state) {
+  if (ledger_)
+    ledger_->put({job.candidate_id, job.job_id, job.code_hash, job.folder.dir.string(), state, job.attempts,
+                  job.submitted_at, now_s()});
 }
 
 bool SlurmEvaluator::submit(Job& job, EvalResult& result) {
   const fs::path dir = job.folder.dir;
-  for (const char* stale : {"started", "done", "run.exit", "bench.exit"}) fs::remove(dir / stale);
+  for (const char* stale : {"started", "done"}) fs::remove(dir / stale);
+  for (const auto& step : job_steps(dir)) fs::remove(dir / (step.name + ".exit"));
   std::error_code ec;
   fs::remove_all(dir / "verify", ec);
   fs::remove(job.folder.results / "correct.json");
@@ -262,7 +301,8 @@ bool SlurmEvaluator::submit(Job& job, EvalResult& result) {
   job.submitted_at = now_s();
   set_active(job.candidate_id, {job.job_id, "PENDING", ""});
   if (ledger_) {
-    SlurmJobEntry e{job.candidate_id, job.job_id, job.code_hash, dir.string(), "submitted", job.attempts, job.submitted_at, job.submitted_at};
+    SlurmJobEntry e{job.candidate_id, job.job_id,   job.code_hash,    dir.string(),
+                    "submitted",      job.attempts, job.submitted_at, job.submitted_at};
     ledger_->put(e);
   }
   log::info("slurm: {} submitted as job {}{}", job.candidate_id, job.job_id,
@@ -270,201 +310,181 @@ bool SlurmEvaluator::submit(Job& job, EvalResult& result) {
   return true;
 }
 
+// An earlier braid's job for the same candidate (same code and seed) is waited on instead of a new one.
+bool SlurmEvaluator::adopt(Job& job, const fs::path& dir) {
+  std::optional<SlurmJobEntry> earlier;
+  if (ledger_) earlier = ledger_->find(job.candidate_id);
+  if (!earlier || earlier->code_hash != job.code_hash || earlier->state == "cancelled" || !fs::exists(dir / "job.sh")) {
+    if (earlier && earlier->state == "submitted") client_.cancel({earlier->job_id});  // another program under this id
+    return false;
+  }
+  job.job_id = earlier->job_id;
+  job.attempts = earlier->attempts;
+  job.submitted_at = earlier->submitted_at;
+  job.folder = job_folder(dir, "0");
+  set_active(job.candidate_id, {job.job_id, "PENDING", ""});
+  log::info("slurm: {} found again as job {} (submitted by an earlier braid)", job.candidate_id, job.job_id);
+  return true;
+}
+
+// A fresh job folder, the kind's build here, the batch script and its submission; false with
+// the failure recorded (and the evaluation's work folder holding it) when any of them fails.
+bool SlurmEvaluator::build_and_submit(Job& job, const EvalRequest& request, const JobObserver& jobs,
+                                      EvalResult& result) {
+  const fs::path dir = job_dir_for(request);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  EvalRequest local = request;
+  local.work_dir = dir;
+  job.folder = prepare_work_folder(local, kind_->workload_dir(), kind_->program_filename());
+  auto fail = [&](bool keep_logs) {
+    WorkFolder out = prepare_work_folder(request, kind_->workload_dir(), kind_->program_filename());
+    if (keep_logs) copy_tree(dir / "logs", out.logs);
+    write_failure_contract(out, result);
+    return false;
+  };
+  // Only what needs the cluster goes to it.
+  if (!kind_->build(job.folder, local, jobs, result)) return fail(true);
+  write_file_atomic(dir / "job.sh", job_script(dir, std::to_string(request.seed)));
+  fs::permissions(dir / "job.sh", fs::perms::owner_exec, fs::perm_options::add);
+  if (cancelled_) {
+    record_failure(result, FailureKind::RunFailed, "slurm: not submitted, braid is stopping");
+    return fail(false);
+  }
+  return submit(job, result) || fail(false);
+}
+
 EvalResult SlurmEvaluator::evaluate(const EvalRequest& request, const JobObserver& jobs) {
   EvalResult result;
   Job job;
   job.candidate_id = request.candidate_id.empty() ? hash_hex(request.code, request.seed) : request.candidate_id;
   job.code_hash = hash_hex(request.code, request.seed);
-  const fs::path dir = job_dir_for(request);
-
-  std::optional<SlurmJobEntry> earlier;
-  if (ledger_) earlier = ledger_->find(job.candidate_id);
-  const bool adopt = earlier && earlier->code_hash == job.code_hash && earlier->state != "cancelled" && fs::exists(dir / "job.sh");
-  if (adopt) {
-    job.job_id = earlier->job_id;
-    job.attempts = earlier->attempts;
-    job.submitted_at = earlier->submitted_at;
-    job.folder.dir = dir;
-    job.folder.program = dir / cascade_.program_filename;
-    job.folder.results = dir / "results";
-    job.folder.logs = dir / "logs";
-    set_active(job.candidate_id, {job.job_id, "PENDING", ""});
-    log::info("slurm: {} found again as job {} (submitted by an earlier braid)", job.candidate_id, job.job_id);
-  } else {
-    if (earlier && earlier->state == "submitted") client_.cancel({earlier->job_id});  // another program under this id
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    EvalRequest local = request;
-    local.work_dir = dir;
-    job.folder = prepare_work_folder(local, cascade_.workload_dir, cascade_.program_filename);
-    // L1 builds here, as the cascade does: only what needs the cluster goes to it.
-    result.level_reached = 1;
-    StepSpec spec{"build", command_argv(cascade_.build, job.folder.placeholders), job.folder.dir, cascade_.build_timeout_s, cascade_.env};
-    SubprocessResult build = run_step(spec, job.folder, local, jobs);
-    result.timings["build"] = build.wall_s;
-    std::string build_error;
-    FailureKind build_failure = FailureKind::Ok;
-    if (!build.started) build_failure = FailureKind::BuildFailed, build_error = "build command " + build.describe_end();
-    else if (build.timed_out)
-      build_failure = FailureKind::Timeout, build_error = fmt::format("build timed out (limit {:g} s); the process group was killed", cascade_.build_timeout_s);
-    else if (!build.succeeded()) {
-      build_failure = FailureKind::BuildFailed;
-      build_error = trim_compiler_errors(build.stderr_text + build.stdout_text, job.folder.program.string(), cascade_.program_filename);
-      if (build_error.find_first_not_of(" \n\t") == std::string::npos) build_error = "build " + build.describe_end();
-    }
-    if (build_failure != FailureKind::Ok) {
-      record_failure(result, build_failure, build_error);
-      WorkFolder out = prepare_work_folder(request, cascade_.workload_dir, cascade_.program_filename);
-      copy_tree(dir / "logs", out.logs);
-      write_failure_contract(out, result);
-      return result;
-    }
-    write_file_atomic(dir / "job.sh", job_script(dir, std::to_string(request.seed)));
-    fs::permissions(dir / "job.sh", fs::perms::owner_exec, fs::perm_options::add);
-    if (cancelled_ || !submit(job, result)) {
-      if (cancelled_) record_failure(result, FailureKind::RunFailed, "slurm: not submitted, braid is stopping");
-      WorkFolder out = prepare_work_folder(request, cascade_.workload_dir, cascade_.program_filename);
-      write_failure_contract(out, result);
-      return result;
-    }
-  }
+  if (!adopt(job, job_dir_for(request)) && !build_and_submit(job, request, jobs, result)) return result;
   EvalResult ran = wait_and_collect(job, request);
   ran.timings.update(result.timings);
+  if (ran.private_metrics.is_object())  // what the build here found (build_cached)
+    for (const auto& [key, value] : result.private_metrics.items()) ran.private_metrics.emplace(key, value);
   forget_active(job.candidate_id);
   return ran;
 }
 
-EvalResult SlurmEvaluator::wait_and_collect(Job& job, const EvalRequest& request) {
-  EvalResult result;
-  result.level_reached = 2;
-  const fs::path dir = job.folder.dir;
-  const double query_every = std::max(2.0, slurm_.poll_interval_s);
-  double last_query = 0.0;
-  std::string ended_state;  // set when the job ended without its script finishing
-  int end_marker_checks = 0;
-  auto mark = [&](const std::string& state) {
-    if (ledger_) ledger_->put({job.candidate_id, job.job_id, job.code_hash, dir.string(), state, job.attempts, job.submitted_at, now_s()});
-  };
-  auto requeue = [&](const std::string& why) -> bool {
-    if (job.attempts > slurm_.max_requeues) {
-      record_failure(result, FailureKind::RunFailed,
-                     fmt::format("slurm job {} {}; not scored, and given up after {} submission(s) (max_requeues {})", job.job_id,
-                                 why, job.attempts, slurm_.max_requeues));
-      return false;
-    }
-    log::warn("slurm job {} of {} {}: not scored, submitting it again", job.job_id, job.candidate_id, why);
-    return submit(job, result);
-  };
+// Submits the job again when it was not the candidate's fault; false when it was given up
+// (max_requeues) or sbatch refused, with the failure recorded.
+bool SlurmEvaluator::requeue(Job& job, const std::string& why, EvalResult& result) {
+  if (job.attempts > slurm_.max_requeues) {
+    record_failure(result, FailureKind::RunFailed,
+                   fmt::format("slurm job {} {}; not scored, and given up after {} submission(s) (max_requeues {})",
+                               job.job_id, why, job.attempts, slurm_.max_requeues));
+    return false;
+  }
+  log::warn("slurm job {} of {} {}: not scored, submitting it again", job.job_id, job.candidate_id, why);
+  return submit(job, result);
+}
 
+// One look at the job: its script's end marker, and (at most every 2 s) Slurm's view of it.
+std::optional<SlurmEvaluator::WaitEnd> SlurmEvaluator::poll(Job& job, Poll& p, EvalResult& result) {
+  using How = WaitEnd::How;
+  const fs::path dir = job.folder.dir;
+  if (fs::exists(dir / "done")) return WaitEnd{How::ScriptDone, ""};
+  const double t = now_s();
+  if (t - p.last_query < std::max(2.0, slurm_.poll_interval_s)) return std::nullopt;
+  p.last_query = t;
+  auto st = client_.query(job.job_id);
+  if (!st) return std::nullopt;  // Slurm could not be asked: look again later
+  if (st->known) set_active(job.candidate_id, {job.job_id, st->state, st->reason});
+  const SlurmOutcome outcome = st->known ? classify_slurm_state(st->state) : SlurmOutcome::Requeue;
+  if (outcome == SlurmOutcome::Waiting) {
+    p.end_marker_checks = 0;
+    return std::nullopt;
+  }
+  if (fs::exists(dir / "done")) return WaitEnd{How::ScriptDone, ""};
+  // The script's last file may reach a shared file system after Slurm saw the end.
+  if (outcome == SlurmOutcome::Ended && ++p.end_marker_checks < 3) return std::nullopt;
+  if (outcome == SlurmOutcome::Requeue) {
+    const std::string why = st->known ? "ended " + st->state : "is no longer known to Slurm and did not finish";
+    if (!requeue(job, why, result)) return WaitEnd{How::GaveUp, ""};
+    p = Poll{};
+    return std::nullopt;
+  }
+  return WaitEnd{How::EndedEarly, st->state};
+}
+
+SlurmEvaluator::WaitEnd SlurmEvaluator::wait_for_end(Job& job, EvalResult& result) {
+  Poll p;
   while (true) {
-    if (cancelled_) {
-      client_.cancel({job.job_id});
-      mark("cancelled");
-      record_failure(result, FailureKind::RunFailed, "slurm: job " + job.job_id + " cancelled, braid is stopping");
-      return result;
-    }
-    if (fs::exists(dir / "done")) break;
-    const double t = now_s();
-    if (t - last_query >= query_every) {
-      last_query = t;
-      auto st = client_.query(job.job_id);
-      if (st) {
-        if (st->known) set_active(job.candidate_id, {job.job_id, st->state, st->reason});
-        const SlurmOutcome outcome = st->known ? classify_slurm_state(st->state) : SlurmOutcome::Requeue;
-        const std::string state = st->known ? st->state : "GONE";
-        if (outcome == SlurmOutcome::Waiting) {
-          end_marker_checks = 0;
-        } else if (fs::exists(dir / "done")) {
-          break;
-        } else if (outcome == SlurmOutcome::Ended && ++end_marker_checks < 3) {
-          // The script's last file may reach a shared file system after Slurm saw the end.
-        } else if (outcome == SlurmOutcome::Requeue) {
-          const std::string why = st->known ? "ended " + state : "is no longer known to Slurm and did not finish";
-          if (!requeue(why)) break;
-          last_query = 0.0;
-          end_marker_checks = 0;
-        } else {
-          ended_state = state;
-          break;
-        }
-      }
-    }
+    if (cancelled_) return {WaitEnd::How::Cancelled, ""};
+    if (auto end = poll(job, p, result)) return *end;
     std::this_thread::sleep_for(std::chrono::duration<double>(slurm_.poll_interval_s));
   }
-  const double noticed = now_s();
-  mark("collected");
+}
 
-  // Timings: how long Slurm kept the job waiting, and the steps as the script measured them.
-  if (auto started = read_time(dir / "started", true)) result.timings["slurm_queue"] = std::max(0.0, *started - job.submitted_at);
-  if (auto done = read_time(dir / "done", false)) result.timings["slurm_collect"] = std::max(0.0, noticed - *done);
+// How long Slurm kept the job waiting and braid took to notice its end, and each step's time
+// as the script measured it.
+void SlurmEvaluator::record_job_timings(const Job& job, double noticed_at, EvalResult& result) const {
+  const fs::path dir = job.folder.dir;
+  if (auto started = read_time(dir / "started", true))
+    result.timings["slurm_queue"] = std::max(0.0, *started - job.submitted_at);
+  if (auto done = read_time(dir / "done", false)) result.timings["slurm_collect"] = std::max(0.0, noticed_at - *done);
   result.timings["slurm_job"] = std::stod(job.job_id.substr(0, job.job_id.find('_')));
   result.timings["slurm_attempts"] = job.attempts;
-  const auto run = read_step_end(dir / "run.exit");
-  const auto bench = read_step_end(dir / "bench.exit");
-  if (run) result.timings["run"] = run->end - run->start;
-  if (bench) result.timings["bench"] = bench->end - bench->start;
+  for (const auto& step : job_steps(dir))
+    if (auto end = read_step_end(dir / (step.name + ".exit"))) result.timings[step.timing] = end->wall_s();
+}
 
-  auto finish = [&]() {
-    WorkFolder out = prepare_work_folder(request, cascade_.workload_dir, cascade_.program_filename);
-    copy_tree(dir / "logs", out.logs);
-    std::error_code ec;
-    fs::copy_file(dir / "slurm.out", out.logs / "slurm.out", fs::copy_options::overwrite_existing, ec);
-    if (result.failure == FailureKind::Ok) copy_tree(dir / "results", out.results);
-    else write_failure_contract(out, result);
-    return result;
-  };
-  if (result.failure != FailureKind::Ok) return finish();  // given up after requeues
+// Slurm ended the job before its script finished (TIMEOUT, OUT_OF_MEMORY, FAILED without the
+// end marker): named with the step it was in.
+void SlurmEvaluator::classify_early_end(const Job& job, const std::string& state, EvalResult& result) const {
+  const fs::path dir = job.folder.dir;
   const std::string where = fmt::format("slurm job {}", job.job_id);
-  const std::string in_step = run && !bench && !cascade_.bench.empty() && fs::exists(dir / "verify/correct.json") ? "bench" : run ? "the end" : "run";
-  if (!ended_state.empty()) {
-    if (ended_state == "TIMEOUT")
-      record_failure(result, FailureKind::Timeout, fmt::format("{} hit its time limit ({}) during {}", where, "--time=" + time_limit(), in_step));
-    else if (ended_state == "OUT_OF_MEMORY")
-      record_failure(result, FailureKind::RunFailed, fmt::format("{} ran out of memory (OUT_OF_MEMORY) during {}", where, in_step));
-    else {
-      std::string text = fmt::format("{} ended {} before its script finished", where, ended_state);
-      if (auto tail = log_tail(dir / "slurm.out", 1024); !tail.empty()) text += "\n" + tail;
-      record_failure(result, FailureKind::RunFailed, text);
+  std::string in_step = "the end";
+  for (const auto& step : job_steps(dir)) {
+    const bool reached = !step.gated || fs::exists(dir / "verify/correct.json");
+    if (reached && !fs::exists(dir / (step.name + ".exit"))) {
+      in_step = step.name;
+      break;
     }
-    return finish();
   }
+  if (state == "TIMEOUT") {
+    record_failure(result, FailureKind::Timeout,
+                   fmt::format("{} hit its time limit ({}) during {}", where, "--time=" + time_limit(), in_step));
+  } else if (state == "OUT_OF_MEMORY") {
+    record_failure(result, FailureKind::RunFailed,
+                   fmt::format("{} ran out of memory (OUT_OF_MEMORY) during {}", where, in_step));
+  } else {
+    std::string text = fmt::format("{} ended {} before its script finished", where, state);
+    if (auto tail = log_tail(dir / "slurm.out", 1024); !tail.empty()) text += "\n" + tail;
+    record_failure(result, FailureKind::RunFailed, text);
+  }
+}
 
-  // The script finished: read the steps as the cascade would.
-  auto crash = [&](const std::string& step, const StepEnd& s) {
-    std::string text = fmt::format("{}: exit code {} ({})", step, s.exit_code, where);
-    std::string tail = log_tail(dir / "logs" / (step + ".stderr"), 1536);
-    if (tail.empty()) tail = log_tail(dir / "logs" / (step + ".stdout"), 1024);
-    if (tail.empty()) tail = log_tail(dir / "slurm.out", 1024);
-    return tail.empty() ? text : text + "\n" + tail;
-  };
-  if (!run) {
-    record_failure(result, FailureKind::RunFailed, where + ": the run step did not report its end\n" + log_tail(dir / "slurm.out", 1024));
-    return finish();
+// The job's results and logs into the evaluation's own work folder, as a local evaluation leaves them.
+EvalResult SlurmEvaluator::deliver(const Job& job, const EvalRequest& request, EvalResult result) const {
+  const fs::path dir = job.folder.dir;
+  WorkFolder out = prepare_work_folder(request, kind_->workload_dir(), kind_->program_filename());
+  copy_tree(dir / "logs", out.logs);
+  std::error_code ec;
+  fs::copy_file(dir / "slurm.out", out.logs / "slurm.out", fs::copy_options::overwrite_existing, ec);
+  if (result.failure == FailureKind::Ok) copy_tree(dir / "results", out.results);
+  else write_failure_contract(out, result);
+  return result;
+}
+
+EvalResult SlurmEvaluator::wait_and_collect(Job& job, const EvalRequest& request) {
+  EvalResult result;
+  result.level_reached = kind_->job_level();
+  const WaitEnd end = wait_for_end(job, result);
+  if (end.how == WaitEnd::How::Cancelled) {
+    client_.cancel({job.job_id});
+    mark(job, "cancelled");
+    record_failure(result, FailureKind::RunFailed, "slurm: job " + job.job_id + " cancelled, braid is stopping");
+    return result;
   }
-  if (step_timed_out(*run, cascade_.run_timeout_s))
-    return record_failure(result, FailureKind::Timeout, fmt::format("run+verify timed out (limit {:g} s, {})", cascade_.run_timeout_s, where)), finish();
-  auto verdict = read_verdict(dir / "verify");
-  if (verdict && !verdict->correct) return record_failure(result, FailureKind::VerifyFailed, verdict->error), finish();
-  if (run->exit_code != 0) return record_failure(result, FailureKind::RunFailed, crash("run", *run)), finish();
-  if (!verdict) return record_failure(result, FailureKind::RunFailed, "run exited 0 but wrote no valid results/correct.json"), finish();
-  if (cascade_.bench.empty()) {
-    copy_tree(dir / "verify", dir / "results");
-    read_metrics_contract(dir / "results", FailureKind::RunFailed, result);
-    return finish();
-  }
-  result.level_reached = 3;
-  if (!bench) return record_failure(result, FailureKind::BenchFailed, where + ": the bench step did not report its end"), finish();
-  if (step_timed_out(*bench, cascade_.bench_timeout_s))
-    return record_failure(result, FailureKind::Timeout, fmt::format("bench timed out (limit {:g} s, {})", cascade_.bench_timeout_s, where)), finish();
-  auto bench_verdict = read_verdict(dir / "results");
-  if (bench_verdict && !bench_verdict->correct) return record_failure(result, FailureKind::VerifyFailed, bench_verdict->error), finish();
-  if (bench->exit_code != 0) return record_failure(result, FailureKind::BenchFailed, crash("bench", *bench)), finish();
-  if (!bench_verdict) {
-    std::error_code ec;
-    fs::copy_file(dir / "verify/correct.json", dir / "results/correct.json", fs::copy_options::overwrite_existing, ec);
-  }
-  read_metrics_contract(dir / "results", FailureKind::BenchFailed, result);
-  return finish();
+  mark(job, "collected");
+  record_job_timings(job, now_s(), result);
+  if (end.how == WaitEnd::How::EndedEarly) classify_early_end(job, end.slurm_state, result);
+  else if (end.how == WaitEnd::How::ScriptDone)
+    kind_->read_steps(job.folder.dir, fmt::format("slurm job {}", job.job_id), result);
+  return deliver(job, request, std::move(result));  // GaveUp: the failure requeue() recorded
 }
 
 }  // namespace braid

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "braid/eval/cascade.hpp"
 #include "braid/util/command_line.hpp"
 #include "braid/eval/external.hpp"
@@ -158,7 +160,7 @@ class WorkloadReader {
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
                       "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
-                      "health_probe", "launcher_args", "cache_dir", "env"},
+                      "health_probe", "launcher_args", "cache_dir", "env", "slurm"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
     const std::string launcher = string_at(node, "launcher", false, " in evaluator");
@@ -195,6 +197,30 @@ class WorkloadReader {
     }
     const std::string cache_dir = string_at(node, "cache_dir", false, " in evaluator");
     if (!cache_dir.empty()) section["cache_dir"] = cache_dir;
+    if (node["slurm"]) section["slurm"] = gpu_slurm_section(node, section);
+  }
+
+  // kind gpu's `slurm` section: the jobs' ranks and GPUs per task are the evaluator's own.
+  json gpu_slurm_section(const YAML::Node& node, const json& section) const {
+    const YAML::Node slurm = node["slurm"];
+    for (const char* key : {"ranks", "gpus_per_task"})
+      if (slurm.IsMap() && slurm[key])
+        error(slurm[key], std::string("evaluator.slurm: '") + key + "' is the evaluator's own with kind gpu (ranks, gpus_per_rank)");
+    if (section.value("launcher", std::string("local")) != "local")
+      error(node["launcher"], "evaluator launcher '" + section.value("launcher", std::string()) +
+                                  "' does not go with a slurm section: its jobs start the ranks with srun (leave launcher out)");
+    const long ranks = section["ranks"].get<long>(), per_rank = section["gpus_per_rank"].get<long>();
+    long value = 0;
+    if (slurm.IsMap() && slurm["gpus_per_node"] && YAML::convert<long>::decode(slurm["gpus_per_node"], value) && value > 0 && per_rank > value)
+      error(slurm["gpus_per_node"], "evaluator.slurm: 'gpus_per_node' (" + std::to_string(value) + ") is less than the evaluator's gpus_per_rank (" +
+                                        std::to_string(per_rank) + ")");
+    if (slurm.IsMap() && slurm["nodes"] && YAML::convert<long>::decode(slurm["nodes"], value) && value > ranks)
+      error(slurm["nodes"], "evaluator.slurm: 'nodes' (" + std::to_string(value) + ") is more than the evaluator's ranks (" +
+                                std::to_string(ranks) + "): every node needs a rank");
+    json s = read_slurm_section(slurm, yaml_.string());
+    s["ranks"] = ranks;
+    s["gpus_per_task"] = per_rank;
+    return s;
   }
 
   // `profile:` (the GPU cascade's Nsight Compute level, eval/ncu_profile.hpp); stored as
@@ -245,13 +271,19 @@ class WorkloadReader {
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
     } else if (kind == "external") {
       check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb", "sandbox", "max_processes",
-                        "network", "verdict"},
+                        "network", "verdict", "slurm"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
       isolation_keys(node, section);
       section["command"] = command_at(node, "command", true);
       section["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
+      if (node["slurm"]) {
+        // A job's verdict comes back through its files: no descriptor crosses to another node.
+        if (section["verdict"] == "channel")
+          error(node["verdict"], "evaluator verdict 'channel' does not go with a slurm section (a job's verdict is read from its result files)");
+        section["slurm"] = read_slurm_section(node["slurm"], yaml_.string());
+      }
     } else if (kind == "gpu") {
       gpu_evaluator(node, section);
     } else {
@@ -297,7 +329,11 @@ class WorkloadReader {
       spec.task = string_at(root, "task", false, "");
       spec.config = existing_file(root, "config", spec.dir, false);
       spec.evaluator = evaluator(root);
-      if (const YAML::Node p = root["profile"]) spec.evaluator["profile"] = profile(p, spec.evaluator.value("kind", std::string()));
+      if (const YAML::Node p = root["profile"]) {
+        spec.evaluator["profile"] = profile(p, spec.evaluator.value("kind", std::string()));
+        if (spec.evaluator["profile"]["enabled"] == true && spec.evaluator.contains("slurm"))
+          error(p, "'profile' does not go with evaluator.slurm (ncu runs on this machine's GPUs); set enabled: false");
+      }
       return spec;
     } catch (const YAML::Exception& e) {
       // Conversions that yaml-cpp refuses (a key that is not a string, ...).
@@ -319,14 +355,36 @@ WorkloadSpec load_workload(const std::filesystem::path& dir_or_yaml) {
   return WorkloadReader(std::filesystem::absolute(yaml)).read();
 }
 
+namespace {
+
+// Each evaluation as a Slurm job (slurm_evaluator.hpp), its steps those of the kind.
+std::unique_ptr<Evaluator> make_slurm_evaluator(const WorkloadSpec& spec) {
+  const std::string kind = spec.evaluator.value("kind", std::string());
+  const std::string program_filename = spec.program.filename().string();
+  SlurmConfig slurm = SlurmConfig::from_json(spec.evaluator["slurm"]);
+  if (kind == "cascade")
+    return std::make_unique<SlurmEvaluator>(cascade_job_kind(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
+  if (kind == "external")
+    return std::make_unique<SlurmEvaluator>(external_job_kind(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
+  if (kind != "gpu") throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' has no Slurm backend");
+  GpuCascadeConfig gpu = GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program_filename);
+  // The ranks may have been set after load_workload (braid evolve --ranks).
+  slurm.ranks = gpu.ranks;
+  slurm.gpus_per_task = gpu.gpus_per_rank;
+  if (slurm.nodes > slurm.ranks)
+    throw UserError((spec.dir / "workload.yaml").string(), fmt::format("evaluator.slurm: 'nodes' ({}) is more than the {} rank(s): every node needs a rank",
+                                                                      slurm.nodes, slurm.ranks));
+  return std::make_unique<SlurmEvaluator>(gpu_job_kind(std::move(gpu)), slurm);
+}
+
+}  // namespace
+
 std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
   const std::string kind = spec.evaluator.value("kind", std::string());
   const std::string program_filename = spec.program.filename().string();
   // Slurm jobs run on other nodes: outside braid's sandbox, their verdict read from the job's
   // result files (docs/sandbox.md).
-  if (kind == "cascade" && spec.evaluator.contains("slurm"))  // run and bench as Slurm jobs
-    return std::make_unique<SlurmEvaluator>(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename),
-                                            SlurmConfig::from_json(spec.evaluator["slurm"]));
+  if (spec.evaluator.contains("slurm")) return make_slurm_evaluator(spec);
   if (kind == "cascade") {
     CascadeConfig config = CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename);
     // The harness is the program workload.yaml names, wherever it lies.
