@@ -18,7 +18,6 @@
 #include "braid/cli/command.hpp"
 #include "braid/cli/run_setup.hpp"
 #include "braid/llm/http.hpp"
-#include "braid/llm/settings.hpp"
 #include "braid/pipeline/pipeline.hpp"
 #include "braid/pipeline/run_lock.hpp"
 #include "braid/util/error.hpp"
@@ -291,13 +290,7 @@ int do_resume(ResumeArgs& a) {
   WorkloadSpec spec = load_workload(req.workload);
   if (auto r = db.meta("evaluator_ranks")) req.ranks = std::stoi(*r);
   apply_ranks_override(spec, req.ranks);
-  register_extra_config_keys(llm_config_keys());
-  json stored = json::parse(*config, nullptr, false);
-  if (stored.is_discarded()) throw UserError(db_path(a.results).string(), "stored config is not valid JSON");
-  SearchConfig cfg = search_config_from_json(stored, db_path(a.results).string());
-  if (a.generations) cfg.num_generations = *a.generations;
-  if (a.parallel) cfg.max_parallel_jobs = int(*a.parallel);
-  if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
+  SearchConfig cfg = continued_config(db, *config, db_path(a.results).string(), a.generations, a.parallel);
   RunnerParts parts = prepare_run(req, spec, cfg);
   attach_llm(parts, req, db, a.results);
   db.set_meta("config", cfg.to_json().dump());

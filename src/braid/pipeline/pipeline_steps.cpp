@@ -7,7 +7,6 @@
 #include "braid/convert/annotate.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/rewrite_loop.hpp"
-#include "braid/llm/settings.hpp"
 #include "braid/pipeline/pipeline_impl.hpp"
 #include "braid/pipeline/seed_workload.hpp"
 #include "braid/platform/toolchain.hpp"
@@ -217,11 +216,7 @@ StepResult Pipeline::step_evolve() {
   if (!config) throw UserError(db_path(results_).string(), "run metadata missing (config)");
   EvolveRequest req = evolve_request();
   WorkloadSpec spec = load_workload(req.workload);
-  register_extra_config_keys(llm_config_keys());
-  SearchConfig cfg = search_config_from_json(json::parse(*config), db_path(results_).string());
-  if (o_.generations >= 0) cfg.num_generations = o_.generations;
-  if (o_.parallel > 0) cfg.max_parallel_jobs = o_.parallel;
-  if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
+  SearchConfig cfg = continued_config(db, *config, db_path(results_).string(), req.generations, req.parallel);
   RunnerParts parts;
   try {
     parts = prepare_run(req, spec, cfg);

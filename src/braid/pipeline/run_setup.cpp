@@ -67,6 +67,19 @@ SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) 
   return cfg;
 }
 
+SearchConfig continued_config(ProgramDatabase& db, const std::string& stored, const std::string& origin,
+                              const std::optional<std::int64_t>& generations,
+                              const std::optional<std::int64_t>& parallel) {
+  register_extra_config_keys(llm_config_keys());
+  json j = json::parse(stored, nullptr, false);
+  if (j.is_discarded()) throw UserError(origin, "stored config is not valid JSON");
+  SearchConfig cfg = search_config_from_json(j, origin);
+  if (generations) cfg.num_generations = *generations;
+  if (parallel) cfg.max_parallel_jobs = int(*parallel);
+  if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
+  return cfg;
+}
+
 RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
   // Seed programs must parse (markers, knobs in their domains) before anything is written.
   std::vector<std::filesystem::path> seeds;

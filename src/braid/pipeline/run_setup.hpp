@@ -34,5 +34,11 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
 bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg);
 json llm_config_json(const SearchConfig& cfg);
 SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec);
+// The search config of a started run (the "config" its database stored) to continue it with:
+// `origin` names it in errors; `generations` and `parallel` override the stored ones, the seed is the run's (meta
+// "run_seed"). UserError when the stored config is not valid JSON or no longer valid.
+SearchConfig continued_config(ProgramDatabase& db, const std::string& stored, const std::string& origin,
+                              const std::optional<std::int64_t>& generations,
+                              const std::optional<std::int64_t>& parallel);
 
 }  // namespace braid
