@@ -11,6 +11,7 @@
 #include "braid/convert/build_flags.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
+#include "braid/pipeline/user_flags.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
@@ -23,9 +24,7 @@ struct ConvertArgs {
   int ranks = 2;
   unsigned long long seed = 1;
   std::string harness_args;
-  convert::BuildFlags flags;  // -I -D -L -l --nvcc-flags
-  std::string nvcc_flags;
-  std::vector<std::string> lib_dirs, lib_names;
+  UserFlags flags;  // -I -D -L -l --nvcc-flags
 };
 
 int do_convert(const ConvertArgs& o) {
@@ -33,13 +32,7 @@ int do_convert(const ConvertArgs& o) {
   if (std::filesystem::is_directory(o.input)) throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
   const std::string source = read_file(o.input);
-  BuildFlags user = o.flags;
-  for (const std::string& f : split_flags(o.nvcc_flags)) user.extra.push_back(f);
-  for (const std::string& d : o.lib_dirs) user.libs.push_back("-L" + d);
-  for (const std::string& l : o.lib_names) user.libs.push_back("-l" + l);
-  for (std::string& i : user.includes) i = std::filesystem::absolute(i).string();
-  for (std::string& l : user.libs)
-    if (l.rfind("-L", 0) == 0) l = "-L" + std::filesystem::absolute(l.substr(2)).string();
+  const BuildFlags user = to_build_flags(o.flags);
   const Analysis analysis = analyze(o.input.string(), source);
   const Conversion conversion = transform(analysis, source);
   // nvcc runs in its own folder: every path it gets is absolute.
@@ -123,9 +116,9 @@ Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");
   cmd->add_option("-I", args.flags.includes, "Include folder for the program's headers (as nvcc -I)");
   cmd->add_option("-D", args.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
-  cmd->add_option("-L", args.lib_dirs, "Library folder (as nvcc -L)");
-  cmd->add_option("-l", args.lib_names, "Library to link (as nvcc -l)");
-  cmd->add_option("--nvcc-flags", args.nvcc_flags, "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
+  cmd->add_option("-L", args.flags.lib_dirs, "Library folder (as nvcc -L)");
+  cmd->add_option("-l", args.flags.lib_names, "Library to link (as nvcc -l)");
+  cmd->add_option("--nvcc-flags", args.flags.nvcc_flags, "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
   cmd->callback([&action] { action = [] { return do_convert(args); }; });
 });
 

@@ -16,14 +16,10 @@
 #include <spdlog/spdlog.h>
 
 #include "braid/cli/command.hpp"
-#include "braid/cli/run_lock.hpp"
 #include "braid/cli/run_setup.hpp"
 #include "braid/llm/http.hpp"
-#include "braid/mutate/backend_reference.hpp"
-#include "braid/mutate/knob_mutator.hpp"
-#include "braid/mutate/llm_operators.hpp"
-#include "braid/program/program.hpp"
-#include "braid/search/replay_evaluator.hpp"
+#include "braid/pipeline/pipeline.hpp"
+#include "braid/pipeline/run_lock.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"
@@ -116,105 +112,6 @@ bool run_was_started(const std::filesystem::path& db_file) {
 
 }  // namespace
 
-// --llm none: the knob mutator; no --llm: the config's llm_models if it names any.
-bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg) {
-  if (req.llm.empty()) return cfg.llm.contains("llm_models");
-  return req.llm != "none";
-}
-
-// The LLM operators read their keys (and the per-island API types) from one object.
-json llm_config_json(const SearchConfig& cfg) {
-  json j = cfg.llm;
-  if (!cfg.island_api_types.empty()) j["island_api_types"] = cfg.island_api_types;
-  return j;
-}
-
-SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec) {
-  register_extra_config_keys(llm_config_keys());
-  SearchConfig cfg;
-  if (!spec.config.empty()) cfg = load_search_config(spec.config, cfg);
-  if (!req.config.empty()) cfg = load_search_config(req.config, cfg);
-  if (req.generations) {
-    check_int_config_value("num_generations", *req.generations, "--generations");
-    cfg.num_generations = *req.generations;
-  }
-  if (req.seed) cfg.seed = *req.seed;
-  if (req.parallel) {
-    check_int_config_value("max_parallel_jobs", *req.parallel, "--parallel");
-    cfg.max_parallel_jobs = int(*req.parallel);
-  }
-  validate(cfg, req.config.empty() ? "command line" : req.config.string());
-  return cfg;
-}
-
-// The file an error in the LLM keys is reported against: -c, else the workload's config.yaml.
-std::string config_origin(const EvolveRequest& req, const WorkloadSpec& spec) {
-  if (!req.config.empty()) return req.config.string();
-  if (!spec.config.empty()) return spec.config.string();
-  return "config";
-}
-
-RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
-  // Seed programs must parse (markers, knobs in their domains) before anything is written.
-  std::vector<std::filesystem::path> seeds;
-  if (cfg.init_program_paths_per_island.empty()) seeds.push_back(spec.program);
-  for (auto& p : cfg.init_program_paths_per_island) seeds.push_back(spec.dir / p);
-  bool has_knobs = true;
-  for (auto& path : seeds) {
-    auto text = try_read_file(path);
-    if (!text) throw UserError(path.string(), "cannot read seed program");
-    Program prog = Program::parse(*text, path.string());
-    if (!prog.ok()) throw UserError("", prog.error()->message);
-    if (prog.knobs().empty()) has_knobs = false;
-  }
-  RunnerParts parts;
-  parts.workload = spec;
-  parts.config = cfg;
-  if (uses_llm(req, cfg)) {
-    parse_llm_settings(llm_config_json(cfg), config_origin(req, spec));  // bad LLM settings fail before any write
-  } else {
-    if (!has_knobs)
-      throw UserError(seeds.front().string(), "has no braid:knob lines, so the knob mutator (--llm none) has nothing to move: "
-                      "evolve it with an LLM operator (--llm MODEL)");
-    parts.mutator = std::make_unique<KnobMutator>();
-  }
-  parts.evaluator = make_evaluator(spec);
-  if (req.replay_evals) {
-    if (req.llm.rfind("replay:", 0) != 0) throw UserError("--replay-evals", "needs --llm replay:<results>");
-    parts.evaluator = std::make_unique<ReplayEvaluator>(req.llm.substr(7), std::move(parts.evaluator));
-  }
-  return parts;
-}
-
-namespace {
-// Offline embedder replaced by the API embeddings of `embedding_model`.
-class FunctionEmbedder : public Embedder {
- public:
-  explicit FunctionEmbedder(std::function<std::vector<float>(const std::string&)> f) : f_(std::move(f)) {}
-  std::vector<float> embed(std::string_view code) override { return f_(std::string(code)); }
-  std::string name() const override { return "api"; }
-
- private:
-  std::function<std::vector<float>(const std::string&)> f_;
-};
-}  // namespace
-
-void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results) {
-  if (!uses_llm(req, parts.config)) return;
-  LlmSettings settings = parse_llm_settings(llm_config_json(parts.config), config_origin(req, parts.workload));
-  std::string spec = req.llm == "config" ? "" : req.llm;  // "" = llm_models
-  apply_workload_api_type(settings, parts.workload.evaluator);  // one GPU rank: "cuda", no NCCL reference
-  LlmOperators ops = make_llm_operators(settings, spec, db, results, parts.workload.task, parts.workload.language);
-  parts.mutator = std::move(ops.mutator);
-  parts.feedback = std::move(ops.feedback);
-  if (ops.meta) parts.meta = std::move(ops.meta);
-  parts.novelty_judge = std::move(ops.novelty_judge);
-  parts.llm_totals = std::move(ops.totals);
-  parts.budget_exhausted = std::move(ops.budget_exhausted);
-  parts.island_runnable = std::move(ops.island_runnable);  // a one-rank workload's islands are "cuda": any GPU
-  if (ops.embed) parts.embedder = std::make_unique<FunctionEmbedder>(std::move(ops.embed));
-}
-
 int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results) {
   g_stop = false;
   llm::reset_cancel();
@@ -275,16 +172,6 @@ int run_with_status(EvolutionRunner& runner, const std::filesystem::path& result
     return 130;
   }
   return 0;
-}
-
-void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks) {
-  if (!ranks) return;
-  const std::string yaml = (spec.dir / "workload.yaml").string();
-  if (spec.evaluator.value("kind", std::string()) != "gpu")
-    throw UserError(yaml, "--ranks applies to workloads whose evaluator is kind gpu (this one is " +
-                              spec.evaluator.value("kind", std::string("?")) + ")");
-  if (*ranks < 1 || *ranks > 4096) throw UserError(yaml, "--ranks must be between 1 and 4096");
-  spec.evaluator["ranks"] = *ranks;
 }
 
 namespace {
@@ -403,13 +290,7 @@ int do_resume(ResumeArgs& a) {
   WorkloadSpec spec = load_workload(req.workload);
   if (auto r = db.meta("evaluator_ranks")) req.ranks = std::stoi(*r);
   apply_ranks_override(spec, req.ranks);
-  register_extra_config_keys(llm_config_keys());
-  json stored = json::parse(*config, nullptr, false);
-  if (stored.is_discarded()) throw UserError(db_path(a.results).string(), "stored config is not valid JSON");
-  SearchConfig cfg = search_config_from_json(stored, db_path(a.results).string());
-  if (a.generations) cfg.num_generations = *a.generations;
-  if (a.parallel) cfg.max_parallel_jobs = int(*a.parallel);
-  if (auto s = db.meta("run_seed")) cfg.seed = std::stoull(*s);
+  SearchConfig cfg = continued_config(db, *config, db_path(a.results).string(), a.generations, a.parallel);
   RunnerParts parts = prepare_run(req, spec, cfg);
   attach_llm(parts, req, db, a.results);
   db.set_meta("config", cfg.to_json().dump());

@@ -10,6 +10,7 @@
 #include "braid/cli/run_setup.hpp"
 #include "braid/db/database.hpp"
 #include "braid/mutate/llm_operators.hpp"
+#include "braid/pipeline/rebench.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/search/confirmation.hpp"
 #include "braid/search/remeasure.hpp"
@@ -166,69 +167,15 @@ int do_export(const std::filesystem::path& results, bool best, const std::string
   return 0;
 }
 
-// `braid rebench`: the run's best programs (one per program text) evaluated again with fresh
-// inputs, `runs` times each; a table ranked by the median score, kept in meta "rebench" and in
-// rebench.json. Re-runs are measurements, not candidates: `programs` is not touched.
+// `braid rebench` (pipeline/rebench.hpp): the table of the re-measured programs.
 int do_rebench(const std::filesystem::path& results, int top, int runs) {
-  if (top < 1 || top > 100) throw UserError("--top", "must be between 1 and 100");
-  if (runs < 1 || runs > 20) throw UserError("--runs", "must be between 1 and 20");
-  auto db = open_results(results, DbAccess::Existing);
-  auto workload_dir = db->meta("workload_dir");
-  auto config = db->meta("config");
-  if (!workload_dir || !config) throw UserError(db_path(results).string(), "run metadata missing (workload_dir, config)");
-  WorkloadSpec spec = load_workload(*workload_dir);
-  if (auto r = db->meta("evaluator_ranks")) apply_ranks_override(spec, std::stoi(*r));
-  const StopWhen goal = search_config_from_json(json::parse(*config), db_path(results).string()).stop_when;
-  const std::uint64_t run_seed = std::stoull(db->meta("run_seed").value_or("0"));
-  const json previous = json::parse(db->meta("rebench").value_or("{}"), nullptr, false);
-  const int round = (previous.is_object() ? previous.value("round", 0) : 0) + 1;
-  auto evaluator = make_evaluator(spec);
-
-  // The best programs by their trusted figure, one per program text (copies share it).
-  std::vector<ProgramRecord> picked;
-  std::map<std::string, double> reported;
-  for (auto& row : rank_by_trusted_score(*db, top)) {
-    reported[row.record.id] = row.score;
-    picked.push_back(std::move(row.record));
-  }
-  if (picked.empty()) throw UserError(results.string(), "no correct candidate to re-measure");
-
-  json out = {{"round", round}, {"runs", runs}, {"metric", goal.enabled() ? goal.metric : ""}, {"rows", json::array()}};
-  const auto dir = results / fmt::format("rebench_{}", round);
-  for (const auto& rec : picked) {
-    json row = {{"id", rec.id}, {"knobs", rec.knob_key}, {"recorded", rec.combined_score}, {"reported", reported[rec.id]}, {"scores", json::array()},
-                {"failures", json::array()}};
-    if (goal.enabled())
-      if (auto v = goal.value(rec.combined_score, rec.public_metrics)) row["recorded_metric"] = *v;
-    std::vector<double> scores, metric;
-    for (int k = 1; k <= runs; ++k) {
-      EvalResult res = remeasure(*evaluator, rec.code, fmt::format("{}-rebench{}.{}", rec.id, round, k), run_seed,
-                                 dir / fmt::format("{}_{}", rec.id, k), {});
-      const bool ok = res.correct && res.failure == FailureKind::Ok;
-      log::info("rebench {}: run {}/{} -> {}", rec.id, k, runs, ok ? fmt::format("score {:.4g}", res.combined_score) : std::string(to_string(res.failure)));
-      if (!ok) {
-        row["failures"].push_back({{"run", k}, {"failure", to_string(res.failure)}, {"error", res.error_text.substr(0, 500)}});
-        continue;
-      }
-      scores.push_back(res.combined_score);
-      row["scores"].push_back(res.combined_score);
-      if (goal.enabled())
-        if (auto v = goal.value(res.combined_score, res.public_metrics)) metric.push_back(*v);
-    }
-    // A program that fails a re-run ranks by its correct runs but is flagged; none correct: 0.
-    row["median"] = scores.empty() ? 0.0 : median(scores);
-    if (!metric.empty()) row["median_metric"] = median(metric);
-    out["rows"].push_back(row);
-    db->set_meta("rebench", out.dump());  // after every program: an interruption keeps what was measured
-  }
-  auto& rows = out["rows"];
-  std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) { return a["median"].get<double>() > b["median"].get<double>(); });
-  db->set_meta("rebench", out.dump());
-  write_file_atomic(results / "rebench.json", out.dump(2));
-
-  std::printf("re-measured %zu program(s), %d run(s) each with fresh inputs (round %d); ranked by the median score\n", picked.size(), runs, round);
-  const bool with_metric = goal.enabled();
-  std::printf("%-4s %-16s %10s %10s %s%-7s  %s\n", "rank", "id", "recorded", "median", with_metric ? fmt::format("{:>22} ", goal.metric + " (median)").c_str() : "",
+  const json out = rebench(results, top, runs);
+  const auto& rows = out["rows"];
+  const std::string goal_metric = out.value("metric", std::string());
+  const int round = out.value("round", 1);
+  std::printf("re-measured %zu program(s), %d run(s) each with fresh inputs (round %d); ranked by the median score\n", rows.size(), runs, round);
+  const bool with_metric = !goal_metric.empty();
+  std::printf("%-4s %-16s %10s %10s %s%-7s  %s\n", "rank", "id", "recorded", "median", with_metric ? fmt::format("{:>22} ", goal_metric + " (median)").c_str() : "",
               "failed", "knobs");
   int rank = 1;
   for (const auto& row : rows) {

@@ -1,44 +1,18 @@
-// Assembling a run from user input, shared by `evolve` and `resume` (and later `run`):
-// every check that can fail on bad input happens before anything is written.
+// The terminal side of runs, shared by `evolve`, `resume` and `run`; assembling a run from user
+// input is the library's (pipeline/run_setup.hpp).
 #pragma once
+#include <cstdint>
 #include <filesystem>
-#include <optional>
-#include <string>
 
-#include "braid/search/runner.hpp"
+#include "braid/pipeline/run_setup.hpp"
 
 namespace braid::cli {
-
-struct EvolveRequest {
-  std::filesystem::path workload;          // folder or workload.yaml
-  std::filesystem::path config;            // optional --config
-  std::optional<std::int64_t> generations;
-  std::optional<std::uint64_t> seed;
-  std::optional<std::int64_t> parallel;
-  std::filesystem::path results;           // optional --results
-  std::string llm;                         // --llm ("" = config's llm_models, else knob mutator)
-  bool replay_evals = false;
-  std::optional<int> ranks;                // --ranks: overrides a GPU evaluator's ranks (kept for resume)
-};
-
-// Applies --ranks to a GPU workload's evaluator section; UserError for other evaluator kinds.
-void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks);
-
-// Validates everything and returns the parts of a run; throws UserError on bad input.
-RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg);
-// The LLM operators need the run's database; a UserError here (missing key) happens before any
-// candidate is evaluated.
-void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& db, const std::filesystem::path& results);
-bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg);
-json llm_config_json(const SearchConfig& cfg);
-SearchConfig resolve_config(const EvolveRequest& req, const WorkloadSpec& spec);
 
 // Runs with a live status line (terminal) or periodic log lines, SIGINT/SIGTERM stop cleanly.
 int run_with_status(EvolutionRunner& runner, const std::filesystem::path& results);
 
-// `braid run` folders (cmd_run.cpp): a run_state.json records the finished steps. `braid resume`
-// continues such a folder through the remaining steps (convert .. evolve).
-bool is_pipeline_run(const std::filesystem::path& results);
+// `braid resume` of a `braid run` folder (pipeline/pipeline.hpp): continues it through the
+// remaining steps (convert .. evolve).
 int continue_pipeline(const std::filesystem::path& results, std::int64_t generations, int parallel);
 
 }  // namespace braid::cli

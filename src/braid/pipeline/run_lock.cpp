@@ -1,4 +1,4 @@
-#include "braid/cli/run_lock.hpp"
+#include "braid/pipeline/run_lock.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 #include "braid/util/error.hpp"
 #include "braid/util/text.hpp"
 
-namespace braid::cli {
+namespace braid {
 namespace {
 
 std::mutex& held_mutex() {
@@ -72,4 +72,4 @@ RunLock::~RunLock() {
   ::close(fd_);  // releases the flock; the file stays (removing it would race a new holder)
 }
 
-}  // namespace braid::cli
+}  // namespace braid

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-namespace braid::cli {
+namespace braid {
 
 inline constexpr const char* kLockFile = "braid.lock";
 
@@ -25,4 +25,4 @@ class RunLock {
   int fd_ = -1;  // -1 when this process already held the lock (nested acquire)
 };
 
-}  // namespace braid::cli
+}  // namespace braid
