@@ -15,12 +15,10 @@
 namespace braid {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string describe_target(const std::string& metric, double value, const std::string& goal, const std::string& id,
-                        std::int64_t generation) {
+                            std::int64_t generation) {
   return fmt::format("target reached: {} = {:.4g} ({}) by {} (generation {})", metric, value, goal, id, generation);
 }
 
@@ -45,8 +43,9 @@ void GoalTracker::load(std::unordered_map<std::string, std::string> code_hashes)
       json t = json::parse(*met, nullptr, false);
       if (!t.is_discarded() && t.value("goal", std::string()) == cfg_.stop_when.describe()) {
         target_reached_ = true;
-        target_note_ = describe_target(t.value("metric", std::string()), t.value("value", 0.0), t.value("goal", std::string()),
-                                   t.value("id", std::string()), t.value("generation", std::int64_t{0}));
+        target_note_ =
+            describe_target(t.value("metric", std::string()), t.value("value", 0.0), t.value("goal", std::string()),
+                            t.value("id", std::string()), t.value("generation", std::int64_t{0}));
       }
     }
   if (cfg_.stop_when.confirm > 0) {  // programs already refuted by re-runs are not re-run again
@@ -142,7 +141,8 @@ bool GoalTracker::confirm(const ProgramRecord& rec) {
     const auto folder = parts_.results / "remeasure" / label;
     EvalResult r = parts_.remeasure(who.code, label, folder);
     if (!(r.correct && r.failure == FailureKind::Ok)) {
-      if (&who == &rec) failed = fmt::format("re-run {} {}: {}", label, to_string(r.failure), r.error_text.substr(0, 300));
+      if (&who == &rec)
+        failed = fmt::format("re-run {} {}: {}", label, to_string(r.failure), r.error_text.substr(0, 300));
       return std::nullopt;
     }
     std::error_code ec;
@@ -154,7 +154,8 @@ bool GoalTracker::confirm(const ProgramRecord& rec) {
     if (auto v = once(rec, fmt::format("{}-trust{}", rec.id, k))) c.samples.push_back(*v);
     else break;
     if (incumbent)
-      if (auto v = once(*incumbent, fmt::format("{}-vs-{}-{}", incumbent->id, rec.id, k))) c.against_samples.push_back(*v);
+      if (auto v = once(*incumbent, fmt::format("{}-vs-{}-{}", incumbent->id, rec.id, k)))
+        c.against_samples.push_back(*v);
   }
   if (parts_.stopping()) return false;
   if (!failed.empty()) c.why = failed;
@@ -165,8 +166,8 @@ bool GoalTracker::confirm(const ProgramRecord& rec) {
                                       : fmt::format("median {:.4g} vs incumbent {} {:.4g}", mine, c.against, theirs);
   c.created_at = now_s();
   parts_.confirmations.store(c);
-  log::info("{} {} after {} re-runs (first measured {:.4g}): {}", rec.id, c.promoted ? "confirmed as the new best" : "not promoted",
-            c.samples.size(), c.first, c.why);
+  log::info("{} {} after {} re-runs (first measured {:.4g}): {}", rec.id,
+            c.promoted ? "confirmed as the new best" : "not promoted", c.samples.size(), c.first, c.why);
   follow_estimates({c.code_hash, c.against_hash});
   return true;  // settle_best writes best/ with the refreshed figures
 }
@@ -179,7 +180,8 @@ void GoalTracker::follow_estimates(const std::vector<std::string>& code_hashes) 
     const std::string id = pop_.at(i).id;
     auto h = code_hash_of_.find(id);
     if (h == code_hash_of_.end()) continue;
-    if (!code_hashes.empty() && std::find(code_hashes.begin(), code_hashes.end(), h->second) == code_hashes.end()) continue;
+    if (!code_hashes.empty() && std::find(code_hashes.begin(), code_hashes.end(), h->second) == code_hashes.end())
+      continue;
     if (auto e = estimates_.find(h->second); e != estimates_.end()) pop_.set_score(id, e->second.score);
   }
 }
@@ -201,8 +203,9 @@ void GoalTracker::measure_noise(const std::vector<std::string>& seed_ids) {
     // A stop (Ctrl-C, or its jobs cancelled) mid re-run is not the seed's fault.
     if (parts_.stopping()) return;
     if (!(r.correct && r.failure == FailureKind::Ok))
-      throw UserError(parts_.program.string(), fmt::format("the seed program passed its evaluation but failed re-run {} ({}): {}", k,
-                                                           to_string(r.failure), r.error_text.substr(0, 800)));
+      throw UserError(parts_.program.string(),
+                      fmt::format("the seed program passed its evaluation but failed re-run {} ({}): {}", k,
+                                  to_string(r.failure), r.error_text.substr(0, 800)));
     std::error_code ec;
     std::filesystem::remove_all(parts_.results / "remeasure" / label, ec);
     c.samples.push_back(r.combined_score);
@@ -227,10 +230,13 @@ void GoalTracker::measure_noise(const std::vector<std::string>& seed_ids) {
 // with `confirm` re-runs, only once they agree (confirm_target).
 void GoalTracker::check_target(const ProgramRecord& rec) {
   const StopWhen& w = cfg_.stop_when;
-  if (target_reached_ || !w.enabled() || rec.failure != FailureKind::Ok || origin_from(rec.patch_type) == Origin::Migrant) return;
+  if (target_reached_ || !w.enabled() || rec.failure != FailureKind::Ok ||
+      origin_from(rec.patch_type) == Origin::Migrant)
+    return;
   if (!w.met(rec.combined_score, rec.public_metrics)) return;
   double v = *w.value(rec.combined_score, rec.public_metrics);
-  json info = {{"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
+  json info = {
+      {"metric", w.metric}, {"value", v}, {"goal", w.describe()}, {"id", rec.id}, {"generation", rec.generation}};
   if (w.confirm > 0) {
     auto runs = confirm_target(rec, v);
     if (!runs) return;
@@ -260,8 +266,11 @@ std::optional<std::vector<double>> GoalTracker::confirm_target(const ProgramReco
     std::optional<double> v;
     if (res.correct && res.failure == FailureKind::Ok) v = w.value(res.combined_score, res.public_metrics);
     if (v) runs.push_back(*v);
-    else why = fmt::format("re-run {}: {}", k, res.failure == FailureKind::Ok ? "no " + w.metric : std::string(to_string(res.failure)));
-    log::info("confirming {} ({}): re-run {}/{} -> {}", rec.id, w.describe(), k, w.confirm, v ? fmt::format("{:.4g}", *v) : why);
+    else
+      why = fmt::format("re-run {}: {}", k,
+                        res.failure == FailureKind::Ok ? "no " + w.metric : std::string(to_string(res.failure)));
+    log::info("confirming {} ({}): re-run {}/{} -> {}", rec.id, w.describe(), k, w.confirm,
+              v ? fmt::format("{:.4g}", *v) : why);
   }
   if (why.empty() && w.met_value(median(runs))) return runs;
   if (parts_.stopping()) return std::nullopt;  // a stop: decided on resume
@@ -281,15 +290,22 @@ void GoalTracker::write_best(const ProgramRecord& rec) {
   best_id_ = rec.id;
   best_score_ = confirmed ? estimates_.at(key).score : rec.combined_score;
   const std::vector<double> samples = confirmed ? estimates_.at(key).samples : std::vector<double>{rec.combined_score};
-  json best = {{"id", rec.id}, {"score", best_score_}, {"first", rec.combined_score}, {"confirmed", confirmed},
-               {"runs", samples.size()}, {"samples", samples}, {"spread", relative_spread(samples)}};
+  json best = {
+      {"id", rec.id},           {"score", best_score_}, {"first", rec.combined_score},       {"confirmed", confirmed},
+      {"runs", samples.size()}, {"samples", samples},   {"spread", relative_spread(samples)}};
   if (noise_) best["noise"] = noise_->to_json();
   auto dir = parts_.results / "best";
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / ("program" + parts_.program.extension().string()), rec.code);
-  json info = {{"id", rec.id}, {"generation", rec.generation}, {"island", rec.island_idx},
-               {"combined_score", best_score_}, {"first_measurement", rec.combined_score}, {"confirmed", confirmed},
-               {"runs", samples}, {"public", rec.public_metrics}, {"text_feedback", rec.text_feedback}};
+  json info = {{"id", rec.id},
+               {"generation", rec.generation},
+               {"island", rec.island_idx},
+               {"combined_score", best_score_},
+               {"first_measurement", rec.combined_score},
+               {"confirmed", confirmed},
+               {"runs", samples},
+               {"public", rec.public_metrics},
+               {"text_feedback", rec.text_feedback}};
   write_file_atomic(dir / "metrics.json", info.dump(2));
   parts_.db.set_meta("best", best.dump());
 }

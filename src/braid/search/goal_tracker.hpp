@@ -80,8 +80,8 @@ class GoalTracker {
 
   bool target_reached() const { return target_reached_; }
   const std::string& target_note() const { return target_note_; }  // "" until reached
-  std::optional<TrackedBest> best() const;                           // nullopt until best/ is written
-  std::string noise_note() const;                                    // "" when unmeasured
+  std::optional<TrackedBest> best() const;                         // nullopt until best/ is written
+  std::string noise_note() const;                                  // "" when unmeasured
 
  private:
   bool trusted(const std::string& code_hash) const;

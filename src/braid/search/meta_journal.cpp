@@ -20,7 +20,8 @@ std::string render_recommendations(const json& recs) {
 
 }  // namespace
 
-MetaJournal::MetaJournal(std::filesystem::path results, std::int64_t interval, MetaSummarizer* summarizer, SharedDatabase& db)
+MetaJournal::MetaJournal(std::filesystem::path results, std::int64_t interval, MetaSummarizer* summarizer,
+                         SharedDatabase& db)
     : results_(std::move(results)), interval_(interval), summarizer_(summarizer), db_(db) {}
 
 void MetaJournal::load() {
@@ -64,8 +65,11 @@ void MetaJournal::maybe_summarize(const Population& pop) {
   summaries.push_back({{"generation", done}, {"summary", u.summary}});
   json history = memory.value("history", json::array());
   history.push_back({{"generation", done}, {"recommendations", u.recommendations}});
-  json out = {{"summaries", summaries}, {"scratchpad", u.scratchpad}, {"recommendations", u.recommendations},
-              {"history", history}, {"generation", done}};
+  json out = {{"summaries", summaries},
+              {"scratchpad", u.scratchpad},
+              {"recommendations", u.recommendations},
+              {"history", history},
+              {"generation", done}};
   write_file_atomic(results_ / "meta_memory.json", out.dump(2));
   write_file_atomic(results_ / fmt::format("meta_{}.txt", done), render_meta_text(u, done));
   recommendations_ = render_recommendations(out["recommendations"]);

@@ -5,8 +5,7 @@
 namespace braid {
 
 ProposalBuilder::ProposalBuilder(ProposalContext ctx) : ctx_(std::move(ctx)) {
-  if (ctx_.mutator.remote())
-    pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
+  if (ctx_.mutator.remote()) pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
   steps_ = make_steps();
   // The mutator steers away from knob vectors already evaluated or in flight.
   ctx_.mutator.set_seen([this](const std::string& key) { return knob_key_taken(key, kMaxGenerations + 1); });

@@ -44,8 +44,8 @@ struct ProposalContext {
   SharedDatabase& db;
   std::function<ProgramRecord(const std::string& code, std::int64_t generation, int island)> make_record;
   std::function<bool(const std::string&, const std::vector<std::string>&)> novelty_judge;  // may be empty
-  std::function<bool()> stopping;  // the run is stopping
-  std::function<void()> wake;      // an ask on the pool returned (called from its thread)
+  std::function<bool()> stopping;                                                          // the run is stopping
+  std::function<void()> wake;  // an ask on the pool returned (called from its thread)
 };
 
 // A generation's proposal once settled.

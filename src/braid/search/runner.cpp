@@ -49,9 +49,7 @@ int end_orphaned_jobs(ProgramDatabase& db) {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // The parts the CLI may leave out get braid's defaults; the evaluator keeps benches exclusive.
 RunnerParts with_defaults(RunnerParts p) {
@@ -96,7 +94,7 @@ struct EvolutionRunner::Impl {
 
   const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
   std::function<void(const RunStatus&)> on_status;
-  bool budget_stop = false;             // the LLM budget is spent
+  bool budget_stop = false;  // the LLM budget is spent
   RunStatus status;
   std::string last_failure_id;          // whose diagnostics status.last_failure holds
   std::string islands_note, stop_note;  // parts of status.note
@@ -112,11 +110,12 @@ struct EvolutionRunner::Impl {
         archive(cfg.archive_size, cfg.elite_selection_ratio),
         selector(make_parent_selector(cfg)),
         meta(results, cfg.meta_rec_interval, parts.meta.get(), db),
-        goals(GoalTrackerParts{cfg, results, parts.workload.program, db, confirmation_log(),
-                               [this](const std::string& code, const std::string& label, const std::filesystem::path& folder) {
-                                 return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer());
-                               },
-                               [this] { return stopping(); }},
+        goals(GoalTrackerParts{
+                  cfg, results, parts.workload.program, db, confirmation_log(),
+                  [this](const std::string& code, const std::string& label, const std::filesystem::path& folder) {
+                    return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer());
+                  },
+                  [this] { return stopping(); }},
               pop),
         jobs(db) {
     parts.evaluator->attach_run(d, results);
@@ -142,7 +141,8 @@ struct EvolutionRunner::Impl {
       if (in_flight.empty()) break;
       // All finished: go round to index them or propose more (a stop goes on to end the jobs).
       if (in_flight.size() == completed.size() && !stop.load() && !halted) continue;
-      std::vector<ProgramRecord> finished = jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers(); });
+      std::vector<ProgramRecord> finished =
+          jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers(); });
       if (stop.load() && !jobs.stopped()) stop_evaluations();
       for (auto& rec : finished) collect(std::move(rec));
       emit();
@@ -275,7 +275,8 @@ struct EvolutionRunner::Impl {
     seed_ids.assign(std::size_t(cfg.num_islands), "");
     for (std::size_t i = 0; i < pop.size(); ++i) {
       const auto& p = pop.at(i);
-      if (origin_from(p.patch_type) == Origin::Seed && p.island_idx < cfg.num_islands) seed_ids[std::size_t(p.island_idx)] = p.id;
+      if (origin_from(p.patch_type) == Origin::Seed && p.island_idx < cfg.num_islands)
+        seed_ids[std::size_t(p.island_idx)] = p.id;
     }
     done_at_start = pop.done_count();
     goals.check_stored();  // resume: a stored candidate may already meet the goal
@@ -296,15 +297,17 @@ struct EvolutionRunner::Impl {
   }
 
   ConfirmationLog confirmation_log() {
-    return {[this] { return db.with([](ProgramDatabase& db) { return load_confirmations(db.handle()); }); },
-            [this](const Confirmation& c) { db.with([&](ProgramDatabase& db) { store_confirmation(db.handle(), c); }); }};
+    return {
+        [this] { return db.with([](ProgramDatabase& db) { return load_confirmations(db.handle()); }); },
+        [this](const Confirmation& c) { db.with([&](ProgramDatabase& db) { store_confirmation(db.handle(), c); }); }};
   }
 
   void refresh_status() {
     status.generations_total = cfg.num_generations;
     status.generations_done = pop.done_count();
     status.migrants = 0;
-    for (std::size_t i = 0; i < pop.size(); ++i) status.migrants += origin_from(pop.at(i).patch_type) == Origin::Migrant ? 1 : 0;
+    for (std::size_t i = 0; i < pop.size(); ++i)
+      status.migrants += origin_from(pop.at(i).patch_type) == Origin::Migrant ? 1 : 0;
     status.evaluated = std::int64_t(pop.size()) - status.migrants;
     status.failed = std::int64_t(pop.failures().size());
     if (!pop.failures().empty() && pop.at(pop.failures().back()).id != last_failure_id) {
@@ -328,7 +331,8 @@ struct EvolutionRunner::Impl {
     status.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::int64_t progressed = status.generations_done - done_at_start;
     std::int64_t left = cfg.num_generations - status.generations_done;
-    status.eta_s = progressed > 0 ? status.elapsed_s / double(progressed) * double(std::max<std::int64_t>(left, 0)) : -1.0;
+    status.eta_s =
+        progressed > 0 ? status.elapsed_s / double(progressed) * double(std::max<std::int64_t>(left, 0)) : -1.0;
     if (parts.llm_totals) status.llm_totals = parts.llm_totals();
     // Skipped islands, quarantined GPUs (the evaluator's note) and why the run is stopping.
     status.note.clear();
@@ -367,7 +371,8 @@ struct EvolutionRunner::Impl {
     if (p.ok()) r.knob_key = p.knob_key();
     r.embedding = parts.embedder->embed(code);
     r.archive_cell = archive_cell_for(r.knob_key, code);
-    if (!cfg.task_sys_msg_per_island.empty()) r.system_msg_hash = hash_hex(cfg.task_sys_msg_per_island[std::size_t(island)]);
+    if (!cfg.task_sys_msg_per_island.empty())
+      r.system_msg_hash = hash_hex(cfg.task_sys_msg_per_island[std::size_t(island)]);
     return r;
   }
 
@@ -391,7 +396,8 @@ struct EvolutionRunner::Impl {
     if (!change.empty()) db.with([&](ProgramDatabase& db) { db.set_in_archive(change.added, change.removed); });
     meta.note(rec);
     if (rec.failure == FailureKind::Rejected) ++status.rejected;
-    log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id, to_string(rec.failure),
+    log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
+              to_string(rec.failure),
               rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
     const bool reached = goals.target_reached();
     goals.indexed(rec);
@@ -452,7 +458,8 @@ struct EvolutionRunner::Impl {
     for (int i : runnable_islands) {
       if (!seed_ids[std::size_t(i)].empty()) continue;
       std::filesystem::path path = parts.workload.program;
-      if (!cfg.init_program_paths_per_island.empty()) path = parts.workload.dir / cfg.init_program_paths_per_island[std::size_t(i)];
+      if (!cfg.init_program_paths_per_island.empty())
+        path = parts.workload.dir / cfg.init_program_paths_per_island[std::size_t(i)];
       auto text = try_read_file(path);
       if (!text) throw UserError(path.string(), "cannot read seed program");
       auto& entry = by_text[*text];
@@ -486,10 +493,11 @@ struct EvolutionRunner::Impl {
   [[noreturn]] void throw_seed_failed(const std::string& origin, const ProgramRecord& rec) {
     std::string error = rec.error_text;
     if (error.size() > 2000) error = error.substr(0, 2000) + "\n...";
-    throw UserError(origin, fmt::format("the seed program failed its evaluation ({}): {}\n(work folder: {}; fix the program and "
-                                        "start a new run)",
-                                        to_string(rec.failure), error.empty() ? "no diagnostics" : error,
-                                        (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
+    throw UserError(
+        origin, fmt::format("the seed program failed its evaluation ({}): {}\n(work folder: {}; fix the program and "
+                            "start a new run)",
+                            to_string(rec.failure), error.empty() ? "no diagnostics" : error,
+                            (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
   }
 
   // ---- proposals (search/proposal_builder.hpp) ----
