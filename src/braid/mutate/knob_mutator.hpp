@@ -27,9 +27,6 @@
 
 namespace braid {
 
-// True when a knob vector (Program::knob_key() form) was already proposed or evaluated.
-using SeenKnobVector = std::function<bool(const std::string& knob_key)>;
-
 class KnobMutator : public Mutator {
  public:
   static constexpr int kDefaultMaxTries = 200;
@@ -39,7 +36,7 @@ class KnobMutator : public Mutator {
   Proposal propose(const Program& parent, const MutationContext& ctx) override;
   std::string name() const override { return "knob"; }
 
-  void set_seen(SeenKnobVector seen) { seen_ = std::move(seen); }
+  void set_seen(SeenKnobVector seen) override { seen_ = std::move(seen); }
 
  private:
   SeenKnobVector seen_;

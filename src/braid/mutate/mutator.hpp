@@ -2,6 +2,7 @@
 // gets a patch text (stored as code_diff) and applies it itself.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -49,6 +50,9 @@ struct Proposal {
   bool ok() const { return error.empty(); }
 };
 
+// True when a knob vector (Program::knob_key() form) was already proposed or evaluated.
+using SeenKnobVector = std::function<bool(const std::string& knob_key)>;
+
 class Mutator {
  public:
   virtual ~Mutator() = default;
@@ -58,6 +62,9 @@ class Mutator {
   // several at once on other threads (search/proposal_pool.hpp), so propose() must be
   // thread-safe. False: it runs on the search's thread, as the KnobMutator needs.
   virtual bool remote() const { return false; }
+  // The search's test for knob vectors already evaluated or in flight, for an operator that
+  // steers away from them (the KnobMutator); others ignore it.
+  virtual void set_seen(SeenKnobVector seen) {}
 };
 
 }  // namespace braid

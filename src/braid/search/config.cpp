@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "braid/program/patch.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
@@ -337,7 +338,7 @@ void validate(const SearchConfig& c, const std::string& origin) {
   }
   if (c.patch_types.empty()) fail("patch_types", "needs at least one of full, diff, cross");
   for (const auto& t : c.patch_types)
-    if (t != "full" && t != "diff" && t != "cross") fail("patch_types", "unknown patch type '" + t + "'");
+    if (!patch_type_from(t)) fail("patch_types", "unknown patch type '" + t + "'");
   if (c.code_embed_sim_threshold <= 0 || c.code_embed_sim_threshold > 1)
     fail("code_embed_sim_threshold", "must be in (0, 1]");
   if (!c.init_program_paths_per_island.empty() && int(c.init_program_paths_per_island.size()) != c.num_islands)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "braid/program/origin.hpp"
+
 namespace braid {
 
 ProgramSummary summary_of(const ProgramRecord& r) {
@@ -35,7 +37,7 @@ void Population::add(ProgramSummary s) {
   by_id_[s.id] = idx;
   if (!s.knob_key.empty()) knob_keys_.insert(s.knob_key);
   if (!s.parent_id.empty()) children_[s.parent_id]++;
-  if (s.generation >= 1 && s.patch_type != "seed" && s.patch_type != "migrant") done_generations_.insert(s.generation);
+  if (s.generation >= 1 && is_proposed(s.patch_type)) done_generations_.insert(s.generation);
   max_generation_ = std::max(max_generation_, s.generation);
   if (!s.embedding.empty()) {
     if (dims_ == 0) dims_ = s.embedding.size();

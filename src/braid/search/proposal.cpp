@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "braid/program/origin.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/search/proposal_pool.hpp"
 #include "braid/search/schedule.hpp"
@@ -252,7 +253,7 @@ bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed) {
   ProgramRecord rec = std::move(*p.candidate);
   p.candidate.reset();
-  rec.patch_type = std::string(to_string(p.last.patch_type));
+  rec.patch_type = std::string(to_string(origin_of(p.last.patch_type)));
   rec.code_diff = p.last.patch;
   rec.parent_id = p.parent_rec.id;
   rec.parent_ids.push_back(p.parent_rec.id);
@@ -267,7 +268,7 @@ ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed) {
 ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s) {
   ProgramRecord rec = s.make_record(p.last_text, p.generation, p.island);
   rec.id = child_id(s.run_seed, p.generation);
-  rec.patch_type = std::string(to_string(p.last.patch_type));
+  rec.patch_type = std::string(to_string(origin_of(p.last.patch_type)));
   rec.code_diff = p.last_patch;
   rec.parent_id = p.parent_rec.id;
   rec.parent_ids = {p.parent_rec.id};

@@ -1,12 +1,12 @@
 // One generation's proposal, in named steps:
-//   prepare (search thread, runner.cpp): plan, parent, inspirations, copied into a
+//   prepare (search thread, proposal_builder.cpp): plan, parent, inspirations, copied into a
 //       PreparedProposal at the moment generation g - lag is indexed;
 //   ask (any thread, proposal_pool.hpp): the mutator's answer -> patch applied -> novelty against
 //       the population as it was when prepared (embedding similarity, the judge); patch and
 //       novelty failures are asked again here, 429s wait in the pool uncounted;
-//   settle (search thread, in generation order, runner.cpp): a knob-only edit is checked against
-//       every knob vector evaluated or in flight; then the candidate is evaluated, recorded as
-//       rejected, or asked again.
+//   settle (search thread, in generation order, proposal_builder.cpp): a knob-only edit is
+//       checked against every knob vector evaluated or in flight; then the candidate is
+//       evaluated, recorded as rejected, or asked again.
 // What a proposal sees is fixed when it is prepared, so a replayed run repeats whatever the
 // timing of the model's answers.
 #pragma once

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
+#include "braid/program/origin.hpp"
 #include "braid/search/confirmation.hpp"
 #include "braid/search/runner.hpp"
 #include "braid/util/error.hpp"
@@ -18,7 +19,7 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& recorded_results, 
   ProgramDatabase db(db_path(recorded_results));
   ProgramQuery all;
   for (const auto& r : db.query(all)) {
-    if (r.patch_type == "migrant" || r.failure == FailureKind::Rejected) continue;
+    if (origin_from(r.patch_type) == Origin::Migrant || r.failure == FailureKind::Rejected) continue;
     EvalResult e;
     e.failure = r.failure;
     e.correct = r.correct;

@@ -8,6 +8,10 @@
 // generation is done iff its record exists, so after kill -9 `resume` re-proposes exactly the
 // generations that were in flight. Process groups of running evaluations are recorded and ended
 // on resume.
+//
+// Its parts: proposal_builder.hpp (context and novelty gate), goal_tracker.hpp (goal
+// confirmation, noise, best/), meta_journal.hpp (meta memory), evaluation_jobs.hpp (evaluations
+// in flight), shared_database.hpp (the database as its threads share it).
 #pragma once
 #include <atomic>
 #include <filesystem>

@@ -1,0 +1,70 @@
+#include "braid/search/evaluation_jobs.hpp"
+
+#include <csignal>
+
+#include "braid/util/subprocess.hpp"
+
+namespace braid {
+
+void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord()> evaluate) {
+  threads_[generation] = std::thread([this, evaluate = std::move(evaluate)] {
+    ProgramRecord rec = evaluate();
+    if (!discard_) db_.insert(rec);
+    std::lock_guard lock(mutex_);
+    finished_.push_back(std::move(rec));
+    cv_.notify_all();
+  });
+}
+
+std::vector<ProgramRecord> EvaluationJobs::wait(std::chrono::milliseconds timeout, const std::function<bool()>& also) {
+  std::deque<ProgramRecord> taken;
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, timeout, [&] { return !finished_.empty() || also(); });
+    taken.swap(finished_);
+  }
+  std::vector<ProgramRecord> out;
+  for (auto& rec : taken) {
+    if (auto it = threads_.find(rec.generation); it != threads_.end()) {
+      it->second.join();
+      threads_.erase(it);
+    }
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+void EvaluationJobs::wake() {
+  std::lock_guard lock(mutex_);
+  cv_.notify_all();
+}
+
+JobObserver EvaluationJobs::observer() {
+  return [this](long pgid, bool running, const std::string& what) {
+    db_.with([&](ProgramDatabase& db) {
+      if (running) {
+        db.add_job(pgid, process_start_marker(pgid), what);
+        process_groups_[pgid] = what;
+      } else {
+        db.remove_job(pgid);
+        process_groups_.erase(pgid);
+      }
+    });
+  };
+}
+
+void EvaluationJobs::stop(Evaluator& evaluator) {
+  discard_ = true;
+  evaluator.cancel_jobs();
+  db_.with([&](ProgramDatabase&) {
+    for (auto& [pgid, what] : process_groups_) ::kill(-pid_t(pgid), SIGKILL);
+  });
+}
+
+void EvaluationJobs::join_all() {
+  for (auto& [g, t] : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+}  // namespace braid

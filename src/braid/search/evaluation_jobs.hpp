@@ -1,0 +1,58 @@
+// The runner's evaluations in flight: one thread per candidate (the runner launches at most
+// max_parallel_jobs). Each stores its candidate the moment its evaluation ends, so a kill -9
+// right after loses nothing, and hands it back to the search thread. The process groups the
+// evaluator starts are recorded in the jobs table while they run, so a later braid ends those a
+// crash left behind (end_orphaned_jobs), and a stop kills them.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/eval/evaluator.hpp"
+#include "braid/search/shared_database.hpp"
+
+namespace braid {
+
+class EvaluationJobs {
+ public:
+  explicit EvaluationJobs(SharedDatabase& db) : db_(db) {}
+  ~EvaluationJobs() { join_all(); }
+  EvaluationJobs(const EvaluationJobs&) = delete;
+  EvaluationJobs& operator=(const EvaluationJobs&) = delete;
+
+  // Runs `evaluate` on a thread of its own; the record it returns is stored (unless stopped)
+  // and handed back by wait().
+  void launch(std::int64_t generation, std::function<ProgramRecord()> evaluate);
+  // Waits up to `timeout` for finished evaluations, or for `also` to hold; joins their threads
+  // and returns their records in the order they finished.
+  std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);
+  void wake();  // ends a wait early (another source of work has something)
+  int running() const { return int(threads_.size()); }
+
+  // Records the process groups of an evaluation (running, or ended) for the evaluator.
+  JobObserver observer();
+  // Stop: no result counts from now on (a run we killed is not a result), and every process
+  // group still running is killed.
+  void stop(Evaluator& evaluator);
+  bool stopped() const { return discard_; }
+  void join_all();
+
+ private:
+  SharedDatabase& db_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<ProgramRecord> finished_;
+  std::map<std::int64_t, std::thread> threads_;  // by generation; joined when collected
+  std::map<long, std::string> process_groups_;   // pgid -> what; guarded by the database lock
+  std::atomic<bool> discard_{false};
+};
+
+}  // namespace braid

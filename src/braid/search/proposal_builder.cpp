@@ -1,0 +1,158 @@
+#include "braid/search/proposal_builder.hpp"
+
+#include <mutex>
+
+namespace braid {
+
+ProposalBuilder::ProposalBuilder(ProposalContext ctx) : ctx_(std::move(ctx)) {
+  if (ctx_.mutator.remote()) pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
+  steps_ = make_steps();
+  // The mutator steers away from knob vectors already evaluated or in flight.
+  ctx_.mutator.set_seen([this](const std::string& key) { return knob_key_taken(key, kMaxGenerations + 1); });
+}
+
+// The pool first: its threads may still be asking.
+ProposalBuilder::~ProposalBuilder() {
+  pool_.reset();
+  ctx_.mutator.set_seen({});
+}
+
+// What proposals on other threads may call (every function thread-safe).
+ProposalSteps ProposalBuilder::make_steps() {
+  ProposalSteps s;
+  s.cfg = &ctx_.cfg;
+  s.run_seed = ctx_.run_seed;
+  s.mutator = &ctx_.mutator;
+  s.make_record = ctx_.make_record;
+  s.similarity = [this](const std::vector<float>& e, std::size_t rows, std::string* nearest) {
+    std::shared_lock lock(ctx_.pop_mutex);
+    return ctx_.pop.max_similarity(e, nearest, rows);
+  };
+  s.code_of = [this](const std::string& id) -> std::optional<std::string> {
+    if (auto r = ctx_.db.get(id)) return std::move(r->code);
+    return std::nullopt;
+  };
+  s.novelty_judge = ctx_.novelty_judge;
+  s.record_attempt = [this](const AttemptRecord& a) {
+    ctx_.db.with([&](ProgramDatabase& db) { db.insert_attempt(a); });
+  };
+  s.stopping = [this] { return ctx_.stopping() || (pool_ && pool_->cancelled()); };
+  s.pool = pool_.get();
+  return s;
+}
+
+// Generation g's plan, parent and inspirations are copied now: the population holds exactly
+// the generations <= g - lag, whatever the timing.
+std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
+  ProposalSources src{ctx_.cfg,
+                      ctx_.run_seed,
+                      ctx_.pop,
+                      ctx_.archive,
+                      ctx_.selector,
+                      ctx_.seed_ids,
+                      ctx_.runnable_islands,
+                      [this](const std::string& id) { return ctx_.db.get(id); },
+                      ctx_.task,
+                      ctx_.language,
+                      ctx_.meta_recommendations};
+  PreparedProposal& p = *(proposing_[g] = prepare_proposal(src, g));
+  if (pool_) {
+    submit_ask(p);
+    return {};
+  }
+  std::optional<SettledProposal> out;
+  do ask(p, steps_);
+  while (!(out = settle(p)));
+  proposing_.erase(g);
+  return {std::move(*out)};
+}
+
+void ProposalBuilder::submit_ask(PreparedProposal& p) {
+  PreparedProposal* raw = &p;  // lives in proposing_ (or dropped_) until the pool is gone
+  pool_->submit(p.generation, [this, raw] {
+    try {
+      ask(*raw, steps_);
+    } catch (...) {
+      raw->error = std::current_exception();
+    }
+  });
+}
+
+// The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
+// no candidate before it has; then the candidate is accepted, or the generation rejected.
+// Nullopt: asked again.
+std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p) {
+  const std::int64_t g = p.generation;
+  if (p.error) std::rethrow_exception(p.error);
+  if (p.cancelled) return SettledProposal{SettledProposal::Kind::Dropped, g, {}};  // proposed again on resume
+  if (!p.exhausted && p.knob_only) {
+    const std::string key = p.candidate->knob_key;
+    if (knob_key_taken(key, g)) {
+      p.last_text = p.candidate->code;
+      p.candidate.reset();
+      if (!count_failed_attempt(p, steps_, "novelty", "knob vector already evaluated: " + key)) return std::nullopt;
+      p.exhausted = true;
+    }
+  }
+  if (p.exhausted) return SettledProposal{SettledProposal::Kind::Rejected, g, rejected_record(p, steps_)};
+  ProgramRecord rec = accepted_record(p, ctx_.run_seed);
+  if (!rec.knob_key.empty()) pending_knob_keys_[g] = rec.knob_key;
+  return SettledProposal{SettledProposal::Kind::Accepted, g, std::move(rec)};
+}
+
+// Answered proposals are settled as they come, but a knob-only edit only once every
+// generation before it is settled, so it is checked against all their knob vectors and no
+// later one; meanwhile later candidates go on to evaluation.
+std::vector<SettledProposal> ProposalBuilder::settle_answered() {
+  std::vector<SettledProposal> out;
+  if (!pool_) return out;
+  for (std::int64_t g : pool_->take_finished()) asked_.insert(g);
+  for (auto it = proposing_.begin(); it != proposing_.end();) {
+    PreparedProposal& p = *it->second;
+    const bool first = it == proposing_.begin();
+    if (!asked_.count(it->first) || (p.knob_only && !p.exhausted && !p.error && !first)) {
+      ++it;
+      continue;
+    }
+    asked_.erase(it->first);
+    if (auto settled = settle(p)) {
+      out.push_back(std::move(*settled));
+      it = proposing_.erase(it);
+      if (first) it = proposing_.begin();  // the next may now be a knob-only edit's turn
+    } else {
+      submit_ask(p);
+      ++it;
+    }
+  }
+  return out;
+}
+
+std::vector<std::int64_t> ProposalBuilder::drop_all() {
+  if (pool_) pool_->cancel();
+  std::vector<std::int64_t> gens;
+  for (auto& [g, p] : proposing_) {
+    gens.push_back(g);
+    dropped_.push_back(std::move(p));
+  }
+  proposing_.clear();
+  asked_.clear();
+  return gens;
+}
+
+void ProposalBuilder::forget(std::int64_t g) { pending_knob_keys_.erase(g); }
+
+// Nothing after g is indexed while g is pending, so the population and the pending keys
+// before g are exactly what came before it.
+bool ProposalBuilder::knob_key_taken(const std::string& key, std::int64_t g) const {
+  if (ctx_.pop.knob_key_seen(key)) return true;
+  for (auto it = pending_knob_keys_.begin(); it != pending_knob_keys_.end() && it->first < g; ++it)
+    if (it->second == key) return true;
+  return false;
+}
+
+void ProposalBuilder::shutdown() {
+  pool_.reset();
+  dropped_.clear();
+}
+
+}  // namespace braid

@@ -1,0 +1,104 @@
+// The runner's proposals (search/proposal.hpp), from context to a candidate past the novelty
+// gate. Generation g's context (plan, parent, inspirations, meta recommendations) is prepared
+// from the population as it stands; the mutator is asked on a ProposalPool when it asks a remote
+// model, else at once; answers are settled in generation order, a knob-only edit only once
+// every generation before it is settled: it must bring a knob vector that no candidate before
+// it (indexed, or accepted and not yet indexed) has, so a replay repeats the outcome. The
+// mutator's own `seen` test (Mutator::set_seen) asks the same gate.
+// Search thread only; ask() runs on the pool's threads through thread-safe ProposalSteps.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "braid/mutate/mutator.hpp"
+#include "braid/search/archive.hpp"
+#include "braid/search/config.hpp"
+#include "braid/search/population.hpp"
+#include "braid/search/proposal.hpp"
+#include "braid/search/proposal_pool.hpp"
+#include "braid/search/selection.hpp"
+#include "braid/search/shared_database.hpp"
+
+namespace braid {
+
+// What proposals are built from; everything outlives the builder.
+struct ProposalContext {
+  const SearchConfig& cfg;
+  std::uint64_t run_seed;
+  const Population& pop;
+  std::shared_mutex& pop_mutex;  // held exclusively while the population grows
+  const Archive& archive;
+  const ParentSelector& selector;
+  const std::vector<std::string>& seed_ids;  // per island
+  const std::vector<int>& runnable_islands;
+  const std::string& task;
+  const std::string& language;
+  const std::string& meta_recommendations;  // as it stands when a proposal is prepared
+  Mutator& mutator;
+  SharedDatabase& db;
+  std::function<ProgramRecord(const std::string& code, std::int64_t generation, int island)> make_record;
+  std::function<bool(const std::string&, const std::vector<std::string>&)> novelty_judge;  // may be empty
+  std::function<bool()> stopping;                                                          // the run is stopping
+  std::function<void()> wake;  // an ask on the pool returned (called from its thread)
+};
+
+// A generation's proposal once settled.
+struct SettledProposal {
+  enum class Kind {
+    Accepted,  // `record` waits for an evaluation slot
+    Rejected,  // `record` is the generation's result (no attempt left), stored as it is
+    Dropped,   // the run is stopping: the generation is proposed again on resume
+  };
+  Kind kind = Kind::Dropped;
+  std::int64_t generation = 0;
+  ProgramRecord record;
+};
+
+class ProposalBuilder {
+ public:
+  explicit ProposalBuilder(ProposalContext ctx);
+  ~ProposalBuilder();
+  ProposalBuilder(const ProposalBuilder&) = delete;
+  ProposalBuilder& operator=(const ProposalBuilder&) = delete;
+
+  // Prepares generation g's proposal and asks for it: on the pool, or here and settled at once.
+  std::vector<SettledProposal> start(std::int64_t g);
+  // The answered proposals whose turn it is, settled lowest generation first.
+  std::vector<SettledProposal> settle_answered();
+  // Stopping: every proposal not yet settled is dropped; an answer still on its way is lost.
+  // Returns their generations.
+  std::vector<std::int64_t> drop_all();
+  // Generation g was indexed or dropped: its accepted knob vector is no longer pending here.
+  void forget(std::int64_t g);
+  // Whether a candidate of a generation before g (indexed, or accepted and not yet indexed)
+  // brought knob vector `key`.
+  bool knob_key_taken(const std::string& key, std::int64_t g) const;
+
+  bool concurrent() const { return pool_ != nullptr; }  // asks run on the pool
+  bool has_answers() const { return pool_ && pool_->has_finished(); }
+  int proposing() const { return int(proposing_.size()); }
+  PoolStats pool_stats() const { return pool_ ? pool_->stats() : PoolStats{}; }
+  // Joins the asks still on their way (their answers are dropped).
+  void shutdown();
+
+ private:
+  ProposalSteps make_steps();
+  void submit_ask(PreparedProposal& p);
+  std::optional<SettledProposal> settle(PreparedProposal& p);
+
+  ProposalContext ctx_;
+  ProposalSteps steps_;
+  std::map<std::int64_t, std::string> pending_knob_keys_;  // accepted, not yet indexed: generation -> knob key
+  std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing_;
+  std::set<std::int64_t> asked_;                            // generations of proposing_ whose ask has returned
+  std::vector<std::unique_ptr<PreparedProposal>> dropped_;  // may still be read by a pool thread
+  std::unique_ptr<ProposalPool> pool_;                      // declared last: destroyed (threads joined) first
+};
+
+}  // namespace braid

@@ -1,0 +1,178 @@
+// The runner's parts on their own: the goal tracker (best/, stop_when with re-runs that agree or
+// refute) and the meta journal (summaries every interval, recommendations for the prompts),
+// each against a real database and a scripted re-measurement, with no search around them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "braid/db/database.hpp"
+#include "braid/search/goal_tracker.hpp"
+#include "braid/search/meta_journal.hpp"
+#include "braid/util/fs.hpp"
+
+namespace braid {
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("braid_parts_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+ProgramRecord child(const std::string& id, std::int64_t generation, double score) {
+  ProgramRecord r;
+  r.id = id;
+  r.code = "// program " + id + "\n";
+  r.combined_score = score;
+  r.correct = true;
+  r.patch_type = "diff";
+  r.generation = generation;
+  return r;
+}
+
+// A goal tracker over a fresh run folder whose re-runs answer the scripted scores in turn.
+struct TrackerFixture {
+  std::filesystem::path dir;
+  ProgramDatabase raw;
+  SharedDatabase db{raw};
+  SearchConfig cfg;
+  Population pop;
+  std::vector<Confirmation> confirmations;
+  std::deque<double> reruns;
+  std::vector<std::string> labels;
+
+  explicit TrackerFixture(const std::string& name) : dir(fresh_dir(name)), raw(dir / "evolution.db") {
+    cfg.confirm_runs = 0;
+    cfg.noise_runs = 0;
+  }
+
+  GoalTracker tracker() {
+    GoalTrackerParts parts{
+        cfg,
+        dir,
+        dir / "program.cpp",
+        db,
+        {[this] { return confirmations; }, [this](const Confirmation& c) { confirmations.push_back(c); }},
+        [this](const std::string&, const std::string& label, const std::filesystem::path&) {
+          labels.push_back(label);
+          EvalResult r;
+          r.correct = true;
+          r.combined_score = reruns.front();
+          reruns.pop_front();
+          return r;
+        },
+        [] { return false; }};
+    return GoalTracker(std::move(parts), pop);
+  }
+
+  void index(GoalTracker& goals, const ProgramRecord& rec) {
+    raw.insert(rec);
+    ProgramSummary s = summary_of(rec);
+    goals.note_program(rec);
+    goals.apply_estimate(s);
+    pop.add(std::move(s));
+    goals.indexed(rec);
+  }
+};
+
+TEST(GoalTracker, BestFolderFollowsTheHighestUnconfirmedScoreWithoutReRuns) {
+  TrackerFixture f("best");
+  GoalTracker goals = f.tracker();
+  goals.load({});
+  f.index(goals, child("a", 1, 1.5));
+  f.index(goals, child("b", 2, 2.5));
+  f.index(goals, child("c", 3, 2.0));
+  ASSERT_TRUE(goals.best().has_value());
+  EXPECT_EQ(goals.best()->id, "b");
+  EXPECT_FALSE(goals.best()->confirmed);
+  EXPECT_EQ(read_file(f.dir / "best" / "program.cpp"), child("b", 2, 0).code);
+  json meta = json::parse(*f.raw.meta("best"));
+  EXPECT_EQ(meta["id"], "b");
+  EXPECT_TRUE(f.labels.empty());
+  EXPECT_FALSE(goals.target_reached());
+}
+
+TEST(GoalTracker, ConfirmedBestIsTheMedianOfItsReRuns) {
+  TrackerFixture f("confirm");
+  f.cfg.confirm_runs = 3;
+  f.reruns = {1.9, 2.1, 2.0};
+  GoalTracker goals = f.tracker();
+  goals.load({});
+  f.index(goals, child("a", 1, 2.4));
+  ASSERT_TRUE(goals.best().has_value());
+  EXPECT_TRUE(goals.best()->confirmed);
+  EXPECT_EQ(goals.best()->runs, 3);
+  EXPECT_DOUBLE_EQ(goals.best()->score, 2.0);
+  ASSERT_EQ(f.confirmations.size(), 1u);
+  EXPECT_TRUE(f.confirmations[0].promoted);
+  EXPECT_DOUBLE_EQ(f.pop.at(0).combined_score, 2.0);  // selection sees the median, not the lucky timing
+}
+
+TEST(GoalTracker, GoalIsReachedOnlyWhenReRunsAgreeAndARefutedProgramIsKept) {
+  TrackerFixture f("goal");
+  f.cfg.stop_when.metric = "combined_score";
+  f.cfg.stop_when.at_least = 2.0;
+  f.cfg.stop_when.confirm = 2;
+  f.reruns = {1.0, 1.2, 2.2, 2.4};  // a: refuted (median 1.2); b: agrees (median 2.2)
+  GoalTracker goals = f.tracker();
+  goals.load({});
+  f.index(goals, child("a", 1, 2.5));
+  EXPECT_FALSE(goals.target_reached());
+  EXPECT_EQ(json::parse(*f.raw.meta("target_refuted")).size(), 1u);
+  f.index(goals, child("b", 2, 2.1));
+  EXPECT_TRUE(goals.target_reached());
+  EXPECT_NE(goals.target_note().find("by b (generation 2)"), std::string::npos) << goals.target_note();
+  EXPECT_EQ(f.labels, (std::vector<std::string>{"a-confirm1", "a-confirm2", "b-confirm1", "b-confirm2"}));
+
+  // A resumed run reads the goal back instead of re-running anything.
+  GoalTracker again = f.tracker();
+  again.load({});
+  EXPECT_TRUE(again.target_reached());
+  EXPECT_EQ(again.target_note(), goals.target_note());
+}
+
+struct CountingSummarizer : MetaSummarizer {
+  std::vector<std::size_t> batches;
+  MetaUpdate summarize(const std::vector<ProgramRecord>& recent, const ProgramRecord* best, const json& memory,
+                       std::int64_t generation) override {
+    batches.push_back(recent.size());
+    return {fmt::format("batch of {}", recent.size()), json::object(), {"try " + std::to_string(generation)}};
+  }
+};
+
+TEST(MetaJournal, SummarizesEveryIntervalAndFeedsTheRecommendationsBack) {
+  auto dir = fresh_dir("meta");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  CountingSummarizer summarizer;
+  Population pop;
+  MetaJournal journal(dir, 2, &summarizer, db);
+  journal.load();
+  for (int g = 1; g <= 5; ++g) {
+    ProgramRecord rec = child("c" + std::to_string(g), g, 1.0 + g);
+    raw.insert(rec);
+    pop.add(summary_of(rec));
+    journal.note(rec);
+    journal.maybe_summarize(pop);
+  }
+  EXPECT_EQ(summarizer.batches, (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(journal.recommendations(), "1. try 4\n");
+  EXPECT_TRUE(std::filesystem::exists(dir / "meta_2.txt"));
+  EXPECT_EQ(raw.meta("last_meta_at").value_or(""), "4");
+
+  // Resume: the recommendations and where summaries left off come back.
+  MetaJournal resumed(dir, 2, &summarizer, db);
+  resumed.load();
+  EXPECT_EQ(resumed.recommendations(), "1. try 4\n");
+  resumed.maybe_summarize(pop);  // 5 done, last at 4: not yet
+  EXPECT_EQ(summarizer.batches.size(), 2u);
+}
+
+}  // namespace
+}  // namespace braid
