@@ -129,11 +129,14 @@ TEST(ConcurrentProposals, KillDuringProposalsLosesNoEvaluatedCandidate) {
   test::Proc p = test::start_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(),
                                     "--seed", "9", "--llm", "openai:gpt-4.1-mini@" + server.base_url()},
                                    root / "first.log");
-  // Killed once a child is stored while the model is answering other proposals.
+  // Killed once an evaluated child is stored while the model is answering other proposals (a
+  // child rejected before evaluation, e.g. a duplicate knob vector, does not count: it is the
+  // evaluated ones that must survive).
+  const std::string evaluated = kChildren + " AND failure_kind != 'rejected'";
   bool killed_mid_proposals = false;
   for (int i = 0; i < 2400 && !killed_mid_proposals; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (std::filesystem::exists(db) && count(db, "SELECT COUNT(*) " + kChildren) >= 1 && model.now.load() >= 1) {
+    if (std::filesystem::exists(db) && count(db, "SELECT COUNT(*) " + evaluated) >= 1 && model.now.load() >= 1) {
       ::kill(p.pid, SIGKILL);
       killed_mid_proposals = true;
     }
@@ -141,7 +144,7 @@ TEST(ConcurrentProposals, KillDuringProposalsLosesNoEvaluatedCandidate) {
   if (!killed_mid_proposals) ::kill(p.pid, SIGKILL);
   test::wait_exit(p);
   ASSERT_TRUE(killed_mid_proposals) << read_file(root / "first.log");
-  const std::string ids_sql = "SELECT id, code, combined_score " + kChildren + " AND failure_kind != 'rejected' ORDER BY id";
+  const std::string ids_sql = "SELECT id, code, combined_score " + evaluated + " ORDER BY id";
   auto before = rows(db, ids_sql);
   ASSERT_FALSE(before.empty());
 
