@@ -67,6 +67,8 @@
 
 #include "braid/runtime.cuh"
 
+// The parts, one concern each (braid/comm/, as NCCL's nccl_device/*.h under nccl_device.h);
+// the headers above stay for programs that came to rely on them through this one.
 #include "braid/comm/types.cuh"
 #include "braid/comm/topology.cuh"
 #include "braid/comm/issuer.cuh"

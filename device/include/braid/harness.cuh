@@ -71,6 +71,8 @@
 #include "braid/comm.cuh"
 #include "braid/runtime.cuh"
 
+// The parts, one concern each (braid/harness/, as NCCL's nccl_device/*.h under nccl_device.h);
+// the headers above stay for programs that came to rely on them through this one.
 #include "braid/harness/types.cuh"
 #include "braid/harness/context.cuh"
 #include "braid/harness/options.cuh"

@@ -2,8 +2,6 @@
 // placement) and what the platform offers. Part of braid/comm.cuh, whose contract applies.
 #pragma once
 
-
-
 namespace braid::dev {
 
 constexpr int kMaxLsaPeers = 8;

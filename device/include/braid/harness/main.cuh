@@ -1,4 +1,5 @@
-// braid/harness/main.cuh -- the frozen main of every program. Part of braid/harness.cuh, whose contract applies.
+// braid/harness/main.cuh -- the frozen main of every program. Part of braid/harness.cuh, whose
+// contract applies.
 #pragma once
 
 #include <cstdio>

@@ -1,6 +1,7 @@
-// braid/harness/plausibility.cuh -- whether a size's figures are physically believable: clocks
-// that agree, no foreign device work, no candidate faster than its bound allows. Every rank holds
-// the same gathered figures, so every rank decides alike. Part of braid/harness.cuh, whose contract applies.
+// braid/harness/plausibility.cuh -- whether a size's figures are physically believable: clocks that
+// agree, no foreign device work, no candidate faster than its bound allows. Every rank holds the
+// same gathered figures, so every rank decides alike. Part of braid/harness.cuh, whose contract
+// applies.
 #pragma once
 
 #include <algorithm>

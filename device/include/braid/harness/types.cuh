@@ -1,5 +1,6 @@
-// braid/harness/types.cuh -- types shared by workloads and candidates: element types, buffer
-// roles and specs, the problem a size poses, what a candidate requires. Part of braid/harness.cuh, whose contract applies.
+// braid/harness/types.cuh -- types shared by workloads and candidates: element types, buffer roles
+// and specs, the problem a size poses, what a candidate requires. Part of braid/harness.cuh, whose
+// contract applies.
 #pragma once
 
 #include <nccl.h>

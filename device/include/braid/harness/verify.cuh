@@ -1,5 +1,6 @@
 // braid/harness/verify.cuh -- device helpers behind verification (counter-based random inputs,
-// element-wise comparison, canary bands) and their host-side reads. Part of braid/harness.cuh, whose contract applies.
+// element-wise comparison, canary bands) and their host-side reads. Part of braid/harness.cuh,
+// whose contract applies.
 #pragma once
 
 #include <cuda_bf16.h>
