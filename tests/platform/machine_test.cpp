@@ -95,5 +95,41 @@ TEST(DeviceHeaders, TheRepositorysHeadersHaveContracts) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
 }
 
+// Parts live in folders below braid/ (braid/comm/*.cuh, as NCCL's nccl_device/*.h below
+// nccl_device.h): the prompts show the umbrella's contract, never a part's file comment.
+TEST(DeviceHeaders, PartsInFoldersAreNotContracts) {
+  auto dir = fresh_dir("parts");
+  fs::create_directories(dir / "braid" / "comm");
+  write_file_atomic(dir / "braid" / "comm.cuh",
+                    "// Comm: the contract.\n#pragma once\n#include \"braid/comm/copy.cuh\"\n");
+  write_file_atomic(dir / "braid" / "comm" / "copy.cuh", "// Copy: a part.\n#pragma once\n");
+  const auto contracts = device_header_contracts(dir);
+  ASSERT_EQ(contracts.size(), 1u);
+  EXPECT_EQ(contracts[0].name, "comm.cuh");
+  EXPECT_EQ(contracts[0].contract, "Comm: the contract.\n");
+  fs::remove_all(dir);
+}
+
+// The umbrella's contract speaks for all its parts: every braid/<umbrella>/*.cuh is included by
+// braid/<umbrella>.cuh, and the umbrella keeps the CONTRACT comment.
+TEST(DeviceHeaders, TheRepositorysUmbrellasIncludeEveryPart) {
+  const fs::path include = fs::path(BRAID_SOURCE_DIR) / "device" / "include";
+  const auto contracts = device_header_contracts(include);
+  for (const std::string umbrella : {"comm", "harness"}) {
+    const std::string text = read_file(include / "braid" / (umbrella + ".cuh"));
+    int parts = 0;
+    for (const auto& e : fs::directory_iterator(include / "braid" / umbrella)) {
+      const std::string line = "#include \"braid/" + umbrella + "/" + e.path().filename().string() + "\"";
+      EXPECT_NE(text.find(line), std::string::npos) << umbrella << ".cuh lacks " << line;
+      ++parts;
+    }
+    EXPECT_GT(parts, 1) << umbrella;
+    auto c = std::find_if(contracts.begin(), contracts.end(),
+                          [&](const HeaderContract& h) { return h.name == umbrella + ".cuh"; });
+    ASSERT_NE(c, contracts.end()) << umbrella;
+    EXPECT_NE(c->contract.find("CONTRACT (shown to the LLM as documentation)"), std::string::npos) << umbrella;
+  }
+}
+
 }  // namespace
 }  // namespace braid
