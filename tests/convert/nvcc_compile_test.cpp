@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "braid/convert/build_flags.hpp"
 #include "braid/convert/gate.hpp"
@@ -36,6 +37,33 @@ TEST_P(ConvertedCompiles, WithNvcc) {
   EXPECT_TRUE(r.ok) << r.error;
 }
 
+namespace {
+
+const std::string kPartInclude = "#include \"braid/converted/";
+
+// prelude.cuh with each of its parts (#include "braid/converted/<part>", in order) written out,
+// less the part's leading //! notes: what the embedding makes of the split header.
+std::string with_parts_inlined(const std::filesystem::path& dir) {
+  std::istringstream in(braid::read_file(dir / "prelude.cuh"));
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(kPartInclude, 0) != 0) {
+      out += line + "\n";
+      continue;
+    }
+    const std::size_t name = kPartInclude.size();
+    std::istringstream part(braid::read_file(dir / line.substr(name, line.find('"', name) - name)));
+    bool notes = true;
+    for (std::string l; std::getline(part, l);) {
+      notes = notes && l.rfind("//!", 0) == 0;
+      if (!notes) out += l + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 // The prelude's headers (device/include/braid/converted/) compile on their own, every replacement
 // instantiated (prelude_header.cu), and converted_prelude() inserts exactly their embedded text.
 TEST(PreludeHeader, CompilesWithNvcc) {
@@ -50,9 +78,32 @@ TEST(PreludeHeader, CompilesWithNvcc) {
 TEST(PreludeHeader, IsTheInsertedText) {
   const auto dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device/include/braid/converted";
   const std::string preamble = "\nnamespace braid_converted { constexpr int kCallSites = 3; }\n\n";
-  EXPECT_EQ(converted_prelude(3, false), preamble + braid::read_file(dir / "prelude.cuh"));
-  EXPECT_EQ(converted_prelude(3, true), preamble + braid::read_file(dir / "prelude.cuh") + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
+  const std::string prelude = with_parts_inlined(dir);
+  EXPECT_EQ(converted_prelude(3, false), preamble + prelude);
+  EXPECT_EQ(converted_prelude(3, true), preamble + prelude + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
   EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1; }\n", 0), 0u);
+}
+
+// prelude.cuh is split by concern into parts it includes; the inserted text is self-contained:
+// every part is in it (none left as an include or forgotten in the folder), no reader's note.
+TEST(PreludeHeader, InsertsEveryPartInline) {
+  const auto dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device/include/braid/converted";
+  const std::string umbrella = braid::read_file(dir / "prelude.cuh");
+  const std::string inserted = converted_prelude(3, true);
+  EXPECT_EQ(inserted.find(kPartInclude), std::string::npos);
+  EXPECT_EQ(inserted.find("\n//!"), std::string::npos);
+  int parts = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    if (file == "prelude.cuh" || file == "prelude_harness.cuh") continue;
+    ++parts;
+    EXPECT_NE(umbrella.find(kPartInclude + file + "\""), std::string::npos) << file << " is not included by prelude.cuh";
+  }
+  EXPECT_GT(parts, 1);
+  for (const char* def : {"struct State {", "struct Shape {", "inline void teardown(", "void __launch_bounds__(1024) broadcast_kernel(",
+                          "void __launch_bounds__(1024) reduce_kernel(", "void __launch_bounds__(1024) p2p_kernel(",
+                          "inline ncclResult_t all_gather(", "inline ncclResult_t flush_p2p("})
+    EXPECT_NE(inserted.find(def), std::string::npos) << def;
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,

@@ -184,7 +184,10 @@ TEST(RewriteLoop, FoldsTheGeneratedBlockAndPutsItBack) {
   EXPECT_NE(folded.text.find("BRAID_NCCL(braid_converted::all_reduce<0>(grads"), std::string::npos);
   EXPECT_EQ(unfold_prelude(folded.text, folded), f.rules.source);
   EXPECT_GT(folded.prelude_lines, 100);
-  for (const char* decl : {"sym_malloc(", "sym_free(", "all_reduce(", "all_gather(", "broadcast(", "group_end(", "comm_destroy("})
+  // Every replacement a rewrite may call, whichever part of the split prelude declares it.
+  for (const char* decl : {"sym_malloc(", "sym_nccl_alloc(", "sym_free(", "sym_nccl_free(", "comm_destroy(", "comm_finalize(",
+                           "all_gather(", "all_reduce(", "reduce_scatter(", "broadcast(", "bcast(", "all_to_all(", "send(", "recv(",
+                           "group_start(", "group_end("})
     EXPECT_NE(folded.api.find(decl), std::string::npos) << decl;
   EXPECT_EQ(folded.api.find("first_barrier("), std::string::npos);  // internals are not its interface
   // An answer that wrote the block out itself is taken as it is; nothing to fold is left alone.

@@ -15,7 +15,7 @@
 //     `...all_gather<BraidSiteN>` (one template argument: it may sit in a one-argument macro; for
 //     a send/recv group: its group_end<N>; a group of collectives only gets no knobs there). The
 //     defaults (Cta, 0, 0, Lsa) are the prelude's Shape<> defaults, which take exactly the rules'
-//     launch (device/include/braid/converted/prelude.cuh: rule_shape), so gen0 behaves as the converted program.
+//     launch (device/include/braid/converted/prelude_shape.cuh: rule_shape), so gen0 behaves as the converted program.
 //   * a block `comm_N` around each call's statement and the statements next to it in the same
 //     scope (kernel launches, cuBLAS and other compute calls, stream-ordered async copies),
 //     bounded by anything that must stay frozen: braid:input/output annotations, host

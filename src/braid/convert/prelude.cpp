@@ -1,8 +1,9 @@
 // The text that `braid convert` inserts after a program's includes: a generated preamble (the
-// program's number of call sites), then device/include/braid/converted/prelude.cuh (stage A
-// infrastructure and the stage B replacements built from braid's primitives, comm.cuh) and, for
-// harness programs, prelude_harness.cuh. Both are embedded at build time (prelude_files.hpp), so
-// the text is the header's as nvcc compiles it in tests/convert/nvcc_compile_test.cpp.
+// program's number of call sites), then device/include/braid/converted/prelude.cuh with its parts
+// written out (stage A infrastructure and the stage B replacements built from braid's primitives,
+// comm.cuh) and, for harness programs, prelude_harness.cuh. Both are embedded at build time
+// (prelude_files.hpp), so the text is the headers' as nvcc compiles them in
+// tests/convert/nvcc_compile_test.cpp.
 #include <fmt/format.h>
 
 #include "braid/convert/prelude_files.hpp"

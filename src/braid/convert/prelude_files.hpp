@@ -1,5 +1,6 @@
-// The files of device/include/braid/converted/ (prelude.cuh, prelude_harness.cuh), embedded at
-// build time by cmake/embed_templates.cmake: the text converted_prelude() inserts.
+// The files of device/include/braid/converted/ (prelude.cuh with its prelude_*.cuh parts written
+// out in place, prelude_harness.cuh), embedded at build time by cmake/embed_templates.cmake: the
+// text converted_prelude() inserts.
 #pragma once
 #include <string>
 #include <utility>

@@ -1,0 +1,59 @@
+//! Part of braid convert's prelude: teardown and the communicator creation/destruction wrappers
+//! (stage A). prelude.cuh includes it inside namespace braid_converted, after the parts before it:
+//! a fragment, not a header of its own. The embedding (cmake/embed_templates.cmake) writes it out
+//! in place and drops these //! lines.
+// Teardown in the order NCCL needs: device communicator, windows (allocation order), then the
+// communicator; memory is freed by the program's own (converted) frees.
+inline void teardown(ncclComm_t comm) {
+  State& s = state();
+  if (s.comm != comm) return;
+  if (s.dc_made) ncclDevCommDestroy(comm, &s.dc);
+  s.dc_made = false;
+  for (Allocation& a : s.allocations)
+    if (a.win != nullptr && !a.external) {
+      ncclCommWindowDeregister(comm, a.win);
+      a.win = nullptr;
+    }
+  if (s.mailbox_win != nullptr) ncclCommWindowDeregister(comm, s.mailbox_win);
+  if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
+  if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
+  if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
+  s.dev_windows = nullptr;
+  s.dev_plans = nullptr;
+  s.mailbox = nullptr;
+  s.mailbox_win = nullptr;
+  s.comm = nullptr;
+  s.bound_at_creation = false;
+}
+// Creation of the converted communicator: every rank passes here, so the runtime binds to it now
+// (windows of the symmetric allocations so far, the mailbox, the device communicator), and later
+// symmetric allocations register at once. Point-to-point calls, which run on some ranks only,
+// then never need a collective step of their own.
+inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
+  if (r != ncclSuccess || comm == nullptr) return r;  // NCCL_SPLIT_NOCOLOR: this rank has no communicator
+  State& s = state();
+  if (s.comm != nullptr) return r;
+  ensure(comm);
+  s.bound_at_creation = true;
+  return r;
+}
+inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  return bind_created(r, *comm);
+}
+inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommInitRankConfig(comm, nranks, id, rank, config);
+  return bind_created(r, *comm);
+}
+inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
+  return bind_created(r, *comm);
+}
+inline ncclResult_t comm_destroy(ncclComm_t comm) {
+  teardown(comm);
+  return ncclCommDestroy(comm);
+}
+inline ncclResult_t comm_finalize(ncclComm_t comm) {
+  teardown(comm);
+  return ncclCommFinalize(comm);
+}
