@@ -263,7 +263,8 @@ json RunReader::overview() {
     bool any = false;
     for (const char* key : {"target_reached", "target_refuted"}) {
       auto text = db_->meta(key);
-      json v = text ? json::parse(*text, nullptr, false) : json::value_t::discarded;
+      if (!text) continue;
+      json v = json::parse(*text, nullptr, false);
       if (v.is_discarded()) continue;
       any = true;
       if (std::string_view(key) == "target_reached") goal["reached"] = v;
