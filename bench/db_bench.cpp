@@ -4,7 +4,6 @@
 // The populated databases are built once (bulk insert in one transaction) and cached under
 // $TMPDIR/braid_bench/, so later runs start at once; delete the folder to rebuild them.
 #include <benchmark/benchmark.h>
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,12 +35,7 @@ void BM_InsertOne(benchmark::State& state) {
     db.insert(r);
   }
   // Restore the cached database to its size for the next benchmark.
-  {
-    std::string sql = "DELETE FROM programs WHERE generation >= " + std::to_string(programs);
-    char* error = nullptr;
-    sqlite3_exec(db.handle(), sql.c_str(), nullptr, nullptr, &error);
-    sqlite3_free(error);
-  }
+  db.delete_generations_from(programs);
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_InsertOne)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMicrosecond);

@@ -3,7 +3,6 @@
 // check (knob vector + embedding scan), the insert of the child, and the population and archive
 // updates. Evaluation itself is excluded. Goal: < 10 ms at 10k, growing no faster than linearly.
 #include <benchmark/benchmark.h>
-#include <sqlite3.h>
 
 #include "braid/db/database.hpp"
 #include "braid/search/archive.hpp"
@@ -51,8 +50,7 @@ void BM_GenerationBookkeeping(benchmark::State& state) {
   }
   state.counters["programs"] = double(programs);
   // Leave the cached database as it was.
-  sqlite3_exec(db.handle(), ("DELETE FROM programs WHERE generation >= " + std::to_string(programs)).c_str(), nullptr,
-               nullptr, nullptr);
+  db.delete_generations_from(programs);
 }
 BENCHMARK(BM_GenerationBookkeeping)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 

@@ -69,7 +69,7 @@ struct Fixture {
     s.prices = {{"coder", {1.0, 2.0}}};
     LlmRuntimeOptions opt;
     opt.sleep = [](double) {};
-    rt = make_llm_runtime(s, "local:coder@" + server.base_url(), db->handle(), dir, "Make work() fast.", "cpp", opt);
+    rt = make_llm_runtime(s, "local:coder@" + server.base_url(), db.get(), dir, "Make work() fast.", "cpp", opt);
   }
   ~Fixture() { std::filesystem::remove_all(dir); }
 

@@ -76,7 +76,7 @@ TEST(Trust, LuckyMeasurementIsNotReportedAsTheBest) {
     EXPECT_GE(best->runs, 3);  // 3 of its own, 3 more each time it defended its place
     // The lucky program was re-measured: its figure is 1.2, not 5.
     bool seen = false;
-    for (const auto& c : load_confirmations(db.handle()))
+    for (const auto& c : load_confirmations(db))
       if (c.id == lucky_id) {
         seen = true;
         EXPECT_EQ(c.first, 5.0);

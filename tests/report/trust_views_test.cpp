@@ -35,7 +35,7 @@ struct TrustRun {
 TrustRun make_trust_run(const fs::path& dir, const std::string& workload_dir) {
   TrustRun t{test::make_synthetic_run(dir, 120, 2, 600, false), "", ""};
   ProgramDatabase db(dir / "evolution.db");
-  ensure_confirmation_table(db.handle());
+  ensure_confirmation_table(db);
   t.confirmed_id = t.run.best_id;
   ProgramQuery top;
   top.correct = true;
@@ -48,8 +48,8 @@ TrustRun make_trust_run(const fs::path& dir, const std::string& workload_dir) {
     }
   Confirmation good{t.confirmed_id, "h1", 4.0, {3.1, 3.3, 3.2}, t.run.seed_id, "h0", {1.6, 1.7, 1.65}, true, "median 3.2 vs incumbent 1.65", 1.7e9};
   Confirmation bad{t.refuted_id, "h2", 3.9, {1.5, 1.6, 1.55}, t.confirmed_id, "h1", {3.2, 3.25, 3.3}, false, "median 1.55 vs incumbent 3.25", 1.7e9};
-  store_confirmation(db.handle(), good);
-  store_confirmation(db.handle(), bad);
+  store_confirmation(db, good);
+  store_confirmation(db, bad);
   db.set_meta("best", json{{"id", t.confirmed_id}, {"score", 3.2}, {"runs", 3}, {"spread", 0.0625}, {"confirmed", true}}.dump());
   db.set_meta("noise", json{{"id", t.run.seed_id}, {"samples", {1.6, 1.7, 1.65}}, {"median", 1.65}, {"spread", 0.06}}.dump());
   db.set_meta("rebench", json{{"round", 1}, {"runs", 2}, {"rows", {{{"id", t.confirmed_id}, {"scores", {3.0, 3.1}}, {"median", 3.05}}}}}.dump());

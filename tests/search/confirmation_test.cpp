@@ -75,15 +75,15 @@ TEST(Confirmation, StoredReadBackAndRankedByTrustedScore) {
   db.insert(program("aaaa1111", "// lucky\n", 5.0));
   db.insert(program("aaaa2222", "// steady\n", 2.0));
   db.insert(program("bbbb3333", "// slow\n", 1.0));
-  EXPECT_TRUE(load_confirmations(db.handle()).empty());
+  EXPECT_TRUE(load_confirmations(db).empty());
   auto old_best = reported_best(db);
   ASSERT_TRUE(old_best);
   EXPECT_EQ(old_best->record.id, "aaaa1111");
   EXPECT_FALSE(old_best->confirmed);
   EXPECT_EQ(old_best->describe(), "5 (single measurement)");
 
-  ensure_confirmation_table(db.handle());
-  ensure_confirmation_table(db.handle());  // idempotent (resume)
+  ensure_confirmation_table(db);
+  ensure_confirmation_table(db);  // idempotent (resume)
   Confirmation c;
   c.id = "aaaa1111";
   c.code_hash = hash_hex("// lucky\n");
@@ -94,8 +94,8 @@ TEST(Confirmation, StoredReadBackAndRankedByTrustedScore) {
   c.against_samples = {2.0, 2.1, 1.9};
   c.promoted = false;
   c.why = "median 1.2 vs incumbent 2";
-  store_confirmation(db.handle(), c);
-  auto back = load_confirmations(db.handle());
+  store_confirmation(db, c);
+  auto back = load_confirmations(db);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].samples, c.samples);
   EXPECT_EQ(back[0].against_samples, c.against_samples);

@@ -12,7 +12,6 @@
 #include <random>
 
 #include <fmt/format.h>
-#include <sqlite3.h>
 #include <spdlog/spdlog.h>
 
 #include "braid/cli/command.hpp"
@@ -95,17 +94,7 @@ bool run_was_started(const std::filesystem::path& db_file) {
   std::error_code ec;
   if (std::filesystem::file_size(db_file, ec) == 0 && !ec) return false;
   if (std::filesystem::exists(db_file.string() + "-journal")) return false;
-  sqlite3* raw = nullptr;
-  std::int64_t tables = -1;
-  if (sqlite3_open_v2(db_file.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM sqlite_master", -1, &st, nullptr) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-      tables = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-  }
-  sqlite3_close_v2(raw);
-  if (tables == 0) return false;
+  if (schema_object_count(db_file) == 0) return false;
   ProgramDatabase db(db_file, DbAccess::ReadOnly);  // UserError naming a damaged/foreign file
   return db.meta("config").has_value() || db.count() > 0;
 }

@@ -4,7 +4,6 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <sqlite3.h>
 
 #include "braid/cli/command.hpp"
 #include "braid/cli/run_setup.hpp"
@@ -41,14 +40,7 @@ std::string short_knobs(const std::string& key, std::size_t width) {
 
 // Counts by failure kind straight from SQL (no whole-table load), and the LLM ledger's totals.
 void print_totals(ProgramDatabase& db) {
-  std::map<std::string, long> counts;
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db.handle(), "SELECT failure_kind, COUNT(*) FROM programs GROUP BY failure_kind", -1, &st,
-                         nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW)
-      counts[reinterpret_cast<const char*>(sqlite3_column_text(st, 0))] = sqlite3_column_int64(st, 1);
-  }
-  sqlite3_finalize(st);
+  const auto counts = db.failure_counts();
   std::string line = fmt::format("{} candidates:", db.count());
   for (auto& [k, v] : counts) line += fmt::format(" {} {}", v, k);
   json llm = llm_totals_from_db(db);

@@ -248,8 +248,23 @@ std::string read_only_sqlite_name(const std::filesystem::path& path, bool live_r
   return snapshot ? uri + "?immutable=1" : uri + "?mode=ro";
 }
 
+std::optional<std::int64_t> schema_object_count(const std::filesystem::path& path) {
+  sqlite3* raw = nullptr;
+  std::optional<std::int64_t> count;
+  if (sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(raw, "SELECT COUNT(*) FROM sqlite_master", -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+      count = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close_v2(raw);
+  return count;
+}
+
 ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess access) : path_(path) {
-  const bool read_only = access == DbAccess::ReadOnly;
+  const bool live = access == DbAccess::LiveReadOnly;
+  const bool read_only = access == DbAccess::ReadOnly || live;
   std::error_code size_ec;
   const bool exists = std::filesystem::exists(path);
   if (read_only && !exists) {
@@ -265,7 +280,7 @@ ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess acc
   std::string target = path.string();
   if (read_only) {
     flags |= SQLITE_OPEN_URI;
-    target = read_only_sqlite_name(path, /*live_reader=*/false);
+    target = read_only_sqlite_name(path, /*live_reader=*/live);
   }
   if (sqlite3_open_v2(target.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     std::string message = "cannot open database " + path.string() + ": " +
@@ -277,7 +292,7 @@ ProgramDatabase::ProgramDatabase(const std::filesystem::path& path, DbAccess acc
   try {
     // Waits for another connection's write (a second braid process, the web UI) instead of
     // failing at once with SQLITE_BUSY.
-    sqlite3_busy_timeout(db_, 10000);
+    sqlite3_busy_timeout(db_, live ? 5000 : 10000);
     sql::exec(db_, "PRAGMA foreign_keys = ON");
     // Reads through a memory map instead of a read() per page: summaries() of 100k programs
     // scans ~0.5 GB, and this halves its time. SQLite clamps the size to its compiled limit.

@@ -1,6 +1,7 @@
 // Plain value types stored in the program database.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,6 +84,96 @@ struct AttemptRecord {
   std::string reason;    // "patch", "novelty", "llm"
   std::string error;
   double created_at = 0.0;
+};
+
+// One confirmation of a would-be best by re-runs (search/confirmation.hpp says what it means);
+// a row of the confirmations table.
+struct ConfirmationRecord {
+  std::string id;                        // the candidate re-measured
+  std::string code_hash;
+  double first = 0.0;                    // the evaluation's own score
+  std::vector<double> samples;           // re-run scores
+  std::string against;                   // the incumbent re-measured beside it ("" if none)
+  std::string against_hash;
+  std::vector<double> against_samples;
+  bool promoted = false;
+  std::string why;
+  double created_at = 0.0;
+};
+
+// One LLM call as the cost ledger finished it (llm/ledger.hpp's CallRecord); a row of llm_calls.
+struct LlmCallRecord {
+  std::int64_t seq = 0;
+  std::string replay_key;
+  std::string purpose;
+  std::string model;
+  std::int64_t generation = -1;
+  std::int64_t tokens_in = 0;
+  std::int64_t tokens_out = 0;
+  double cost_usd = 0.0;
+  double latency_s = 0.0;
+  int attempts = 0;
+  std::string error_kind;
+  std::string error;
+  std::vector<std::string> retried_errors;
+  double created_at = 0.0;
+};
+
+// Sums over llm_calls; all zero when the run made no LLM call (no table).
+struct LlmCallTotals {
+  std::int64_t calls = 0;
+  std::int64_t tokens_in = 0;
+  std::int64_t tokens_out = 0;
+  double cost_usd = 0.0;
+  std::map<std::string, std::int64_t> errors;  // by kind: failed calls and retried attempts
+  std::int64_t errors_total = 0;
+};
+
+// The number of LLM calls and their cost, as any braid version wrote them (older tables name
+// the cost column `cost`); cost_usd is absent when the table has no cost column.
+struct LlmCallCost {
+  std::int64_t calls = 0;
+  std::optional<double> cost_usd;
+};
+
+// A Slurm job braid submitted for one evaluation (eval/slurm_jobs.hpp); a row of slurm_jobs.
+struct SlurmJobEntry {
+  std::string candidate_id;  // the evaluation (EvalRequest::candidate_id)
+  std::string job_id;
+  std::string code_hash;     // of the candidate's code and seed: adopt only the same evaluation
+  std::string job_dir;
+  std::string state = "submitted";  // submitted | collected | cancelled
+  int attempts = 1;          // submissions for this candidate (requeues add one)
+  double submitted_at = 0.0; // unix seconds of the latest submission
+  double updated_at = 0.0;
+};
+
+// One candidate's compact columns (no code, no JSON texts), as the live views list them.
+struct CandidateRow {
+  std::int64_t rowid = 0;
+  std::string id;
+  std::string parent_id;
+  std::string patch_type;
+  std::string model;
+  std::string archive_cell;
+  std::int64_t generation = 0;
+  int island = 0;
+  double score = 0.0;
+  bool correct = false;
+  std::string failure;           // failure kind as stored ("ok", "build_failed", ...)
+  double created_at = 0.0;
+  double cost_usd = 0.0;
+  bool in_archive = false;
+  std::optional<double> ratio_to_bound;  // public_metrics.ratio_to_bound when recorded
+  std::string knob_key;                  // "name=value;..." of the knobs it set ("" without knobs)
+  std::vector<std::pair<std::string, double>> metrics;  // numeric public metrics, by name
+};
+
+// A program's text with the figures shown beside a diff against it.
+struct ProgramCode {
+  std::string code;
+  double combined_score = 0.0;
+  std::int64_t generation = 0;
 };
 
 }  // namespace braid

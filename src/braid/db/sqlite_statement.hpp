@@ -1,5 +1,6 @@
-// Small RAII layer over the SQLite C API, private to db/ (and to modules that add tables
-// through ProgramDatabase::handle()). Errors become SystemError with SQLite's message.
+// Small RAII layer over the SQLite C API, private to db/ (search/runner.cpp still includes it
+// until it stops using the transitional ProgramDatabase::handle()). Errors become SystemError
+// with SQLite's message.
 #pragma once
 #include <sqlite3.h>
 

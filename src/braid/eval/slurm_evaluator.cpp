@@ -91,7 +91,7 @@ std::string SlurmEvaluator::describe() const {
 }
 
 void SlurmEvaluator::attach_run(ProgramDatabase& db, const fs::path& results_dir) {
-  ledger_ = std::make_unique<SlurmJobLedger>(db.handle());
+  ledger_ = std::make_unique<SlurmJobLedger>(db);
   results_dir_ = fs::absolute(results_dir);
 }
 

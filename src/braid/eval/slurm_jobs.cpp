@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "braid/db/sqlite_statement.hpp"
 #include "braid/eval/diagnostics.hpp"
 #include "braid/util/subprocess.hpp"
 
@@ -107,56 +106,16 @@ bool SlurmClient::cancel(const std::vector<std::string>& job_ids) const {
   return call(argv).ok;
 }
 
-SlurmJobLedger::SlurmJobLedger(sqlite3* db) : db_(db) {
-  sql::ConnectionLock lock(db_);
-  sql::exec(db_,
-            "CREATE TABLE IF NOT EXISTS slurm_jobs ("
-            " candidate_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, code_hash TEXT NOT NULL, job_dir TEXT NOT NULL,"
-            " state TEXT NOT NULL, attempts INTEGER NOT NULL, submitted_at REAL NOT NULL, updated_at REAL NOT NULL)");
-}
+SlurmJobLedger::SlurmJobLedger(ProgramDatabase& db) : db_(db) { db_.ensure_slurm_jobs_table(); }
 
-void SlurmJobLedger::put(const SlurmJobEntry& e) {
-  sql::ConnectionLock lock(db_);
-  sql::Statement st(db_,
-                    "INSERT OR REPLACE INTO slurm_jobs (candidate_id, job_id, code_hash, job_dir, state, attempts,"
-                    " submitted_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-  st.bind(1, e.candidate_id).bind(2, e.job_id).bind(3, e.code_hash).bind(4, e.job_dir).bind(5, e.state);
-  st.bind(6, e.attempts).bind(7, e.submitted_at).bind(8, e.updated_at);
-  st.run();
-}
-
-namespace {
-SlurmJobEntry entry_from(const sql::Statement& st) {
-  SlurmJobEntry e;
-  e.candidate_id = st.column_text(0);
-  e.job_id = st.column_text(1);
-  e.code_hash = st.column_text(2);
-  e.job_dir = st.column_text(3);
-  e.state = st.column_text(4);
-  e.attempts = int(st.column_int(5));
-  e.submitted_at = st.column_double(6);
-  e.updated_at = st.column_double(7);
-  return e;
-}
-constexpr const char* kColumns =
-    "SELECT candidate_id, job_id, code_hash, job_dir, state, attempts, submitted_at, updated_at FROM slurm_jobs ";
-}  // namespace
+void SlurmJobLedger::put(const SlurmJobEntry& e) { db_.put_slurm_job(e); }
 
 std::optional<SlurmJobEntry> SlurmJobLedger::find(const std::string& candidate_id) const {
-  sql::ConnectionLock lock(db_);
-  sql::Statement st(db_, std::string(kColumns) + "WHERE candidate_id = ?1");
-  st.bind(1, candidate_id);
-  if (!st.step()) return std::nullopt;
-  return entry_from(st);
+  return db_.slurm_job(candidate_id);
 }
 
 std::vector<SlurmJobEntry> SlurmJobLedger::with_state(const std::string& state) const {
-  sql::ConnectionLock lock(db_);
-  sql::Statement st(db_, std::string(kColumns) + "WHERE state = ?1 ORDER BY submitted_at");
-  st.bind(1, state);
-  std::vector<SlurmJobEntry> out;
-  while (st.step()) out.push_back(entry_from(st));
-  return out;
+  return db_.slurm_jobs_with_state(state);
 }
 
 }  // namespace braid

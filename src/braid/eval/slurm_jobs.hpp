@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-struct sqlite3;
+#include "braid/db/database.hpp"
 
 namespace braid {
 
@@ -50,29 +50,16 @@ class SlurmClient {
   double timeout_s_;
 };
 
-// A job braid submitted for one evaluation.
-struct SlurmJobEntry {
-  std::string candidate_id;  // the evaluation (EvalRequest::candidate_id)
-  std::string job_id;
-  std::string code_hash;     // of the candidate's code and seed: adopt only the same evaluation
-  std::string job_dir;
-  std::string state = "submitted";  // submitted | collected | cancelled
-  int attempts = 1;          // submissions for this candidate (requeues add one)
-  double submitted_at = 0.0; // unix seconds of the latest submission
-  double updated_at = 0.0;
-};
-
-// slurm_jobs in the run's database: written through the database's own connection (its
-// mutex keeps our statements apart from the search's transactions).
+// braid's jobs (SlurmJobEntry, db/record.hpp) in the run's database (table slurm_jobs).
 class SlurmJobLedger {
  public:
-  explicit SlurmJobLedger(sqlite3* db);
+  explicit SlurmJobLedger(ProgramDatabase& db);
   void put(const SlurmJobEntry& entry);
   std::optional<SlurmJobEntry> find(const std::string& candidate_id) const;
   std::vector<SlurmJobEntry> with_state(const std::string& state) const;
 
  private:
-  sqlite3* db_;
+  ProgramDatabase& db_;
 };
 
 }  // namespace braid

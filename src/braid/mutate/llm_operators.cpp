@@ -14,7 +14,7 @@ namespace braid {
 LlmOperators make_llm_operators(const LlmSettings& s, const std::string& llm_spec, ProgramDatabase& db,
                                 const std::filesystem::path& results_dir, const std::string& task_message,
                                 const std::string& language) {
-  auto rt = make_llm_runtime(s, llm_spec, db.handle(), results_dir, task_message, language);
+  auto rt = make_llm_runtime(s, llm_spec, &db, results_dir, task_message, language);
   LlmOperators ops;
   ops.mutator = std::make_unique<LlmMutator>(rt);
   ops.feedback = std::make_unique<LlmFeedbackAgent>(rt);

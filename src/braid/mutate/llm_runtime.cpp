@@ -1,7 +1,5 @@
 #include "braid/mutate/llm_runtime.hpp"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -97,7 +95,7 @@ std::string LlmRuntime::backend_context(const std::string& api_type) {
   return out;
 }
 
-std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::string& llm_spec, sqlite3* db,
+std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::string& llm_spec, ProgramDatabase* db,
                                              const std::filesystem::path& results_dir,
                                              const std::string& task_message, const std::string& language,
                                              LlmRuntimeOptions options) {
@@ -141,8 +139,11 @@ std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::st
   rt->ledger = std::make_shared<llm::CostLedger>(s.prices, s.max_api_cost);
   rt->db = db;
   if (db != nullptr) {
-    ensure_llm_calls_table(db);
-    rt->ledger->sink = [db](const llm::CallRecord& rec) { insert_llm_call(db, rec); };
+    db->ensure_llm_calls_table();
+    rt->ledger->sink = [db](const llm::CallRecord& rec) {
+      // The call already happened; losing its row (disk full) must not end the search.
+      if (auto error = db->insert_llm_call(llm_call_row(rec))) log::warn("llm_calls: cannot record call {}: {}", rec.seq, *error);
+    };
   }
   if (options.record) {
     std::filesystem::create_directories(results_dir);
@@ -195,103 +196,21 @@ std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::st
   return rt;
 }
 
-void ensure_llm_calls_table(sqlite3* db) {
-  const char* sql =
-      "CREATE TABLE IF NOT EXISTS llm_calls ("
-      " seq INTEGER, replay_key TEXT, purpose TEXT, model TEXT, generation INTEGER,"
-      " tokens_in INTEGER, tokens_out INTEGER, cost_usd REAL, latency_s REAL, attempts INTEGER,"
-      " error_kind TEXT, error TEXT, retried_errors TEXT, created_at REAL)";
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    throw SystemError("cannot create table llm_calls: " + msg);
-  }
+LlmCallRecord llm_call_row(const llm::CallRecord& rec) {
+  return {rec.seq,       rec.replay_key, rec.purpose,  rec.model,    rec.generation, rec.tokens_in,      rec.tokens_out,
+          rec.cost_usd,  rec.latency_s,  rec.attempts, rec.error_kind, rec.error,    rec.retried_errors, rec.created_at};
 }
 
-void insert_llm_call(sqlite3* db, const llm::CallRecord& rec) {
-  sqlite3_stmt* st = nullptr;
-  const char* sql =
-      "INSERT INTO llm_calls (seq, replay_key, purpose, model, generation, tokens_in, tokens_out, cost_usd,"
-      " latency_s, attempts, error_kind, error, retried_errors, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
-    log::warn("llm_calls: cannot record call {}: {}", rec.seq, sqlite3_errmsg(db));
-    return;
-  }
-  std::string retried = json(rec.retried_errors).dump();
-  sqlite3_bind_int64(st, 1, rec.seq);
-  sqlite3_bind_text(st, 2, rec.replay_key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 3, rec.purpose.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 4, rec.model.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 5, rec.generation);
-  sqlite3_bind_int64(st, 6, rec.tokens_in);
-  sqlite3_bind_int64(st, 7, rec.tokens_out);
-  sqlite3_bind_double(st, 8, rec.cost_usd);
-  sqlite3_bind_double(st, 9, rec.latency_s);
-  sqlite3_bind_int(st, 10, rec.attempts);
-  sqlite3_bind_text(st, 11, rec.error_kind.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 12, rec.error.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 13, retried.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_double(st, 14, rec.created_at);
-  // The call already happened; losing its row (disk full) must not end the search.
-  if (sqlite3_step(st) != SQLITE_DONE) log::warn("llm_calls: cannot record call {}: {}", rec.seq, sqlite3_errmsg(db));
-  sqlite3_finalize(st);
+void mark_llm_call_error(ProgramDatabase* db, const std::string& replay_key, const std::string& kind, const std::string& error) {
+  if (db != nullptr) db->mark_llm_call_error(replay_key, kind, error);
 }
 
-void mark_llm_call_error(sqlite3* db, const std::string& replay_key, const std::string& kind, const std::string& error) {
-  if (db == nullptr || replay_key.empty()) return;
-  sqlite3_stmt* st = nullptr;
-  const char* sql =
-      "UPDATE llm_calls SET error_kind = ?, error = ? WHERE rowid = (SELECT MAX(rowid) FROM llm_calls WHERE replay_key = ?)";
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) return;
-  sqlite3_bind_text(st, 1, kind.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, error.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 3, replay_key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_step(st);
-  sqlite3_finalize(st);
+json llm_totals_from_db(const ProgramDatabase& db) {
+  const LlmCallTotals t = db.llm_call_totals();
+  json errors = json::object();
+  for (const auto& [kind, n] : t.errors) errors[kind] = n;
+  return {{"calls", t.calls},       {"tokens_in", t.tokens_in}, {"tokens_out", t.tokens_out},
+          {"cost_usd", t.cost_usd}, {"errors", errors},         {"errors_total", t.errors_total}};
 }
-
-json llm_totals_from_handle(sqlite3* db) {
-  json out = {{"calls", 0}, {"tokens_in", 0}, {"tokens_out", 0}, {"cost_usd", 0.0}, {"errors", json::object()},
-              {"errors_total", 0}};
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
-                         " COALESCE(SUM(cost_usd),0) FROM llm_calls",
-                         -1, &st, nullptr) != SQLITE_OK)
-    return out;  // no table: the run made no LLM call
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    out["calls"] = sqlite3_column_int64(st, 0);
-    out["tokens_in"] = sqlite3_column_int64(st, 1);
-    out["tokens_out"] = sqlite3_column_int64(st, 2);
-    out["cost_usd"] = sqlite3_column_double(st, 3);
-  }
-  sqlite3_finalize(st);
-  std::int64_t total = 0;
-  if (sqlite3_prepare_v2(db, "SELECT error_kind, retried_errors FROM llm_calls", -1, &st, nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      auto text = [&](int c) {
-        auto* p = sqlite3_column_text(st, c);
-        return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
-      };
-      std::string kind = text(0);
-      if (!kind.empty()) {
-        out["errors"][kind] = out["errors"].value(kind, 0) + 1;
-        ++total;
-      }
-      json retried = json::parse(text(1), nullptr, false);
-      if (retried.is_array())
-        for (auto& k : retried) {
-          out["errors"][k.get<std::string>()] = out["errors"].value(k.get<std::string>(), 0) + 1;
-          ++total;
-        }
-    }
-    sqlite3_finalize(st);
-  }
-  out["errors_total"] = total;
-  return out;
-}
-
-json llm_totals_from_db(const ProgramDatabase& db) { return llm_totals_from_handle(db.handle()); }
 
 }  // namespace braid

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "braid/db/database.hpp"
 #include "braid/llm/client.hpp"
 #include "braid/llm/exchange_log.hpp"
 #include "braid/llm/hardware.hpp"
@@ -18,8 +19,6 @@
 #include "braid/llm/prompt_template.hpp"
 #include "braid/llm/settings.hpp"
 #include "braid/mutate/backend_reference.hpp"
-
-struct sqlite3;
 
 namespace braid {
 
@@ -36,7 +35,7 @@ struct LlmRuntime {
   std::unique_ptr<llm::ModelSelector> selector;     // over mutation_models
   std::unique_ptr<llm::PromptLibrary> prompts;
   llm::HardwareFacts hardware;
-  sqlite3* db = nullptr;                            // llm_calls rows; may be null
+  ProgramDatabase* db = nullptr;                    // llm_calls rows; may be null
 
   llm::LlmClient& client(const std::string& model);  // throws SystemError for an unknown model
   // Backend context for the system message (mutate/backend_reference.hpp): orientation, braid's
@@ -57,16 +56,15 @@ struct LlmRuntimeOptions {
 };
 
 // See make_llm_operators() for `llm_spec`. `db` may be null (no llm_calls rows).
-std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::string& llm_spec, sqlite3* db,
+std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::string& llm_spec, ProgramDatabase* db,
                                              const std::filesystem::path& results_dir,
                                              const std::string& task_message, const std::string& language,
                                              LlmRuntimeOptions options = {});
 
-// The llm_calls table: one row per call (tokens, cost, latency, attempts, error kind).
-void ensure_llm_calls_table(sqlite3* db);
-void insert_llm_call(sqlite3* db, const llm::CallRecord& rec);
+// The llm_calls row of a finished call (the cost ledger's sink).
+LlmCallRecord llm_call_row(const llm::CallRecord& rec);
 // A call whose answer proved unusable afterwards (no patch in it): its row gets that kind.
-void mark_llm_call_error(sqlite3* db, const std::string& replay_key, const std::string& kind, const std::string& error);
-json llm_totals_from_handle(sqlite3* db);
+// Nothing happens without a database.
+void mark_llm_call_error(ProgramDatabase* db, const std::string& replay_key, const std::string& kind, const std::string& error);
 
 }  // namespace braid

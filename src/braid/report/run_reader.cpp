@@ -2,7 +2,6 @@
 
 #include "braid/db/database.hpp"
 
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,7 +12,6 @@
 #include <regex>
 #include <set>
 
-#include "braid/db/sqlite_statement.hpp"
 #include "braid/report/candidate_columns.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/program/program.hpp"
@@ -25,11 +23,6 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Columns stored as JSON text; shown parsed so the UI can lay them out.
-bool is_json_column(std::string_view name) {
-  return name == "parent_ids" || name == "timings" || name == "public_metrics" || name == "private_metrics";
 }
 
 // Cascade level a candidate reached, from its failure kind: L1 build, L2 run + verify, L3 bench.
@@ -64,31 +57,12 @@ RunReader::RunReader(const std::filesystem::path& results_dir) : dir_(results_di
   if (!std::filesystem::exists(db_path_)) throw UserError(db_path_.string(), "no such database (has the run started?)");
   // Read-only: the UI never writes a run's database, even by accident.
   // In a read-only folder (where -wal/-shm cannot be created) it reads the file as immutable.
-  int rc = sqlite3_open_v2(read_only_sqlite_name(db_path_, /*live_reader=*/true).c_str(), &db_,
-                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = db_ ? sqlite3_errmsg(db_) : "cannot open";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw SystemError(db_path_.string() + ": " + msg);
-  }
-  sqlite3_busy_timeout(db_, 5000);
-  {
-    sql::Statement check(db_, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='programs'");
-    bool has_programs = check.step() && check.column_int(0) == 1;
-    if (!has_programs) {
-      sqlite3_close(db_);
-      db_ = nullptr;
-      throw UserError(db_path_.string(), "not a braid database (no programs table)");
-    }
-  }
+  db_ = std::make_unique<ProgramDatabase>(db_path_, DbAccess::LiveReadOnly);
   std::lock_guard lock(mutex_);
   refresh_locked();
 }
 
-RunReader::~RunReader() {
-  if (db_) sqlite3_close(db_);
-}
+RunReader::~RunReader() = default;
 
 std::string RunReader::name() const {
   auto abs = std::filesystem::absolute(dir_).lexically_normal();
@@ -104,8 +78,7 @@ bool RunReader::refresh() {
 
 bool RunReader::refresh_locked() {
   // data_version changes whenever another connection commits; reading it costs no I/O.
-  sql::Statement version(db_, "PRAGMA data_version");
-  std::int64_t v = version.step() ? version.column_int(0) : 0;
+  std::int64_t v = db_->data_version();
   bool changed = v != data_version_;
   data_version_ = v;
   std::size_t before = nodes_.size();
@@ -122,43 +95,8 @@ bool RunReader::refresh_locked() {
 }
 
 void RunReader::read_new_rows() {
-  const char* with_ratio =
-      "SELECT rowid, id, parent_id, patch_type, model, archive_cell, generation, island_idx, "
-      "combined_score, correct, failure_kind, created_at, cost_usd, in_archive, "
-      "CASE WHEN json_valid(public_metrics) THEN json_extract(public_metrics, '$.ratio_to_bound') END, knob_key, "
-      // Only the numeric top-level metrics (the candidate list's columns), never the large texts.
-      "CASE WHEN json_valid(public_metrics) AND json_type(public_metrics) = 'object' THEN (SELECT json_group_object(key, value) "
-      "FROM json_each(public_metrics) WHERE type IN ('integer', 'real')) END "
-      "FROM programs WHERE rowid > ? ORDER BY rowid";
-  sql::Statement rows(db_, with_ratio);
-  rows.bind(1, last_rowid_);
-  while (rows.step()) {
-    CandidateNode n;
-    n.rowid = rows.column_int(0);
-    n.id = rows.column_text(1);
-    n.parent_id = rows.column_text(2);
-    n.patch_type = rows.column_text(3);
-    n.model = rows.column_text(4);
-    n.archive_cell = rows.column_text(5);
-    n.generation = rows.column_int(6);
-    n.island = static_cast<int>(rows.column_int(7));
-    n.score = rows.column_double(8);
-    n.correct = rows.column_int(9) != 0;
-    n.failure = rows.column_text(10);
-    n.created_at = rows.column_double(11);
-    n.cost_usd = rows.column_double(12);
-    n.in_archive = rows.column_int(13) != 0;
-    if (!rows.column_is_null(14)) {
-      double r = rows.column_double(14);
-      if (std::isfinite(r)) n.ratio_to_bound = r;
-    }
-    n.knob_key = rows.column_text(15);
-    if (!rows.column_is_null(16)) {
-      json m = json::parse(rows.column_text(16), nullptr, false);
-      if (m.is_object())
-        for (auto& [k, v] : m.items())
-          if (v.is_number()) n.metrics.emplace_back(k, v.get<double>());
-    }
+  for (auto& row : db_->candidates_after(last_rowid_)) {
+    CandidateNode n{std::move(row)};
     last_rowid_ = std::max(last_rowid_, n.rowid);
     auto index = static_cast<std::uint32_t>(nodes_.size());
     if (!n.parent_id.empty()) {
@@ -184,10 +122,8 @@ void RunReader::read_new_rows() {
 void RunReader::refresh_archive_flags() {
   double started = now_seconds();
   std::vector<bool> member(nodes_.size(), false);
-  sql::Statement rows(db_, "SELECT rowid, id FROM programs WHERE in_archive = 1");
-  while (rows.step()) {
-    if (auto i = index_of(std::string(rows.column_text_view(1)))) member[*i] = true;
-  }
+  for (const auto& id : db_->archive_ids())
+    if (auto i = index_of(id)) member[*i] = true;
   for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].in_archive = member[i];
   double took = now_seconds() - started;
   archive_checked_at_ = now_seconds() + 20.0 * took;
@@ -201,10 +137,9 @@ std::optional<std::uint32_t> RunReader::index_of(const std::string& id) const {
 }
 
 json RunReader::meta_json(const char* key) const {
-  sql::Statement s(db_, "SELECT value FROM meta WHERE key = ?");
-  s.bind(1, key);
-  if (!s.step()) return nullptr;
-  json v = json::parse(s.column_text(0), nullptr, false);
+  auto text = db_->meta(key);
+  if (!text) return nullptr;
+  json v = json::parse(*text, nullptr, false);
   return v.is_discarded() ? json(nullptr) : v;
 }
 
@@ -316,19 +251,9 @@ json RunReader::overview() {
   j["has_ratio_to_bound"] = any_ratio;
   j["best"] = best_json();
   j["noise"] = meta_json("noise");  // the seed re-timed: {id, samples, median, spread}
-  if (auto seed_text = [&]() -> std::optional<std::string> {
-        sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'run_seed'");
-        if (s.step()) return s.column_text(0);
-        return std::nullopt;
-      }())
-    j["run_seed"] = *seed_text;
+  if (auto seed_text = db_->meta("run_seed")) j["run_seed"] = *seed_text;
   // `braid run`: the fast path's summary (rules, what was left, LLM rewrite, gate, annotation).
-  j["conversion"] = nullptr;
-  {
-    sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'conversion'");
-    if (s.step()) j["conversion"] = json::parse(s.column_text(0), nullptr, false);
-    if (j["conversion"].is_discarded()) j["conversion"] = nullptr;
-  }
+  j["conversion"] = meta_json("conversion");
 
   // stop_when: the candidate that met the run's goal (with its re-runs) and those whose re-runs
   // disagreed (meta target_reached / target_refuted, search/runner.cpp).
@@ -336,12 +261,13 @@ json RunReader::overview() {
   {
     json goal = {{"reached", nullptr}, {"refuted", json::array()}};
     bool any = false;
-    sql::Statement s(db_, "SELECT key, value FROM meta WHERE key IN ('target_reached', 'target_refuted')");
-    while (s.step()) {
-      json v = json::parse(s.column_text(1), nullptr, false);
+    for (const char* key : {"target_reached", "target_refuted"}) {
+      auto text = db_->meta(key);
+      if (!text) continue;
+      json v = json::parse(*text, nullptr, false);
       if (v.is_discarded()) continue;
       any = true;
-      if (s.column_text(0) == "target_reached") goal["reached"] = v;
+      if (std::string_view(key) == "target_reached") goal["reached"] = v;
       else if (v.is_object())
         for (auto& [code_hash, item] : v.items()) goal["refuted"].push_back(item);
     }
@@ -351,20 +277,9 @@ json RunReader::overview() {
   // LLM cost: the cost ledger's table when the run used one, else the per-candidate costs.
   json cost = {{"candidates_usd", candidate_cost}, {"llm_calls", nullptr}, {"llm_calls_usd", nullptr}};
   {
-    sql::Statement has(db_, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='llm_calls'");
-    if (has.step() && has.column_int(0) == 1) {
-      std::string cost_col;
-      sql::Statement cols(db_, "SELECT name FROM pragma_table_info('llm_calls')");
-      while (cols.step()) {
-        std::string c = cols.column_text(0);
-        if (c == "cost_usd" || (c == "cost" && cost_col.empty())) cost_col = c;
-      }
-      std::string q = "SELECT COUNT(*)" + (cost_col.empty() ? std::string() : ", TOTAL(" + cost_col + ")") + " FROM llm_calls";
-      sql::Statement sum(db_, q);
-      if (sum.step()) {
-        cost["llm_calls"] = sum.column_int(0);
-        if (!cost_col.empty()) cost["llm_calls_usd"] = sum.column_double(1);
-      }
+    if (auto calls = db_->llm_call_cost()) {
+      cost["llm_calls"] = calls->calls;
+      if (calls->cost_usd) cost["llm_calls_usd"] = *calls->cost_usd;
     }
   }
   j["cost"] = cost;
@@ -437,40 +352,9 @@ std::optional<json> RunReader::candidate(const std::string& id) {
     if (!only || id.empty()) return std::nullopt;
     full = nodes_[*only].id;
   }
-  sql::Statement row(db_, "SELECT * FROM programs WHERE id = ?");
-  row.bind(1, full);
-  if (!row.step()) return std::nullopt;
-  json rec = json::object();
-  // Column names come from the database itself so columns added later are shown too.
-  sql::Statement names(db_, "SELECT name FROM pragma_table_info('programs') ORDER BY cid");
-  int col = 0;
-  while (names.step()) {
-    std::string name = names.column_text(0);
-    if (name == "embedding") {
-      rec["embedding_dims"] = row.column_floats(col).size();
-    } else if (row.column_is_null(col)) {
-      rec[name] = nullptr;
-    } else if (is_json_column(name)) {
-      std::string text = row.column_text(col);
-      json parsed = json::parse(text, nullptr, false);
-      rec[name] = parsed.is_discarded() ? json(text) : parsed;
-    } else if (name == "code" || name == "id" || name == "parent_id" || name == "text_feedback" ||
-               name == "error_text" || name == "code_diff" || name == "failure_kind" || name == "patch_type" ||
-               name == "model" || name == "knob_key" || name == "archive_cell" || name == "migrated_from" ||
-               name == "system_msg_hash") {
-      rec[name] = row.column_text(col);
-    } else if (name == "combined_score" || name == "cost_usd" || name == "created_at") {
-      rec[name] = row.column_double(col);
-    } else if (name == "run_seed") {
-      rec[name] = std::to_string(static_cast<std::uint64_t>(row.column_int(col)));
-    } else {
-      std::string text = row.column_text(col);
-      char* end = nullptr;
-      long long v = std::strtoll(text.c_str(), &end, 10);
-      rec[name] = (end && *end == '\0' && !text.empty()) ? json(v) : json(text);
-    }
-    ++col;
-  }
+  auto stored = db_->program_columns(full);
+  if (!stored) return std::nullopt;
+  const json& rec = *stored;
   json j;
   j["record"] = rec;
   std::string failure = rec.value("failure_kind", std::string("ok"));
@@ -485,11 +369,9 @@ std::optional<json> RunReader::candidate(const std::string& id) {
   j["parent"] = nullptr;
   j["diff"] = nullptr;
   if (!parent_id.empty()) {
-    sql::Statement parent(db_, "SELECT code, combined_score, generation FROM programs WHERE id = ?");
-    parent.bind(1, parent_id);
-    if (parent.step()) {
-      j["parent"] = {{"id", parent_id}, {"score", parent.column_double(1)}, {"generation", parent.column_int(2)}};
-      j["diff"] = unified_diff(parent.column_text_view(0), rec.value("code", std::string()));
+    if (auto parent = db_->program_code(parent_id)) {
+      j["parent"] = {{"id", parent_id}, {"score", parent->combined_score}, {"generation", parent->generation}};
+      j["diff"] = unified_diff(parent->code, rec.value("code", std::string()));
     }
   }
   // Children, best first, capped: the tree view pages through the rest.
@@ -529,119 +411,6 @@ std::optional<json> RunReader::candidate(const std::string& id) {
     }
   }
   return j;
-}
-
-json RunReader::tree(const TreeQuery& q) {
-  std::lock_guard lock(mutex_);
-  refresh_locked();
-  json out = {{"nodes", json::array()}, {"edges", json::array()}, {"focus", nullptr}, {"total", nodes_.size()}};
-  if (nodes_.empty()) return out;
-  std::optional<std::uint32_t> focus = q.focus.empty() ? best_index() : index_of(q.focus);
-  if (!focus && q.focus.empty()) focus = 0;
-  if (!focus) return out;
-  out["focus"] = nodes_[*focus].id;
-
-  // Walk up to the top ancestor shown; the path down to the focus is always kept.
-  std::set<std::uint32_t> on_path = {*focus};
-  std::uint32_t top = *focus;
-  int up = 0;
-  while (up < std::max(0, q.up) && nodes_[top].parent_index >= 0) {
-    top = static_cast<std::uint32_t>(nodes_[top].parent_index);
-    on_path.insert(top);
-    ++up;
-  }
-  int max_depth = up + std::max(0, q.down);
-  int max_children = std::clamp(q.max_children, 1, 64);
-  std::size_t max_nodes = static_cast<std::size_t>(std::clamp(q.max_nodes, 1, 5000));
-
-  struct Placed {
-    std::uint32_t index;
-    int depth;
-    int parent_slot;  // index into `placed`, -1 for the top
-    std::vector<int> kids;
-    int hidden = 0;
-    double y = 0;
-  };
-  std::vector<Placed> placed;
-  placed.push_back({top, 0, -1, {}, 0, 0});
-  // Breadth first so a node budget cuts the deepest levels, not a whole branch.
-  for (std::size_t cursor = 0; cursor < placed.size(); ++cursor) {
-    auto idx = placed[cursor].index;
-    int depth = placed[cursor].depth;
-    const auto& kids = nodes_[idx].children;
-    if (depth >= max_depth) {
-      placed[cursor].hidden = static_cast<int>(kids.size());
-      continue;
-    }
-    std::vector<std::uint32_t> order(kids.begin(), kids.end());
-    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
-      bool pa = on_path.count(a), pb = on_path.count(b);
-      if (pa != pb) return pa;
-      if (nodes_[a].correct != nodes_[b].correct) return nodes_[a].correct;
-      return nodes_[a].score > nodes_[b].score;
-    });
-    int shown = 0;
-    for (auto child : order) {
-      if (shown >= max_children || placed.size() >= max_nodes) break;
-      placed.push_back({child, depth + 1, static_cast<int>(cursor), {}, 0, 0});
-      placed[cursor].kids.push_back(static_cast<int>(placed.size() - 1));
-      ++shown;
-    }
-    placed[cursor].hidden = static_cast<int>(kids.size()) - shown;
-  }
-  // Layered layout: leaves take consecutive rows in depth-first order; a parent sits at the
-  // middle of its children.
-  double next_row = 0;
-  std::vector<int> stack = {0};
-  std::vector<int> post;
-  std::vector<std::size_t> next_kid(placed.size(), 0);
-  while (!stack.empty()) {
-    int s = stack.back();
-    auto& p = placed[static_cast<std::size_t>(s)];
-    if (next_kid[static_cast<std::size_t>(s)] < p.kids.size()) {
-      stack.push_back(p.kids[next_kid[static_cast<std::size_t>(s)]++]);
-      continue;
-    }
-    stack.pop_back();
-    if (p.kids.empty()) {
-      p.y = next_row++;
-    } else {
-      p.y = (placed[static_cast<std::size_t>(p.kids.front())].y + placed[static_cast<std::size_t>(p.kids.back())].y) / 2;
-    }
-  }
-  for (const auto& p : placed) {
-    json n = node_json(nodes_[p.index]);
-    n["x"] = p.depth;
-    n["y"] = p.y;
-    n["hidden"] = p.hidden;
-    n["focus"] = p.index == *focus;
-    n["has_parent"] = nodes_[p.index].parent_index >= 0;
-    out["nodes"].push_back(std::move(n));
-    if (p.parent_slot >= 0)
-      out["edges"].push_back({{"from", nodes_[placed[static_cast<std::size_t>(p.parent_slot)].index].id},
-                              {"to", nodes_[p.index].id}});
-  }
-  out["rows"] = next_row;
-  out["depth"] = max_depth;
-  return out;
-}
-
-json RunReader::children(const std::string& id, int offset, int limit) {
-  std::lock_guard lock(mutex_);
-  refresh_locked();
-  json out = {{"id", id}, {"total", 0}, {"items", json::array()}};
-  auto i = index_of(id);
-  if (!i) return out;
-  auto kids = nodes_[*i].children;
-  std::sort(kids.begin(), kids.end(), [&](auto a, auto b) {
-    if (nodes_[a].correct != nodes_[b].correct) return nodes_[a].correct;
-    return nodes_[a].score > nodes_[b].score;
-  });
-  out["total"] = kids.size();
-  std::size_t start = static_cast<std::size_t>(std::max(0, offset));
-  std::size_t end = std::min(kids.size(), start + static_cast<std::size_t>(std::clamp(limit, 1, 500)));
-  for (std::size_t k = start; k < end; ++k) out["items"].push_back(node_json(nodes_[kids[k]]));
-  return out;
 }
 
 json RunReader::islands() {
@@ -719,10 +488,9 @@ json RunReader::best_knobs() {
   auto b = best_index();
   if (!b) return out;
   out["best"] = node_json(nodes_[*b]);
-  sql::Statement code(db_, "SELECT code FROM programs WHERE id = ?");
-  code.bind(1, nodes_[*b].id);
-  if (!code.step()) return out;
-  Program program = Program::parse(code.column_text(0), nodes_[*b].id);
+  auto code = db_->program_code(nodes_[*b].id);
+  if (!code) return out;
+  Program program = Program::parse(code->code, nodes_[*b].id);
   if (!program.ok()) {
     out["error"] = program.error()->message;
     return out;

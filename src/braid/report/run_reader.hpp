@@ -1,7 +1,7 @@
 // RunReader: a read-only, live view of one results folder (evolution.db, meta_N.txt,
 // meta_memory.json, gen_N/ logs) for `braid serve` and `braid report`.
 //
-// The database is opened with SQLITE_OPEN_READONLY while `braid evolve` may be writing it (WAL).
+// The database is opened read-only (DbAccess::LiveReadOnly) while `braid evolve` may be writing it (WAL).
 // Every candidate's compact columns (no code, no JSON blobs) are held in memory and extended
 // incrementally by rowid, so the lineage, curves and paged listings never reload the table;
 // heavy columns (code, diff, metrics, feedback) are read one candidate at a time by primary key.
@@ -11,38 +11,20 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "braid/db/record.hpp"
+#include "braid/db/database.hpp"
 #include "braid/util/json.hpp"
-
-struct sqlite3;
 
 namespace braid::report {
 
-// One candidate as kept in memory: only what listings, curves and the tree need.
-struct CandidateNode {
-  std::int64_t rowid = 0;
-  std::string id;
-  std::string parent_id;
-  std::string patch_type;
-  std::string model;
-  std::string archive_cell;
-  std::int64_t generation = 0;
-  int island = 0;
-  double score = 0.0;
-  bool correct = false;
-  std::string failure;           // failure kind as stored ("ok", "build_failed", ...)
-  double created_at = 0.0;
-  double cost_usd = 0.0;
-  bool in_archive = false;
-  std::optional<double> ratio_to_bound;  // public_metrics.ratio_to_bound when recorded
-  std::string knob_key;                  // "name=value;..." of the knobs it set ("" without knobs)
-  std::vector<std::pair<std::string, double>> metrics;  // numeric public metrics, by name
+// One candidate as kept in memory: its compact columns (db/record.hpp) and its place in the tree.
+struct CandidateNode : CandidateRow {
   std::int32_t parent_index = -1;        // index into nodes, -1 for seeds or unknown parents
   std::vector<std::uint32_t> children;   // indices into nodes, insertion order
 };
@@ -134,7 +116,7 @@ class RunReader {
 
   std::filesystem::path dir_;
   std::filesystem::path db_path_;
-  sqlite3* db_ = nullptr;
+  std::unique_ptr<ProgramDatabase> db_;
   std::mutex mutex_;
   std::vector<CandidateNode> nodes_;
   std::unordered_map<std::string, std::uint32_t> by_id_;
@@ -144,7 +126,6 @@ class RunReader {
   std::int64_t changes_ = 0;  // bumped on every refresh that read something (for polling)
   double archive_checked_at_ = 0.0;
   bool archive_dirty_ = false;
-  bool has_ratio_column_ = true;
 };
 
 }  // namespace braid::report

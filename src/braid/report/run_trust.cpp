@@ -1,7 +1,6 @@
 // RunReader's trust views: every candidate's measurements (the evaluation, the confirmation
 // re-runs of search/confirmation.hpp, `braid rebench`'s medians), the run's state, its workload
 // and the candidate export. Kept apart from run_reader.cpp, which reads and lays out the lineage.
-#include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,7 +15,6 @@
 
 #include <fmt/format.h>
 
-#include "braid/db/sqlite_statement.hpp"
 #include "braid/report/candidate_columns.hpp"
 #include "braid/report/run_reader.hpp"
 #include "braid/search/confirmation.hpp"
@@ -36,7 +34,7 @@ struct Trust {
   int rebench_runs = 0;
 };
 
-std::unordered_map<std::string, Trust> trust_by_id(sqlite3* db, const json& rebench) {
+std::unordered_map<std::string, Trust> trust_by_id(const ProgramDatabase& db, const json& rebench) {
   std::unordered_map<std::string, Trust> out;
   for (const auto& c : load_confirmations(db)) {
     Trust& t = out[c.id];
@@ -100,7 +98,7 @@ bool is_child(const CandidateNode& n) { return n.patch_type != "seed" && n.patch
 json RunReader::points() {
   std::lock_guard lock(mutex_);
   refresh_locked();
-  const auto trust = trust_by_id(db_, meta_json("rebench"));
+  const auto trust = trust_by_id(*db_, meta_json("rebench"));
   json seed = nullptr;
   std::int64_t failed = 0;
   std::vector<std::size_t> shown, singles;  // indices of correct candidates
@@ -147,7 +145,7 @@ json RunReader::points() {
 }
 
 void RunReader::add_trust_fields(json& items) const {
-  const auto trust = trust_by_id(db_, meta_json("rebench"));
+  const auto trust = trust_by_id(*db_, meta_json("rebench"));
   for (auto& item : items) {
     auto it = trust.find(item.at("id").get<std::string>());
     add_trust(item, it == trust.end() ? nullptr : &it->second);
@@ -198,17 +196,13 @@ json RunReader::state_locked() const {
 json RunReader::workload() {
   std::lock_guard lock(mutex_);
   json out = {{"workload_dir", nullptr}, {"workload", nullptr}, {"seed_hash", nullptr}};
-  {
-    sql::Statement s(db_, "SELECT value FROM meta WHERE key = 'workload_dir'");
-    if (s.step()) {
-      const std::filesystem::path dir = s.column_text(0);
-      out["workload_dir"] = dir.string();
-      out["workload"] = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
-    }
+  if (auto text = db_->meta("workload_dir")) {
+    const std::filesystem::path dir = *text;
+    out["workload_dir"] = dir.string();
+    out["workload"] = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   }
   // The seed's text: two runs of one folder whose seed differs do not measure the same thing.
-  sql::Statement seed(db_, "SELECT code FROM programs WHERE patch_type = 'seed' ORDER BY rowid LIMIT 1");
-  if (seed.step()) out["seed_hash"] = hash_hex(seed.column_text_view(0));
+  if (auto seed = db_->first_seed_code()) out["seed_hash"] = hash_hex(*seed);
   return out;
 }
 
@@ -219,7 +213,7 @@ json RunReader::export_json() {
 }
 
 json RunReader::export_locked() const {
-  const auto trust = trust_by_id(db_, meta_json("rebench"));
+  const auto trust = trust_by_id(*db_, meta_json("rebench"));
   json items = json::array();
   for (const auto& n : nodes_) {
     json j = node_json(n);

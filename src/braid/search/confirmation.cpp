@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "braid/db/sqlite_statement.hpp"
+#include "braid/db/transitional_raw.hpp"
 #include "braid/search/remeasure.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/hash.hpp"
@@ -13,18 +13,19 @@
 namespace braid {
 namespace {
 
-bool table_exists(sqlite3* db, const char* name) {
-  sql::Statement st(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
-  st.bind(1, name);
-  return st.step();
+Confirmation from_record(ConfirmationRecord r) {
+  return {std::move(r.id),      std::move(r.code_hash),       r.first,    std::move(r.samples), std::move(r.against),
+          std::move(r.against_hash), std::move(r.against_samples), r.promoted, std::move(r.why),     r.created_at};
 }
 
-std::vector<double> doubles_of(const std::string& text) {
-  std::vector<double> out;
-  json j = json::parse(text, nullptr, false);
-  if (j.is_array())
-    for (const auto& v : j)
-      if (v.is_number()) out.push_back(v.get<double>());
+ConfirmationRecord to_record(const Confirmation& c) {
+  return {c.id, c.code_hash, c.first, c.samples, c.against, c.against_hash, c.against_samples, c.promoted, c.why, c.created_at};
+}
+
+std::vector<Confirmation> from_records(std::vector<ConfirmationRecord> rows) {
+  std::vector<Confirmation> out;
+  out.reserve(rows.size());
+  for (auto& r : rows) out.push_back(from_record(std::move(r)));
   return out;
 }
 
@@ -40,47 +41,13 @@ double relative_spread(const std::vector<double>& values) {
 double Confirmation::estimate() const { return samples.empty() ? 0.0 : median(samples); }
 double Confirmation::spread() const { return relative_spread(samples); }
 
-void ensure_confirmation_table(sqlite3* db) {
-  sql::exec(db,
-            "CREATE TABLE IF NOT EXISTS confirmations ("
-            " program_id TEXT NOT NULL, code_hash TEXT NOT NULL, first REAL NOT NULL, samples TEXT NOT NULL,"
-            " against TEXT NOT NULL, against_hash TEXT NOT NULL, against_samples TEXT NOT NULL,"
-            " promoted INTEGER NOT NULL, why TEXT NOT NULL, created_at REAL NOT NULL)");
-}
+void ensure_confirmation_table(ProgramDatabase& db) { db.ensure_confirmations_table(); }
+void store_confirmation(ProgramDatabase& db, const Confirmation& c) { db.insert_confirmation(to_record(c)); }
+std::vector<Confirmation> load_confirmations(const ProgramDatabase& db) { return from_records(db.confirmations()); }
 
-void store_confirmation(sqlite3* db, const Confirmation& c) {
-  sql::ConnectionLock lock(db);
-  sql::Statement st(db,
-                    "INSERT INTO confirmations (program_id, code_hash, first, samples, against, against_hash, "
-                    "against_samples, promoted, why, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st.bind(1, c.id).bind(2, c.code_hash).bind(3, c.first).bind(4, json(c.samples).dump()).bind(5, c.against);
-  st.bind(6, c.against_hash).bind(7, json(c.against_samples).dump()).bind(8, c.promoted).bind(9, c.why).bind(10, c.created_at);
-  st.run();
-}
-
-std::vector<Confirmation> load_confirmations(sqlite3* db) {
-  std::vector<Confirmation> out;
-  sql::ConnectionLock lock(db);
-  if (!table_exists(db, "confirmations")) return out;
-  sql::Statement st(db,
-                    "SELECT program_id, code_hash, first, samples, against, against_hash, against_samples, promoted, why, "
-                    "created_at FROM confirmations ORDER BY rowid");
-  while (st.step()) {
-    Confirmation c;
-    c.id = st.column_text(0);
-    c.code_hash = st.column_text(1);
-    c.first = st.column_double(2);
-    c.samples = doubles_of(st.column_text(3));
-    c.against = st.column_text(4);
-    c.against_hash = st.column_text(5);
-    c.against_samples = doubles_of(st.column_text(6));
-    c.promoted = st.column_int(7) != 0;
-    c.why = st.column_text(8);
-    c.created_at = st.column_double(9);
-    out.push_back(std::move(c));
-  }
-  return out;
-}
+void ensure_confirmation_table(sqlite3* db) { transitional::ensure_confirmations_table(db); }
+void store_confirmation(sqlite3* db, const Confirmation& c) { transitional::insert_confirmation(db, to_record(c)); }
+std::vector<Confirmation> load_confirmations(sqlite3* db) { return from_records(transitional::confirmations(db)); }
 
 std::unordered_map<std::string, Estimate> estimates_by_code(const std::vector<Confirmation>& all) {
   std::unordered_map<std::string, Estimate> out;
@@ -135,7 +102,7 @@ std::optional<ReportedBest> reported_best(const ProgramDatabase& db) {
 }
 
 std::vector<RankedCandidate> rank_by_trusted_score(const ProgramDatabase& db, int limit) {
-  const auto estimates = estimates_by_code(load_confirmations(db.handle()));
+  const auto estimates = estimates_by_code(load_confirmations(db));
   ProgramQuery q;
   q.correct = true;
   q.order_by = "score";
@@ -193,13 +160,7 @@ std::optional<NoiseLevel> noise_level(const ProgramDatabase& db) {
 
 std::string resolve_candidate_id(const ProgramDatabase& db, const std::string& prefix, const std::string& origin) {
   if (prefix.empty()) throw UserError(origin, "empty candidate id");
-  std::vector<std::string> ids;
-  {
-    sql::ConnectionLock lock(db.handle());
-    sql::Statement st(db.handle(), "SELECT id FROM programs WHERE substr(id, 1, length(?1)) = ?1 ORDER BY id LIMIT 3");
-    st.bind(1, prefix);
-    while (st.step()) ids.push_back(st.column_text(0));
-  }
+  const std::vector<std::string> ids = db.ids_with_prefix(prefix, 3);
   if (std::find(ids.begin(), ids.end(), prefix) != ids.end()) return prefix;
   if (ids.empty()) throw UserError(origin, "no candidate with id " + prefix);
   if (ids.size() > 1)

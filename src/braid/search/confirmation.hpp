@@ -45,9 +45,15 @@ struct Confirmation {
 double relative_spread(const std::vector<double>& values);
 
 // Creates the table where absent (a read-write database; old runs gain it on resume).
+void ensure_confirmation_table(ProgramDatabase& db);
+void store_confirmation(ProgramDatabase& db, const Confirmation& c);
+// Every confirmation, oldest first; empty when the table is absent (a run from before).
+std::vector<Confirmation> load_confirmations(const ProgramDatabase& db);
+
+// TRANSITIONAL: the same on ProgramDatabase::handle(), for src/braid/search/runner.cpp only
+// until its calls pass the database itself (db/transitional_raw.hpp).
 void ensure_confirmation_table(sqlite3* db);
 void store_confirmation(sqlite3* db, const Confirmation& c);
-// Every confirmation, oldest first; empty when the table is absent (a run from before).
 std::vector<Confirmation> load_confirmations(sqlite3* db);
 
 // Per program text, the latest trusted estimate: the median of every re-run of that text

@@ -34,7 +34,7 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& recorded_results, 
     by_code_hash_.emplace(hash_hex(r.code), std::move(e));
   }
   // Re-measurements (noise, confirmations) by their labels, so a replay promotes the same bests.
-  for (const auto& c : load_confirmations(db.handle())) {
+  for (const auto& c : load_confirmations(db)) {
     auto answer = [&](const std::string& code_hash, const std::string& label, double score) {
       auto it = by_code_hash_.find(code_hash);
       if (it == by_code_hash_.end()) return;
