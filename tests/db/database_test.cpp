@@ -126,11 +126,15 @@ TEST_F(DatabaseTest, FreshDatabaseIsEmptyWithSchemaVersion) {
   EXPECT_EQ(db.integrity_check(), "ok");
 
   {
+    // WAL is a property of the file: another connection sees it.
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(db_path().c_str(), &other, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
     sqlite3_stmt* st = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(db.handle(), "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_prepare_v2(other, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
     ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
     EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
     sqlite3_finalize(st);
+    sqlite3_close(other);
   }
 }
 
@@ -399,22 +403,6 @@ TEST_F(DatabaseTest, JobsAddRemoveReplace) {
   db.remove_job(4242);  // absent: nothing to do
   ASSERT_EQ(db.jobs().size(), 1u);
   EXPECT_EQ(std::get<0>(db.jobs()[0]), 1234);
-}
-
-TEST_F(DatabaseTest, OtherModulesAddTablesThroughHandle) {
-  ProgramDatabase db(db_path());
-  char* error = nullptr;
-  ASSERT_EQ(sqlite3_exec(db.handle(), "CREATE TABLE IF NOT EXISTS llm_costs (model TEXT, usd REAL);"
-                                      "INSERT INTO llm_costs VALUES ('m', 0.5);",
-                         nullptr, nullptr, &error),
-            SQLITE_OK)
-      << error;
-  // insert() nests as a savepoint inside a transaction the caller opened on the handle.
-  ASSERT_EQ(sqlite3_exec(db.handle(), "BEGIN", nullptr, nullptr, nullptr), SQLITE_OK);
-  db.insert(make_record(1));
-  ASSERT_EQ(sqlite3_exec(db.handle(), "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
-  EXPECT_EQ(db.count(), 0);
-  EXPECT_EQ(db.integrity_check(), "ok");
 }
 
 TEST_F(DatabaseTest, ReadOnlyOpenSeesCommittedRowsAndCannotWrite) {

@@ -3,7 +3,6 @@
 
 #include "braid/db/database.hpp"
 #include "braid/db/sqlite_statement.hpp"
-#include "braid/db/transitional_raw.hpp"
 
 namespace braid {
 namespace {
@@ -77,9 +76,5 @@ std::vector<ConfirmationRecord> load_rows(sqlite3* db) {
 void ProgramDatabase::ensure_confirmations_table() { create_table(db_); }
 void ProgramDatabase::insert_confirmation(const ConfirmationRecord& c) { insert_row(db_, c); }
 std::vector<ConfirmationRecord> ProgramDatabase::confirmations() const { return load_rows(db_); }
-
-void transitional::ensure_confirmations_table(sqlite3* db) { create_table(db); }
-void transitional::insert_confirmation(sqlite3* db, const ConfirmationRecord& c) { insert_row(db, c); }
-std::vector<ConfirmationRecord> transitional::confirmations(sqlite3* db) { return load_rows(db); }
 
 }  // namespace braid

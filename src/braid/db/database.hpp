@@ -138,12 +138,6 @@ class ProgramDatabase {
   std::optional<SlurmJobEntry> slurm_job(const std::string& candidate_id) const;
   std::vector<SlurmJobEntry> slurm_jobs_with_state(const std::string& state) const;  // oldest submission first
 
-  // TRANSITIONAL, for src/braid/search/runner.cpp only (being split elsewhere): its calls move
-  // to ensure_confirmations_table(), confirmations(), insert_confirmation() (through
-  // search/confirmation.hpp) and correct_program_codes(), then this goes. Nothing else may use it
-  // (tests/db checks the connection's own settings through it).
-  sqlite3* handle() const { return db_; }
-
  private:
   sqlite3* db_ = nullptr;
   std::filesystem::path path_;

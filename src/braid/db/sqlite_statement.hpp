@@ -1,6 +1,5 @@
-// Small RAII layer over the SQLite C API, private to db/ (search/runner.cpp still includes it
-// until it stops using the transitional ProgramDatabase::handle()). Errors become SystemError
-// with SQLite's message.
+// Small RAII layer over the SQLite C API, private to db/ (every table and statement lives in
+// db/). Errors become SystemError with SQLite's message.
 #pragma once
 #include <sqlite3.h>
 

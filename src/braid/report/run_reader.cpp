@@ -12,9 +12,10 @@
 #include <regex>
 #include <set>
 
-#include "braid/report/candidate_columns.hpp"
+#include "braid/program/origin.hpp"
 #include "braid/program/patch.hpp"
 #include "braid/program/program.hpp"
+#include "braid/report/candidate_columns.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
@@ -213,8 +214,8 @@ json RunReader::status() {
     last_at = std::max(last_at, n.created_at);
   }
   json best = best_json();
-  return {{"name", name()}, {"count", nodes_.size()}, {"changes", changes_},
-          {"max_generation", max_gen}, {"last_at", last_at}, {"best", best}, {"state", state_locked()}};
+  return {{"name", name()},     {"count", nodes_.size()}, {"changes", changes_},    {"max_generation", max_gen},
+          {"last_at", last_at}, {"best", best},           {"state", state_locked()}};
 }
 
 json RunReader::overview() {
@@ -286,7 +287,8 @@ json RunReader::overview() {
   std::map<int, json> islands;
   for (const auto& n : nodes_) {
     auto& isl = islands[n.island];
-    if (isl.is_null()) isl = {{"island", n.island}, {"count", 0}, {"ok", 0}, {"best_score", nullptr}, {"best_id", nullptr}};
+    if (isl.is_null())
+      isl = {{"island", n.island}, {"count", 0}, {"ok", 0}, {"best_score", nullptr}, {"best_id", nullptr}};
     isl["count"] = isl["count"].get<std::int64_t>() + 1;
     if (n.failure == "ok") isl["ok"] = isl["ok"].get<std::int64_t>() + 1;
     if (n.correct && (isl["best_score"].is_null() || n.score > isl["best_score"].get<double>())) {
@@ -333,8 +335,8 @@ json RunReader::candidates(const CandidatePageQuery& q) {
     }
     add_trust_fields(items);
   }
-  return {{"total", picked.size()}, {"offset", offset}, {"limit", limit}, {"order", q.order}, {"items", items},
-          {"columns", column_names(nodes_)}};
+  return {{"total", picked.size()}, {"offset", offset}, {"limit", limit},
+          {"order", q.order},       {"items", items},   {"columns", column_names(nodes_)}};
 }
 
 std::optional<json> RunReader::candidate(const std::string& id) {
@@ -387,7 +389,7 @@ std::optional<json> RunReader::candidate(const std::string& id) {
   j["logs"] = json::array();
   // Work folders are gen_N/ (seeds: gen_0_island_I/) with logs/ and results/ inside.
   auto generation = rec.value("generation", std::int64_t{-1});
-  std::filesystem::path work = rec.value("patch_type", std::string()) == "seed"
+  std::filesystem::path work = origin_from(rec.value("patch_type", std::string())) == Origin::Seed
                                    ? dir_ / ("gen_0_island_" + std::to_string(rec.value("island_idx", 0)))
                                    : dir_ / ("gen_" + std::to_string(generation));
   std::vector<std::filesystem::path> folders = {work / "logs", work / "results", work};
@@ -420,12 +422,13 @@ json RunReader::islands() {
   for (const auto& n : nodes_) {
     auto& isl = by_island[n.island];
     if (isl.is_null())
-      isl = {{"island", n.island}, {"count", 0}, {"correct", 0}, {"archive", 0}, {"migrants", 0},
-             {"best_score", nullptr}, {"best_id", nullptr}, {"max_generation", 0}, {"failures", json::object()}};
+      isl = {{"island", n.island}, {"count", 0},          {"correct", 0},
+             {"archive", 0},       {"migrants", 0},       {"best_score", nullptr},
+             {"best_id", nullptr}, {"max_generation", 0}, {"failures", json::object()}};
     isl["count"] = isl["count"].get<std::int64_t>() + 1;
     if (n.correct) isl["correct"] = isl["correct"].get<std::int64_t>() + 1;
     if (n.in_archive) isl["archive"] = isl["archive"].get<std::int64_t>() + 1;
-    if (n.patch_type == "migrant") isl["migrants"] = isl["migrants"].get<std::int64_t>() + 1;
+    if (origin_from(n.patch_type) == Origin::Migrant) isl["migrants"] = isl["migrants"].get<std::int64_t>() + 1;
     isl["max_generation"] = std::max(isl["max_generation"].get<std::int64_t>(), n.generation);
     auto& f = isl["failures"][n.failure];
     f = f.is_null() ? 1 : f.get<std::int64_t>() + 1;
@@ -471,7 +474,8 @@ json RunReader::meta() {
     auto text = try_read_file(found[i].second);
     struct stat st {};
     double written_at = ::stat(found[i].second.c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0.0;
-    recs.push_back({{"n", found[i].first}, {"written_at", written_at}, {"text", text ? log_tail(*text, 64 * 1024) : ""}});
+    recs.push_back(
+        {{"n", found[i].first}, {"written_at", written_at}, {"text", text ? log_tail(*text, 64 * 1024) : ""}});
   }
   json memory = nullptr;
   if (auto text = try_read_file(dir_ / "meta_memory.json")) {
@@ -495,7 +499,8 @@ json RunReader::best_knobs() {
     out["error"] = program.error()->message;
     return out;
   }
-  for (const auto& k : program.knobs()) out["knobs"].push_back({{"name", k.name}, {"value", k.value}, {"domain", k.domain}});
+  for (const auto& k : program.knobs())
+    out["knobs"].push_back({{"name", k.name}, {"value", k.value}, {"domain", k.domain}});
   return out;
 }
 
@@ -554,8 +559,9 @@ std::vector<CandidateNode> RunReader::top_candidates(int limit) {
   for (std::uint32_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].correct) idx.push_back(i);
   std::size_t n = std::min(idx.size(), static_cast<std::size_t>(std::max(0, limit)));
-  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(),
-                    [&](auto a, auto b) { return nodes_[a].score != nodes_[b].score ? nodes_[a].score > nodes_[b].score : a < b; });
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(), [&](auto a, auto b) {
+    return nodes_[a].score != nodes_[b].score ? nodes_[a].score > nodes_[b].score : a < b;
+  });
   std::vector<CandidateNode> out;
   for (std::size_t k = 0; k < n; ++k) out.push_back(nodes_[idx[k]]);
   return out;

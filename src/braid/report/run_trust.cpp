@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "braid/program/origin.hpp"
 #include "braid/report/candidate_columns.hpp"
 #include "braid/report/run_reader.hpp"
 #include "braid/search/confirmation.hpp"
@@ -66,7 +67,7 @@ void add_trust(json& j, const Trust* t) {
 }
 
 // Whether a live process holds the flock that `braid evolve` keeps on <results>/braid.lock for
-// as long as it runs (cli/run_lock.hpp). Read from /proc/locks, so the reader never takes the
+// as long as it runs (pipeline/run_lock.hpp). Read from /proc/locks, so the reader never takes the
 // lock itself (which would refuse a braid starting at that instant).
 bool lock_held(const std::filesystem::path& lock_file) {
   struct stat st {};
@@ -87,11 +88,9 @@ bool lock_held(const std::filesystem::path& lock_file) {
   return false;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-bool is_child(const CandidateNode& n) { return n.patch_type != "seed" && n.patch_type != "migrant"; }
+bool is_child(const CandidateNode& n) { return is_proposed(n.patch_type); }
 
 }  // namespace
 
@@ -104,9 +103,10 @@ json RunReader::points() {
   std::vector<std::size_t> shown, singles;  // indices of correct candidates
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
-    if (n.patch_type == "seed" && n.correct && (seed.is_null() || n.score > seed["score"].get<double>()))
+    if (origin_from(n.patch_type) == Origin::Seed && n.correct &&
+        (seed.is_null() || n.score > seed["score"].get<double>()))
       seed = {{"id", n.id}, {"score", n.score}};
-    if (n.patch_type == "migrant") continue;  // a copy: its program is plotted where it was made
+    if (origin_from(n.patch_type) == Origin::Migrant) continue;  // a copy: its program is plotted where it was made
     if (!n.correct) {
       ++failed;
       continue;
@@ -140,8 +140,13 @@ json RunReader::points() {
     add_trust(p, it == trust.end() ? nullptr : &it->second);
     items.push_back(std::move(p));
   }
-  return {{"evaluations", nodes_.size()}, {"failed", failed}, {"seed", seed}, {"noise", meta_json("noise")}, {"best", best_json()},
-          {"single_measurements", single_total}, {"items", items}};
+  return {{"evaluations", nodes_.size()},
+          {"failed", failed},
+          {"seed", seed},
+          {"noise", meta_json("noise")},
+          {"best", best_json()},
+          {"single_measurements", single_total},
+          {"items", items}};
 }
 
 void RunReader::add_trust_fields(json& items) const {
@@ -160,8 +165,9 @@ json RunReader::state() {
 
 json RunReader::state_locked() const {
   const json config = meta_json("config");
-  const std::optional<std::int64_t> total =
-      config.is_object() && config.contains("num_generations") ? std::optional(config["num_generations"].get<std::int64_t>()) : std::nullopt;
+  const std::optional<std::int64_t> total = config.is_object() && config.contains("num_generations")
+                                                ? std::optional(config["num_generations"].get<std::int64_t>())
+                                                : std::nullopt;
   std::set<std::int64_t> generations;
   std::vector<double> child_times;
   for (const auto& n : nodes_)
@@ -189,8 +195,12 @@ json RunReader::state_locked() const {
   else if (state == "done") why = goal_met ? "the goal (stop_when) was met" : "every generation is recorded";
   else if (state == "interrupted") why = "stopped before its last generation: continue with `braid resume`";
   else why = "the run records no configuration (num_generations)";
-  return {{"state", state}, {"why", why}, {"generations_done", done}, {"generations_total", total ? json(*total) : json(nullptr)},
-          {"eta_s", eta}, {"goal_met", goal_met}};
+  return {{"state", state},
+          {"why", why},
+          {"generations_done", done},
+          {"generations_total", total ? json(*total) : json(nullptr)},
+          {"eta_s", eta},
+          {"goal_met", goal_met}};
 }
 
 json RunReader::workload() {
@@ -228,9 +238,9 @@ json RunReader::export_locked() const {
 
 std::string RunReader::export_csv() {
   json all = export_json();
-  const std::vector<std::string> fixed = {"id", "parent", "generation", "island", "patch_type", "model", "failure", "correct",
-                                          "score", "median", "spread", "reruns", "refuted", "rebench_median", "created_at",
-                                          "cost_usd", "in_archive"};
+  const std::vector<std::string> fixed = {"id",      "parent",         "generation", "island",   "patch_type", "model",
+                                          "failure", "correct",        "score",      "median",   "spread",     "reruns",
+                                          "refuted", "rebench_median", "created_at", "cost_usd", "in_archive"};
   std::string out;
   auto row_end = [&out] { out.back() = '\n'; };
   for (const auto& h : fixed) out += h + ",";
@@ -246,9 +256,11 @@ std::string RunReader::export_csv() {
     return v.dump();
   };
   for (const auto& item : all["items"]) {
-    for (const auto& h : fixed) out += (h == "reruns" ? std::to_string(item.at("reruns").size()) : cell(item.value(h, json(nullptr)))) + ",";
+    for (const auto& h : fixed)
+      out += (h == "reruns" ? std::to_string(item.at("reruns").size()) : cell(item.value(h, json(nullptr)))) + ",";
     for (const auto& k : all["knobs"]) out += cell(item.at("knobs").value(k.get<std::string>(), json(nullptr))) + ",";
-    for (const auto& m : all["metrics"]) out += cell(item.at("metrics").value(m.get<std::string>(), json(nullptr))) + ",";
+    for (const auto& m : all["metrics"])
+      out += cell(item.at("metrics").value(m.get<std::string>(), json(nullptr))) + ",";
     row_end();
   }
   return out;

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "braid/db/transitional_raw.hpp"
 #include "braid/search/remeasure.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/hash.hpp"
@@ -45,9 +44,6 @@ void ensure_confirmation_table(ProgramDatabase& db) { db.ensure_confirmations_ta
 void store_confirmation(ProgramDatabase& db, const Confirmation& c) { db.insert_confirmation(to_record(c)); }
 std::vector<Confirmation> load_confirmations(const ProgramDatabase& db) { return from_records(db.confirmations()); }
 
-void ensure_confirmation_table(sqlite3* db) { transitional::ensure_confirmations_table(db); }
-void store_confirmation(sqlite3* db, const Confirmation& c) { transitional::insert_confirmation(db, to_record(c)); }
-std::vector<Confirmation> load_confirmations(sqlite3* db) { return from_records(transitional::confirmations(db)); }
 
 std::unordered_map<std::string, Estimate> estimates_by_code(const std::vector<Confirmation>& all) {
   std::unordered_map<std::string, Estimate> out;

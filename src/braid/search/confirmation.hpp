@@ -19,7 +19,6 @@
 #include "braid/db/database.hpp"
 #include "braid/util/json.hpp"
 
-struct sqlite3;
 
 namespace braid {
 
@@ -49,12 +48,6 @@ void ensure_confirmation_table(ProgramDatabase& db);
 void store_confirmation(ProgramDatabase& db, const Confirmation& c);
 // Every confirmation, oldest first; empty when the table is absent (a run from before).
 std::vector<Confirmation> load_confirmations(const ProgramDatabase& db);
-
-// TRANSITIONAL: the same on ProgramDatabase::handle(), for src/braid/search/runner.cpp only
-// until its calls pass the database itself (db/transitional_raw.hpp).
-void ensure_confirmation_table(sqlite3* db);
-void store_confirmation(sqlite3* db, const Confirmation& c);
-std::vector<Confirmation> load_confirmations(sqlite3* db);
 
 // Per program text, the latest trusted estimate: the median of every re-run of that text
 // (as candidate or as incumbent), with how many runs it rests on.

@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "braid/db/sqlite_statement.hpp"
 #include "braid/program/origin.hpp"
 #include "braid/program/program.hpp"
 #include "braid/search/archive.hpp"
@@ -289,17 +288,15 @@ struct EvolutionRunner::Impl {
   std::unordered_map<std::string, std::string> correct_code_hashes() {
     std::unordered_map<std::string, std::string> out;
     db.with([&](ProgramDatabase& db) {
-      ensure_confirmation_table(db.handle());
-      sql::Statement st(db.handle(), "SELECT id, code FROM programs WHERE correct = 1");
-      while (st.step()) out[st.column_text(0)] = hash_hex(st.column_text_view(1));
+      ensure_confirmation_table(db);
+      for (const auto& [id, code] : db.correct_program_codes()) out[id] = hash_hex(code);
     });
     return out;
   }
 
   ConfirmationLog confirmation_log() {
-    return {
-        [this] { return db.with([](ProgramDatabase& db) { return load_confirmations(db.handle()); }); },
-        [this](const Confirmation& c) { db.with([&](ProgramDatabase& db) { store_confirmation(db.handle(), c); }); }};
+    return {[this] { return db.with([](ProgramDatabase& db) { return load_confirmations(db); }); },
+            [this](const Confirmation& c) { db.with([&](ProgramDatabase& db) { store_confirmation(db, c); }); }};
   }
 
   void refresh_status() {
