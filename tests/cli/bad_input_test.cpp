@@ -106,6 +106,30 @@ TEST_F(BadInput, RanksOverride) {
   }
 }
 
+// Every run's islands are checked against the machine, the knob mutator's too: a GPU workload
+// whose every island needs GIN, on (faked) facts of a machine without an RDMA NIC.
+TEST_F(BadInput, NoIslandBackendCanRunHere) {
+  const auto wl = root_ / "gpu";
+  std::filesystem::create_directories(wl);
+  std::filesystem::copy_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests" / "slurm" / "fake_gpu" / "program.cu",
+                             wl / "program.cu");
+  write(wl / "workload.yaml",
+        "name: g\nprogram: program.cu\nlanguage: cuda\nevaluator:\n  kind: gpu\n  ranks: 2\n  arch: sm_90\n"
+        "task: Pick the knobs.\n");
+  write(root_ / "hw.json", "{\"gpu_name\": \"NVIDIA H100\", \"gpu_count\": 2, \"nvlink_links\": 18}\n");
+  write(root_ / "gin.yaml", "num_islands: 2\nisland_api_types: [gin, gin]\nhardware_facts: " + (root_ / "hw.json").string() + "\n");
+  auto o = run_braid({"evolve", wl.string(), "--results", results_.string(), "--generations", "2", "--llm", "none", "-c",
+                      (root_ / "gin.yaml").string()});
+  EXPECT_EQ(o.code, 2) << o.output;
+  std::string out = o.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  EXPECT_EQ(out.find('\n'), std::string::npos) << "expected one line, got:\n" << o.output;
+  EXPECT_NE(o.output.find("gin.yaml"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("no island can run on this machine: island 0 (gin): GIN needs an RDMA NIC"), std::string::npos)
+      << o.output;
+  EXPECT_FALSE(std::filesystem::exists(results_)) << "results written despite bad input";
+}
+
 TEST_F(BadInput, ResumeOfAFolderWithoutARun) {
   std::filesystem::create_directories(results_);
   auto o = run_braid({"resume", results_.string()});

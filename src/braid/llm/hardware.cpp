@@ -109,6 +109,16 @@ HardwareFacts probe_hardware(const std::filesystem::path& cache_file) {
   return h;
 }
 
+HardwareFacts run_hardware_facts(const std::string& facts_file, const std::filesystem::path& replay_dir,
+                                 const std::filesystem::path& cache) {
+  if (!facts_file.empty()) return probe_hardware(facts_file);
+  const std::filesystem::path recorded = replay_dir.empty() ? "" : replay_dir / "hardware.json";
+  if (recorded.empty() || !std::filesystem::exists(recorded)) return probe_hardware(cache);
+  HardwareFacts h = probe_hardware(recorded);
+  if (!cache.empty()) write_file_atomic(cache, h.to_json().dump(2) + "\n");
+  return h;
+}
+
 bool api_type_runnable(const std::string& api_type, const HardwareFacts& hw, std::string* why) {
   auto fail = [&](std::string reason) {
     if (why) *why = std::move(reason);

@@ -31,6 +31,12 @@ struct HardwareFacts {
 // Reads `cache_file` when it exists, else probes and writes it (when the path is non-empty).
 HardwareFacts probe_hardware(const std::filesystem::path& cache_file);
 
+// The facts a run is checked and prompted against: the `hardware_facts` file when set, else those
+// a replayed run recorded (<replay_dir>/hardware.json, so its prompts match; copied to `cache`),
+// else this machine's (probe_hardware, cached in `cache` when non-empty).
+HardwareFacts run_hardware_facts(const std::string& facts_file, const std::filesystem::path& replay_dir,
+                                 const std::filesystem::path& cache);
+
 // Whether an island of `api_type` ("lsa", "gin", "hybrid", "host") can run here; `why` gets the
 // reason when not (GIN without an RDMA NIC, LSA without GPUs sharing NVLink).
 bool api_type_runnable(const std::string& api_type, const HardwareFacts& hw, std::string* why);

@@ -30,9 +30,6 @@ LlmOperators make_llm_operators(const LlmSettings& s, const std::string& llm_spe
     return t;
   };
   ops.budget_exhausted = [rt] { return rt->ledger->exhausted(); };
-  ops.island_runnable = [rt](int island, std::string* why) {
-    return llm::api_type_runnable(rt->settings.api_type_of(island), rt->hardware, why);
-  };
   if (!s.embedding_model.empty() && !rt->replay) {
     llm::ModelSpec spec = llm::parse_model_spec(s.embedding_model, s.api_key_env, "embedding_model");
     register_secret_env_name(spec.key_env);

@@ -26,8 +26,6 @@ struct LlmOperators {
   std::function<json()> totals;              // {"calls","tokens_in","tokens_out","cost_usd","errors":{..},
                                              //  "models":[bandit stats]}
   std::function<bool()> budget_exhausted;    // max_api_cost reached
-  // Whether `island` can run on this machine (its API type); `why` says why not.
-  std::function<bool(int island, std::string* why)> island_runnable;
   // API embeddings (embedding_model); empty when the offline embedder is to be used.
   std::function<std::vector<float>(const std::string& code)> embed;
 };

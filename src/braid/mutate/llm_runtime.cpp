@@ -171,16 +171,8 @@ std::shared_ptr<LlmRuntime> make_llm_runtime(const LlmSettings& s, const std::st
   rt->selector = std::make_unique<llm::ModelSelector>(rt->mutation_models, s.selection, s.ucb_exploration);
   rt->prompts = std::make_unique<llm::PromptLibrary>(s.prompts_dir);
 
-  std::filesystem::path hw_cache = options.hardware_cache.empty() ? results_dir / "hardware.json" : options.hardware_cache;
-  if (!s.hardware_facts.empty()) {
-    rt->hardware = llm::probe_hardware(s.hardware_facts);
-  } else if (!replay_dir.empty() && std::filesystem::exists(replay_dir / "hardware.json")) {
-    // Same facts as the recorded run, so replayed prompts match.
-    rt->hardware = llm::probe_hardware(replay_dir / "hardware.json");
-    write_file_atomic(hw_cache, rt->hardware.to_json().dump(2) + "\n");
-  } else {
-    rt->hardware = llm::probe_hardware(hw_cache);
-  }
+  rt->hardware = llm::run_hardware_facts(
+      s.hardware_facts, replay_dir, options.hardware_cache.empty() ? results_dir / "hardware.json" : options.hardware_cache);
 
   if (options.record) {
     json roles = {{"mutation", rt->mutation_models},

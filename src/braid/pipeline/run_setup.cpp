@@ -4,6 +4,8 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "braid/llm/settings.hpp"
 #include "braid/mutate/backend_reference.hpp"
 #include "braid/mutate/knob_mutator.hpp"
@@ -34,7 +36,63 @@ class FunctionEmbedder : public Embedder {
   std::function<std::vector<float>(const std::string&)> f_;
 };
 
+// The LLM settings that name the islands' backends (and the facts file to check them against),
+// read on every run, the other LLM keys only when an LLM is attached.
+LlmSettings backend_settings(const SearchConfig& cfg, const WorkloadSpec& spec, const std::string& origin) {
+  const json all = llm_config_json(cfg);
+  json keys = json::object();
+  for (const char* key : {"api_type", "island_api_types", "hardware_facts"})
+    if (all.contains(key)) keys[key] = all.at(key);
+  LlmSettings s = parse_llm_settings(keys, origin);
+  apply_workload_api_type(s, spec.evaluator);
+  return s;
+}
+
+// --llm replay:<results>: the recorded run's folder; "" otherwise.
+std::string replay_dir_of(const EvolveRequest& req) {
+  return req.llm.rfind("replay:", 0) == 0 ? req.llm.substr(7) : "";
+}
+
+// Skips the islands this machine cannot run, before anything is written; none is bad input.
+void check_backends(RunnerParts& parts, const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg) {
+  if (!backends_run_here(spec)) return;
+  const std::string origin = config_origin(req, spec);
+  // A replay is checked against the facts its prompts were recorded with, as its LLM runtime is.
+  const llm::HardwareFacts hw =
+      llm::run_hardware_facts(backend_settings(cfg, spec, origin).hardware_facts, replay_dir_of(req), "");
+  const auto unrunnable = check_island_backends(cfg, spec, origin, hw);
+  if (unrunnable.empty()) return;
+  parts.island_runnable = [unrunnable](int island, std::string* why) {
+    for (const auto& u : unrunnable)
+      if (u.island == island) {
+        if (why) *why = u.api_type + ": " + u.why;
+        return false;
+      }
+    return true;
+  };
+}
+
 }  // namespace
+
+bool backends_run_here(const WorkloadSpec& spec) {
+  const json& e = spec.evaluator;
+  return e.is_object() && e.value("kind", "") == "gpu" && e.value("ranks", 1) != 1 && !e.contains("slurm");
+}
+
+std::vector<UnrunnableIsland> check_island_backends(const SearchConfig& cfg, const WorkloadSpec& spec,
+                                                    const std::string& origin, const llm::HardwareFacts& hw) {
+  const LlmSettings s = backend_settings(cfg, spec, origin);
+  std::vector<UnrunnableIsland> out;
+  for (int i = 0; i < cfg.num_islands; ++i) {
+    std::string why;
+    if (!llm::api_type_runnable(s.api_type_of(i), hw, &why)) out.push_back({i, s.api_type_of(i), why});
+  }
+  if (out.empty() || int(out.size()) < cfg.num_islands) return out;
+  std::string all;
+  for (const auto& u : out)
+    all += fmt::format("{}island {} ({}): {}", all.empty() ? "" : "; ", u.island, u.api_type, u.why);
+  throw UserError(origin, "no island can run on this machine: " + all);
+}
 
 // --llm none: the knob mutator; no --llm: the config's llm_models if it names any.
 bool uses_llm(const EvolveRequest& req, const SearchConfig& cfg) {
@@ -105,10 +163,12 @@ RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, cons
                       "evolve it with an LLM operator (--llm MODEL)");
     parts.mutator = std::make_unique<KnobMutator>();
   }
+  check_backends(parts, req, spec, cfg);
   parts.evaluator = make_evaluator(spec);
   if (req.replay_evals) {
-    if (req.llm.rfind("replay:", 0) != 0) throw UserError("--replay-evals", "needs --llm replay:<results>");
-    parts.evaluator = std::make_unique<ReplayEvaluator>(req.llm.substr(7), std::move(parts.evaluator));
+    const std::string replay = replay_dir_of(req);
+    if (replay.empty()) throw UserError("--replay-evals", "needs --llm replay:<results>");
+    parts.evaluator = std::make_unique<ReplayEvaluator>(replay, std::move(parts.evaluator));
   }
   return parts;
 }
@@ -126,7 +186,6 @@ void attach_llm(RunnerParts& parts, const EvolveRequest& req, ProgramDatabase& d
   parts.novelty_judge = std::move(ops.novelty_judge);
   parts.llm_totals = std::move(ops.totals);
   parts.budget_exhausted = std::move(ops.budget_exhausted);
-  parts.island_runnable = std::move(ops.island_runnable);  // a one-rank workload's islands are "cuda": any GPU
   if (ops.embed) parts.embedder = std::make_unique<FunctionEmbedder>(std::move(ops.embed));
 }
 

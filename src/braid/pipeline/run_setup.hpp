@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "braid/llm/hardware.hpp"
 #include "braid/search/runner.hpp"
 
 namespace braid {
@@ -24,6 +26,24 @@ struct EvolveRequest {
 
 // Applies --ranks to a GPU workload's evaluator section; UserError for other evaluator kinds.
 void apply_ranks_override(WorkloadSpec& spec, const std::optional<int>& ranks);
+
+// An island whose backend (API type: lsa, gin, hybrid, host, cuda) this machine cannot run.
+struct UnrunnableIsland {
+  int island = 0;
+  std::string api_type;
+  std::string why;
+};
+
+// Whether the islands' backends must run here: candidates run across ranks on this machine's GPUs
+// (evaluator kind gpu, more than one rank: one rank is "cuda"; no slurm section: Slurm jobs run on
+// other nodes). Other evaluators run any island; its API type only shapes the prompts.
+bool backends_run_here(const WorkloadSpec& spec);
+
+// The one check of every run's islands, knob or LLM operator, against the machine `hw` describes:
+// the islands that cannot run (the runner names and skips them). UserError against `origin` (the
+// config naming the API types) when no island can. Call where backends_run_here.
+std::vector<UnrunnableIsland> check_island_backends(const SearchConfig& cfg, const WorkloadSpec& spec,
+                                                    const std::string& origin, const llm::HardwareFacts& hw);
 
 // Validates everything and returns the parts of a run; throws UserError on bad input.
 RunnerParts prepare_run(const EvolveRequest& req, const WorkloadSpec& spec, const SearchConfig& cfg);

@@ -66,8 +66,8 @@ struct RunnerParts {
   std::function<bool(const std::string&, const std::vector<std::string>&)> novelty_judge;  // optional
   std::function<json()> llm_totals;              // optional
   std::function<bool()> budget_exhausted;        // optional
-  // Whether an island's API type can run here (GIN needs an RDMA NIC); islands that cannot are
-  // reported and skipped, not filled with failures. Optional: all islands run.
+  // Whether an island's API type can run here (GIN needs an RDMA NIC; prepare_run sets it for every
+  // run); islands that cannot are reported and skipped, not filled with failures. Optional: all run.
   std::function<bool(int island, std::string* why)> island_runnable;
 };
 
