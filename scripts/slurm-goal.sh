@@ -36,7 +36,9 @@ rc=$?
 (( rc == 0 )) || { bash tests/slurm/cluster.sh stop "$cluster"; exit "$rc"; }
 eval "$started"
 cleanup() {
-  [[ -n "${bg_pid:-}" ]] && kill -9 "$bg_pid" 2>/dev/null
+  if [[ -n "${bg_pid:-}" ]]; then
+    kill -9 "$(braid_of "$bg_pid")" "$bg_pid" 2>/dev/null
+  fi
   scontrol update nodename="$node" state=resume 2>/dev/null
   bash "$root/tests/slurm/cluster.sh" stop "$cluster"
 }
