@@ -141,8 +141,7 @@ struct EvolutionRunner::Impl {
       if (in_flight.empty()) break;
       // All finished: go round to index them or propose more (a stop goes on to end the jobs),
       // unless the next must wait for a meta summary's answer.
-      if (in_flight.size() == completed.size() && !stop.load() && !halted && !meta.blocks(*in_flight.begin()))
-        continue;
+      if (in_flight.size() == completed.size() && !stop.load() && !halted && !meta.blocks(*in_flight.begin())) continue;
       std::vector<ProgramRecord> finished =
           jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers() || meta.answered(); });
       if (stop.load() && !jobs.stopped()) stop_evaluations();
@@ -150,7 +149,8 @@ struct EvolutionRunner::Impl {
       emit();
     }
     proposals->shutdown();  // joins asks still on their way (their answers are dropped)
-    meta.finish([&] { return stop.load(); });  // the last summary, still out, is written unless stopped
+    // A summary still out (the last of the run) is waited for and written, unless stopping.
+    meta.finish([&] { return stop.load(); });
     jobs.join_all();
     emit();
     return status;
