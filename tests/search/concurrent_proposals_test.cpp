@@ -1,7 +1,8 @@
 // Concurrent proposals (issue #25 part 1), end to end: `braid evolve` of the CPU example against
 // a loopback model that answers after a delay, with several proposals in flight. A replay repeats
 // the run exactly; kill -9 while proposals are in flight loses no evaluated candidate; a 429
-// storm slows the pool instead of failing candidates.
+// storm slows the pool instead of failing candidates; a slow meta summary does not stall the
+// search.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -115,6 +116,65 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
+// Holds the first meta-summary answer until `wanted` more evaluated children are stored (or
+// `cap_s` has passed) and records how many were stored meanwhile: a search that waited for the
+// summary would store at most the max_parallel_jobs evaluations already running.
+struct SlowMeta {
+  std::atomic<int> asked{0}, stored_meanwhile{-1};
+  void attach(LoopbackLlmServer& server, std::filesystem::path db, int wanted, double cap_s) {
+    server.set_responder([this, db, wanted, cap_s](const std::string& system,
+                                                   const std::vector<std::pair<std::string, std::string>>&)
+                             -> std::optional<std::string> {
+      if (system.find("You guide an evolutionary search") == std::string::npos || ++asked > 1) return std::nullopt;
+      const std::string evaluated = "SELECT COUNT(*) " + kChildren + " AND failure_kind != 'rejected'";
+      const long before = count(db, evaluated);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(cap_s);
+      long now = before;
+      while (now - before < wanted && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        now = count(db, evaluated);
+      }
+      stored_meanwhile = int(now - before);
+      return std::nullopt;  // the server's own meta answer, after the wait
+    });
+  }
+};
+
+// A meta summary that takes long no longer stalls the search: while the model writes it, the
+// search goes on proposing and evaluating (a summary on the search thread would let at most the
+// max_parallel_jobs evaluations already running finish). A replay still repeats the run.
+TEST(ConcurrentProposals, ASlowMetaSummaryDoesNotStallTheSearchAndReplaysIdentically) {
+  LoopbackLlmServer server;
+  auto root = test::fresh_dir("proposals_slow_meta");
+  auto config = write_config(root, 10, "");  // a summary every 4 generations
+  const auto run1 = root / "run1", run2 = root / "run2";
+  SlowMeta model;
+  model.attach(server, run1 / "evolution.db", 3, 20.0);
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(), "--seed",
+                                "6", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_EQ(model.asked.load(), 2);
+  EXPECT_GE(model.stored_meanwhile.load(), 3) << "the search waited for the meta summary";
+  EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 10);
+  EXPECT_TRUE(std::filesystem::exists(run1 / "meta_4.txt"));
+  EXPECT_TRUE(std::filesystem::exists(run1 / "meta_8.txt"));  // the last, still out at the end, is written too
+
+  const std::size_t served = server.request_count();
+  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
+                                 "--seed", "6", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(server.request_count(), served);  // no network
+  const std::string sql =
+      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
+  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
+  EXPECT_EQ(read_file(run1 / "meta_memory.json"), read_file(run2 / "meta_memory.json"));
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 

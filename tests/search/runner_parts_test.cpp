@@ -5,8 +5,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -152,14 +156,14 @@ TEST(MetaJournal, SummarizesEveryIntervalAndFeedsTheRecommendationsBack) {
   SharedDatabase db(raw);
   CountingSummarizer summarizer;
   Population pop;
-  MetaJournal journal(dir, 2, &summarizer, db);
+  MetaJournal journal(dir, 2, &summarizer, db, {});
   journal.load();
   for (int g = 1; g <= 5; ++g) {
     ProgramRecord rec = child("c" + std::to_string(g), g, 1.0 + g);
     raw.insert(rec);
     pop.add(summary_of(rec));
     journal.note(rec);
-    journal.maybe_summarize(pop);
+    journal.maybe_summarize(pop, g);
   }
   EXPECT_EQ(summarizer.batches, (std::vector<std::size_t>{2, 2}));
   EXPECT_EQ(journal.recommendations(), "1. try 4\n");
@@ -167,11 +171,81 @@ TEST(MetaJournal, SummarizesEveryIntervalAndFeedsTheRecommendationsBack) {
   EXPECT_EQ(raw.meta("last_meta_at").value_or(""), "4");
 
   // Resume: the recommendations and where summaries left off come back.
-  MetaJournal resumed(dir, 2, &summarizer, db);
+  MetaJournal resumed(dir, 2, &summarizer, db, {});
   resumed.load();
   EXPECT_EQ(resumed.recommendations(), "1. try 4\n");
-  resumed.maybe_summarize(pop);  // 5 done, last at 4: not yet
+  resumed.maybe_summarize(pop, 5);  // 5 done, last at 4: not yet
   EXPECT_EQ(summarizer.batches.size(), 2u);
+}
+
+// A remote model's summary: answers once released.
+struct HeldSummarizer : MetaSummarizer {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> asked{0};
+  MetaUpdate summarize(const std::vector<ProgramRecord>& recent, const ProgramRecord*, const json&,
+                       std::int64_t generation) override {
+    ++asked;
+    released.wait();
+    return {fmt::format("batch of {}", recent.size()), json::object(), {"try " + std::to_string(generation)}};
+  }
+  bool remote() const override { return true; }
+};
+
+TEST(MetaJournal, ARemoteSummaryIsTakenUpAtAFixedGenerationWithoutBlocking) {
+  auto dir = fresh_dir("meta_remote");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  HeldSummarizer summarizer;
+  Population pop;
+  std::atomic<int> wakes{0};
+  MetaJournal journal(dir, 2, &summarizer, db, [&] { ++wakes; });
+  journal.set_answer_delay(5);  // clamped to interval - 1 = 1
+  for (int g = 1; g <= 2; ++g) {
+    ProgramRecord rec = child("c" + std::to_string(g), g, 1.0 + g);
+    raw.insert(rec);
+    pop.add(summary_of(rec));
+    journal.note(rec);
+    journal.maybe_summarize(pop, g);  // returns at once: the model answers on its own thread
+  }
+  // Started after generation 2, taken up before generation 4 is indexed.
+  EXPECT_TRUE(journal.take_up_before(3));
+  EXPECT_TRUE(journal.blocks(4));
+  EXPECT_FALSE(journal.take_up_before(4));
+  EXPECT_EQ(journal.recommendations(), "");
+  EXPECT_FALSE(std::filesystem::exists(dir / "meta_2.txt"));
+
+  summarizer.release.set_value();
+  for (int i = 0; i < 500 && !journal.answered(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(journal.answered());
+  EXPECT_FALSE(journal.blocks(4));
+  EXPECT_TRUE(journal.take_up_before(4));
+  EXPECT_EQ(journal.recommendations(), "1. try 2\n");
+  EXPECT_TRUE(std::filesystem::exists(dir / "meta_2.txt"));
+  EXPECT_EQ(raw.meta("last_meta_at").value_or(""), "2");
+  EXPECT_EQ(wakes.load(), 1);
+  EXPECT_EQ(summarizer.asked.load(), 1);
+}
+
+TEST(MetaJournal, ARemoteSummaryDroppedOnStopWritesNothing) {
+  auto dir = fresh_dir("meta_remote_stop");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  HeldSummarizer summarizer;
+  summarizer.release.set_value();
+  Population pop;
+  MetaJournal journal(dir, 1, &summarizer, db, {});
+  ProgramRecord rec = child("c1", 1, 2.0);
+  raw.insert(rec);
+  pop.add(summary_of(rec));
+  journal.note(rec);
+  journal.maybe_summarize(pop, 1);
+  journal.finish([] { return true; });  // stopped: the answer is discarded
+  EXPECT_FALSE(journal.answered());
+  EXPECT_TRUE(journal.take_up_before(100));
+  EXPECT_EQ(journal.recommendations(), "");
+  EXPECT_FALSE(std::filesystem::exists(dir / "meta_memory.json"));
+  EXPECT_FALSE(raw.meta("last_meta_at").has_value());  // resume asks for it again
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ class MetaSummarizer {
   virtual ~MetaSummarizer() = default;
   virtual MetaUpdate summarize(const std::vector<ProgramRecord>& recent, const ProgramRecord* best,
                                const json& memory, std::int64_t generation) = 0;
+  // True when it asks a remote model: the search then calls summarize on a thread of its own
+  // (search/meta_journal.hpp), so it must be thread-safe.
+  virtual bool remote() const { return false; }
 };
 
 }  // namespace braid

@@ -29,6 +29,7 @@ class LlmMetaSummarizer final : public MetaSummarizer {
   explicit LlmMetaSummarizer(std::shared_ptr<LlmRuntime> runtime);
   MetaUpdate summarize(const std::vector<ProgramRecord>& recent, const ProgramRecord* best, const json& memory,
                        std::int64_t generation) override;
+  bool remote() const override { return true; }  // thread-safe: only the runtime is shared
 
  private:
   std::shared_ptr<LlmRuntime> rt_;

@@ -108,7 +108,7 @@ struct EvolutionRunner::Impl {
         cfg(parts.config),
         archive(cfg.archive_size, cfg.elite_selection_ratio),
         selector(make_parent_selector(cfg)),
-        meta(results, cfg.meta_rec_interval, parts.meta.get(), db),
+        meta(results, cfg.meta_rec_interval, parts.meta.get(), db, [this] { jobs.wake(); }),
         goals(GoalTrackerParts{
                   cfg, results, parts.workload.program, db, confirmation_log(),
                   [this](const std::string& code, const std::string& label, const std::filesystem::path& folder) {
@@ -130,6 +130,7 @@ struct EvolutionRunner::Impl {
     emit();
     proposals = std::make_unique<ProposalBuilder>(proposal_context());
     const std::int64_t lag = effective_proposal_lag(cfg, proposals->concurrent());
+    meta.set_answer_delay(lag);
     while (true) {
       if (!stop.load() && !budget_stop && !goals.target_reached()) propose_while_room(lag);
       take_settled(proposals->settle_answered());
@@ -138,15 +139,18 @@ struct EvolutionRunner::Impl {
       // Nothing more to propose: index what has finished, in order.
       if (!jobs.stopped() && (next_generation > cfg.num_generations || halted)) index_through(cfg.num_generations);
       if (in_flight.empty()) break;
-      // All finished: go round to index them or propose more (a stop goes on to end the jobs).
-      if (in_flight.size() == completed.size() && !stop.load() && !halted) continue;
+      // All finished: go round to index them or propose more (a stop goes on to end the jobs),
+      // unless the next must wait for a meta summary's answer.
+      if (in_flight.size() == completed.size() && !stop.load() && !halted && !meta.blocks(*in_flight.begin())) continue;
       std::vector<ProgramRecord> finished =
-          jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers(); });
+          jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers() || meta.answered(); });
       if (stop.load() && !jobs.stopped()) stop_evaluations();
       for (auto& rec : finished) collect(std::move(rec));
       emit();
     }
     proposals->shutdown();  // joins asks still on their way (their answers are dropped)
+    // A summary still out (the last of the run) is waited for and written, unless stopping.
+    meta.finish([&] { return stop.load(); });
     jobs.join_all();
     emit();
     return status;
@@ -238,16 +242,18 @@ struct EvolutionRunner::Impl {
   }
 
   // Indexes finished generations <= limit in generation order (with the meta summaries and
-  // migrations they trigger). False while one of them is still being evaluated.
+  // migrations they trigger). False while one of them is still being evaluated, or waits for
+  // the answer of a meta summary started before it (search/meta_journal.hpp).
   bool index_through(std::int64_t limit) {
     while (!in_flight.empty() && *in_flight.begin() <= limit) {
       auto it = completed.find(*in_flight.begin());
       if (it == completed.end()) return false;
+      if (!meta.take_up_before(it->first)) return false;  // a summary's answer must come first
       ProgramRecord rec = std::move(it->second);
       completed.erase(it);
       forget_pending(rec.generation);
       index(rec);
-      meta.maybe_summarize(pop);
+      meta.maybe_summarize(pop, rec.generation);
       maybe_migrate();
     }
     return true;
@@ -570,7 +576,10 @@ struct EvolutionRunner::Impl {
 EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatabase& db, RunnerParts parts)
     : impl_(std::make_unique<Impl>(std::move(results_dir), db, std::move(parts))) {}
 
-EvolutionRunner::~EvolutionRunner() { impl_->jobs.join_all(); }
+EvolutionRunner::~EvolutionRunner() {
+  impl_->meta.drop();  // its thread wakes the jobs: joined first
+  impl_->jobs.join_all();
+}
 
 RunStatus EvolutionRunner::run(const std::atomic<bool>& stop, const std::function<void(const RunStatus&)>& on_status) {
   return impl_->run(stop, on_status);
