@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +24,8 @@ namespace braid::report {
 namespace {
 
 namespace fs = std::filesystem;
+
+double now_unix() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 struct TrustRun {
   test::SyntheticRun run;
@@ -144,6 +147,18 @@ TEST_F(TrustViews, StateSaysInterruptedWithGenerationsDoneAndRunningWhileLocked)
   EXPECT_EQ(running["state"], "running") << running.dump();
   EXPECT_EQ(running["generations_total"], 1000);
   EXPECT_GT(running["eta_s"].get<double>(), 0.0);
+  EXPECT_TRUE(running["activity"].is_null()) << "no activity.json yet";
+  // What the runner publishes while it runs reaches the status; a stale file does not.
+  json activity = {{"in_flight", 2}, {"proposing", 3}, {"proposals_asking", 1}, {"proposal_wait_s", 12.0},
+                   {"proposals_paused_s", 0.0}, {"note", "slurm: 1 running, 1 queued"}, {"updated_at", now_unix()}};
+  write_file_atomic(a_->run.dir / "activity.json", activity.dump());
+  running = get_json("/api/runs/0/status")["state"];
+  EXPECT_EQ(running["activity"]["note"], "slurm: 1 running, 1 queued") << running.dump();
+  EXPECT_EQ(running["activity"]["in_flight"], 2);
+  activity["updated_at"] = now_unix() - 120.0;
+  write_file_atomic(a_->run.dir / "activity.json", activity.dump());
+  EXPECT_TRUE(get_json("/api/runs/0/status")["state"]["activity"].is_null());
+  std::filesystem::remove(a_->run.dir / "activity.json");
   ::close(fd);  // the lock goes with its holder
   EXPECT_EQ(get_json("/api/runs/0/state")["state"], "interrupted");
   {

@@ -99,6 +99,9 @@ try {
     if (process.env.BRAID_LIVE === '1') {
       await page.waitForFunction(() => Number(document.querySelector('#live').dataset.count) > 0, null, { timeout: 10000 });
       const before = Number(await page.getAttribute('#live', 'data-count'));
+      // While held at the gate a build is in flight: the live line says what the run is doing.
+      await page.waitForFunction(() => /\d+ evaluating/.test(document.querySelector('#live').textContent), null, { timeout: 15000 });
+      check(true, `live line shows what is in flight (${(await page.textContent('#live')).split(' · ').slice(3).join(' · ')})`);
       // The run is held until the page has been seen running; let it go on now.
       if (process.env.BRAID_LIVE_GATE) writeFileSync(process.env.BRAID_LIVE_GATE, '');
       await page.waitForFunction((b) => Number(document.querySelector('#live').dataset.count) > b, before, { timeout: 90000 });

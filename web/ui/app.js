@@ -479,13 +479,24 @@ async function render() {
   main.dataset.ready = String(seq);
 }
 
+// What a running search has in flight (its activity.json): evaluations, proposals, the
+// evaluator's note (Slurm's running and queued jobs).
+function activityText(a) {
+  if (!a) return '';
+  const parts = [`${a.in_flight} evaluating`];
+  if (a.proposing) parts.push(`${a.proposing} proposals (${a.proposals_asking} asked, oldest ${a.proposal_wait_s} s)`);
+  if (a.proposals_paused_s) parts.push(`rate-limited for ${a.proposals_paused_s} s`);
+  if (a.note) parts.push(a.note);
+  return ' · ' + parts.join(' · ');
+}
+
 // Live view: a cheap status poll; views that summarise the run re-render when it grew.
 async function poll() {
   try {
     const r = route();
     const st = await api(`/api/runs/${r.run}/status`);
     const liveEl = document.getElementById('live');
-    liveEl.textContent = `${stateText(st.state)} · ${st.count} candidates · best ${st.best ? fmt(st.best.score) : '-'}${st.best && !st.best.confirmed ? ' (single measurement)' : ''}`;
+    liveEl.textContent = `${stateText(st.state)} · ${st.count} candidates · best ${st.best ? fmt(st.best.score) : '-'}${st.best && !st.best.confirmed ? ' (single measurement)' : ''}${activityText(st.state.activity)}`;
     liveEl.dataset.count = st.count;
     liveEl.dataset.state = st.state.state;
     if (lastChanges !== null && st.changes !== lastChanges && ['overview', 'candidates', 'islands', 'meta', 'compare', 'tree', 'knobs'].includes(r.view)) {

@@ -111,6 +111,7 @@ class RunReader {
   json node_json(const CandidateNode& n) const;
   std::vector<Curve> curves_locked(CurveAxis axis, CurveValue value, bool per_island) const;
   json state_locked() const;
+  json live_activity() const;  // <results>/activity.json of a running search, or null
   json export_locked() const;
   void add_trust_fields(json& items) const;  // the points' measurement fields, per listed node  // export_json() under the lock
 

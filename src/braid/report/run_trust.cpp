@@ -163,6 +163,17 @@ json RunReader::state() {
   return state_locked();
 }
 
+// What a running search has in flight (search/runner.cpp publishes it): null when absent, not
+// JSON, or older than 30 s (a run that stopped writing it says nothing current).
+json RunReader::live_activity() const {
+  auto text = try_read_file(dir_ / "activity.json");
+  if (!text) return nullptr;
+  json a = json::parse(*text, nullptr, false);
+  if (!a.is_object() || !a.contains("updated_at") || !a["updated_at"].is_number()) return nullptr;
+  if (unix_now() - a["updated_at"].get<double>() > 30.0) return nullptr;
+  return a;
+}
+
 json RunReader::state_locked() const {
   const json config = meta_json("config");
   const std::optional<std::int64_t> total = config.is_object() && config.contains("num_generations")
@@ -200,7 +211,8 @@ json RunReader::state_locked() const {
           {"generations_done", done},
           {"generations_total", total ? json(*total) : json(nullptr)},
           {"eta_s", eta},
-          {"goal_met", goal_met}};
+          {"goal_met", goal_met},
+          {"activity", running ? live_activity() : json(nullptr)}};
 }
 
 json RunReader::workload() {

@@ -10,6 +10,7 @@
 
 #include "braid/program/origin.hpp"
 #include "braid/program/program.hpp"
+#include "braid/search/activity_file.hpp"
 #include "braid/search/archive.hpp"
 #include "braid/search/confirmation.hpp"
 #include "braid/search/evaluation_jobs.hpp"
@@ -95,6 +96,7 @@ struct EvolutionRunner::Impl {
   std::function<void(const RunStatus&)> on_status;
   bool budget_stop = false;  // the LLM budget is spent
   RunStatus status;
+  ActivityFile activity{results / "activity.json"};
   std::string last_failure_id;          // whose diagnostics status.last_failure holds
   std::string islands_note, stop_note;  // parts of status.note
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -153,6 +155,7 @@ struct EvolutionRunner::Impl {
     meta.finish([&] { return stop.load(); });
     jobs.join_all();
     emit();
+    activity.remove();  // nothing is in flight any more
     return status;
   }
 
@@ -162,6 +165,7 @@ struct EvolutionRunner::Impl {
     load_state();
     db.with([](ProgramDatabase& db) { end_orphaned_jobs(db); });
     ensure_seeds();
+    emit("re-timing the seed (the run's noise level)");
     goals.measure_noise(seed_ids);
     goals.settle_best();
   }
@@ -259,8 +263,11 @@ struct EvolutionRunner::Impl {
     return true;
   }
 
-  void emit() {
+  // `doing`: a step that can take a while (the start's re-runs), said in the status too.
+  void emit(const std::string& doing = "") {
     refresh_status();
+    if (!doing.empty()) status.note += (status.note.empty() ? "" : "; ") + doing;
+    activity.publish(status);
     if (on_status) on_status(status);
   }
 
