@@ -621,6 +621,15 @@ cmd_gates() {
   fi
 }
 
+# A bench's last step: its table.py over OUT/results (extra arguments passed on), printed and kept
+# in OUT/table.md; a dry run only says it.
+bench_table() {  # table.py [args...]
+  local table=$1
+  shift
+  [ "$dry" = 1 ] && { x python3 "$table" "$out/results" "$@"; return 0; }
+  python3 "$table" "$out/results" "$@" | tee "$out/table.md"
+}
+
 # ================================================================ bench gemm-allgather
 spec_bench_gemm_allgather() {
   bench_opts GAG gemm-allgather-out build-gemm-bench
@@ -664,8 +673,7 @@ cmd_bench_gemm_allgather() {
   else
     log "torch: not run (--torch 0 or torch missing)"
   fi
-  [ "$dry" = 1 ] && { x python3 "$wl/bench/table.py" "$out/results" --torch "$torch_json"; return 0; }
-  python3 "$wl/bench/table.py" "$out/results" --torch "$torch_json" | tee "$out/table.md"
+  bench_table "$wl/bench/table.py" --torch "$torch_json"
 }
 
 # ================================================================ bench kv-transfer
@@ -709,8 +717,7 @@ cmd_bench_kv_transfer() {
   # Bit-exact verification.
   bench_programs "$build" "$out/results" "$ranks" "$(limit_of run)" --mode bench --seed 1 --rtol 0 --atol 0 \
     --warmup "$warmup" --iters "$iters" --input_sets 2 "${size_args[@]}"
-  [ "$dry" = 1 ] && { x python3 "$wl/bench/table.py" "$out/results" ${knobs:+--best given}; return 0; }
-  python3 "$wl/bench/table.py" "$out/results" ${knobs:+--best given} | tee "$out/table.md"
+  bench_table "$wl/bench/table.py" ${knobs:+--best given}
 }
 
 # ================================================================ bench moe
@@ -753,8 +760,7 @@ cmd_bench_moe() {
   fresh_dir "$out/results"
   bench_programs "$build" "$out/results" "$ranks" "$(limit_of run)" --mode bench --seed 1 --rtol 0.02 --atol 0.05 \
     --warmup "$warmup" --iters "$iters" --input_sets 2 "${size_args[@]}"
-  [ "$dry" = 1 ] && { x python3 "$wl/bench/table.py" "$out/results"; return 0; }
-  python3 "$wl/bench/table.py" "$out/results" | tee "$out/table.md"
+  bench_table "$wl/bench/table.py"
 }
 
 # ================================================================ bench ring-attention
@@ -829,8 +835,7 @@ cmd_bench_ring_attention() {
   fresh_dir "$out/results"
   bench_programs "$build" "$out/results" "$ranks" "$(limit_of run)" --mode bench --seed 1 --rtol 0.02 --atol 0.004 \
     --warmup 2 --iters "$iters" "${size_args[@]}"
-  [ "$dry" = 1 ] && { x python3 "$wl/bench/table.py" "$out/results"; return 0; }
-  python3 "$wl/bench/table.py" "$out/results" | tee "$out/table.md"
+  bench_table "$wl/bench/table.py"
 }
 
 # ================================================================ bench serving-kernels
@@ -968,8 +973,7 @@ cmd_bench_serving_kernels() {
   else
     log "torch: not run (--torch 0, or torch with CUDA missing)"
   fi
-  [ "$dry" = 1 ] && { x python3 "$sk_family/bench/table.py" "$out/results" --torch "$torch_json"; return 0; }
-  python3 "$sk_family/bench/table.py" "$out/results" --torch "$torch_json" | tee "$out/table.md"
+  bench_table "$sk_family/bench/table.py" --torch "$torch_json"
 }
 
 # ================================================================ goal gemm-allgather
