@@ -25,6 +25,9 @@ commands=(
   "bench ring-attention|ranks 1: the block kernel vs PyTorch's flash SDPA; ranks >= 2: the programs under the harness"
   "bench serving-kernels|the four single-GPU serving ops: gen0 and best vs torch eager, torch.compile and the copy rate"
   "goal gemm-allgather|evaluations-to-target of the knob-mutator search (1.05x the bound), one evolve per RNG seed"
+  "goal kv-transfer|the same for the KV-cache transfer (1.10x the bound at every timed shape); best exported for bench --extra"
+  "goal moe|the same for MoE dispatch / experts / combine (1.10x the bound at every token count and skew)"
+  "goal ring-attention|the same for ring attention (1.10x the bound at every timed shape)"
   "quick|a short pass for a machine held briefly: tests, all-gather bench, one goal search, torch's fused op, cascade"
   "gates|\`braid run\` of the gemm_allgather seed and the annotator's settings through the gate (MODE: run, gate or all)"
   "convert-gate|\`braid convert --verify\` of every corpus program and the gemm_allgather seed on local ranks; a table"
@@ -976,9 +979,14 @@ cmd_bench_serving_kernels() {
   bench_table "$sk_family/bench/table.py" --torch "$torch_json"
 }
 
-# ================================================================ goal gemm-allgather
-spec_goal_gemm_allgather() {
-  common_opts gemm-allgather-goal-out
+# ================================================================ goal <workload>
+# Evaluations-to-target of the knob-mutator search: one `braid evolve --llm none` per RNG seed that
+# stops at the workload's bench/goal.yaml (with its confirmation re-runs), the table of every
+# evaluation (evolve_summary.py at the goal's ratio and the workload's timed sizes), and the run's
+# best program exported as OUT/seed<N>-best.cu for the workload's bench (--extra). GPUs: all, or
+# those CUDA_VISIBLE_DEVICES names (braid leases only those).
+goal_spec() {  # default-out
+  common_opts "$1"
   synopsis=" [SEED...]"
   opt --seeds seeds BRAID_GOAL_SEEDS "1 2 3" "RNG seeds, one evolve each (also as arguments)"
   opt --ranks ranks BRAID_GOAL_RANKS "" "ranks (default: workload.yaml's 2)"
@@ -986,8 +994,17 @@ spec_goal_gemm_allgather() {
   opt --braid braid_bin BRAID_BIN "" "the braid binary (default .device-carry/bin/braid, build/braid)"
   limit seed 560
 }
-cmd_goal_gemm_allgather() {
-  local braid seed dir start rc
+spec_goal_gemm_allgather() { goal_spec gemm-allgather-goal-out; }
+spec_goal_kv_transfer() { goal_spec kv-transfer-goal-out; }
+spec_goal_moe() { goal_spec moe-goal-out; }
+spec_goal_ring_attention() { goal_spec ring-attention-goal-out; }
+cmd_goal_gemm_allgather() { goal_run gemm_allgather 1.05 4096,8192,16384 "$@"; }
+cmd_goal_kv_transfer() { goal_run kv_transfer 1.10 40961024,10242048,163842048 "$@"; }
+cmd_goal_moe() { goal_run moe 1.10 1280321,1280322,1280323,1280325,40960321,40960322,40960323,40960325 "$@"; }
+cmd_goal_ring_attention() { goal_run ring_attention 1.10 819232,1000819232,1001638408 "$@"; }
+goal_run() {  # workload target sizes [SEED...]
+  local wl=$1 target=$2 sizes=$3 braid seed dir start rc
+  shift 3
   [ $# -gt 0 ] && seeds="$*"
   make_dir "$out"
   gpu_env
@@ -999,15 +1016,14 @@ cmd_goal_gemm_allgather() {
     dir=$out/seed$seed
     [ "$dry" = 1 ] || rm -rf "$dir"
     start=$(date +%s)
-    # Each evolve stops at the first verified program whose slowest size is within 1.05x of its
-    # bound (bench/goal.yaml, with confirmation re-runs).
-    run_to "$out/seed$seed.log" "$(limit_of seed)" "$braid" evolve workloads/gemm_allgather --llm none -g "$evals" -s "$seed" \
-      -r "$dir" ${ranks:+--ranks "$ranks"} -c workloads/gemm_allgather/bench/goal.yaml
+    run_to "$out/seed$seed.log" "$(limit_of seed)" "$braid" evolve "workloads/$wl" --llm none -g "$evals" -s "$seed" \
+      -r "$dir" ${ranks:+--ranks "$ranks"} -c "workloads/$wl/bench/goal.yaml"
     rc=$?
-    [ "$dry" = 1 ] && { x python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target 1.05; continue; }
+    [ "$dry" = 1 ] && { x python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target "$target" --sizes "$sizes"; continue; }
     echo "seed $seed: rc=$rc in $(since "$start"); $(grep -o 'target reached[^]]*' "$out/seed$seed.log" | tail -1)"
-    python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target 1.05 >"$out/seed$seed.md" 2>&1
+    python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target "$target" --sizes "$sizes" >"$out/seed$seed.md" 2>&1
     tail -2 "$out/seed$seed.md"
+    "$braid" export "$dir" -o "$out/seed$seed-best.cu" >/dev/null 2>&1 || echo "seed $seed: no best program to export"
   done
 }
 

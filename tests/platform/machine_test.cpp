@@ -38,6 +38,28 @@ TEST(Machine, ParsesTheGpuQuery) {
   EXPECT_TRUE(parse_gpu_query("").empty());
 }
 
+TEST(Machine, CudaVisibleDevicesSelectsGpusByIndexOrUuid) {
+  const auto all = parse_gpu_query(
+      "0, NVIDIA H100, 9.0, 81559, GPU-aaaa1111-0000\n"
+      "1, NVIDIA H100, 9.0, 81559, GPU-bbbb2222-0000\n"
+      "2, NVIDIA H100, 9.0, 81559, GPU-cccc3333-0000\n"
+      "3, NVIDIA H100, 9.0, 81559, GPU-dddd4444-0000\n");
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[1].uuid, "GPU-bbbb2222-0000");
+  auto indices = [](const std::vector<GpuInfo>& gpus) {
+    std::vector<int> out;
+    for (const auto& g : gpus) out.push_back(g.index);
+    return out;
+  };
+  EXPECT_EQ(indices(visible_gpus(all, nullptr)), (std::vector<int>{0, 1, 2, 3}));  // unset: all
+  EXPECT_EQ(indices(visible_gpus(all, "2,3")), (std::vector<int>{2, 3}));
+  EXPECT_EQ(indices(visible_gpus(all, "3, 1")), (std::vector<int>{3, 1}));         // the user's order
+  EXPECT_EQ(indices(visible_gpus(all, "GPU-cccc3333-0000,dddd")), (std::vector<int>{2, 3}));
+  EXPECT_EQ(indices(visible_gpus(all, "1,7,2")), (std::vector<int>{1}));          // CUDA stops at 7
+  EXPECT_TRUE(visible_gpus(all, "").empty());
+  EXPECT_TRUE(visible_gpus(all, "-1").empty());
+}
+
 TEST(Machine, ParsesNvlinkStatus) {
   const auto [links, gb_s] = parse_nvlink_status(
       "GPU 0: NVIDIA H200 (UUID: GPU-1)\n"

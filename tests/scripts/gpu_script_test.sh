@@ -26,7 +26,7 @@ expect "bash -n" "$(bash -n "$src/scripts/gpu.sh" && echo ok)" ok
 help=$(gpu bash "$src/scripts/gpu.sh" help)
 expect "help: exit 0" $? 0
 for c in check "bench gemm-allgather" "bench kv-transfer" "bench moe" "bench ring-attention" "bench serving-kernels" \
-  "goal gemm-allgather" quick gates convert-gate bundle env; do
+  "goal gemm-allgather" "goal kv-transfer" "goal moe" "goal ring-attention" quick gates convert-gate bundle env; do
   expect "help lists '$c'" "$(echo "$help" | grep -c "^scripts/gpu.sh $c \[options\]")" 1
 done
 expect "help names each option's fallback" "$(echo "$help" | grep -c -- '--experts V .*\[BRAID_MOE_EXPERTS\]')" 1
@@ -75,6 +75,8 @@ args=(bench serving-kernels --dry-run --verify --samples 2 --build "$tmp/b")
 expect "serving-kernels --verify: seed, gen0 and 2 samples of 4 ops" "$(run | count '--mode verify')" 16
 args=(goal gemm-allgather --dry-run --ranks 4 --braid /bin/true 4 5)
 expect "goal: one evolve per seed" "$(run | count 'evolve workloads/gemm_allgather .*--ranks 4 -c')" 2
+args=(goal moe --dry-run --braid /bin/true 7)
+expect "goal moe: its goal.yaml and every timed size" "$(run | grep -c 'workloads/moe/bench/goal.yaml\|--target 1.10 --sizes 1280321.*40960325')" 2
 expect "writes nothing in dry runs" "$([ -e "$out" ] || [ -e "$tmp/b" ] && echo wrote || echo none)" none
 
 [ $fails = 0 ] && echo "all passed" || echo "$fails failed"

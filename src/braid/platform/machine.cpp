@@ -1,6 +1,7 @@
 #include "braid/platform/machine.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <sstream>
 #include <tuple>
@@ -46,7 +47,7 @@ std::vector<GpuInfo> proc_gpus() {
 
 std::vector<GpuInfo> smi_gpus() {
   auto smi = platform_detail::run_probe(
-      {"nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total", "--format=csv,noheader,nounits"}, 30.0);
+      {"nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,uuid", "--format=csv,noheader,nounits"}, 30.0);
   return smi.succeeded() ? parse_gpu_query(smi.stdout_text) : std::vector<GpuInfo>{};
 }
 
@@ -64,6 +65,7 @@ std::vector<GpuInfo> parse_gpu_query(const std::string& csv) {
     gpu.name = fields[1];
     if (fields.size() > 2 && fields[2].find('.') != std::string::npos) gpu.compute_cap = fields[2];
     if (fields.size() > 3) gpu.memory_gib = std::atof(fields[3].c_str()) / 1024.0;  // MiB
+    if (fields.size() > 4) gpu.uuid = fields[4];
     gpus.push_back(gpu);
   }
   return gpus;
@@ -92,9 +94,25 @@ std::vector<std::string> list_rdma_devices(const std::filesystem::path& sys_clas
   return devices;
 }
 
+std::vector<GpuInfo> visible_gpus(const std::vector<GpuInfo>& all, const char* cuda_visible_devices) {
+  if (cuda_visible_devices == nullptr) return all;
+  std::vector<GpuInfo> visible;
+  for (const auto& entry : split_fields(cuda_visible_devices)) {
+    auto named = std::find_if(all.begin(), all.end(), [&](const GpuInfo& gpu) {
+      if (!entry.empty() && std::all_of(entry.begin(), entry.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+        return gpu.index == std::atoi(entry.c_str());
+      const std::string uuid = entry.rfind("GPU-", 0) == 0 ? entry : "GPU-" + entry;
+      return !entry.empty() && !gpu.uuid.empty() && gpu.uuid.rfind(uuid, 0) == 0;
+    });
+    if (named == all.end()) break;
+    visible.push_back(*named);
+  }
+  return visible;
+}
+
 std::vector<GpuInfo> detect_gpus() {
   auto gpus = smi_gpus();
-  return gpus.empty() ? proc_gpus() : gpus;
+  return visible_gpus(gpus.empty() ? proc_gpus() : gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 MachineFacts probe_machine() {
@@ -105,8 +123,9 @@ MachineFacts probe_machine() {
     m.gpus = proc_gpus();
     m.gpu_source = m.gpus.empty() ? "none" : "/proc/driver/nvidia/gpus";
   }
+  m.gpus = visible_gpus(m.gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
   if (!m.gpus.empty()) {
-    auto links = platform_detail::run_probe({"nvidia-smi", "nvlink", "-s", "-i", "0"});
+    auto links = platform_detail::run_probe({"nvidia-smi", "nvlink", "-s", "-i", std::to_string(m.gpus.front().index)});
     if (links.succeeded()) std::tie(m.nvlink_links, m.nvlink_gb_s) = parse_nvlink_status(links.stdout_text);
   }
   m.rdma_devices = list_rdma_devices();
