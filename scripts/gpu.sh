@@ -775,6 +775,7 @@ spec_bench_ring_attention() {
   opt --hkv hkv BRAID_RING_HKV 8,32 "(ranks 1) key / value heads"
   opt --causal causal BRAID_RING_CAUSAL 0,1 "(ranks 1) causal masks"
   opt --sizes sizes BRAID_RING_SIZES 819232,1000819232,1638408,1001638408 "(ranks >= 2) harness sizes (ring_attention.cuh)"
+  opt --extra extra BRAID_RING_EXTRA "" "(ranks >= 2) more programs, NAME=PATH.cu ... (goal ring-attention's seed<N>-best.cu)"
   opt --iters iters BRAID_RING_ITERS 10 "timed iterations"
   opt --warmup warmup BRAID_RING_WARMUP 3 "warm-up iterations"
   limit kernel 180; limit run 400
@@ -833,6 +834,7 @@ cmd_bench_ring_attention() {
   x cp "$wl/seed.cu" "$build/seed.cu"
   x cp "$wl/gen0.cu" "$build/gen0_default.cu"
   add_variants "$build" "$wl/gen0.cu" "$wl/bench/variants.txt" "$variants"
+  add_extra "$build" "$extra"
   build_programs "$build" "$out" flags_ring_attention "${names[@]}"
   for s in ${sizes//,/ }; do size_args+=(--size "$s"); done
   fresh_dir "$out/results"
