@@ -1,6 +1,7 @@
 // The runner's parts on their own: the goal tracker (best/, stop_when with re-runs that agree or
 // refute) and the meta journal (summaries every interval, recommendations for the prompts),
-// each against a real database and a scripted re-measurement, with no search around them.
+// each against a real database and a scripted re-measurement, with no search around them; and
+// the evaluation jobs (a slot is free while a stored candidate waits for its model feedback).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
+#include "braid/search/evaluation_jobs.hpp"
 #include "braid/search/goal_tracker.hpp"
 #include "braid/search/meta_journal.hpp"
 #include "braid/util/fs.hpp"
@@ -246,6 +248,39 @@ TEST(MetaJournal, ARemoteSummaryDroppedOnStopWritesNothing) {
   EXPECT_EQ(journal.recommendations(), "");
   EXPECT_FALSE(std::filesystem::exists(dir / "meta_memory.json"));
   EXPECT_FALSE(raw.meta("last_meta_at").has_value());  // resume asks for it again
+}
+
+// The follow-up (the model's feedback) runs after the candidate is stored and its slot is free:
+// a slow feedback answer does not hold an evaluation slot, and a kill -9 during it loses nothing.
+TEST(EvaluationJobsTest, SlotIsFreeWhileTheFollowUpRuns) {
+  auto dir = fresh_dir("jobs_slot");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  EvaluationJobs jobs(db);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> follow_up_started{false};
+  jobs.launch(
+      1, [] { return child("c1", 1, 2.0); },
+      [&](ProgramRecord& rec) {
+        follow_up_started = true;
+        released.wait();
+        rec.text_feedback = "slow answer";
+      });
+  // The slot frees (wait() returns on it) before the follow-up ends; the candidate is stored.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!follow_up_started && std::chrono::steady_clock::now() < deadline)
+    jobs.wait(std::chrono::milliseconds(50), [] { return false; });
+  ASSERT_TRUE(follow_up_started.load());
+  EXPECT_EQ(jobs.running(), 0);
+  EXPECT_TRUE(db.get("c1").has_value());
+  EXPECT_TRUE(jobs.wait(std::chrono::milliseconds(50), [] { return false; }).empty());  // not handed back yet
+  release.set_value();
+  std::vector<ProgramRecord> finished;
+  while (finished.empty() && std::chrono::steady_clock::now() < deadline)
+    finished = jobs.wait(std::chrono::milliseconds(50), [] { return false; });
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].text_feedback, "slow answer");
 }
 
 }  // namespace

@@ -6,10 +6,19 @@
 
 namespace braid {
 
-void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord()> evaluate) {
-  threads_[generation] = std::thread([this, evaluate = std::move(evaluate)] {
+void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
+                            std::function<void(ProgramRecord&)> follow_up) {
+  ++evaluating_;
+  threads_[generation] = std::thread([this, evaluate = std::move(evaluate), follow_up = std::move(follow_up)] {
     ProgramRecord rec = evaluate();
     if (!discard_) db_.insert(rec);
+    {
+      std::lock_guard lock(mutex_);
+      --evaluating_;
+      slot_freed_ = true;
+      cv_.notify_all();
+    }
+    if (follow_up && !discard_) follow_up(rec);
     std::lock_guard lock(mutex_);
     finished_.push_back(std::move(rec));
     cv_.notify_all();
@@ -20,7 +29,8 @@ std::vector<ProgramRecord> EvaluationJobs::wait(std::chrono::milliseconds timeou
   std::deque<ProgramRecord> taken;
   {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, timeout, [&] { return !finished_.empty() || also(); });
+    cv_.wait_for(lock, timeout, [&] { return !finished_.empty() || slot_freed_ || also(); });
+    slot_freed_ = false;
     taken.swap(finished_);
   }
   std::vector<ProgramRecord> out;

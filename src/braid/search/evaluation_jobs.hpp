@@ -1,6 +1,8 @@
 // The runner's evaluations in flight: one thread per candidate (the runner launches at most
 // max_parallel_jobs). Each stores its candidate the moment its evaluation ends, so a kill -9
-// right after loses nothing, and hands it back to the search thread. The process groups the
+// right after loses nothing, gives its evaluation slot back, runs the follow-up (the LLM's text
+// feedback: a model call must not hold a slot the evaluator could use) and hands the candidate
+// back to the search thread. The process groups the
 // evaluator starts are recorded in the jobs table while they run, so a later braid ends those a
 // crash left behind (end_orphaned_jobs), and a stop kills them.
 #pragma once
@@ -28,14 +30,16 @@ class EvaluationJobs {
   EvaluationJobs(const EvaluationJobs&) = delete;
   EvaluationJobs& operator=(const EvaluationJobs&) = delete;
 
-  // Runs `evaluate` on a thread of its own; the record it returns is stored (unless stopped)
-  // and handed back by wait().
-  void launch(std::int64_t generation, std::function<ProgramRecord()> evaluate);
-  // Waits up to `timeout` for finished evaluations, or for `also` to hold; joins their threads
-  // and returns their records in the order they finished.
+  // Runs `evaluate` on a thread of its own; the record it returns is stored (unless stopped),
+  // its slot freed, then `follow_up` (when given, and not stopped) may add to it, and it is
+  // handed back by wait().
+  void launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
+              std::function<void(ProgramRecord&)> follow_up = {});
+  // Waits up to `timeout` for finished evaluations, a freed slot, or for `also` to hold; joins
+  // the finished threads and returns their records in the order they finished.
   std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);
   void wake();  // ends a wait early (another source of work has something)
-  int running() const { return int(threads_.size()); }
+  int running() const { return evaluating_.load(); }  // evaluations holding a slot
 
   // Records the process groups of an evaluation (running, or ended) for the evaluator.
   JobObserver observer();
@@ -53,6 +57,8 @@ class EvaluationJobs {
   std::map<std::int64_t, std::thread> threads_;  // by generation; joined when collected
   std::map<long, std::string> process_groups_;   // pgid -> what; guarded by the database lock
   std::atomic<bool> discard_{false};
+  std::atomic<int> evaluating_{0};
+  bool slot_freed_ = false;  // since the last wait(); guarded by mutex_
 };
 
 }  // namespace braid

@@ -148,6 +148,7 @@ struct EvolutionRunner::Impl {
           jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers() || meta.answered(); });
       if (stop.load() && !jobs.stopped()) stop_evaluations();
       for (auto& rec : finished) collect(std::move(rec));
+      launch_ready();  // a slot freed before its candidate's follow-up ended
       emit();
     }
     proposals->shutdown();  // joins asks still on their way (their answers are dropped)
@@ -439,12 +440,22 @@ struct EvolutionRunner::Impl {
     rec.error_text = res.error_text;
     rec.text_feedback = res.text_feedback;
     rec.timings = res.timings;
-    if (parts.feedback && cfg.use_text_feedback) {
-      std::optional<ProgramRecord> parent;
-      if (!rec.parent_id.empty()) parent = db.get(rec.parent_id);
-      std::string fb = parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
-      if (!fb.empty()) rec.text_feedback = fb;
-    }
+  }
+
+  // The model's diagnosis of an evaluated candidate ("" without one).
+  std::string feedback_on(const ProgramRecord& rec) {
+    if (!parts.feedback || !cfg.use_text_feedback) return "";
+    std::optional<ProgramRecord> parent;
+    if (!rec.parent_id.empty()) parent = db.get(rec.parent_id);
+    return parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
+  }
+
+  // A stored candidate's feedback, asked after its evaluation slot is free.
+  void add_feedback(ProgramRecord& rec) {
+    std::string fb = feedback_on(rec);
+    if (fb.empty()) return;
+    rec.text_feedback = fb;
+    db.with([&](ProgramDatabase& db) { db.set_text_feedback(rec.id, fb); });
   }
 
   // Accepted candidates start their evaluation, lowest generation first, while fewer than
@@ -455,10 +466,13 @@ struct EvolutionRunner::Impl {
       ready.erase(ready.begin());
       const std::int64_t g = candidate.generation;
       auto dir = work_dir_for(g, candidate.island_idx, false);
-      jobs.launch(g, [this, rec = std::move(candidate), dir]() mutable {
-        evaluate_into(rec, dir);
-        return std::move(rec);
-      });
+      jobs.launch(
+          g,
+          [this, rec = std::move(candidate), dir]() mutable {
+            evaluate_into(rec, dir);
+            return std::move(rec);
+          },
+          [this](ProgramRecord& rec) { add_feedback(rec); });
     }
   }
 
@@ -484,6 +498,7 @@ struct EvolutionRunner::Impl {
       rec.id = hash_hex(fmt::format("seed:{}:{}", run_seed, islands.front()));
       log::info("evaluating seed program {} for island(s) {}", origin, fmt::join(islands, ","));
       evaluate_into(rec, work_dir_for(0, islands.front(), true));
+      if (std::string fb = feedback_on(rec); !fb.empty()) rec.text_feedback = fb;
       for (int island : islands) {
         ProgramRecord copy = rec;
         copy.island_idx = island;
