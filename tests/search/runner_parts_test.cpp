@@ -120,6 +120,28 @@ TEST(GoalTracker, ConfirmedBestIsTheMedianOfItsReRuns) {
   EXPECT_DOUBLE_EQ(f.pop.at(0).combined_score, 2.0);  // selection sees the median, not the lucky timing
 }
 
+// On a noisy run (the seed's re-timings spread 19% of their median) a new best takes three times
+// confirm_runs re-runs; on a quiet one (1%) confirm_runs.
+TEST(GoalTracker, ANoisyRunConfirmsWithMoreReRuns) {
+  for (const bool noisy : {true, false}) {
+    TrackerFixture f(noisy ? "noisy" : "quiet");
+    f.cfg.confirm_runs = 3;
+    f.cfg.noise_runs = 3;
+    ProgramRecord seed = child("s", 0, 2.0);
+    seed.patch_type = "seed";
+    f.raw.insert(seed);
+    f.reruns = noisy ? std::deque<double>{1.8, 2.1, 2.2} : std::deque<double>{2.0, 2.02, 2.01};
+    GoalTracker goals = f.tracker();
+    goals.load({});
+    goals.measure_noise({"s"});
+    EXPECT_EQ(goals.confirmation_runs(), noisy ? 9 : 3);
+    f.reruns = {2.3, 2.5, 2.4, 2.6, 2.2, 2.45, 2.35, 2.55, 2.4};
+    f.index(goals, child("a", 1, 2.9));
+    ASSERT_TRUE(goals.best().has_value());
+    EXPECT_EQ(goals.best()->runs, noisy ? 9 : 3);
+  }
+}
+
 TEST(GoalTracker, GoalIsReachedOnlyWhenReRunsAgreeAndARefutedProgramIsKept) {
   TrackerFixture f("goal");
   f.cfg.stop_when.metric = "combined_score";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -121,7 +122,16 @@ void GoalTracker::settle_best() {
   }
 }
 
-// Re-measures `rec` confirm_runs times, each run followed by one of the incumbent best, and
+// Re-runs per confirmation: confirm_runs, doubled or tripled when the run's measured noise is
+// high (the seed's re-timings spread over more than 8% of their median), so a noisy machine's
+// best is a median of more runs rather than a lucky few.
+int GoalTracker::confirmation_runs() const {
+  if (!noise_ || noise_->spread <= 0.08) return cfg_.confirm_runs;
+  const double ratio = noise_->spread / 0.08;
+  return cfg_.confirm_runs * std::min(3, int(std::ceil(ratio * ratio)));
+}
+
+// Re-measures `rec` confirmation_runs() times, each run followed by one of the incumbent best, and
 // promotes it iff every re-run is correct and its median beats the incumbent's. Stored as a
 // Confirmation; the estimates of both programs follow. False when a stop cut it short.
 bool GoalTracker::confirm(const ProgramRecord& rec) {
@@ -149,7 +159,8 @@ bool GoalTracker::confirm(const ProgramRecord& rec) {
     std::filesystem::remove_all(folder, ec);  // kept only when a re-run failed
     return r.combined_score;
   };
-  for (int k = 1; k <= cfg_.confirm_runs && failed.empty(); ++k) {
+  const int runs = confirmation_runs();
+  for (int k = 1; k <= runs && failed.empty(); ++k) {
     if (parts_.stopping()) return false;
     if (auto v = once(rec, fmt::format("{}-trust{}", rec.id, k))) c.samples.push_back(*v);
     else break;
