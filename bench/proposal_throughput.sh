@@ -5,7 +5,8 @@
 # evaluation. Each is compared with the bound min(evaluation capacity, P / LAT), where
 # evaluation capacity = max_parallel_jobs / (mean measured evaluation time). CPU only.
 #
-#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES)
+#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES LAG)
+# LAG: proposal_lag (0: braid's default).
 # MODES: the max_parallel_proposals values to run (default "1 $PROPS"). The bound counts one
 # model answer per candidate; a patch that fails and is asked again costs more (see the column).
 # Quick: LAT=2 SPREAD=1 EVAL_S=1 GENS=24 JOBS=2 PROPS=4; the issue's: LAT=20 SPREAD=10 EVAL_S=5.
@@ -47,6 +48,7 @@ num_generations: $GENS
 num_islands: 2
 max_parallel_jobs: $JOBS
 max_parallel_proposals: $p
+proposal_lag: ${LAG:-0}
 meta_rec_interval: 0
 migration_interval: 0
 confirm_runs: 0

@@ -128,8 +128,10 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
   EXPECT_GE(c.converted_calls, min_converted) << conversion_to_text(c);
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
   BuildFlags flags;
+  // A program built with a macro that enables its NCCL path (as its makefile would pass it).
+  if (src.find("#ifdef MULTI_GPU") != std::string::npos) flags.defines.push_back("MULTI_GPU");
   try {
-    flags = resolve_build_flags(path.string(), src, {});
+    flags = resolve_build_flags(path.string(), src, flags);
   } catch (const braid::UserError& e) {
     GTEST_SKIP() << e.what();  // no MPI here
   }
@@ -159,5 +161,11 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"collective_dispatch_fnptr", 1},
                                            std::pair<std::string, int>{"decode_gather_to_root", 2},
                                            std::pair<std::string, int>{"sequence_parallel_rs_ag", 2},
-                                           std::pair<std::string, int>{"expert_alltoall_ncclmem", 3}),
+                                           std::pair<std::string, int>{"expert_alltoall_ncclmem", 3},
+                                           std::pair<std::string, int>{"llmc_style_trainer", 1},
+                                           std::pair<std::string, int>{"template_allreduce_fp16", 1},
+                                           std::pair<std::string, int>{"zero1_bucket_shards", 2},
+                                           std::pair<std::string, int>{"graph_captured_tp_decode", 1},
+                                           std::pair<std::string, int>{"alloc_helpers_member_dp", 2},
+                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 0}),
                          [](const auto& info) { return info.param.first; });

@@ -230,3 +230,131 @@ TEST(Transform, GateInstrumentationReplacesAnnotations) {
   EXPECT_TRUE(contains(g, "braid_gate::output(gathered, kShard * kMaxRanks * sizeof(float), \"gathered\");"));
   EXPECT_FALSE(contains(g, "// braid:output"));
 }
+
+// Users' idioms the rules follow: a data type computed by a function (`nccl_type<T>()`, decided
+// at run time like any non-literal), a container filled with copies of a struct whose fields were
+// allocated (`buckets.push_back(b)`), and NCCL included under `#ifdef`: the prelude goes after the
+// block, so a build without the macro still has the converted calls' definitions.
+TEST(Transform, UserIdiomsTypesByFunctionContainerCopiesAndConditionalIncludes) {
+  const std::string src =
+      "#include <vector>\n"
+      "#ifdef MULTI_GPU\n"
+      "#include <nccl.h>\n"
+      "#endif\n"
+      "struct Bucket { float* grad; size_t n; };\n"
+      "template <typename T> ncclDataType_t nccl_type() { return ncclFloat; }\n"
+      "template <typename T> void sum(T* b, size_t n, ncclComm_t c, cudaStream_t s) {\n"
+      "  ncclAllReduce(b, b, n, nccl_type<T>(), ncclSum, c, s);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclComm_t comm; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::vector<Bucket> buckets;\n"
+      "  for (int i = 0; i < 3; ++i) { Bucket b; b.n = 256; cudaMalloc(&b.grad, 1024); buckets.push_back(b); }\n"
+      "  for (auto& b : buckets) ncclAllReduce(b.grad, b.grad, b.n, ncclFloat, ncclSum, comm, s);\n"
+      "  float* x; cudaMalloc(&x, 1024);\n"
+      "  sum(x, 256, comm, s);\n"
+      "}\n";
+  Conversion c = transform(analyze("p.cu", src), src);
+  EXPECT_EQ(c.nccl_calls, 2);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "nccl_type<T>(), ncclSum, c, s)")) << c.source.substr(c.source.size() - 800);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&b.grad, 1024)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x, 1024)"));
+  // The prelude comes after the #endif, not inside the #ifdef block.
+  const std::size_t endif = c.source.find("#endif");
+  const std::size_t prelude = c.source.find("namespace braid_converted");
+  ASSERT_NE(endif, std::string::npos);
+  EXPECT_GT(prelude, endif);
+}
+
+TEST(Transform, APreludeStaysInsideAWholeFileIncludeGuard) {
+  EXPECT_EQ(prelude_position("#ifndef P_H\n#define P_H\n#include <nccl.h>\nint x;\n#endif\n"),
+            std::string("#ifndef P_H\n#define P_H\n#include <nccl.h>").size());
+  EXPECT_EQ(prelude_position("#include <a.h>\n#if X\n#include <b.h>\n#else\n#include <c.h>\n#endif\nint y;\n"),
+            std::string("#include <a.h>\n#if X\n#include <b.h>\n#else\n#include <c.h>\n#endif").size());
+}
+
+// Buffers from an allocation helper that returns the pointer (a template too), allocated inside
+// an `if (cudaMalloc(...) != cudaSuccess)` check that every rank runs; a helper called under a
+// condition keeps its callers' buffers host NCCL (window registration is collective).
+TEST(Transform, BuffersFromReturningAllocationHelpers) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "template <typename T> T* device_alloc(size_t n) {\n"
+      "  T* p = nullptr;\n"
+      "  if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) exit(1);\n"
+      "  return p;\n"
+      "}\n"
+      "float* scratch(size_t n) { float* q; cudaMalloc((void**)&q, n * 4); return q; }\n"
+      "int main() {\n"
+      "  ncclComm_t comm; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  float* act = device_alloc<float>(1024);\n"
+      "  float* dbg = nullptr;\n"
+      "  if (rank == 0) dbg = scratch(16);\n"
+      "  float* tmp = scratch(64);\n"
+      "  ncclAllReduce(act, act, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(tmp, tmp, 64, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  Conversion c = transform(analyze("p.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(T))"));
+  EXPECT_TRUE(contains(c.source, "cudaMalloc((void**)&q, n * 4)"));  // scratch() is called under `if`
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "scratch() is called under a condition")) << c.left[0].reason;
+}
+
+// One process, a rank per thread: the converted runtime's state is per process, so the file is
+// left untouched with the reason, whichever way the thread is started.
+TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
+  const std::string worker =
+      "#include <nccl.h>\n"
+      "void worker(int r, int n, ncclUniqueId id) {\n"
+      "  ncclComm_t comm; float* b; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, n, id, r);\n"
+      "  cudaMalloc(&b, 4096);\n"
+      "  ncclAllReduce(b, b, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const std::vector<std::string> starts = {
+      "int main() { std::vector<std::thread> ts; for (int r = 0; r < 4; ++r) ts.emplace_back(worker, r, 4, id); }\n",
+      "int main() { std::thread t(worker, 0, 1, id); t.join(); }\n",
+      "void* entry(void* a) { worker(0, 1, id); return nullptr; }\n"
+      "int main() { pthread_t t; pthread_create(&t, nullptr, entry, nullptr); }\n",
+      "int main() {\n#pragma omp parallel num_threads(4)\n  worker(omp_get_thread_num(), 4, id);\n}\n"};
+  for (const std::string& start : starts) {
+    const std::string src = worker + start;
+    Conversion c = transform(analyze("p.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 0) << start;
+    EXPECT_EQ(c.source, src);
+    ASSERT_FALSE(c.left.empty());
+    EXPECT_TRUE(contains(c.left[0].reason, "several ranks in one process")) << c.left[0].reason;
+  }
+  // A lambda thread that creates the communicator.
+  const std::string lambda =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  std::vector<std::thread> ts;\n"
+      "  for (int r = 0; r < 2; ++r) ts.emplace_back([&, r] {\n"
+      "    ncclComm_t comm; float* b; cudaStream_t s;\n"
+      "    ncclCommInitRank(&comm, 2, id, r);\n"
+      "    cudaMalloc(&b, 4096);\n"
+      "    ncclAllReduce(b, b, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  });\n"
+      "}\n";
+  Conversion c = transform(analyze("p.cu", lambda), lambda);
+  EXPECT_EQ(c.converted_calls, 0);
+  // A helper thread that does not create a communicator changes nothing.
+  const std::string loader =
+      "#include <nccl.h>\n"
+      "void load(int k) {}\n"
+      "int main() {\n"
+      "  std::thread t(load, 3);\n"
+      "  ncclComm_t comm; float* b; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaMalloc(&b, 4096);\n"
+      "  ncclAllReduce(b, b, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  Conversion d = transform(analyze("p.cu", loader), loader);
+  EXPECT_EQ(d.converted_calls, 1) << conversion_to_text(d);
+}

@@ -116,7 +116,8 @@ struct Analysis {
   std::vector<Edge> edges;
   std::map<std::string, int64_t> constants;
   std::vector<CommInit> comm_inits;
-  bool single_process_multi_gpu = false;  // ncclCommInitAll: several ranks in one process
+  bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
+  std::string single_process_why;         // how the file does it, for the reason of every call
   bool uses_harness = false;  // harness_main(...) with a Candidate
 
   std::vector<std::size_t> nccl_collectives() const;  // indices of data-moving NCCL calls

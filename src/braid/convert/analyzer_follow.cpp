@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
 #include "braid/util/error.hpp"
@@ -33,6 +34,14 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
+    // An element of a container filled with copies of a variable whose fields were allocated.
+    for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path))
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(origin, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.push_back(fmt::format("{} holds copies of {}", split_root(path).first, split_root(origin).first));
+        }
     if (!found && c.unresolved.empty())
       c.unresolved = fmt::format(
           "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
@@ -132,12 +141,82 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
     int target = -1;
     if ((c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig") && !c.args.empty()) target = 0;
     else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
-    else if (c.name == "ncclCommInitAll") a.single_process_multi_gpu = true;
+    else if (c.name == "ncclCommInitAll") {
+      a.single_process_multi_gpu = true;
+      a.single_process_why = "creates its communicators with ncclCommInitAll";
+    }
     if (target < 0) continue;
     auto tok = token_at.find(c.call_begin);
     const std::string path = access_path(c.args[(std::size_t)target].text, true);
     if (!path.empty() && tok != token_at.end())
       a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
+  }
+}
+
+void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
+                           const TokenIndex& token_at, Analysis& a) {
+  if (a.single_process_multi_gpu || a.comm_inits.empty()) return;
+  for (const Token& t : all)
+    if (t.kind == TokenKind::Preprocessor && t.text.find("pragma") != std::string::npos &&
+        t.text.find("omp") != std::string::npos && t.text.find("parallel") != std::string::npos) {
+      a.single_process_multi_gpu = true;
+      a.single_process_why = fmt::format("creates a communicator and runs `#pragma omp parallel` (line {}): a rank per thread", t.line);
+      return;
+    }
+  // Thread entries: the first argument of a thread's construction, a function name or a lambda.
+  std::set<std::string> entries;
+  std::vector<std::pair<std::size_t, std::size_t>> lambda_bodies;
+  const bool has_threads = std::any_of(toks.begin(), toks.end(), [](const Token& t) {
+    return t.text == "thread" || t.text == "jthread" || t.text == "pthread_create" || t.text == "async";
+  });
+  if (!has_threads) return;
+  for (std::size_t k = 0; k + 2 < toks.size(); ++k) {
+    const std::string& x = toks[k].text;
+    std::size_t open = 0;
+    int skip_args = 0;
+    if (x == "thread" || x == "jthread") {  // std::thread t(f, ...), std::thread(f, ...), std::thread{f, ...}
+      open = toks[k + 1].text == "(" || toks[k + 1].text == "{" ? k + 1
+             : (toks[k + 1].kind == TokenKind::Identifier && (toks[k + 2].text == "(" || toks[k + 2].text == "{")) ? k + 2
+                                                                                                                    : 0;
+    } else if ((x == "emplace_back" || x == "push_back") && toks[k + 1].text == "(") {
+      open = k + 1;
+    } else if (x == "pthread_create" && toks[k + 1].text == "(") {
+      open = k + 1;
+      skip_args = 2;
+    } else if (x == "async" && toks[k + 1].text == "(") {
+      open = k + 1;
+      skip_args = toks[k + 2].text == "std" ? 1 : 0;  // std::async(std::launch::async, f, ...)
+    }
+    if (open == 0) continue;
+    const std::size_t close = matching(toks, open);
+    std::size_t at = open + 1;
+    for (int n = 0; n < skip_args && at < close; ++at) {
+      if (toks[at].text == "," ) ++n;
+      else if (toks[at].text == "(" || toks[at].text == "[" || toks[at].text == "{") at = matching(toks, at);
+    }
+    while (at < close && (toks[at].text == "&" || toks[at].text == "(" || toks[at].text == "void" || toks[at].text == "*" ||
+                          toks[at].text == ")" || toks[at].text == "::" || toks[at].text == "std"))
+      ++at;
+    if (at >= close) continue;
+    if (toks[at].text == "[") {  // a lambda: its body
+      std::size_t b = matching(toks, at) + 1;
+      while (b < close && toks[b].text != "{") ++b;
+      if (b < close) lambda_bodies.emplace_back(b, matching(toks, b));
+    } else if (toks[at].kind == TokenKind::Identifier && toks[at + 1].text != "(") {
+      entries.insert(toks[at].text);
+    }
+  }
+  for (const CommInit& ci : a.comm_inits) {
+    auto tok = token_at.find(a.calls[ci.call].call_begin);
+    if (tok == token_at.end()) continue;
+    const bool in_lambda = std::any_of(lambda_bodies.begin(), lambda_bodies.end(),
+                                       [&](const auto& r) { return tok->second > r.first && tok->second < r.second; });
+    const std::string runs_in = flow.callers_reach(flow.function_at(tok->second), entries);
+    if (!in_lambda && runs_in.empty()) continue;
+    a.single_process_multi_gpu = true;
+    a.single_process_why = fmt::format("creates a communicator (line {}) in {} that a thread runs: a rank per thread",
+                                       a.calls[ci.call].line, in_lambda ? std::string("a lambda") : runs_in + "()");
+    return;
   }
 }
 

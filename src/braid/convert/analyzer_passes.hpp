@@ -66,6 +66,11 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
 void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// Several ranks in one process through threads: a communicator created in a function (or lambda)
+// that a thread runs (std::thread/jthread, emplace_back into threads, pthread_create, std::async),
+// or under `#pragma omp parallel`. The converted runtime's state is per process.
+void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
+                           const TokenIndex& token_at, Analysis& a);
 // NCCL collectives named without a call (taken by address, through a function pointer).
 void list_address_taken(const std::vector<Token>& toks, Analysis& a);
 // A UserError for an annotation that names no allocated buffer.

@@ -213,9 +213,14 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
   std::vector<bool> brace_conditional;  // per open '{'
   int cond_depth = 0;
   std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
+  // An if/switch's own parenthesised condition runs whenever the statement does
+  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
+  std::size_t condition_until = 0;
+  bool condition_in = false;
   for (i = 0; i < code.size(); ++i) {
     const std::string& x = code[i].text;
     bool in = cond_depth > 0 || !unbraced_end_depth.empty();
+    if (i > 0 && i <= condition_until) in = condition_in;
     if (x == "{") {
       bool c = false;
       if (i > 0 && code[i - 1].text == "else") c = true;
@@ -238,6 +243,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       }
     } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
       const std::size_t close = match_forward(code, i + 1, code.size());
+      condition_until = close;
+      condition_in = in;
       if (close + 1 < code.size() && code[close + 1].text != "{") unbraced_end_depth.push_back(brace_conditional.size());
     } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
       unbraced_end_depth.push_back(brace_conditional.size());
@@ -281,12 +288,101 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
           aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k});
         }
       }
+      record_element_copy(k, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
         const std::size_t close = match_forward(code_, k + 1, f.body_close);
         calls_[t.text].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
       }
     }
   }
+}
+
+// `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).
+void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
+  const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
+  std::size_t v = 0;
+  if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
+      is(k + 3, "(")) {
+    v = k + 4;
+    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) v += 4;
+  } else if (is(k + 1, "[") && (k == 0 || (code_[k - 1].text != "." && code_[k - 1].text != "->"))) {
+    const std::size_t close = match_forward(code_, k + 1, end);
+    if (close + 3 < end && code_[close + 1].text == "=" && code_[close + 3].text == ";") v = close + 2;
+  }
+  if (v == 0 || v >= end || code_[v].kind != TokenKind::Identifier || code_[v].text == code_[k].text) return;
+  const std::string& next = v + 1 < end ? code_[v + 1].text : "";
+  if (next != ")" && next != ";") return;  // a whole variable, not an expression
+  auto& vars = element_copies_[code_[k].text];
+  if (std::find(vars.begin(), vars.end(), code_[v].text) == vars.end()) vars.push_back(code_[v].text);
+}
+
+std::vector<std::string> BufferFlow::element_origins(const std::string& path) const {
+  const auto [root, rest] = split_root(path);
+  auto it = element_copies_.find(root);
+  if (it == element_copies_.end() || rest.empty() || rest[0] != '[') return {};
+  const std::size_t close = rest.find(']');
+  if (close == std::string::npos) return {};
+  std::vector<std::string> out;
+  for (const std::string& var : it->second) out.push_back(var + rest.substr(close + 1));
+  return out;
+}
+
+// The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`), if any.
+const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
+  LexResult lr = lex(expr);
+  const std::vector<Token> t = code_tokens(lr.tokens);
+  if (t.size() < 3 || t[0].kind != TokenKind::Identifier) return nullptr;
+  std::size_t open = 1;
+  if (t[1].text == "<") {
+    int depth = 0;
+    for (; open < t.size(); ++open) {
+      if (t[open].text == "<") ++depth;
+      else if (t[open].text == ">" && --depth == 0) break;
+      else if (t[open].text == ">>" && (depth -= 2) <= 0) break;
+    }
+    ++open;
+  }
+  if (open >= t.size() || t[open].text != "(" || match_forward(t, open, t.size()) + 1 != t.size()) return nullptr;
+  for (const FunctionDef& f : functions_)
+    if (f.name == t[0].text) return &f;
+  return nullptr;
+}
+
+// Every `return X;` of helper `f`, followed in f's terms. A helper called under a condition
+// somewhere would make its allocations rank-dependent (window registration is collective).
+void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
+                                std::vector<std::string>& stack) const {
+  if (auto calls = calls_.find(f.name); calls != calls_.end())
+    for (const CallSite& c : calls->second)
+      if (conditional(c.token)) {
+        out.reason = fmt::format("the allocation helper {}() is called under a condition at line {}", f.name, c.line);
+        return;
+      }
+  bool any = false;
+  for (std::size_t k = f.body_open + 1; k < f.body_close; ++k) {
+    if (code_[k].text != "return") continue;
+    std::size_t e = k + 1;
+    while (e < f.body_close && code_[e].text != ";") ++e;
+    any = true;
+    out.via.push_back(fmt::format("{}() returns {} (line {})", f.name, join(code_, k + 1, e), code_[k].line));
+    resolve_into(join(code_, k + 1, e) + rest, f.name, k, depth - 1, out, stack);
+    if (!out.reason.empty()) return;
+  }
+  if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);
+}
+
+std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {function};
+  while (!todo.empty()) {
+    const std::string f = todo.back();
+    todo.pop_back();
+    if (f.empty() || !seen.insert(f).second) continue;
+    if (roots.count(f)) return f;
+    if (auto it = calls_.find(f); it != calls_.end())
+      for (const CallSite& c : it->second) todo.push_back(c.caller);
+  }
+  return "";
 }
 
 std::string BufferFlow::function_at(std::size_t at) const {
@@ -326,7 +422,11 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       if (al.name == root && al.token < at && (!best || al.token > best->token)) best = &al;
     if (best) {
       const std::string base = access_path(best->init, false);
-      if (base.empty()) {
+      if (base.empty() && returning_helper(best->init)) {
+        // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
+        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+        follow_returns(*returning_helper(best->init), rest, depth, out, stack);
+      } else if (base.empty()) {
         // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
         // itself is what the program names; an allocation through it must still be found by path.
         out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,16 @@ class BufferFlow {
   // variables it may point into (through aliases and up to `max_depth` levels of callers).
   Resolution resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth = 6) const;
 
+  // Where the elements of a container came from: `buckets.push_back(b)`, `emplace_back(b)` or
+  // `buckets[i] = b` after `cudaMalloc(&b.grad, ...)` make `buckets[].grad` that allocation. For a
+  // path rooted at such a container with an index first (`buckets[].grad`), the paths of the
+  // copied variables (`b.grad`); empty otherwise.
+  std::vector<std::string> element_origins(const std::string& path) const;
+
+  // `function` itself or the first of its callers (transitively, in this file) that is in
+  // `roots`; "" when none is.
+  std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
+
   // The function whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
@@ -55,6 +66,10 @@ class BufferFlow {
   const std::vector<FunctionDef>& functions() const { return functions_; }
 
  private:
+  void record_element_copy(std::size_t k, std::size_t end);
+  const FunctionDef* returning_helper(const std::string& expr) const;
+  void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
+                      std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                     std::vector<std::string>& stack) const;
 
@@ -73,6 +88,7 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+  std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
 };
 
 }  // namespace braid::convert

@@ -46,8 +46,7 @@ Conversion left_untouched(const Analysis& a, const std::vector<std::size_t>& col
   for (std::size_t ci : collectives)
     conv.left.push_back(
         Unconverted{a.calls[ci].line, a.calls[ci].name,
-                    "the program creates its communicators with ncclCommInitAll (several ranks in one process): "
-                    "left untouched, host NCCL"});
+                    "the program " + a.single_process_why + " (several ranks in one process): left untouched, host NCCL"});
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   conv.source = source;
   return conv;
@@ -224,11 +223,37 @@ void hook_harness(const Analysis& a, const std::string& source, Conversion& conv
 
 }  // namespace
 
+// After the last #include, outside any #if block: an include under `#ifdef MULTI_GPU` would put
+// the prelude, and with it every converted call's definition, where a build without the macro
+// drops it. A whole-file include guard (`#ifndef X` + `#define X`) is not such a block.
 std::size_t prelude_position(const std::string& source) {
   LexResult lr = lex(source);
-  std::size_t pos = 0;
+  std::vector<const Token*> directives;
   for (const Token& t : lr.tokens)
-    if (t.kind == TokenKind::Preprocessor && t.text.find("include") != std::string::npos) pos = t.end;
+    if (t.kind == TokenKind::Preprocessor) directives.push_back(&t);
+  const auto keyword = [](const Token& t) {
+    std::size_t b = t.text.find_first_not_of("# \t", 0);
+    std::size_t e = b == std::string::npos ? b : t.text.find_first_of(" \t(<\"", b);
+    return b == std::string::npos ? std::string() : t.text.substr(b, e == std::string::npos ? e : e - b);
+  };
+  std::size_t pos = 0;
+  int depth = 0;
+  bool pending = false;  // an #include inside the open block
+  for (std::size_t i = 0; i < directives.size(); ++i) {
+    const std::string k = keyword(*directives[i]);
+    const bool guard = k == "ifndef" && i + 1 < directives.size() && keyword(*directives[i + 1]) == "define" && depth == 0 && pos == 0;
+    if (k == "if" || k == "ifdef" || k == "ifndef") {
+      if (!guard) ++depth;
+    } else if (k == "endif" && depth > 0) {
+      if (--depth == 0 && pending) {
+        pos = directives[i]->end;
+        pending = false;
+      }
+    } else if (k == "include") {
+      if (depth == 0) pos = directives[i]->end;
+      else pending = true;
+    }
+  }
   return pos;
 }
 

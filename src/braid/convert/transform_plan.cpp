@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 
 namespace braid::convert {
@@ -25,6 +27,13 @@ bool is_reduction(const std::string& name) {
   return name == "ncclAllReduce" || name == "ncclReduceScatter" || name == "ncclReduce";
 }
 
+// An NCCL enumerator as written (`ncclFloat16`, `ncclAvg`), not an expression that merely starts
+// with "nccl" (`nccl_type<T>()`, `ncclTypeOf(x)`), which is decided at run time.
+bool nccl_constant(const std::string& text) {
+  return text.size() > 4 && text.rfind("nccl", 0) == 0 && std::isupper(static_cast<unsigned char>(text[4])) &&
+         std::all_of(text.begin(), text.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); });
+}
+
 // Why a call's data type / reduction has no device rule ("" when it has one). A type or op that is
 // not a literal is decided at run time by the replacement (the same on every rank).
 std::string type_op_reason(const Call& c, const NcclSignature& sig) {
@@ -37,10 +46,10 @@ std::string type_op_reason(const Call& c, const NcclSignature& sig) {
   if (!is_reduction(c.name)) return "";
   const std::string& dt = c.args[(std::size_t)sig.dtype].text;
   const std::string& op = c.args[(std::size_t)sig.op].text;
-  if (dt.rfind("nccl", 0) == 0 && !kTypes.count(dt))
+  if (nccl_constant(dt) && !kTypes.count(dt))
     return "data type `" + dt + "` has no device reduction (fp8 and others stay host NCCL)";
-  if (op.rfind("nccl", 0) == 0 && !kOps.count(op)) return "reduction `" + op + "` has no device rule";
-  if (op == "ncclAvg" && dt.rfind("nccl", 0) == 0 && !kFloatTypes.count(dt))
+  if (nccl_constant(op) && !kOps.count(op)) return "reduction `" + op + "` has no device rule";
+  if (op == "ncclAvg" && nccl_constant(dt) && !kFloatTypes.count(dt))
     return "ncclAvg on an integer type has no device rule";
   return "";
 }
