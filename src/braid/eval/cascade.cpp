@@ -30,17 +30,19 @@ struct StepRun {
   bool timed_out() const { return run.timed_out || (worker && worker->timed_out); }
 };
 
-// Why the worker beside a driver failed its step, "" when it did its part: it could not start,
-// crashed, or ended before answering (`driver_failure`: the driver's record says run_failed or
-// bench_failed, with `driver_error` saying where). Stopped by braid after the driver: done.
+// Why the worker beside a driver failed its step, "" when it did its part or the driver's
+// verdict is the diagnosis: it could not start, ended before answering (`driver_failure`: the
+// driver's record says run_failed or bench_failed), or crashed though its answers were right.
+// Stopped by braid after the driver: done.
 std::string worker_failure(const StepRun& step, const std::string& name, const std::string& driver_failure,
-                           const std::string& driver_error) {
+                           const std::optional<Verdict>& verdict) {
   if (!step.worker) return {};
   const SubprocessResult& w = *step.worker;
   if (!w.started) return name + ": the worker could not start: " + w.start_error;
-  const bool gone = driver_failure == "run_failed" || driver_failure == "bench_failed";
-  if (!gone && (w.stopped || w.succeeded())) return {};
-  return (gone ? name + ": " + driver_error + "\n" : "") + describe_crash(name + " (worker)", w);
+  if ((driver_failure == "run_failed" || driver_failure == "bench_failed") && verdict)
+    return name + ": " + verdict->error + "\n" + describe_crash(name + " (worker)", w);
+  if ((verdict && !verdict->correct) || w.stopped || w.succeeded()) return {};
+  return describe_crash(name + " (worker)", w);
 }
 
 }  // namespace
@@ -168,7 +170,7 @@ EvalResult CascadeEvaluator::evaluate(const EvalRequest& request, const JobObser
   if (driven_run.timed_out()) return fail(FailureKind::Timeout, timeout_text("run+verify", config_.run_timeout_s));
   auto [verdict, run_problem] = verdict_of(run, "verify", run_token, config_.bench.empty());
   if (!run_problem.empty()) return fail(FailureKind::VerifyFailed, run_problem);
-  if (auto w = worker_failure(driven_run, "run", failure, verdict ? verdict->error : ""); !w.empty())
+  if (auto w = worker_failure(driven_run, "run", failure, verdict); !w.empty())
     return fail(FailureKind::RunFailed, w);
   // A harness may exit non-zero after reporting a wrong result: the report is the diagnosis.
   if (verdict && !verdict->correct) return fail(FailureKind::VerifyFailed, verdict->error);
@@ -194,7 +196,7 @@ EvalResult CascadeEvaluator::evaluate(const EvalRequest& request, const JobObser
   if (driven_bench.timed_out()) return fail(FailureKind::Timeout, timeout_text("bench", config_.bench_timeout_s));
   auto [bench_verdict, bench_problem] = verdict_of(bench, "bench", bench_token, true);
   if (!bench_problem.empty()) return fail(FailureKind::VerifyFailed, bench_problem);
-  if (auto w = worker_failure(driven_bench, "bench", failure, bench_verdict ? bench_verdict->error : ""); !w.empty())
+  if (auto w = worker_failure(driven_bench, "bench", failure, bench_verdict); !w.empty())
     return fail(FailureKind::BenchFailed, w);
   if (bench_verdict && !bench_verdict->correct) return fail(FailureKind::VerifyFailed, bench_verdict->error);
   if (!bench.succeeded()) return fail(FailureKind::BenchFailed, describe_crash("bench", bench));
