@@ -44,9 +44,9 @@ namespace braid {
 struct CascadeConfig {
   std::filesystem::path workload_dir;
   std::string program_filename = "program.cpp";
-  std::string build;  // command templates with {program} {artifact} {work_dir} {workload_dir}
-  std::string run;    // {seed} {results_dir}; bench may be empty (then run must write
-  std::string bench;  // metrics.json itself)
+  std::string build;         // command templates with {program} {artifact} {work_dir} {workload_dir}
+  std::string run;           // {seed} {results_dir}; bench may be empty (then run must write
+  std::string bench;         // metrics.json itself)
   std::string driver_build;  // "" or the driver's build, writing {driver} (from {workload_dir})
   std::string worker;        // with driver_build: the candidate's process beside the driver
   double build_timeout_s = 60.0;

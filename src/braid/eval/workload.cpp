@@ -417,6 +417,7 @@ std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
     // The harness is the program workload.yaml names, wherever it lies.
     config.harness_text = try_read_file(spec.program).value_or(config.harness_text);
     config.verdict = resolve_verdict_source(spec.evaluator.value("verdict", std::string("auto")), config.harness_text);
+    if (!config.driver_build.empty()) config.verdict = VerdictSource::Channel;  // only the driver reports
     return std::make_unique<CascadeEvaluator>(std::move(config));
   }
   if (kind == "external")

@@ -169,9 +169,9 @@ void sandbox_failed(int step, int err, void* ctx) {
 
 // Only async-signal-safe calls from here to execve: the parent may have other threads that
 // held locks (malloc, stdio) at the moment of fork.
-[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int result_fd, int peer_fd, int report_fd, const char* cwd,
-                                   const char* path, char* const* argv, char* const* envp, pid_t parent,
-                                   const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
+[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int result_fd, int peer_fd, int report_fd,
+                                   const char* cwd, const char* path, char* const* argv, char* const* envp,
+                                   pid_t parent, const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
   auto fail = [&report_fd](int stage) { report_and_exit(report_fd, stage, errno); };
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
