@@ -27,9 +27,9 @@ void draw(unsigned long seed, int r, std::vector<float>& x) {
 // One call on `x`: inputs and a NaN result into the shared region, the round trip timed, the
 // result read at the answer and checked. "" when right.
 std::string call_and_check(braid_split::Driver& driver, const std::vector<float>& x, double& ms, bool& gone) {
-  std::memcpy(driver.shared() + kOffX, x.data(), x.size() * sizeof(float));
   const double nan = std::nan("");
   std::memcpy(driver.shared() + kOffResult, &nan, sizeof nan);
+  std::memcpy(driver.shared() + kOffX, x.data(), x.size() * sizeof(float));  // last, right before the call
   braid_split::Call c = driver.call({std::uint64_t(kN), kOffX, kOffResult});
   double got = 0.0;
   std::memcpy(&got, driver.shared() + kOffResult, sizeof got);
