@@ -38,7 +38,8 @@ DriverBuild build_driver(const std::string& command, const std::filesystem::path
                          const std::filesystem::path& cache_dir) {
   DriverBuild out;
   const std::string folder = std::filesystem::absolute(workload_dir).string();
-  const std::filesystem::path entry = cache_dir / driver_key(command + "\n" + folder, workload_dir);
+  // Not the folder's path: copies of one workload (tests, `braid init` twins) share a driver.
+  const std::filesystem::path entry = cache_dir / driver_key(command, workload_dir);
   std::error_code ec;
   if (std::filesystem::is_regular_file(entry / "driver", ec)) {
     out.binary = entry / "driver";

@@ -3,9 +3,10 @@
 // from the workload folder, once per content, into a cache outside every work folder (a
 // candidate can neither rewrite nor replace it).
 //
-// Layout: <cache>/<key>/driver, the key over the command and every file directly in the
-// workload folder; built in a temporary folder and renamed, so concurrent braids never see a
-// half-written driver.
+// Layout: <cache>/<key>/driver, the key over the command (before its placeholders are filled
+// in) and every file directly in the workload folder, by name and content; files the driver
+// takes from elsewhere are not part of it. Built in a temporary folder and renamed, so
+// concurrent braids never see a half-written driver.
 #pragma once
 #include <filesystem>
 #include <map>
