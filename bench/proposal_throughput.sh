@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 WL=$OUT/workload
 rm -rf "$WL" && cp -r "$ROOT/examples/matmul_cpu" "$WL"
 printf '#!/bin/sh\nsleep %s\nexec "$@"\n' "$EVAL_S" > "$WL/slow.sh"
-sed -i 's|^  bench: "{artifact}|  bench: "sh {workload_dir}/slow.sh {artifact}|' "$WL/workload.yaml"
+sed -i 's|^  bench: "{driver}|  bench: "sh {workload_dir}/slow.sh {driver}|' "$WL/workload.yaml"
 # Evaluations overlap (max_parallel_jobs of them), so the capacity is JOBS / evaluation time.
 sed -i 's|^  bench_timeout_s: 60|  bench_timeout_s: 600\n  bench_exclusive: false|' "$WL/workload.yaml"
 grep -q 'slow.sh' "$WL/workload.yaml" && grep -q 'bench_exclusive: false' "$WL/workload.yaml" ||

@@ -64,11 +64,14 @@ wait_until() {
 make_workload() {
   local w="$out/$1"
   mkdir -p "$w"
-  cp examples/matmul_cpu/{program.cpp,config.yaml} tests/slurm/slow_run.sh "$w"/
+  cp examples/matmul_cpu/{program.cpp,braid_split.hpp,config.yaml} tests/slurm/slow_run.sh "$w"/
   printf 'noise_runs: 0\nconfirm_runs: 0\n' >> "$w/config.yaml"
   python3 - examples/matmul_cpu/workload.yaml "$w/workload.yaml" "$2" <<'PY'
-import sys
+import re, sys
 text = open(sys.argv[1]).read()
+# A job runs one program: the example's single-binary harness, without the driver beside it.
+text = re.sub(r"\n  # The driver.*\n  # program runs.*", "", text)
+text = re.sub(r"\n  (driver_build|worker): .*", "", text).replace("{driver}", "{artifact}")
 text = text.replace('run: "{artifact} --mode verify', 'run: "bash {workload_dir}/slow_run.sh {artifact} --mode verify')
 if sys.argv[3]:
     text = text.replace("  bench_timeout_s: 60\n", "  bench_timeout_s: 60\n  slurm:\n" + sys.argv[3] + "\n")

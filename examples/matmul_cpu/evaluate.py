@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))  # braid_split.hpp, which program.cpp includes
 BUILD_TIMEOUT_S = 60
 RUN_TIMEOUT_S = 30
 BENCH_TIMEOUT_S = 60
@@ -104,7 +105,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="matmul_eval_") as build_dir:
         binary = os.path.join(build_dir, "program")
         try:
-            build = subprocess.run(["g++", "-O2", "-std=c++17", "-o", binary, program_path],
+            build = subprocess.run(["g++", "-O2", "-std=c++17", "-I", HERE, "-o", binary, program_path],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return fail(results_dir, "timeout", "build timed out after %d s" % BUILD_TIMEOUT_S)

@@ -1,6 +1,11 @@
 // matmul_cpu: C = A * B for square row-major float matrices (N = 256) on one CPU core.
 //
-// Everything outside the EVOLVE-BLOCK is the frozen harness:
+// Under braid this program is the worker (braid_split.hpp): driver.cpp, a process of its own
+// that the candidate's code never runs in, draws the inputs, times every call and verifies
+// every output; this program only runs matmul_kernel on the memory the driver shares.
+//
+// Run alone (evaluate.py, Slurm jobs, by hand) everything outside the EVOLVE-BLOCK is the
+// frozen single-binary harness:
 //   program --mode verify|bench --seed S --results_dir D
 // verify: two trials, each with fresh random inputs drawn from the seed, the output poisoned
 //         with NaN and guarded by canary bands; every element is checked against a reference
@@ -27,6 +32,8 @@
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "braid_split.hpp"
 
 // Frozen harness state, set up before any candidate code could run.
 namespace frozen {
@@ -372,7 +379,15 @@ int bench(const Args& args) {
 
 }  // namespace harness
 
+#ifndef BRAID_MATMUL_DRIVER  // driver.cpp takes the harness's pieces, not its main
 int main(int argc, char** argv) {
+  // Beside braid's driver: the worker's loop, nothing here times or judges the kernel.
+  if (braid_split::peer_fd() >= 0)
+    return braid_split::serve([](char* shared, const std::uint64_t* arg) {
+      matmul_kernel(reinterpret_cast<const float*>(shared + arg[1]), reinterpret_cast<const float*>(shared + arg[2]),
+                    reinterpret_cast<float*>(shared + arg[3]), static_cast<int>(arg[0]),
+                    reinterpret_cast<float*>(shared + arg[4]));
+    });
   harness::open_channel();
   harness::Args args;
   if (!harness::parse_args(argc, argv, args)) {
@@ -381,3 +396,4 @@ int main(int argc, char** argv) {
   }
   return args.mode == "verify" ? harness::verify(args) : harness::bench(args);
 }
+#endif

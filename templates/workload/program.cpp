@@ -1,6 +1,10 @@
 // {{name}}: sum of squares of a float vector (N = 1<<22), on one CPU core.
 //
-// Frozen harness (everything outside the EVOLVE-BLOCK):
+// Under braid this program is the worker (braid_split.hpp): driver.cpp, a process of its own
+// that the candidate's code never runs in, draws the inputs, times every call and checks every
+// result; this program only runs sum_of_squares on the memory the driver shares.
+//
+// Run alone (by hand), everything outside the EVOLVE-BLOCK is the frozen single-binary harness:
 //   program --mode verify|bench --seed S --results_dir D
 // verify: fresh random inputs from the seed, result compared with a double-precision
 //         reference.
@@ -21,6 +25,8 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
+
+#include "braid_split.hpp"
 
 // EVOLVE-BLOCK-START kernel
 constexpr int kLanes = 1;    // braid:knob 1|2|4|8|16
@@ -131,7 +137,14 @@ double time_ms(F&& f) {
 
 }  // namespace
 
+#ifndef BRAID_TEMPLATE_DRIVER  // driver.cpp takes the harness's pieces, not its main
 int main(int argc, char** argv) {
+  // Beside braid's driver: the worker's loop, nothing here times or judges the kernel.
+  if (braid_split::peer_fd() >= 0)
+    return braid_split::serve([](char* shared, const std::uint64_t* arg) {
+      *reinterpret_cast<double*>(shared + arg[2]) =
+          sum_of_squares(reinterpret_cast<const float*>(shared + arg[1]), static_cast<long>(arg[0]));
+    });
   const Channel channel = open_channel();
   std::string mode = "verify", dir = ".";
   unsigned long seed = 1;
@@ -180,3 +193,4 @@ int main(int argc, char** argv) {
   report(channel, dir, mode, seed, true, "", buf, timed);
   return 0;
 }
+#endif

@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "../e2e/e2e_support.hpp"
 #include "braid/db/database.hpp"
@@ -352,6 +353,18 @@ TEST_F(Reliability, FullDiskEndsWithOneLineNotACrash) {
   // RLIMIT_FSIZE makes every write beyond 256 KiB fail with EFBIG, as a full disk fails with
   // ENOSPC (SIGXFSZ ignored, so the write returns the error instead of killing braid).
   auto log = root_ / "full.log";
+  // RLIMIT_FSIZE also caps the shared memory (a memfd) between matmul_cpu's driver and worker,
+  // which a full disk does not: evolve a copy that runs the example's single-binary harness.
+  fs::copy(fs::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu", root_ / "single", fs::copy_options::recursive);
+  std::istringstream yaml(slurp(root_ / "single" / "workload.yaml"));
+  std::string single, line;
+  while (std::getline(yaml, line)) {
+    if (line.find("driver_build:") != std::string::npos || line.find("worker:") != std::string::npos || line.rfind("  #", 0) == 0)
+      continue;
+    if (auto at = line.find("{driver}"); at != std::string::npos) line.replace(at, 8, "{artifact}");
+    single += line + "\n";
+  }
+  std::ofstream(root_ / "single" / "workload.yaml") << single;
   pid_t pid = ::fork();
   if (pid == 0) {
     ::signal(SIGXFSZ, SIG_IGN);
@@ -362,6 +375,7 @@ TEST_F(Reliability, FullDiskEndsWithOneLineNotACrash) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     auto args = evolve_args(400);
+    args[1] = (root_ / "single").string();
     std::vector<char*> argv = {const_cast<char*>(BRAID_BIN)};
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <map>
 #include <thread>
 
+#include "braid/eval/driver_build.hpp"
 #include "braid/eval/workload.hpp"
 #include "braid/util/fs.hpp"
 #include "eval_test_support.hpp"
@@ -39,18 +41,92 @@ TEST(Cascade, DefaultProgramPassesWithAScore) {
   EXPECT_GT(r.public_metrics.value("gflops", 0.0), 0.0);
   EXPECT_NE(r.text_feedback.find("GFLOP/s"), std::string::npos);
   for (const char* level : {"build", "run", "bench"}) EXPECT_GT(r.timings.value(level, 0.0), 0.0) << level;
-  // Each of the three steps was reported when it started and when it ended.
-  ASSERT_EQ(jobs.size(), 6u);
+  // Each process group was reported when it started and when it ended: the build, then the
+  // driver and the worker beside it for run and bench (docs/sandbox.md, "Driver and worker").
+  ASSERT_EQ(jobs.size(), 10u);
   EXPECT_TRUE(std::get<1>(jobs[0]));
   EXPECT_FALSE(std::get<1>(jobs[1]));
   EXPECT_EQ(std::get<0>(jobs[0]), std::get<0>(jobs[1]));
-  EXPECT_EQ(std::get<2>(jobs[4]), "cand0001 bench");
+  std::map<std::string, int> open;
+  for (const auto& [pgid, running, what] : jobs) open[what] += running ? 1 : -1;
+  EXPECT_EQ(open, (std::map<std::string, int>{{"cand0001 build", 0},
+                                              {"cand0001 run", 0},
+                                              {"cand0001 run.worker", 0},
+                                              {"cand0001 bench", 0},
+                                              {"cand0001 bench.worker", 0}}));
+  EXPECT_EQ(r.private_metrics.value("verdict_channel", ""), "verified");
+  EXPECT_GT(r.private_metrics.value("round_trip_ms", 0.0), 0.0);  // the driver's pings
   // The contract files and logs are where the report looks for them.
   EXPECT_TRUE(std::filesystem::exists(work / "program.cpp"));
   EXPECT_TRUE(std::filesystem::exists(work / "results/metrics.json"));
   EXPECT_EQ(json::parse(read_file(work / "results/correct.json"))["correct"], true);
   EXPECT_TRUE(std::filesystem::exists(work / "logs/build.stderr"));
   EXPECT_TRUE(std::filesystem::exists(work / "logs/bench.stdout"));
+  EXPECT_TRUE(std::filesystem::exists(work / "logs/bench.worker.stderr"));
+}
+
+// The workload's driver: built once into the cache (never into a work folder), and a driver
+// that does not build fails the evaluation as build_failed, saying so.
+TEST(Cascade, DriverIsBuiltOnceAndItsFailureIsABuildFailure) {
+  TempDir cache("driver_cache");
+  const std::filesystem::path workload = testing::example_dir("matmul_cpu");
+  CascadeConfig config = example_config();
+  DriverBuild first = build_driver(config.driver_build, workload, {}, 60, cache.path());
+  ASSERT_TRUE(first.error.empty()) << first.error;
+  EXPECT_TRUE(std::filesystem::is_regular_file(first.binary));
+  EXPECT_EQ(first.binary.parent_path().parent_path(), cache.path());
+  const auto built_at = std::filesystem::last_write_time(first.binary);
+  DriverBuild again = build_driver(config.driver_build, workload, {}, 60, cache.path());
+  EXPECT_EQ(again.binary, first.binary);
+  EXPECT_EQ(std::filesystem::last_write_time(again.binary), built_at);  // from the cache
+
+  TempDir work("cascade_no_driver");
+  config.driver_build = "g++ -O2 -o {driver} {workload_dir}/no_such_driver.cpp";
+  CascadeEvaluator evaluator(config);
+  EvalResult r = evaluator.evaluate(EvalRequest{"c1", example_code(), work.path(), 3}, nullptr);
+  EXPECT_EQ(r.failure, FailureKind::BuildFailed) << r.error_text;
+  EXPECT_NE(r.error_text.find("driver did not build"), std::string::npos) << r.error_text;
+  EXPECT_NE(r.error_text.find("no_such_driver.cpp"), std::string::npos) << r.error_text;
+}
+
+// Beside a driver: a worker that does not exist could not start (run_failed), one that exits
+// at once ended before answering (run_failed), and a program that answers wrongly is a wrong
+// answer (verify_failed) even when it then crashes.
+TEST(Cascade, WorkerFailuresAreClassified) {
+  CascadeConfig config = example_config();
+  const std::string code = example_code();
+  const std::string kernel_entry = "  const float* b_source = B;\n";
+  struct WorkerCase {
+    std::string name, worker, code;
+    FailureKind expected;
+    std::string error_has;
+  };
+  const std::vector<WorkerCase> cases = {
+      {"missing", "{work_dir}/no_such_worker", code, FailureKind::RunFailed, "could not start"},
+      {"quits", "{artifact}", variant(code, kernel_entry, kernel_entry + "  std::exit(0);\n"), FailureKind::RunFailed,
+       "the worker ended before answering call 1"},
+      {"wrong_then_crash", "{artifact}",
+       variant(code, kernel_entry,
+               kernel_entry + "  static const int crash_at_exit = std::atexit([] { std::abort(); });\n  (void)crash_at_exit;\n"
+                              "  C[5] = 7;\n  return;\n"),
+       FailureKind::VerifyFailed, "C[0][0]"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir work("cascade_worker_" + c.name);
+    config.worker = c.worker;
+    CascadeEvaluator evaluator(config);
+    EvalResult r = evaluator.evaluate(EvalRequest{c.name, c.code, work.path(), 5}, nullptr);
+    EXPECT_EQ(r.failure, c.expected) << r.error_text;
+    EXPECT_NE(r.error_text.find(c.error_has), std::string::npos) << r.error_text;
+  }
+}
+
+// braid init's skeleton and the example carry the same braid_split.hpp.
+TEST(Cascade, SplitHeaderCopiesAgree) {
+  const std::filesystem::path source(BRAID_SOURCE_DIR);
+  EXPECT_EQ(read_file(source / "templates" / "workload" / "braid_split.hpp"),
+            read_file(source / "examples" / "matmul_cpu" / "braid_split.hpp"));
 }
 
 struct Case {

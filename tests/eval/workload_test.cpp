@@ -130,6 +130,32 @@ TEST_F(WorkloadErrors, BadEvaluators) {
   EXPECT_NE(load_error().find("missing key 'evaluator'"), std::string::npos);
 }
 
+// A cascade split into a driver and a worker (docs/sandbox.md, "Driver and worker").
+TEST_F(WorkloadErrors, DriverKeys) {
+  const std::string split = "  driver_build: \"g++ -o {driver} {workload_dir}/driver.cpp\"\n  worker: \"{artifact}\"\n";
+  write_yaml("program: program.cpp\n" + cascade("  worker: \"{artifact}\"\n"));
+  EXPECT_NE(load_error().find("evaluator 'worker' needs 'driver_build'"), std::string::npos);
+  write_yaml("program: program.cpp\nevaluator:\n  kind: cascade\n  build: \"g++ -o {artifact} {program}\"\n  run: \"{driver}\"\n");
+  EXPECT_NE(load_error().find("evaluator 'run' names {driver} but there is no 'driver_build'"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  driver_build: \"g++ -o driver driver.cpp\"\n  worker: \"{artifact}\"\n"));
+  EXPECT_NE(load_error().find("evaluator 'driver_build' must write {driver}"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  driver_build: \"g++ -o {driver} driver.cpp\"\n"));
+  EXPECT_NE(load_error().find("evaluator 'driver_build' needs 'worker'"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade("  driver_build: \"g++ -o {driver} driver.cpp\"\n  worker: \"{driver}\"\n"));
+  EXPECT_NE(load_error().find("may not name {driver}"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade(split + "  verdict: files\n"));
+  EXPECT_NE(load_error().find("evaluator verdict 'files' does not go with a driver"), std::string::npos);
+  write_yaml("program: program.cpp\n" + cascade(split));
+  WorkloadSpec spec = load_workload(dir.path());
+  EXPECT_EQ(spec.evaluator["worker"], "{artifact}");
+  auto evaluator = make_evaluator(spec);
+  auto* cascade_evaluator = dynamic_cast<CascadeEvaluator*>(evaluator.get());
+  ASSERT_NE(cascade_evaluator, nullptr);
+  // The program never names the channel: the driver does, so the verdict comes through it.
+  EXPECT_EQ(cascade_evaluator->config().verdict, VerdictSource::Channel);
+  EXPECT_NE(evaluator->describe().find("beside the driver"), std::string::npos);
+}
+
 TEST_F(WorkloadErrors, SandboxKeys) {
   write_yaml("program: program.cpp\n" + cascade("  verdict: trust_me\n"));
   EXPECT_NE(load_error().find("evaluator verdict 'trust_me' is unknown (expected auto, channel or files)"), std::string::npos);

@@ -1,6 +1,8 @@
 // Cheating CPU candidates (tests/redteam/cpu/*.cpp: each replaces the evolve block of
 // examples/matmul_cpu) through the real CascadeEvaluator: each must be rejected with a clear
-// diagnostic or scored honestly, and the honest program still scores.
+// diagnostic or scored honestly, and the honest program still scores. The example runs split
+// (docs/sandbox.md, "Driver and worker"): the candidate is the worker beside driver.cpp, which
+// alone holds the verdict channel, times and verifies.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -106,18 +108,20 @@ TEST_P(Redteam, HonestProgramScoresThroughTheVerdictChannel) {
   EXPECT_TRUE(std::filesystem::exists(work() / "results" / "metrics.json"));
 }
 
+// The worker exits without answering: the driver says so (no files are read).
 TEST_P(Redteam, ForgedVerdictFilesAreRejected) {
   EvalResult r = evaluate(candidate("forged_verdict_files"));
   EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
   EXPECT_EQ(r.combined_score, 0.0);
-  EXPECT_NE(r.error_text.find("verdict channel"), std::string::npos) << r.error_text;
+  EXPECT_NE(r.error_text.find("the worker ended before answering"), std::string::npos) << r.error_text;
 }
 
+// Beside a driver the record lands on the worker's socket, not on a channel: a broken protocol.
 TEST_P(Redteam, ForgedChannelRecordIsRejected) {
   EvalResult r = evaluate(candidate("forged_channel_record"));
   EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
   EXPECT_EQ(r.combined_score, 0.0);
-  EXPECT_NE(r.error_text.find("wrong token"), std::string::npos) << r.error_text;
+  EXPECT_NE(r.error_text.find("broke the protocol"), std::string::npos) << r.error_text;
 }
 
 TEST_P(Redteam, DatabaseStaysUntouched) {
@@ -175,11 +179,51 @@ TEST_P(Redteam, NonceThiefIsRejectedUnrun) {
   EXPECT_NE(r.error_text.find("names the verdict channel"), std::string::npos) << r.error_text;
 }
 
-TEST_P(Redteam, NonceThiefWithoutTheNamesIsCaughtByTheToken) {
+// The worker has no descriptor 3: nothing to steal, the honest kernel scores honestly.
+TEST_P(Redteam, NonceThiefWithoutTheNamesFindsNoNonce) {
   EvalResult r = evaluate(candidate("steal_nonce_fd3"));
+  EXPECT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_GT(r.combined_score, 0.0);
+  EXPECT_LT(r.combined_score, 100.0);
+}
+
+TEST_P(Redteam, StaticInitialiserForgeryFindsNoChannel) {
+  EvalResult r = evaluate(candidate("forge_record_and_exit"));
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_GT(r.combined_score, 0.0);
+  EXPECT_LT(r.combined_score, 100.0);  // the driver's honest verdict, not the forged 1e9
+}
+
+TEST_P(Redteam, WorkerCannotReportItsOwnTime) {
+  EvalResult r = evaluate(candidate("lie_about_time"));
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_LT(r.combined_score, 100.0);
+  EXPECT_GE(r.public_metrics.value("ms", 0.0), 3.0) << "the driver timed less than the worker spent";
+}
+
+TEST_P(Redteam, EveryCallIsVerified) {
+  EvalResult r = evaluate(candidate("partial_work"));
   EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
   EXPECT_EQ(r.combined_score, 0.0);
-  EXPECT_NE(r.error_text.find("verdict channel"), std::string::npos) << r.error_text;
+  // bench's third call, the first one skipped (the worker's count starts afresh in each step)
+  EXPECT_NE(r.error_text.find("call 2:"), std::string::npos) << r.error_text;
+}
+
+TEST_P(Redteam, AnswerBeforeFinishingFailsVerification) {
+  EvalResult r = evaluate(candidate("early_done"));
+  EXPECT_EQ(r.failure, FailureKind::VerifyFailed) << r.error_text;
+  EXPECT_EQ(r.combined_score, 0.0);
+}
+
+TEST_P(Redteam, WorkerCannotReachTheDriversMemory) {
+  if (!GetParam() && sandbox_support().landlock_abi == 0 && ::geteuid() == 0)
+    GTEST_SKIP() << "root without namespaces or Landlock may ptrace anything: " << sandbox_support().notes;
+  EvalResult r = evaluate(candidate("peek_driver"));
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_LT(r.combined_score, 100.0);
+  const std::string peeked = read_file(work() / "peek.txt");
+  EXPECT_EQ(peeked.find("ok"), std::string::npos) << peeked;
+  std::printf("what the worker saw of the driver: %s", peeked.c_str());
 }
 
 TEST_P(Redteam, HangIsKilledAndTheNextEvaluationRuns) {
@@ -231,7 +275,9 @@ TEST_P(Redteam, SecretsNeverReachTheCandidate) {
   ::unsetenv("GITHUB_PAT");
   ::unsetenv("DB_PASSWORD");
   EXPECT_EQ(r.failure, FailureKind::RunFailed) << r.error_text;
-  const std::string logs = read_file(work() / "logs" / "run.stderr") + r.error_text;
+  // The candidate is the worker: its output lands in run.worker.stderr.
+  const std::string logs =
+      read_file(work() / "logs" / "run.stderr") + read_file(work() / "logs" / "run.worker.stderr") + r.error_text;
   EXPECT_NE(logs.find("BRAID_SEED"), std::string::npos) << "the candidate's environment was not printed";
   for (const char* secret : {"redteam-aws-4b7e", "redteam-pat-91c2", "redteam-db-77aa"})
     EXPECT_EQ(logs.find(secret), std::string::npos) << secret;

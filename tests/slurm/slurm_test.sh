@@ -39,11 +39,14 @@ q() { sqlite3 "$1/evolution.db" "$2"; }
 make_workload() {  # name, slurm lines (indented 4)
   local w="$work/$1"
   mkdir -p "$w"
-  cp "$src"/examples/matmul_cpu/{program.cpp,config.yaml,evaluate.py} "$w"/ 2>/dev/null
+  cp "$src"/examples/matmul_cpu/{program.cpp,braid_split.hpp,config.yaml,evaluate.py} "$w"/ 2>/dev/null
   cp "$here/slow_run.sh" "$w/"
   python3 - "$src/examples/matmul_cpu/workload.yaml" "$w/workload.yaml" "$2" <<'PY'
-import sys
+import re, sys
 text = open(sys.argv[1]).read()
+# A job runs one program: the example's single-binary harness, without the driver beside it.
+text = re.sub(r"\n  # The driver.*\n  # program runs.*", "", text)
+text = re.sub(r"\n  (driver_build|worker): .*", "", text).replace("{driver}", "{artifact}")
 text = text.replace('run: "{artifact} --mode verify', 'run: "bash {workload_dir}/slow_run.sh {artifact} --mode verify')
 text = text.replace("  bench_timeout_s: 60\n", "  bench_timeout_s: 60\n  slurm:\n" + sys.argv[3] + "\n")
 open(sys.argv[2], "w").write(text)
@@ -207,7 +210,7 @@ fi
 # --- evaluator kind external: evaluate.py runs once per job, in an allocation of 2 tasks x 1 GPU ---
 w="$work/external_wl"
 mkdir -p "$w"
-cp "$src"/examples/matmul_cpu/{program.cpp,config.yaml,evaluate.py} "$w"/
+cp "$src"/examples/matmul_cpu/{program.cpp,braid_split.hpp,config.yaml,evaluate.py} "$w"/
 no_remeasure "$w"
 # Records the allocation the evaluator ran in, then runs it.
 cat > "$w/allocation.sh" <<'SH'

@@ -1,8 +1,11 @@
 // The candidate sandbox (util/sandbox.hpp) and the environment allowlist, on real processes.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "braid/util/fs.hpp"
 #include "braid/util/subprocess.hpp"
@@ -90,6 +93,27 @@ TEST(Sandbox, ResultChannelReachesTheParent) {
   auto r = run_subprocess(o);
   EXPECT_EQ(r.channel_text, "3 5ca1ab1e\n");
   EXPECT_EQ(r.stderr_text, "0\n") << "the nonce reached the environment";
+}
+
+// Two sandboxed processes joined by a socket pair each gets as descriptor 5 (a workload's
+// driver and worker, eval/work_folder.hpp): they talk, neither gets descriptor 3, and the
+// caller's copies are closed once the children have theirs.
+TEST(Sandbox, PeerSocketJoinsTwoSandboxedProcesses) {
+  Folder f;
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  auto speaker = sandboxed(f, "echo \"hello from $BRAID_PEER_FD\" >&5; [ -e /proc/self/fd/3 ] && echo has3 >&2; true");
+  auto listener = sandboxed(f, "read line <&5; echo \"$line\"");
+  speaker.peer_fd = pair[0];
+  listener.peer_fd = pair[1];
+  SubprocessResult heard;
+  std::thread other([&] { heard = run_subprocess(listener); });
+  SubprocessResult spoke = run_subprocess(speaker);
+  other.join();
+  EXPECT_EQ(spoke.exit_code, 0) << spoke.describe_end() << spoke.stderr_text;
+  EXPECT_EQ(spoke.stderr_text, "");
+  EXPECT_EQ(heard.stdout_text, "hello from 5\n") << heard.describe_end() << heard.stderr_text;
+  for (int fd : pair) EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "the caller's copy of " << fd << " is still open";
 }
 
 }  // namespace

@@ -19,10 +19,19 @@
 //   <stem>.out       {artifact}
 //   results/         {results_dir}: correct.json, metrics.json (braid writes correct.json with
 //                    "failure" itself when the program could not)
-//   logs/            build|run|bench .stdout/.stderr, capped
+//   logs/            build|run|bench .stdout/.stderr, capped (run.worker, bench.worker beside a driver)
+//
+// Driver and worker (docs/sandbox.md): with `driver_build` (a command writing {driver}) and
+// `worker`, braid builds the workload's driver once (eval/driver_build.hpp) and every run and
+// bench step starts two processes, each in its own sandbox, joined by a socket: the command
+// (naming {driver}) holds the verdict channel and times and verifies; the worker (naming
+// {artifact}) runs the candidate and holds nothing else. A worker that crashes or ends without
+// answering is run_failed (bench_failed), one that hangs a timeout, a wrong or early answer
+// verify_failed.
 #pragma once
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "braid/eval/evaluator.hpp"
@@ -35,9 +44,11 @@ namespace braid {
 struct CascadeConfig {
   std::filesystem::path workload_dir;
   std::string program_filename = "program.cpp";
-  std::string build;  // command templates with {program} {artifact} {work_dir} {workload_dir}
-  std::string run;    // {seed} {results_dir}; bench may be empty (then run must write
-  std::string bench;  // metrics.json itself)
+  std::string build;         // command templates with {program} {artifact} {work_dir} {workload_dir}
+  std::string run;           // {seed} {results_dir}; bench may be empty (then run must write
+  std::string bench;         // metrics.json itself)
+  std::string driver_build;  // "" or the driver's build, writing {driver} (from {workload_dir})
+  std::string worker;        // with driver_build: the candidate's process beside the driver
   double build_timeout_s = 60.0;
   double run_timeout_s = 30.0;
   double bench_timeout_s = 60.0;
@@ -60,7 +71,11 @@ class CascadeEvaluator : public Evaluator {
   const CascadeConfig& config() const { return config_; }
 
  private:
+  // The workload's driver, built on the first evaluation; "" and the error when it did not.
+  std::pair<std::filesystem::path, std::string> driver();
   CascadeConfig config_;
+  std::mutex driver_mutex_;
+  std::filesystem::path driver_;
 };
 
 }  // namespace braid

@@ -26,10 +26,11 @@
 // correct.json / metrics.json in the results folder are then written by braid from the
 // record (for people and tools); files a candidate drops there are overwritten, never read.
 //
-// What this does not stop: candidate code in the harness's own process that reads the socket
-// before the harness does (a static initialiser) takes the nonce away, so the harness's record
-// fails the token check (rejected); code that reads it AND writes a forged record itself is
-// deliberate tampering with the harness, which only out-of-process verification would stop.
+// What this does not stop in a single binary: candidate code in the harness's own process that
+// reads the socket before the harness does (a static initialiser) takes the nonce away, so the
+// harness's record fails the token check (rejected); code that reads it AND writes a forged
+// record itself is accepted. A cascade with a driver (cascade.hpp, docs/sandbox.md) closes
+// that: only the driver, a process the candidate's code never runs in, holds the channel.
 //
 // Workloads whose harness predates the channel (`verdict: files` in workload.yaml, or `auto`
 // with a program that never mentions BRAID_RESULT_FD) are read from the files as before, and

@@ -2,8 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
 
 #include "braid/eval/diagnostics.hpp"
 #include "braid/util/error.hpp"
@@ -12,7 +19,7 @@
 namespace braid {
 
 const std::vector<std::string>& known_placeholders() {
-  static const std::vector<std::string> names = {"program", "artifact", "work_dir", "workload_dir", "seed", "results_dir"};
+  static const std::vector<std::string> names = {"program", "artifact", "work_dir", "workload_dir", "seed", "results_dir", "driver"};
   return names;
 }
 
@@ -117,6 +124,8 @@ SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const 
     options.result_channel = true;
     options.channel_greeting = step.token + "\n";
   }
+  options.peer_fd = step.peer_fd;
+  options.stop = step.stop;
   options.timeout_s = step.timeout_s;
   options.candidate = true;  // build, run and bench all run the candidate's code or its build
   options.memory_limit_bytes = step.memory_limit_bytes;
@@ -133,6 +142,37 @@ SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const 
   SubprocessResult result = run_subprocess(options);
   if (jobs && started_pgid != 0) jobs(started_pgid, false, what);
   return result;
+}
+
+DrivenRun run_driven_step(StepSpec driver, StepSpec worker, const WorkFolder& folder, const EvalRequest& request,
+                          const JobObserver& jobs) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+    throw SystemError(std::string("socketpair: ") + std::strerror(errno));
+  driver.peer_fd = pair[0];
+  worker.peer_fd = pair[1];
+  std::atomic<bool> driver_ended{false};
+  worker.stop = &driver_ended;
+  DrivenRun out;
+  std::exception_ptr worker_error;
+  std::thread worker_thread([&] {
+    try {
+      out.worker = run_step(worker, folder, request, jobs);
+    } catch (...) {
+      worker_error = std::current_exception();
+    }
+  });
+  try {
+    out.driver = run_step(driver, folder, request, jobs);
+  } catch (...) {
+    driver_ended = true;
+    worker_thread.join();
+    throw;
+  }
+  driver_ended = true;  // a worker that ignores the hang-up ends here
+  worker_thread.join();
+  if (worker_error) std::rethrow_exception(worker_error);
+  return out;
 }
 
 std::string describe_crash(const std::string& what, const SubprocessResult& run) {

@@ -1,6 +1,7 @@
 // Pieces shared by the cascade and the external evaluator: the work folder of one evaluation,
 // running one step of it as a child process, and recording failures as values.
 #pragma once
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -21,7 +22,7 @@ struct WorkFolder {
   std::map<std::string, std::string> placeholders;
 };
 
-// The names a command template may use.
+// The names a command template may use ({driver}: only a cascade with driver_build).
 const std::vector<std::string>& known_placeholders();
 
 // Creates the folders and writes the candidate. Throws SystemError when the disk refuses.
@@ -56,12 +57,25 @@ struct StepSpec {
   std::size_t memory_limit_bytes = 0;  // RLIMIT_AS of the step's processes; 0: none
   SandboxPolicy sandbox;              // see candidate_sandbox
   std::string token;                  // the verdict nonce; with it the step gets BRAID_RESULT_FD
+  int peer_fd = -1;                   // a socket given as BRAID_PEER_FD (run_driven_step), taken over
+  const std::atomic<bool>* stop = nullptr;  // once true the step is ended (SubprocessOptions::stop)
 };
 
 // Runs one step, logging its capped output in the work folder and reporting its process
 // group to `jobs` while it runs. The environment is the candidate allowlist plus the step's
 // env, HOME and TMPDIR (the work folder) and the BRAID_* variables.
 SubprocessResult run_step(const StepSpec& step, const WorkFolder& folder, const EvalRequest& request,
+                          const JobObserver& jobs);
+
+// A workload's driver and the candidate's worker side by side (docs/sandbox.md, "Driver and
+// worker"): two processes, each in its own sandbox instance, joined by a socket pair each gets
+// as BRAID_PEER_FD; only the driver's spec carries the verdict nonce. The worker is stopped
+// once the driver has ended.
+struct DrivenRun {
+  SubprocessResult driver;
+  SubprocessResult worker;
+};
+DrivenRun run_driven_step(StepSpec driver, StepSpec worker, const WorkFolder& folder, const EvalRequest& request,
                           const JobObserver& jobs);
 
 // "killed by signal SIGSEGV (Segmentation fault)" or "exit code 3", then the stderr tail.

@@ -81,7 +81,7 @@ class WorkloadReader {
       const auto& known = known_placeholders();
       if (std::find(known.begin(), known.end(), name) == known.end())
         error(map[key], "evaluator '" + key + "' uses unknown placeholder {" + name +
-                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir})");
+                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir} {driver})");
     }
     return command;
   }
@@ -138,9 +138,35 @@ class WorkloadReader {
       const auto& known = known_placeholders();
       if (std::find(known.begin(), known.end(), name) == known.end())
         error(map[key], "evaluator '" + key + "' uses unknown placeholder {" + name +
-                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir})");
+                            "} (known: {program} {artifact} {work_dir} {workload_dir} {seed} {results_dir} {driver})");
     }
     return args;
+  }
+
+  // A cascade split into the workload's driver and the candidate's worker (docs/sandbox.md):
+  // driver_build writes {driver}, worker starts the candidate; {driver} nowhere else.
+  void driver_keys(const YAML::Node& node, json& section) const {
+    auto names_driver = [](const std::string& command) {
+      const auto names = placeholders_in(command);
+      return std::find(names.begin(), names.end(), "driver") != names.end();
+    };
+    const std::string driver_build = command_at(node, "driver_build", false);
+    const std::string worker = command_at(node, "worker", false);
+    if (driver_build.empty()) {
+      if (!worker.empty()) error(node["worker"], "evaluator 'worker' needs 'driver_build' (the driver it runs beside)");
+      for (const char* key : {"build", "run", "bench"})
+        if (names_driver(section.value(key, std::string())))
+          error(node[key], std::string("evaluator '") + key + "' names {driver} but there is no 'driver_build'");
+      return;
+    }
+    if (!names_driver(driver_build)) error(node["driver_build"], "evaluator 'driver_build' must write {driver}");
+    if (worker.empty()) error(node["driver_build"], "evaluator 'driver_build' needs 'worker' (the candidate's command beside the driver)");
+    if (names_driver(worker) || names_driver(section.value("build", std::string())))
+      error(node["worker"], "evaluator 'worker' and 'build' run the candidate and may not name {driver}");
+    if (section["verdict"] == "files") error(node["verdict"], "evaluator verdict 'files' does not go with a driver (only the driver reports, through the channel)");
+    if (node["slurm"]) error(node["slurm"], "evaluator 'driver_build' does not go with a slurm section (the jobs run one program)");
+    section["driver_build"] = driver_build;
+    section["worker"] = worker;
   }
 
   // The sandbox and verdict keys of the CPU evaluators (docs/sandbox.md); memory_limit_mb is
@@ -257,7 +283,7 @@ class WorkloadReader {
     json section = {{"kind", kind}};
     if (kind == "cascade") {
       check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
-                        "memory_limit_mb", "sandbox", "max_processes", "network", "verdict", "slurm"},
+                        "memory_limit_mb", "sandbox", "max_processes", "network", "verdict", "slurm", "driver_build", "worker"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       isolation_keys(node, section);
@@ -269,6 +295,7 @@ class WorkloadReader {
       section["run_timeout_s"] = seconds_at(node, "run_timeout_s").value_or(30.0);
       section["bench_timeout_s"] = seconds_at(node, "bench_timeout_s").value_or(60.0);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
+      driver_keys(node, section);
     } else if (kind == "external") {
       check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb", "sandbox", "max_processes",
                         "network", "verdict", "slurm"},
@@ -390,6 +417,7 @@ std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
     // The harness is the program workload.yaml names, wherever it lies.
     config.harness_text = try_read_file(spec.program).value_or(config.harness_text);
     config.verdict = resolve_verdict_source(spec.evaluator.value("verdict", std::string("auto")), config.harness_text);
+    if (!config.driver_build.empty()) config.verdict = VerdictSource::Channel;  // only the driver reports
     return std::make_unique<CascadeEvaluator>(std::move(config));
   }
   if (kind == "external")

@@ -129,16 +129,18 @@ std::vector<std::string> child_environment(const SubprocessOptions& options) {
     auto eq = entry.find('=');
     if (eq == std::string_view::npos) continue;
     std::string name(entry.substr(0, eq));
-    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name) || name == "BRAID_RESULT_FD")
+    if (drop.count(name) || is_secret_env_name(name) || options.env_add.count(name) || name == "BRAID_RESULT_FD" ||
+        name == "BRAID_PEER_FD")
       continue;
     if (options.candidate && !candidate_env_allowed(name)) continue;
     env.emplace_back(entry);
   }
   for (const auto& [name, value] : options.env_add) {
-    if (drop.count(name) || is_secret_env_name(name) || name == "BRAID_RESULT_FD") continue;
+    if (drop.count(name) || is_secret_env_name(name) || name == "BRAID_RESULT_FD" || name == "BRAID_PEER_FD") continue;
     env.push_back(name + "=" + value);
   }
   if (options.result_channel) env.push_back("BRAID_RESULT_FD=3");
+  if (options.peer_fd >= 0) env.push_back("BRAID_PEER_FD=5");
   return env;
 }
 
@@ -167,9 +169,9 @@ void sandbox_failed(int step, int err, void* ctx) {
 
 // Only async-signal-safe calls from here to execve: the parent may have other threads that
 // held locks (malloc, stdio) at the moment of fork.
-[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int result_fd, int report_fd, const char* cwd,
-                                   const char* path, char* const* argv, char* const* envp, pid_t parent,
-                                   const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
+[[noreturn]] void child_after_fork(int stdin_fd, int out_fd, int err_fd, int result_fd, int peer_fd, int report_fd,
+                                   const char* cwd, const char* path, char* const* argv, char* const* envp,
+                                   pid_t parent, const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
   auto fail = [&report_fd](int stage) { report_and_exit(report_fd, stage, errno); };
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -186,10 +188,11 @@ void sandbox_failed(int step, int err, void* ctx) {
   // Out of the way of the numbers they move to.
   report_fd = ::fcntl(report_fd, F_DUPFD_CLOEXEC, 100);
   if (result_fd >= 0) result_fd = ::fcntl(result_fd, F_DUPFD_CLOEXEC, 100);
+  if (peer_fd >= 0) peer_fd = ::fcntl(peer_fd, F_DUPFD_CLOEXEC, 100);
   if (report_fd < 0) ::_exit(127);
   if (::dup2(stdin_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) fail(1);
-  // The report pipe at fd 4, the result channel (when asked for) at fd 3, and everything else
-  // braid had open (database, sockets) closed.
+  // The report pipe at fd 4, the result channel (when asked for) at fd 3, the peer socket (when
+  // given) at fd 5, and everything else braid had open (database, sockets) closed.
   if (::dup3(report_fd, 4, O_CLOEXEC) < 0) fail(1);
   report_fd = 4;
   if (result_fd >= 0) {
@@ -197,10 +200,15 @@ void sandbox_failed(int step, int err, void* ctx) {
   } else {
     ::close(3);
   }
-  ::syscall(SYS_close_range, 5U, ~0U, 0U);
+  if (peer_fd >= 0) {
+    if (::dup2(peer_fd, 5) < 0) fail(1);
+  } else {
+    ::close(5);
+  }
+  ::syscall(SYS_close_range, 6U, ~0U, 0U);
   ChildFail ctx{report_fd};
-  const int keep[] = {0, 1, 2, 3, 4};
-  sandbox.enter_in_child(sandbox_failed, &ctx, keep, 5);
+  const int keep[] = {0, 1, 2, 3, 4, 5};
+  sandbox.enter_in_child(sandbox_failed, &ctx, keep, 6);
   // After the keeper forks (it stays small), before exec: the candidate's address space.
   if (memory_limit_bytes > 0) {
     const rlimit limit{memory_limit_bytes, memory_limit_bytes};
@@ -300,14 +308,14 @@ ChildPipes open_pipes(const SubprocessOptions& options) {
 }
 
 // Forks the child (its own process group) and closes the parent's copies of the child's ends.
-pid_t spawn(Launch& launch, ChildPipes& p, const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
+pid_t spawn(Launch& launch, ChildPipes& p, int peer_fd, const SandboxPlan& sandbox, std::size_t memory_limit_bytes) {
   std::vector<char*> argv_ptrs = pointers(launch.argv);
   std::vector<char*> env_ptrs = pointers(launch.env);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw SystemError(std::string("fork: ") + std::strerror(errno));
   if (pid == 0)
-    child_after_fork(p.stdin_fd.fd, p.out_w.fd, p.err_w.fd, p.result_w.fd, p.report_w.fd, launch.cwd.c_str(),
+    child_after_fork(p.stdin_fd.fd, p.out_w.fd, p.err_w.fd, p.result_w.fd, peer_fd, p.report_w.fd, launch.cwd.c_str(),
                      launch.executable.c_str(), argv_ptrs.data(), env_ptrs.data(), parent, sandbox, memory_limit_bytes);
   // Both sides set the group so that on_start and kill(-pgid) never race the child.
   ::setpgid(pid, pid);
@@ -510,6 +518,7 @@ std::string SubprocessResult::describe_end() const {
 
 SubprocessResult run_subprocess(const SubprocessOptions& options) {
   SubprocessResult result;
+  Fd peer(options.peer_fd);  // the caller's copy, closed once the child has its own
   if (options.argv.empty()) throw SystemError("run_subprocess: empty argv");
   const auto t0 = std::chrono::steady_clock::now();
   Launch launch = prepare_launch(options);
@@ -521,7 +530,8 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   result.sandbox_level = sandbox.level();
 
   ChildPipes pipes = open_pipes(options);
-  const pid_t pid = spawn(launch, pipes, sandbox, options.memory_limit_bytes);
+  const pid_t pid = spawn(launch, pipes, peer.fd, sandbox, options.memory_limit_bytes);
+  peer.reset();
   result.pgid = pid;
   if (auto error = start_error(pipes.report_r, pid, launch, sandbox)) {
     result.start_error = std::move(*error);

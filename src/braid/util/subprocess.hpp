@@ -53,6 +53,10 @@ struct SubprocessOptions {
   // what the child writes back (at most 1 MiB) is SubprocessResult::channel_text.
   bool result_channel = false;
   std::string channel_greeting;
+  // A socket of the caller's given to the child as descriptor 5, named by BRAID_PEER_FD=5 (the
+  // link between a workload's driver and its worker, eval/cascade.hpp). Taken over:
+  // run_subprocess closes the caller's copy once the child has it, or when it cannot start.
+  int peer_fd = -1;
 };
 
 // Whether a variable of braid's environment may reach a candidate: PATH, LANG, LC_*, TZ, USER,
