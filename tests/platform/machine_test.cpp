@@ -53,9 +53,9 @@ TEST(Machine, CudaVisibleDevicesSelectsGpusByIndexOrUuid) {
   };
   EXPECT_EQ(indices(visible_gpus(all, nullptr)), (std::vector<int>{0, 1, 2, 3}));  // unset: all
   EXPECT_EQ(indices(visible_gpus(all, "2,3")), (std::vector<int>{2, 3}));
-  EXPECT_EQ(indices(visible_gpus(all, "3, 1")), (std::vector<int>{3, 1}));         // the user's order
+  EXPECT_EQ(indices(visible_gpus(all, "3, 1")), (std::vector<int>{3, 1}));  // the user's order
   EXPECT_EQ(indices(visible_gpus(all, "GPU-cccc3333-0000,dddd")), (std::vector<int>{2, 3}));
-  EXPECT_EQ(indices(visible_gpus(all, "1,7,2")), (std::vector<int>{1}));          // CUDA stops at 7
+  EXPECT_EQ(indices(visible_gpus(all, "1,7,2")), (std::vector<int>{1}));  // CUDA stops at 7
   EXPECT_TRUE(visible_gpus(all, "").empty());
   EXPECT_TRUE(visible_gpus(all, "-1").empty());
 }

@@ -160,7 +160,8 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     if (t.kind == TokenKind::Preprocessor && t.text.find("pragma") != std::string::npos &&
         t.text.find("omp") != std::string::npos && t.text.find("parallel") != std::string::npos) {
       a.single_process_multi_gpu = true;
-      a.single_process_why = fmt::format("creates a communicator and runs `#pragma omp parallel` (line {}): a rank per thread", t.line);
+      a.single_process_why =
+          fmt::format("creates a communicator and runs `#pragma omp parallel` (line {}): a rank per thread", t.line);
       return;
     }
   // Thread entries: the first argument of a thread's construction, a function name or a lambda.
@@ -176,8 +177,9 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     int skip_args = 0;
     if (x == "thread" || x == "jthread") {  // std::thread t(f, ...), std::thread(f, ...), std::thread{f, ...}
       open = toks[k + 1].text == "(" || toks[k + 1].text == "{" ? k + 1
-             : (toks[k + 1].kind == TokenKind::Identifier && (toks[k + 2].text == "(" || toks[k + 2].text == "{")) ? k + 2
-                                                                                                                    : 0;
+             : (toks[k + 1].kind == TokenKind::Identifier && (toks[k + 2].text == "(" || toks[k + 2].text == "{"))
+                 ? k + 2
+                 : 0;
     } else if ((x == "emplace_back" || x == "push_back") && toks[k + 1].text == "(") {
       open = k + 1;
     } else if (x == "pthread_create" && toks[k + 1].text == "(") {
@@ -191,11 +193,12 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     const std::size_t close = matching(toks, open);
     std::size_t at = open + 1;
     for (int n = 0; n < skip_args && at < close; ++at) {
-      if (toks[at].text == "," ) ++n;
+      if (toks[at].text == ",") ++n;
       else if (toks[at].text == "(" || toks[at].text == "[" || toks[at].text == "{") at = matching(toks, at);
     }
-    while (at < close && (toks[at].text == "&" || toks[at].text == "(" || toks[at].text == "void" || toks[at].text == "*" ||
-                          toks[at].text == ")" || toks[at].text == "::" || toks[at].text == "std"))
+    while (at < close &&
+           (toks[at].text == "&" || toks[at].text == "(" || toks[at].text == "void" || toks[at].text == "*" ||
+            toks[at].text == ")" || toks[at].text == "::" || toks[at].text == "std"))
       ++at;
     if (at >= close) continue;
     if (toks[at].text == "[") {  // a lambda: its body

@@ -44,9 +44,9 @@ const std::map<std::string, std::string> kRuleWhy = {
 Conversion left_untouched(const Analysis& a, const std::vector<std::size_t>& collectives, const std::string& source,
                           Conversion& conv) {
   for (std::size_t ci : collectives)
-    conv.left.push_back(
-        Unconverted{a.calls[ci].line, a.calls[ci].name,
-                    "the program " + a.single_process_why + " (several ranks in one process): left untouched, host NCCL"});
+    conv.left.push_back(Unconverted{
+        a.calls[ci].line, a.calls[ci].name,
+        "the program " + a.single_process_why + " (several ranks in one process): left untouched, host NCCL"});
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   conv.source = source;
   return conv;
@@ -241,7 +241,8 @@ std::size_t prelude_position(const std::string& source) {
   bool pending = false;  // an #include inside the open block
   for (std::size_t i = 0; i < directives.size(); ++i) {
     const std::string k = keyword(*directives[i]);
-    const bool guard = k == "ifndef" && i + 1 < directives.size() && keyword(*directives[i + 1]) == "define" && depth == 0 && pos == 0;
+    const bool guard =
+        k == "ifndef" && i + 1 < directives.size() && keyword(*directives[i + 1]) == "define" && depth == 0 && pos == 0;
     if (k == "if" || k == "ifdef" || k == "ifndef") {
       if (!guard) ++depth;
     } else if (k == "endif" && depth > 0) {

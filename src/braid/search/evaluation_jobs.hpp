@@ -38,7 +38,7 @@ class EvaluationJobs {
   // Waits up to `timeout` for finished evaluations, a freed slot, or for `also` to hold; joins
   // the finished threads and returns their records in the order they finished.
   std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);
-  void wake();  // ends a wait early (another source of work has something)
+  void wake();                                        // ends a wait early (another source of work has something)
   int running() const { return evaluating_.load(); }  // evaluations holding a slot
 
   // Records the process groups of an evaluation (running, or ended) for the evaluator.

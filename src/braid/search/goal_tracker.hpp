@@ -82,7 +82,7 @@ class GoalTracker {
   const std::string& target_note() const { return target_note_; }  // "" until reached
   std::optional<TrackedBest> best() const;                         // nullopt until best/ is written
   std::string noise_note() const;                                  // "" when unmeasured
-  int confirmation_runs() const;  // confirm_runs, more on a noisy run
+  int confirmation_runs() const;                                   // confirm_runs, more on a noisy run
 
  private:
   bool trusted(const std::string& code_hash) const;
