@@ -167,5 +167,6 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"zero1_bucket_shards", 2},
                                            std::pair<std::string, int>{"graph_captured_tp_decode", 1},
                                            std::pair<std::string, int>{"alloc_helpers_member_dp", 2},
-                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 0}),
+                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 0},
+                                           std::pair<std::string, int>{"communicator_class_members", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -358,3 +358,36 @@ TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
   Conversion d = transform(analyze("p.cu", loader), loader);
   EXPECT_EQ(d.converted_calls, 1) << conversion_to_text(d);
 }
+
+// A communicator class: member functions name the field bare (`comm`); it is the communicator
+// created as `c.comm` when that is the only creation with that field name (its creation binds the
+// runtime), and is matched to neither creation when two objects of the class each create one.
+TEST(Transform, CommunicatorFieldNamedBareInMemberFunctions) {
+  const std::string cls =
+      "#include <nccl.h>\n"
+      "struct Comm {\n"
+      "  ncclComm_t comm; cudaStream_t stream;\n"
+      "  void sum(float* b, size_t n) { ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm, stream); }\n"
+      "};\n";
+  const std::string one = cls +
+                          "int main() {\n"
+                          "  Comm c; float* g;\n"
+                          "  ncclCommInitRank(&c.comm, 2, id, 0);\n"
+                          "  cudaMalloc(&g, 4096);\n"
+                          "  c.sum(g, 1024);\n"
+                          "}\n";
+  Conversion c = transform(analyze("p.cu", one), one);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&c.comm"));
+  const std::string two = cls +
+                          "int main() {\n"
+                          "  Comm dp, tp; float* g;\n"
+                          "  ncclCommInitRank(&dp.comm, 2, id, 0);\n"
+                          "  ncclCommInitRank(&tp.comm, 2, id2, 0);\n"
+                          "  cudaMalloc(&g, 4096);\n"
+                          "  dp.sum(g, 1024);\n"
+                          "}\n";
+  Conversion d = transform(analyze("p.cu", two), two);
+  EXPECT_FALSE(contains(d.source, "comm_init_rank(&dp.comm")) << conversion_to_text(d);
+  EXPECT_FALSE(contains(d.source, "comm_init_rank(&tp.comm"));
+}

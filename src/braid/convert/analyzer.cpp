@@ -57,6 +57,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   mark_conditional_calls(flow, token_at, a);
   follow_collective_arguments(flow, token_at, collectives, a);
   collect_comm_inits(flow, token_at, a);
+  match_member_communicators(a);
   detect_threaded_ranks(toks, lr.tokens, flow, token_at, a);
   list_address_taken(toks, a);
   check_annotations(file, a);

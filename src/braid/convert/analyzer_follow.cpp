@@ -153,6 +153,29 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
   }
 }
 
+void match_member_communicators(Analysis& a) {
+  for (Call& c : a.calls) {
+    if (c.comm_paths.size() != 1) continue;
+    const std::string& use = c.comm_paths.front();
+    if (use.find_first_of(".[") != std::string::npos) continue;  // not a bare name
+    if (std::any_of(a.comm_inits.begin(), a.comm_inits.end(), [&](const CommInit& ci) { return ci.path == use; }))
+      continue;
+    const CommInit* only = nullptr;
+    int matches = 0;
+    for (const CommInit& ci : a.comm_inits) {
+      const std::size_t dot = ci.path.rfind('.');
+      if (dot != std::string::npos && ci.path.substr(dot + 1) == use) {
+        only = &ci;
+        ++matches;
+      }
+    }
+    if (matches != 1) continue;
+    c.via.push_back(fmt::format("communicator {} is the field {} (line {}), the only one of that name", use, only->path,
+                                a.calls[only->call].line));
+    c.comm_paths = {only->path};
+  }
+}
+
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
                            const TokenIndex& token_at, Analysis& a) {
   if (a.single_process_multi_gpu || a.comm_inits.empty()) return;

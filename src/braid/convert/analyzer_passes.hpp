@@ -66,6 +66,10 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
 void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// A communicator named by a bare field name in a member function (`comm`, i.e. this->comm) is
+// the one created as that field (`ncclCommInitRank(&c.comm, ...)`) when exactly one creation
+// has that field name.
+void match_member_communicators(Analysis& a);
 // Several ranks in one process through threads: a communicator created in a function (or lambda)
 // that a thread runs (std::thread/jthread, emplace_back into threads, pthread_create, std::async),
 // or under `#pragma omp parallel`. The converted runtime's state is per process.
