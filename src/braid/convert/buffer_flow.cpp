@@ -209,52 +209,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     function_end = f.body_close;
     functions_.push_back(f);
   }
-  // Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands.
-  std::vector<bool> brace_conditional;  // per open '{'
-  int cond_depth = 0;
-  std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
-  // An if/switch's own parenthesised condition runs whenever the statement does
-  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
-  std::size_t condition_until = 0;
-  bool condition_in = false;
-  for (i = 0; i < code.size(); ++i) {
-    const std::string& x = code[i].text;
-    bool in = cond_depth > 0 || !unbraced_end_depth.empty();
-    if (i > 0 && i <= condition_until) in = condition_in;
-    if (x == "{") {
-      bool c = false;
-      if (i > 0 && code[i - 1].text == "else") c = true;
-      if (i > 0 && code[i - 1].text == ")") {
-        int d = 0;
-        std::size_t q = i - 1;
-        for (;; --q) {
-          if (code[q].text == ")") ++d;
-          else if (code[q].text == "(" && --d == 0) break;
-          if (q == 0) break;
-        }
-        if (q > 0 && (code[q - 1].text == "if" || code[q - 1].text == "switch")) c = true;
-      }
-      brace_conditional.push_back(c);
-      if (c) ++cond_depth;
-    } else if (x == "}") {
-      if (!brace_conditional.empty()) {
-        if (brace_conditional.back()) --cond_depth;
-        brace_conditional.pop_back();
-      }
-    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
-      const std::size_t close = match_forward(code, i + 1, code.size());
-      condition_until = close;
-      condition_in = in;
-      if (close + 1 < code.size() && code[close + 1].text != "{") unbraced_end_depth.push_back(brace_conditional.size());
-    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced_end_depth.push_back(brace_conditional.size());
-      in = true;
-    } else if (x == "?") {
-      in = true;
-    }
-    conditional_[i] = in;
-    if (x == ";" && !unbraced_end_depth.empty() && unbraced_end_depth.back() == brace_conditional.size()) unbraced_end_depth.pop_back();
-  }
+  mark_conditionals();
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
   std::set<std::string> defined;
   for (const FunctionDef& f : functions_) defined.insert(f.name);
@@ -369,6 +324,57 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
     if (!out.reason.empty()) return;
   }
   if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);
+}
+
+// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands.
+void BufferFlow::mark_conditionals() {
+  const std::vector<Token>& code = code_;
+  std::size_t i = 0;
+  std::vector<bool> brace_conditional;  // per open '{'
+  int cond_depth = 0;
+  std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
+  // An if/switch's own parenthesised condition runs whenever the statement does
+  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
+  std::size_t condition_until = 0;
+  bool condition_in = false;
+  for (i = 0; i < code.size(); ++i) {
+    const std::string& x = code[i].text;
+    bool in = cond_depth > 0 || !unbraced_end_depth.empty();
+    if (i > 0 && i <= condition_until) in = condition_in;
+    if (x == "{") {
+      bool c = false;
+      if (i > 0 && code[i - 1].text == "else") c = true;
+      if (i > 0 && code[i - 1].text == ")") {
+        int d = 0;
+        std::size_t q = i - 1;
+        for (;; --q) {
+          if (code[q].text == ")") ++d;
+          else if (code[q].text == "(" && --d == 0) break;
+          if (q == 0) break;
+        }
+        if (q > 0 && (code[q - 1].text == "if" || code[q - 1].text == "switch")) c = true;
+      }
+      brace_conditional.push_back(c);
+      if (c) ++cond_depth;
+    } else if (x == "}") {
+      if (!brace_conditional.empty()) {
+        if (brace_conditional.back()) --cond_depth;
+        brace_conditional.pop_back();
+      }
+    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
+      const std::size_t close = match_forward(code, i + 1, code.size());
+      condition_until = close;
+      condition_in = in;
+      if (close + 1 < code.size() && code[close + 1].text != "{") unbraced_end_depth.push_back(brace_conditional.size());
+    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
+      unbraced_end_depth.push_back(brace_conditional.size());
+      in = true;
+    } else if (x == "?") {
+      in = true;
+    }
+    conditional_[i] = in;
+    if (x == ";" && !unbraced_end_depth.empty() && unbraced_end_depth.back() == brace_conditional.size()) unbraced_end_depth.pop_back();
+  }
 }
 
 std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {

@@ -66,6 +66,7 @@ class BufferFlow {
   const std::vector<FunctionDef>& functions() const { return functions_; }
 
  private:
+  void mark_conditionals();
   void record_element_copy(std::size_t k, std::size_t end);
   const FunctionDef* returning_helper(const std::string& expr) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,

@@ -16,13 +16,12 @@
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
+#include "braid/util/clock.hpp"
 
 namespace braid {
 namespace fs = std::filesystem;
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Single quotes for the batch script: nothing inside is expanded.
 std::string shell_quote(const std::string& word) {

@@ -12,11 +12,10 @@
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
+#include "braid/util/clock.hpp"
 
 namespace braid {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string describe_target(const std::string& metric, double value, const std::string& goal, const std::string& id,
                             std::int64_t generation) {

@@ -1,7 +1,13 @@
 #include "braid/search/migration.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <set>
+
+#include "braid/program/origin.hpp"
+#include "braid/util/hash.hpp"
+#include "braid/util/clock.hpp"
 
 namespace braid {
 namespace {
@@ -44,6 +50,25 @@ std::vector<Migration> plan_migrations(const SearchConfig& c, const Population& 
     }
   }
   return out;
+}
+
+ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation, std::uint64_t run_seed) {
+  ProgramRecord copy = original;
+  const std::string root = original.migrated_from.empty() ? original.id : original.migrated_from;
+  copy.id = hash_hex(fmt::format("migrant:{}:{}:{}", run_seed, root, to_island));
+  copy.island_idx = to_island;
+  copy.generation = generation;
+  copy.patch_type = std::string(to_string(Origin::Migrant));
+  copy.migrated_from = root;
+  copy.parent_id = original.id;
+  copy.parent_ids = {original.id};
+  copy.code_diff.clear();
+  copy.in_archive = false;
+  copy.knob_key.clear();  // the original already stands for this knob vector
+  copy.archive_cell = "migrant:" + copy.archive_cell;
+  copy.created_at = now_s();
+  copy.cost_usd = 0.0;
+  return copy;
 }
 
 }  // namespace braid

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/db/record.hpp"
 #include "braid/search/config.hpp"
 #include "braid/search/population.hpp"
 
@@ -18,5 +19,9 @@ struct Migration {
 };
 
 std::vector<Migration> plan_migrations(const SearchConfig& c, const Population& pop, std::mt19937_64& rng);
+
+// The stored copy of `original` on island `to_island`, made at generation `generation` (done
+// generations); its id is the same for every copy of one root program to one island in a run.
+ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation, std::uint64_t run_seed);
 
 }  // namespace braid

@@ -12,6 +12,7 @@
 #include "braid/search/schedule.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/hash.hpp"
+#include "braid/util/clock.hpp"
 
 namespace braid {
 
@@ -20,10 +21,6 @@ namespace {
 // A model that answers 429 this many times in a row for one generation is taken at its word (a
 // spent quota also answers 429): the attempt then counts as failed, as other errors do.
 constexpr int kMaxRateLimitWaits = 20;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Why `rec` (not a knob-only edit) is no new program: too close to one the proposal was
 // prepared with, or the judge says so. "" when novel.

@@ -30,6 +30,7 @@
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
+#include "braid/util/clock.hpp"
 
 namespace braid {
 
@@ -48,8 +49,6 @@ int end_orphaned_jobs(ProgramDatabase& db) {
 }
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // The parts the CLI may leave out get braid's defaults; the evaluator keeps benches exclusive.
 RunnerParts with_defaults(RunnerParts p) {
@@ -555,23 +554,8 @@ struct EvolutionRunner::Impl {
     for (const auto& m : moves) {
       auto orig = db.get(m.program_id);
       if (!orig) continue;
-      ProgramRecord copy = *orig;
-      std::string root = orig->migrated_from.empty() ? orig->id : orig->migrated_from;
-      copy.id = hash_hex(fmt::format("migrant:{}:{}:{}", run_seed, root, m.to_island));
-      if (pop.find(copy.id)) continue;
-      copy.island_idx = m.to_island;
-      copy.generation = done;
-      copy.patch_type = std::string(to_string(Origin::Migrant));
-      copy.migrated_from = root;
-      copy.parent_id = orig->id;
-      copy.parent_ids = {orig->id};
-      copy.code_diff.clear();
-      copy.in_archive = false;
-      copy.knob_key.clear();  // the original already stands for this knob vector
-      copy.archive_cell = "migrant:" + copy.archive_cell;
-      copy.created_at = now_s();
-      copy.cost_usd = 0.0;
-      store(copy);
+      ProgramRecord copy = migrant_copy(*orig, m.to_island, done, run_seed);
+      if (!pop.find(copy.id)) store(copy);
     }
     if (!moves.empty()) log::info("migration at generation {}: {} program(s) copied", done, moves.size());
     last_migration_at = done;
