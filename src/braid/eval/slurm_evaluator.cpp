@@ -11,12 +11,12 @@
 
 #include "braid/db/database.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/util/clock.hpp"
 #include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
-#include "braid/util/clock.hpp"
 
 namespace braid {
 namespace fs = std::filesystem;

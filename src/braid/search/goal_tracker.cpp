@@ -8,11 +8,11 @@
 
 #include "braid/program/origin.hpp"
 #include "braid/search/remeasure.hpp"
+#include "braid/util/clock.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
-#include "braid/util/clock.hpp"
 
 namespace braid {
 namespace {

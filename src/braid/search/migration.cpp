@@ -6,8 +6,8 @@
 #include <set>
 
 #include "braid/program/origin.hpp"
-#include "braid/util/hash.hpp"
 #include "braid/util/clock.hpp"
+#include "braid/util/hash.hpp"
 
 namespace braid {
 namespace {
@@ -52,7 +52,8 @@ std::vector<Migration> plan_migrations(const SearchConfig& c, const Population& 
   return out;
 }
 
-ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation, std::uint64_t run_seed) {
+ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation,
+                           std::uint64_t run_seed) {
   ProgramRecord copy = original;
   const std::string root = original.migrated_from.empty() ? original.id : original.migrated_from;
   copy.id = hash_hex(fmt::format("migrant:{}:{}:{}", run_seed, root, to_island));

@@ -22,6 +22,7 @@ std::vector<Migration> plan_migrations(const SearchConfig& c, const Population& 
 
 // The stored copy of `original` on island `to_island`, made at generation `generation` (done
 // generations); its id is the same for every copy of one root program to one island in a run.
-ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation, std::uint64_t run_seed);
+ProgramRecord migrant_copy(const ProgramRecord& original, int to_island, std::int64_t generation,
+                           std::uint64_t run_seed);
 
 }  // namespace braid

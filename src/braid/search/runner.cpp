@@ -25,12 +25,12 @@
 #include "braid/search/schedule.hpp"
 #include "braid/search/selection.hpp"
 #include "braid/search/shared_database.hpp"
+#include "braid/util/clock.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
 #include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
-#include "braid/util/clock.hpp"
 
 namespace braid {
 
