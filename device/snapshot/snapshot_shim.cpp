@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -38,7 +39,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 extern "C" {
@@ -71,8 +71,8 @@ Shim& shim() {
   return *s;
 }
 
-thread_local int depth = 0;                 // > 0 inside a wrapped allocator
-thread_local long long next_request = 0;    // braid_snapshot_next(): 0 none, -1 skip, else bytes
+thread_local int depth = 0;               // > 0 inside a wrapped allocator
+thread_local long long next_request = 0;  // braid_snapshot_next(): 0 none, -1 skip, else bytes
 
 template <typename F>
 F real(const char* name) {
@@ -119,7 +119,8 @@ const char* snapshot(Shim& s, const void* ptr, const Live& a) {
   if (get_device != nullptr) get_device(&old);
   if (set_device != nullptr && dev >= 0 && dev != old) set_device(dev);
   std::vector<char> host(a.bytes);
-  const bool ok = sync() == cudaSuccess && (a.bytes == 0 || copy(host.data(), ptr, a.bytes, cudaMemcpyDefault) == cudaSuccess);
+  const bool ok =
+      sync() == cudaSuccess && (a.bytes == 0 || copy(host.data(), ptr, a.bytes, cudaMemcpyDefault) == cudaSuccess);
   if (set_device != nullptr && dev >= 0 && dev != old && old >= 0) set_device(old);
   if (!ok) return "unreadable";
   FILE* f = std::fopen((s.dir + "/" + std::to_string(a.index) + ".bin").c_str(), "wb");
@@ -136,7 +137,8 @@ void record_release(Shim& s, const void* ptr) {
   const Live a = it->second;
   s.live.erase(it);
   const char* state = snapshot(s, ptr, a);
-  append_line(s, "buffer\t" + std::to_string(a.index) + "\t" + std::to_string(a.bytes) + "\t" + a.allocator + "\t" + state);
+  append_line(
+      s, "buffer\t" + std::to_string(a.index) + "\t" + std::to_string(a.bytes) + "\t" + a.allocator + "\t" + state);
 }
 
 // Buffers still live at exit are copied before the CUDA runtime tears down: this handler is
@@ -165,7 +167,8 @@ long long take_request() {
   return request;
 }
 
-void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long long request, cudaStream_t stream = nullptr) {
+void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long long request,
+                       cudaStream_t stream = nullptr) {
   if (ptr == nullptr || request < 0) return;
   Shim& s = shim();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -175,14 +178,15 @@ void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long
   static auto memset_async = any<MemsetAsync>("cudaMemsetAsync");
   static auto stream_sync = any<StreamSync>("cudaStreamSynchronize");
   // Finished before returning: the program may next use a non-blocking stream.
-  if (s.fill && memset_async != nullptr && memset_async(ptr, 0, request > 0 ? (std::size_t)request : bytes, stream) == cudaSuccess &&
-      stream_sync != nullptr)
+  if (s.fill && memset_async != nullptr &&
+      memset_async(ptr, 0, request > 0 ? (std::size_t)request : bytes, stream) == cudaSuccess && stream_sync != nullptr)
     stream_sync(stream);
   if (!s.exit_hook) {
     s.exit_hook = true;
     std::atexit(at_exit);
   }
-  s.live[reinterpret_cast<std::uintptr_t>(ptr)] = Live{s.next_index++, request > 0 ? (std::size_t)request : bytes, allocator};
+  s.live[reinterpret_cast<std::uintptr_t>(ptr)] =
+      Live{s.next_index++, request > 0 ? (std::size_t)request : bytes, allocator};
 }
 
 void release(const void* ptr) {
@@ -208,7 +212,8 @@ void record_reduction(const void* recv, int dtype, int op, const char* call) {
   if (index < 0) return;
   Shim& s = shim();
   std::lock_guard<std::mutex> lock(s.mu);
-  append_line(s, "reduce\t" + std::to_string(index) + "\t" + std::to_string(dtype) + "\t" + std::to_string(op) + "\t" + call);
+  append_line(
+      s, "reduce\t" + std::to_string(index) + "\t" + std::to_string(dtype) + "\t" + std::to_string(op) + "\t" + call);
 }
 
 struct Depth {
@@ -261,20 +266,20 @@ cudaError_t cudaFree(void* ptr) {
   return f(ptr);
 }
 
-#define BRAID_SNAPSHOT_ASYNC(malloc_name, free_name)                                   \
-  cudaError_t malloc_name(void** ptr, size_t size, cudaStream_t stream) {              \
-    Depth d;                                                                           \
-    static auto f = real<cudaError_t (*)(void**, size_t, cudaStream_t)>(#malloc_name); \
-    const long long request = d.outer() ? take_request() : 0;                          \
-    const cudaError_t r = f(ptr, size, stream);                                        \
+#define BRAID_SNAPSHOT_ASYNC(malloc_name, free_name)                                                      \
+  cudaError_t malloc_name(void** ptr, size_t size, cudaStream_t stream) {                                 \
+    Depth d;                                                                                              \
+    static auto f = real<cudaError_t (*)(void**, size_t, cudaStream_t)>(#malloc_name);                    \
+    const long long request = d.outer() ? take_request() : 0;                                             \
+    const cudaError_t r = f(ptr, size, stream);                                                           \
     if (r == cudaSuccess && d.outer()) record_allocation(*ptr, size, "cudaMallocAsync", request, stream); \
-    return r;                                                                          \
-  }                                                                                    \
-  cudaError_t free_name(void* ptr, cudaStream_t stream) {                              \
-    Depth d;                                                                           \
-    if (d.outer()) release(ptr); /* synchronises the device: queued work finishes */   \
-    static auto f = real<cudaError_t (*)(void*, cudaStream_t)>(#free_name);            \
-    return f(ptr, stream);                                                             \
+    return r;                                                                                             \
+  }                                                                                                       \
+  cudaError_t free_name(void* ptr, cudaStream_t stream) {                                                 \
+    Depth d;                                                                                              \
+    if (d.outer()) release(ptr); /* synchronises the device: queued work finishes */                      \
+    static auto f = real<cudaError_t (*)(void*, cudaStream_t)>(#free_name);                               \
+    return f(ptr, stream);                                                                                \
   }
 // cuda_runtime_api.h names these through macros; the plain and per-thread-stream symbols both exist.
 #undef cudaMallocAsync
@@ -301,23 +306,27 @@ braid_nccl_result_t ncclMemFree(void* ptr) {
 }
 
 // Host reductions: which buffer each one wrote, with its dtype and op (the gate's tolerances).
-braid_nccl_result_t ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, void* comm, cudaStream_t stream) {
+braid_nccl_result_t ncclAllReduce(const void* send, void* recv, size_t count, int dtype, int op, void* comm,
+                                  cudaStream_t stream) {
   record_reduction(recv, dtype, op, "ncclAllReduce");
-  static auto f = real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, void*, cudaStream_t)>("ncclAllReduce");
+  static auto f =
+      real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, void*, cudaStream_t)>("ncclAllReduce");
   return f == nullptr ? 5 : f(send, recv, count, dtype, op, comm, stream);
 }
 
 braid_nccl_result_t ncclReduceScatter(const void* send, void* recv, size_t count, int dtype, int op, void* comm,
                                       cudaStream_t stream) {
   record_reduction(recv, dtype, op, "ncclReduceScatter");
-  static auto f = real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, void*, cudaStream_t)>("ncclReduceScatter");
+  static auto f =
+      real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, void*, cudaStream_t)>("ncclReduceScatter");
   return f == nullptr ? 5 : f(send, recv, count, dtype, op, comm, stream);
 }
 
 braid_nccl_result_t ncclReduce(const void* send, void* recv, size_t count, int dtype, int op, int root, void* comm,
                                cudaStream_t stream) {
   record_reduction(recv, dtype, op, "ncclReduce");
-  static auto f = real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, int, void*, cudaStream_t)>("ncclReduce");
+  static auto f =
+      real<braid_nccl_result_t (*)(const void*, void*, size_t, int, int, int, void*, cudaStream_t)>("ncclReduce");
   return f == nullptr ? 5 : f(send, recv, count, dtype, op, root, comm, stream);
 }
 

@@ -36,15 +36,22 @@ std::string floats(std::initializer_list<float> v) {
 
 // A fake program: a bash script that writes the given manifest and 0.bin (hex bytes) for its rank,
 // then runs `tail` (exit N, sleep, ...).
-std::filesystem::path fake_program(const std::filesystem::path& dir, const std::string& name, const std::string& manifest,
-                                   const std::string& bin_escaped, const std::string& tail = "exit 0") {
+std::filesystem::path fake_program(const std::filesystem::path& dir, const std::string& name,
+                                   const std::string& manifest, const std::string& bin_escaped,
+                                   const std::string& tail = "exit 0") {
   const auto p = dir / name;
-  write_file_atomic(p, "#!/usr/bin/env bash\n"
-                       "r=${BRAID_RANK:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}}\n"
-                       "d=$BRAID_SNAPSHOT_DIR/rank$r\nmkdir -p \"$d\"\n"
-                       "printf '" + manifest + "' > \"$d/manifest.tsv\"\n"
-                       "printf '" + bin_escaped + "' > \"$d/0.bin\"\n"
-                       "echo \"rank $r took 1.$RANDOM ms\"\n" + tail + "\n");
+  write_file_atomic(p,
+                    "#!/usr/bin/env bash\n"
+                    "r=${BRAID_RANK:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}}\n"
+                    "d=$BRAID_SNAPSHOT_DIR/rank$r\nmkdir -p \"$d\"\n"
+                    "printf '" +
+                        manifest +
+                        "' > \"$d/manifest.tsv\"\n"
+                        "printf '" +
+                        bin_escaped +
+                        "' > \"$d/0.bin\"\n"
+                        "echo \"rank $r took 1.$RANDOM ms\"\n" +
+                        tail + "\n");
   std::filesystem::permissions(p, std::filesystem::perms::owner_all);
   return p;
 }
@@ -58,14 +65,15 @@ DiffRunSpec local_spec(const std::filesystem::path& dir, int ranks = 2) {
 }
 
 const char* const kOneFloatBuffer = "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
-const char* const kOnePlusOne = "\\x00\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";        // 1.0f 2.0f
-const char* const kOnePlusUlp = "\\x01\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";        // 1.0f + 1 ulp, 2.0f
+const char* const kOnePlusOne = "\\x00\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";  // 1.0f 2.0f
+const char* const kOnePlusUlp = "\\x01\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";  // 1.0f + 1 ulp, 2.0f
 
 }  // namespace
 
 TEST(DiffGateManifest, ParsesBuffersReductionsAndEnd) {
   const RankSnapshot s = parse_manifest(
-      "buffer\t1\t8\tncclMemAlloc\tlive-at-exit\nbuffer\t0\t16\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\nend\n");
+      "buffer\t1\t8\tncclMemAlloc\tlive-at-"
+      "exit\nbuffer\t0\t16\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\nend\n");
   ASSERT_EQ(s.buffers.size(), 2u);
   EXPECT_EQ(s.buffers[0].index, 0u);  // by index, whatever the order of release
   EXPECT_EQ(s.buffers[0].bytes, 16u);
@@ -97,25 +105,27 @@ TEST(DiffGateTolerance, FormulaByDtypeOpAndRanks) {
   EXPECT_DOUBLE_EQ(reduction_tolerance(7, 4, 4).rel, 5 * std::ldexp(1.0, -23));  // avg: one more rounding
   EXPECT_DOUBLE_EQ(reduction_tolerance(6, 0, 2).rel, 2 * std::ldexp(1.0, -10));  // fp16
   EXPECT_DOUBLE_EQ(reduction_tolerance(9, 0, 2).rel, 2 * std::ldexp(1.0, -7));   // bf16, wider
-  EXPECT_TRUE(reduction_tolerance(2, 0, 8).exact);   // int32 sum: any order gives the same
-  EXPECT_TRUE(reduction_tolerance(7, 2, 8).exact);   // fp32 max: no rounding
+  EXPECT_TRUE(reduction_tolerance(2, 0, 8).exact);                               // int32 sum: any order gives the same
+  EXPECT_TRUE(reduction_tolerance(7, 2, 8).exact);                               // fp32 max: no rounding
   EXPECT_TRUE(reduction_tolerance(-1, -1, 8).exact);
   EXPECT_NE(fp32.text.find("fp32 sum over 4 ranks"), std::string::npos);
 }
 
 TEST(DiffGateTolerance, OnlyBuffersOfConvertedReductions) {
-  const RankSnapshot s = parse_manifest("buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t8\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\n"
-                                        "reduce\t1\t9\t0\tncclAllReduce\n");
+  const RankSnapshot s = parse_manifest(
+      "buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t8\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\n"
+      "reduce\t1\t9\t0\tncclAllReduce\n");
   const std::vector<ConvertedReduction> fp32_sum = {{"ncclAllReduce", 10, 7, 0}};
   EXPECT_FALSE(buffer_tolerance(s, 0, fp32_sum, 2).exact);
   EXPECT_TRUE(buffer_tolerance(s, 1, fp32_sum, 2).exact);  // its bf16 reduction stayed host NCCL
-  EXPECT_TRUE(buffer_tolerance(s, 0, {}, 2).exact);         // nothing converted
+  EXPECT_TRUE(buffer_tolerance(s, 0, {}, 2).exact);        // nothing converted
   const std::vector<ConvertedReduction> unknown = {{"ncclAllReduce", 10, std::nullopt, std::nullopt}};
-  EXPECT_EQ(buffer_tolerance(s, 1, unknown, 2).dtype, 9);   // dtype through a variable: matches any
+  EXPECT_EQ(buffer_tolerance(s, 1, unknown, 2).dtype, 9);  // dtype through a variable: matches any
 }
 
 TEST(DiffGateTolerance, DerivedFromTheConversion) {
-  const std::string src = read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu");
+  const std::string src =
+      read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu");
   const Analysis a = analyze("embedding_allgather_types.cu", src);
   const Conversion c = transform(a, src);
   const auto converted = converted_reductions(a, c);
@@ -140,7 +150,8 @@ TEST(DiffGateCompare, BytesWithinAndBeyondTolerance) {
   const float one_ulp = std::nextafter(1.0f, 2.0f);
   EXPECT_EQ(compare_bytes(floats({1.0f, 100.0f}), floats({one_ulp, 100.0f}), t), "");
   double max_diff = 0;
-  EXPECT_NE(compare_bytes(floats({1.0f, 100.0f}), floats({1.01f, 100.0f}), t, &max_diff).find("element 0"), std::string::npos);
+  EXPECT_NE(compare_bytes(floats({1.0f, 100.0f}), floats({1.01f, 100.0f}), t, &max_diff).find("element 0"),
+            std::string::npos);
   EXPECT_NEAR(max_diff, 0.01, 1e-6);
   EXPECT_EQ(compare_bytes(floats({NAN, 1.0f}), floats({NAN, 1.0f}), t), "");
   EXPECT_NE(compare_bytes(floats({1.0f}), floats({one_ulp}), exact), "");  // not a reduction: bit-exact
@@ -157,7 +168,8 @@ TEST(DiffGateCompare, RankCountsSizesAndStates) {
   write_file_atomic(dir / "c/0.bin", floats({1.0f, 2.0f}));
   write_file_atomic(dir / "o/1.bin", "abcd");
   write_file_atomic(dir / "c/1.bin", "abcd");
-  const RankSnapshot o = parse_manifest("buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t4\tcudaMalloc\tfreed\nbuffer\t2\t4\tcudaMalloc\tunreadable\n");
+  const RankSnapshot o = parse_manifest(
+      "buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t4\tcudaMalloc\tfreed\nbuffer\t2\t4\tcudaMalloc\tunreadable\n");
   const RankSnapshot c = parse_manifest("buffer\t0\t8\tncclMemAlloc\tfreed\nbuffer\t1\t4\tcudaMalloc\tlive-at-exit\n");
   const auto r = compare_rank(o, dir / "o", c, dir / "c", {}, 2);
   ASSERT_EQ(r.size(), 3u);
@@ -230,7 +242,8 @@ TEST(DiffGateRun, BufferMismatchFails) {
 TEST(DiffGateRun, ExitCodeMismatchFails) {
   const auto dir = fresh_dir("exit");
   const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
-  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exit 3; exit 0");
+  const auto c =
+      fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exit 3; exit 0");
   const GateResult g = diff_programs(o, c, local_spec(dir), {});
   EXPECT_FALSE(g.passed);
   EXPECT_NE(g.failure.find("rank 1 ends differently"), std::string::npos) << g.failure;
@@ -242,7 +255,8 @@ TEST(DiffGateRun, ExitCodeMismatchFails) {
 TEST(DiffGateRun, HangNamesTheRanksStillRunning) {
   const auto dir = fresh_dir("hang");
   const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
-  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exec sleep 60; exit 0");
+  const auto c =
+      fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exec sleep 60; exit 0");
   DiffRunSpec spec = local_spec(dir);
   spec.timeout_s = 2;
   const GateResult g = diff_programs(o, c, spec, {});
@@ -301,7 +315,8 @@ TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
   const auto dir = fresh_dir("shim");
   SubprocessOptions o;
   o.argv = {BRAID_SNAPSHOT_FAKE_PROGRAM};
-  o.env_add = {{"LD_PRELOAD", BRAID_SNAPSHOT_SHIM}, {"BRAID_SNAPSHOT_DIR", (dir / "snap").string()}, {"BRAID_RANK", "1"}};
+  o.env_add = {
+      {"LD_PRELOAD", BRAID_SNAPSHOT_SHIM}, {"BRAID_SNAPSHOT_DIR", (dir / "snap").string()}, {"BRAID_RANK", "1"}};
   o.timeout_s = 30;
   const SubprocessResult r = run_subprocess(o);
   ASSERT_TRUE(r.succeeded()) << r.describe_end() << r.stderr_text;

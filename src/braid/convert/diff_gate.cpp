@@ -54,7 +54,8 @@ SideRun run_local(const std::filesystem::path& exe, const std::filesystem::path&
     const SubprocessResult& x = runs[r];
     side.timed_out = side.timed_out || x.timed_out;
     side.wall_s = std::max(side.wall_s, x.wall_s);
-    side.ranks.push_back({(int)r, x.started, x.timed_out, x.succeeded(), x.describe_end(), x.stdout_text, x.stderr_text});
+    side.ranks.push_back(
+        {(int)r, x.started, x.timed_out, x.succeeded(), x.describe_end(), x.stdout_text, x.stderr_text});
   }
   return side;
 }
@@ -79,9 +80,11 @@ SideRun run_mpirun(const std::filesystem::path& exe, const std::filesystem::path
   side.wall_s = res.wall_s;
   for (const RankOutcome& o : res.ranks) {
     const std::string end = !o.known ? "end unknown" : o.timed_out ? "timed out" : o.describe();
-    side.ranks.push_back({o.rank, o.known, o.timed_out, o.known && !o.failed() && !o.timed_out && !o.stopped, end, o.stdout_text, o.stderr_text});
+    side.ranks.push_back({o.rank, o.known, o.timed_out, o.known && !o.failed() && !o.timed_out && !o.stopped, end,
+                          o.stdout_text, o.stderr_text});
   }
-  if (res.started && !res.timed_out && !res.succeeded() && std::all_of(side.ranks.begin(), side.ranks.end(), [](const RankEnd& r) { return r.ok; }))
+  if (res.started && !res.timed_out && !res.succeeded() &&
+      std::all_of(side.ranks.begin(), side.ranks.end(), [](const RankEnd& r) { return r.ok; }))
     side.launch_error = res.describe_failure("mpirun");
   return side;
 }
@@ -102,20 +105,22 @@ std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> s
   }
   for (const RankEnd& r : runs[0].ranks)
     if (!r.ok)
-      return fmt::format("the original does not run cleanly (rank {}: {}); nothing to compare against; stderr:\n{}", r.rank, r.end,
-                         tail(r.stderr_text, 600));
+      return fmt::format("the original does not run cleanly (rank {}: {}); nothing to compare against; stderr:\n{}",
+                         r.rank, r.end, tail(r.stderr_text, 600));
   for (std::size_t r = 0; r < runs[1].ranks.size(); ++r)
     if (!runs[1].ranks[r].ok)
-      return fmt::format("rank {} ends differently: original {}, converted {}; stderr:\n{}", r, runs[0].ranks[r].end, runs[1].ranks[r].end,
-                         tail(runs[1].ranks[r].stderr_text, 600));
+      return fmt::format("rank {} ends differently: original {}, converted {}; stderr:\n{}", r, runs[0].ranks[r].end,
+                         runs[1].ranks[r].end, tail(runs[1].ranks[r].stderr_text, 600));
   for (int i = 0; i < 2; ++i)
     for (const RankSnapshot& s : snaps[i]) {
       if (!s.found || s.buffers.empty())
         return fmt::format(
-            "the {} wrote no buffer snapshot on rank {}: the snapshot shim saw no device allocation (a program linked with the "
+            "the {} wrote no buffer snapshot on rank {}: the snapshot shim saw no device allocation (a program linked "
+            "with the "
             "static CUDA runtime, or one that allocates nothing, cannot be compared)",
             names[i], s.rank);
-      if (!s.problems.empty()) return fmt::format("the {}'s snapshot of rank {} is unreadable: {}", names[i], s.rank, s.problems.front());
+      if (!s.problems.empty())
+        return fmt::format("the {}'s snapshot of rank {} is unreadable: {}", names[i], s.rank, s.problems.front());
     }
   return "";
 }
@@ -133,7 +138,9 @@ LauncherChoice choose_launcher(const std::string& source, const std::string& pat
   c.kind = LauncherKind::Mpirun;
   c.mpirun = find_on("mpirun", path_env);
   if (c.mpirun.empty())
-    c.failure = "the program includes mpi.h, so its ranks start under mpirun, and no mpirun is on PATH (install Open MPI or add it to PATH)";
+    c.failure =
+        "the program includes mpi.h, so its ranks start under mpirun, and no mpirun is on PATH (install Open MPI or "
+        "add it to PATH)";
   return c;
 }
 
@@ -145,7 +152,8 @@ SideRun run_side(const std::filesystem::path& exe, const std::string& name, cons
   return spec.launcher.kind == LauncherKind::Mpirun ? run_mpirun(exe, dir, spec) : run_local(exe, dir, spec);
 }
 
-std::string hang_failure(const std::string& name, const SideRun& run, const std::vector<RankSnapshot>& snapshots, double timeout_s) {
+std::string hang_failure(const std::string& name, const SideRun& run, const std::vector<RankSnapshot>& snapshots,
+                         double timeout_s) {
   if (!run.timed_out) return "";
   std::vector<int> running;
   for (const RankEnd& r : run.ranks)
@@ -153,12 +161,13 @@ std::string hang_failure(const std::string& name, const SideRun& run, const std:
   if (running.empty())  // mpirun did not say: the ranks whose shim never reached exit()
     for (const RankSnapshot& s : snapshots)
       if (!s.ended) running.push_back(s.rank);
-  return fmt::format("the {} hangs: timed out after {:.1f} s; {}", name, timeout_s,
-                     running.empty() ? "no rank was identified as still running" : rank_list(running) + " still running");
+  return fmt::format(
+      "the {} hangs: timed out after {:.1f} s; {}", name, timeout_s,
+      running.empty() ? "no rank was identified as still running" : rank_list(running) + " still running");
 }
 
-GateResult diff_programs(const std::filesystem::path& original_exe, const std::filesystem::path& converted_exe, const DiffRunSpec& spec,
-                         const std::vector<ConvertedReduction>& reductions) {
+GateResult diff_programs(const std::filesystem::path& original_exe, const std::filesystem::path& converted_exe,
+                         const DiffRunSpec& spec, const std::vector<ConvertedReduction>& reductions) {
   GateResult g;
   g.built = true;
   g.details = {{"mode", "differential"}, {"launcher", to_string(spec.launcher.kind)}, {"ranks", spec.ranks}};
@@ -189,12 +198,14 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
   if (!g.failure.empty()) return g;
   std::string mismatch;
   for (int r = 0; r < spec.ranks; ++r)
-    for (const BufferComparison& c : compare_rank(snaps[0][(std::size_t)r], spec.work_dir / "original" / "snapshots" / fmt::format("rank{}", r),
-                                                  snaps[1][(std::size_t)r], spec.work_dir / "converted" / "snapshots" / fmt::format("rank{}", r),
-                                                  reductions, spec.world > 0 ? spec.world : spec.ranks)) {
+    for (const BufferComparison& c :
+         compare_rank(snaps[0][(std::size_t)r], spec.work_dir / "original" / "snapshots" / fmt::format("rank{}", r),
+                      snaps[1][(std::size_t)r], spec.work_dir / "converted" / "snapshots" / fmt::format("rank{}", r),
+                      reductions, spec.world > 0 ? spec.world : spec.ranks)) {
       buffers.push_back(buffer_comparison_to_json(c));
       if (!c.match && mismatch.empty())
-        mismatch = fmt::format("buffer #{} ({} bytes, {}) differs on rank {}: {}", c.index, c.bytes, c.allocators, r, c.detail);
+        mismatch = fmt::format("buffer #{} ({} bytes, {}) differs on rank {}: {}", c.index, c.bytes, c.allocators, r,
+                               c.detail);
     }
   g.details["buffers"] = buffers;
   g.failure = mismatch;
@@ -212,7 +223,8 @@ std::filesystem::path build_snapshot_shim(const std::filesystem::path& work_dir,
   const auto out = work_dir / "libbraid_snapshot.so";
   SubprocessOptions o;
   // nvcc as a host compiler driver: it knows CUDA's include folder.
-  o.argv = {tc->nvcc.string(), "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-o", out.string(), src.string(), "-ldl"};
+  o.argv = {tc->nvcc.string(), "-O2", "-std=c++17", "-shared",    "-Xcompiler",
+            "-fPIC",           "-o",  out.string(), src.string(), "-ldl"};
   o.cwd = work_dir;
   o.timeout_s = 300;
   const SubprocessResult r = run_subprocess(o);
@@ -261,11 +273,12 @@ GateResult run_diff_gate(const Analysis& a, const std::string& original_source, 
 }
 
 std::string diff_gate_to_text(const GateResult& g) {
-  std::string out = fmt::format("differential gate ({} launcher, {} ranks): {}\n", g.details.value("launcher", std::string("?")),
-                                g.details.value("ranks", 0), g.passed ? "passed" : "failed");
+  std::string out =
+      fmt::format("differential gate ({} launcher, {} ranks): {}\n", g.details.value("launcher", std::string("?")),
+                  g.details.value("ranks", 0), g.passed ? "passed" : "failed");
   for (const auto& b : g.details.value("buffers", json::array()))
-    out += fmt::format("  rank {} buffer #{} {} bytes {} [{}]: {}{}\n", b.value("rank", 0), b.value("index", 0), b.value("bytes", 0),
-                       b.value("allocator", std::string()), b.value("tolerance", std::string()),
+    out += fmt::format("  rank {} buffer #{} {} bytes {} [{}]: {}{}\n", b.value("rank", 0), b.value("index", 0),
+                       b.value("bytes", 0), b.value("allocator", std::string()), b.value("tolerance", std::string()),
                        b.value("match", false) ? (b.value("compared", false) ? "match" : "not compared") : "DIFFERS",
                        b.contains("detail") ? " (" + b.value("detail", std::string()) + ")" : "");
   for (const auto& s : g.details.value("stdout", json::array()))

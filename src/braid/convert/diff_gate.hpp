@@ -53,11 +53,11 @@ struct SideRun {
 
 struct DiffRunSpec {
   LauncherChoice launcher;
-  int ranks = 2;                    // processes
-  int world = 0;                    // ranks in a reduction (tolerances); 0: `ranks`
-  std::vector<std::string> args;    // the program's command line, the same on both sides
-  std::filesystem::path work_dir;   // <work>/original, <work>/converted: logs and snapshots
-  std::filesystem::path shim;       // the snapshot shim (.so) to preload
+  int ranks = 2;                   // processes
+  int world = 0;                   // ranks in a reduction (tolerances); 0: `ranks`
+  std::vector<std::string> args;   // the program's command line, the same on both sides
+  std::filesystem::path work_dir;  // <work>/original, <work>/converted: logs and snapshots
+  std::filesystem::path shim;      // the snapshot shim (.so) to preload
   double timeout_s = 120.0;
 };
 
@@ -68,12 +68,13 @@ SideRun run_side(const std::filesystem::path& exe, const std::string& name, cons
 // "converted timed out after 120.0 s; ranks 1, 3 still running" ("" when it did not time out).
 // Under mpirun, where rank ends are not all known, a rank whose snapshot has no `end` line counts
 // as still running.
-std::string hang_failure(const std::string& name, const SideRun& run, const std::vector<RankSnapshot>& snapshots, double timeout_s);
+std::string hang_failure(const std::string& name, const SideRun& run, const std::vector<RankSnapshot>& snapshots,
+                         double timeout_s);
 
 // Runs both built programs and compares them (the whole gate after the builds; tested with
 // fake programs that write snapshots as the shim does).
-GateResult diff_programs(const std::filesystem::path& original_exe, const std::filesystem::path& converted_exe, const DiffRunSpec& spec,
-                         const std::vector<ConvertedReduction>& reductions);
+GateResult diff_programs(const std::filesystem::path& original_exe, const std::filesystem::path& converted_exe,
+                         const DiffRunSpec& spec, const std::vector<ConvertedReduction>& reductions);
 
 // Compiles the embedded shim source with nvcc (as host code) into <work_dir>/libbraid_snapshot.so.
 // Empty path with `why` on failure.
@@ -82,8 +83,9 @@ std::filesystem::path build_snapshot_shim(const std::filesystem::path& work_dir,
 // The whole differential gate: shim, both builds (options.flags + -cudart shared), runs,
 // comparison. options.program_args is the program's command line. `reductions`: those the
 // converted side may compute in another order (their buffers get the reduction tolerances).
-GateResult run_diff_gate(const Analysis& analysis, const std::string& original_source, const std::string& converted_source,
-                         const std::vector<ConvertedReduction>& reductions, const GateOptions& options);
+GateResult run_diff_gate(const Analysis& analysis, const std::string& original_source,
+                         const std::string& converted_source, const std::vector<ConvertedReduction>& reductions,
+                         const GateOptions& options);
 
 // The per-buffer table of a differential gate's details, for --explain.
 std::string diff_gate_to_text(const GateResult& g);

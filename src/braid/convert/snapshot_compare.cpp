@@ -40,9 +40,10 @@ struct DtypeFacts {
   std::size_t size;
   double eps;
 };
-const DtypeFacts kDtypes[] = {{"int8", 1, 0},  {"uint8", 1, 0},   {"int32", 4, 0},  {"uint32", 4, 0},
-                              {"int64", 8, 0}, {"uint64", 8, 0},  {"fp16", 2, 0x1p-10}, {"fp32", 4, 0x1p-23},
-                              {"fp64", 8, 0x1p-52}, {"bf16", 2, 0x1p-7}, {"fp8e4m3", 1, 0x1p-3}, {"fp8e5m2", 1, 0x1p-2}};
+const DtypeFacts kDtypes[] = {{"int8", 1, 0},       {"uint8", 1, 0},        {"int32", 4, 0},
+                              {"uint32", 4, 0},     {"int64", 8, 0},        {"uint64", 8, 0},
+                              {"fp16", 2, 0x1p-10}, {"fp32", 4, 0x1p-23},   {"fp64", 8, 0x1p-52},
+                              {"bf16", 2, 0x1p-7},  {"fp8e4m3", 1, 0x1p-3}, {"fp8e5m2", 1, 0x1p-2}};
 const char* const kOps[] = {"sum", "prod", "max", "min", "avg"};
 
 double half_to_double(std::uint16_t h) {
@@ -71,10 +72,26 @@ double fp8_to_double(std::uint8_t v, bool e4m3) {
 double element(const std::string& bytes, std::size_t i, int dtype) {
   const char* p = bytes.data() + i * kDtypes[dtype].size;
   switch (dtype) {
-    case 6: { std::uint16_t h; std::memcpy(&h, p, 2); return half_to_double(h); }
-    case 7: { float f; std::memcpy(&f, p, 4); return f; }
-    case 8: { double d; std::memcpy(&d, p, 8); return d; }
-    case 9: { std::uint16_t h; std::memcpy(&h, p, 2); return bf16_to_double(h); }
+    case 6: {
+      std::uint16_t h;
+      std::memcpy(&h, p, 2);
+      return half_to_double(h);
+    }
+    case 7: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case 8: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case 9: {
+      std::uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_double(h);
+    }
     default: return fp8_to_double((std::uint8_t)*p, dtype == 10);
   }
 }
@@ -101,8 +118,8 @@ RankSnapshot parse_manifest(const std::string& text) {
       s.ended = true;
     } else if (f[0] == "buffer" && f.size() == 5 && parse_size(f[1], &index) && parse_size(f[2], &bytes)) {
       buffers[index] = SnapshotBuffer{index, bytes, f[3], f[4]};
-    } else if (SnapshotReduction r; f[0] == "reduce" && f.size() == 5 && parse_size(f[1], &index) && parse_int(f[2], &r.dtype) &&
-                                    parse_int(f[3], &r.op)) {
+    } else if (SnapshotReduction r; f[0] == "reduce" && f.size() == 5 && parse_size(f[1], &index) &&
+                                    parse_int(f[2], &r.dtype) && parse_int(f[3], &r.op)) {
       r.index = index;
       r.call = f[4];
       s.reductions.push_back(r);
@@ -124,16 +141,17 @@ RankSnapshot read_rank_snapshot(const std::filesystem::path& dir, int rank) {
 
 std::optional<int> nccl_dtype_number(const std::string& name) {
   static const std::map<std::string, int> names = {
-      {"ncclInt8", 0},    {"ncclChar", 0},     {"ncclUint8", 1},    {"ncclInt32", 2},    {"ncclInt", 2},
-      {"ncclUint32", 3},  {"ncclInt64", 4},    {"ncclUint64", 5},   {"ncclFloat16", 6},  {"ncclHalf", 6},
-      {"ncclFloat32", 7}, {"ncclFloat", 7},    {"ncclFloat64", 8},  {"ncclDouble", 8},   {"ncclBfloat16", 9},
+      {"ncclInt8", 0},        {"ncclChar", 0},       {"ncclUint8", 1},   {"ncclInt32", 2},   {"ncclInt", 2},
+      {"ncclUint32", 3},      {"ncclInt64", 4},      {"ncclUint64", 5},  {"ncclFloat16", 6}, {"ncclHalf", 6},
+      {"ncclFloat32", 7},     {"ncclFloat", 7},      {"ncclFloat64", 8}, {"ncclDouble", 8},  {"ncclBfloat16", 9},
       {"ncclFloat8e4m3", 10}, {"ncclFloat8e5m2", 11}};
   const auto it = names.find(name);
   return it == names.end() ? std::nullopt : std::optional<int>(it->second);
 }
 
 std::optional<int> nccl_op_number(const std::string& name) {
-  static const std::map<std::string, int> names = {{"ncclSum", 0}, {"ncclProd", 1}, {"ncclMax", 2}, {"ncclMin", 3}, {"ncclAvg", 4}};
+  static const std::map<std::string, int> names = {
+      {"ncclSum", 0}, {"ncclProd", 1}, {"ncclMax", 2}, {"ncclMin", 3}, {"ncclAvg", 4}};
   const auto it = names.find(name);
   return it == names.end() ? std::nullopt : std::optional<int>(it->second);
 }
@@ -147,7 +165,8 @@ std::vector<ConvertedReduction> reductions_where(const Analysis& a, Keep keep) {
   for (const Call& c : a.calls) {
     const NcclSignature* sig = c.kind == CallKind::Nccl ? nccl_signature(c.name) : nullptr;
     if (sig == nullptr || sig->op < 0 || (int)c.args.size() <= std::max(sig->op, sig->dtype) || !keep(c)) continue;
-    out.push_back({c.name, c.line, nccl_dtype_number(c.args[(std::size_t)sig->dtype].text), nccl_op_number(c.args[(std::size_t)sig->op].text)});
+    out.push_back({c.name, c.line, nccl_dtype_number(c.args[(std::size_t)sig->dtype].text),
+                   nccl_op_number(c.args[(std::size_t)sig->op].text)});
   }
   return out;
 }
@@ -156,7 +175,8 @@ std::vector<ConvertedReduction> reductions_where(const Analysis& a, Keep keep) {
 
 std::vector<ConvertedReduction> converted_reductions(const Analysis& a, const Conversion& conv) {
   return reductions_where(a, [&](const Call& c) {
-    return std::any_of(conv.changes.begin(), conv.changes.end(), [&](const Change& ch) { return ch.stage == "B" && ch.line == c.line; });
+    return std::any_of(conv.changes.begin(), conv.changes.end(),
+                       [&](const Change& ch) { return ch.stage == "B" && ch.line == c.line; });
   });
 }
 
@@ -167,17 +187,21 @@ std::vector<ConvertedReduction> all_reductions(const Analysis& a) {
 Tolerance reduction_tolerance(int dtype, int op, int ranks) {
   Tolerance t;
   t.text = "bit-exact";
-  if (dtype < 0 || dtype >= (int)std::size(kDtypes) || kDtypes[dtype].eps == 0 || op < 0 || op > 4 || op == 2 || op == 3) return t;
+  if (dtype < 0 || dtype >= (int)std::size(kDtypes) || kDtypes[dtype].eps == 0 || op < 0 || op > 4 || op == 2 ||
+      op == 3)
+    return t;
   const int p = std::max(ranks, 1);
   t.exact = false;
   t.dtype = dtype;
   t.element = kDtypes[dtype].size;
   t.rel = (op == 4 ? p + 1 : p) * kDtypes[dtype].eps;
-  t.text = fmt::format("{} {} over {} ranks: rel {:.3g} (+ rel * max|original|)", kDtypes[dtype].name, kOps[op], p, t.rel);
+  t.text =
+      fmt::format("{} {} over {} ranks: rel {:.3g} (+ rel * max|original|)", kDtypes[dtype].name, kOps[op], p, t.rel);
   return t;
 }
 
-Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index, const std::vector<ConvertedReduction>& converted, int ranks) {
+Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
+                           const std::vector<ConvertedReduction>& converted, int ranks) {
   Tolerance widest = reduction_tolerance(-1, -1, ranks);
   for (const SnapshotReduction& r : original.reductions) {
     if (r.index != index) continue;
@@ -206,7 +230,8 @@ std::string compare_bytes(const std::string& a, const std::string& b, const Tole
     const double d = std::fabs(x - y);
     if (max_diff && !std::isnan(d)) *max_diff = std::max(*max_diff, d);
     if (!(d <= t.rel * std::fabs(x) + t.rel * scale) && first.empty())
-      first = fmt::format("element {}: original {} converted {} (allowed {:.3g})", i, x, y, t.rel * (std::fabs(x) + scale));
+      first =
+          fmt::format("element {}: original {} converted {} (allowed {:.3g})", i, x, y, t.rel * (std::fabs(x) + scale));
   }
   return first;
 }
@@ -248,8 +273,9 @@ BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::pa
 
 }  // namespace
 
-std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const std::filesystem::path& odir, const RankSnapshot& converted,
-                                           const std::filesystem::path& cdir, const std::vector<ConvertedReduction>& reductions, int ranks) {
+std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const std::filesystem::path& odir,
+                                           const RankSnapshot& converted, const std::filesystem::path& cdir,
+                                           const std::vector<ConvertedReduction>& reductions, int ranks) {
   std::vector<BufferComparison> out;
   const std::size_t n = std::max(original.buffers.size(), converted.buffers.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -265,7 +291,8 @@ std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const s
       r.allocators = only.allocator;
       r.state = only.state;
       r.detail = o && c ? fmt::format("allocation order differs: original #{}, converted #{}", o->index, c->index)
-                        : fmt::format("allocation #{} ({} bytes) only in the {}", only.index, only.bytes, o ? "original" : "converted");
+                        : fmt::format("allocation #{} ({} bytes) only in the {}", only.index, only.bytes,
+                                      o ? "original" : "converted");
     }
     r.rank = original.rank;
     out.push_back(r);
@@ -295,8 +322,8 @@ StdoutComparison compare_stdout(const std::string& original, const std::string& 
 }
 
 json buffer_comparison_to_json(const BufferComparison& c) {
-  json j{{"rank", c.rank},         {"index", c.index},       {"bytes", c.bytes},     {"allocator", c.allocators},
-         {"state", c.state},       {"tolerance", c.tolerance}, {"compared", c.compared}, {"match", c.match}};
+  json j{{"rank", c.rank},   {"index", c.index},         {"bytes", c.bytes},       {"allocator", c.allocators},
+         {"state", c.state}, {"tolerance", c.tolerance}, {"compared", c.compared}, {"match", c.match}};
   if (c.max_diff > 0) j["max_abs_diff"] = c.max_diff;
   if (!c.detail.empty()) j["detail"] = c.detail;
   return j;

@@ -29,22 +29,22 @@
 namespace braid::convert {
 
 struct SnapshotBuffer {
-  std::size_t index = 0;   // allocation order among the program's own allocations on this rank
+  std::size_t index = 0;  // allocation order among the program's own allocations on this rank
   std::uint64_t bytes = 0;
-  std::string allocator;   // cudaMalloc | cudaMallocManaged | cudaMallocAsync | ncclMemAlloc
-  std::string state;       // freed | live-at-exit | unreadable | skipped
+  std::string allocator;  // cudaMalloc | cudaMallocManaged | cudaMallocAsync | ncclMemAlloc
+  std::string state;      // freed | live-at-exit | unreadable | skipped
 };
 
 struct SnapshotReduction {
-  std::size_t index = 0;  // the buffer written
+  std::size_t index = 0;    // the buffer written
   int dtype = -1, op = -1;  // ncclDataType_t, ncclRedOp_t
   std::string call;
 };
 
 struct RankSnapshot {
   int rank = 0;
-  bool found = false;  // the rank's folder and manifest exist
-  bool ended = false;  // the process reached exit()
+  bool found = false;                   // the rank's folder and manifest exist
+  bool ended = false;                   // the process reached exit()
   std::vector<SnapshotBuffer> buffers;  // by index
   std::vector<SnapshotReduction> reductions;
   std::vector<std::string> problems;  // manifest lines that could not be read
@@ -71,17 +71,19 @@ std::optional<int> nccl_op_number(const std::string& name);     // "ncclSum" -> 
 
 struct Tolerance {
   bool exact = true;
-  int dtype = -1;            // the element type read when not exact
-  std::size_t element = 1;   // its size
+  int dtype = -1;           // the element type read when not exact
+  std::size_t element = 1;  // its size
   double rel = 0.0;
-  std::string text;          // "bit-exact", "fp32 sum over 4 ranks: rel 4.8e-07 (+ rel * max|x|)"
+  std::string text;  // "bit-exact", "fp32 sum over 4 ranks: rel 4.8e-07 (+ rel * max|x|)"
 };
 Tolerance reduction_tolerance(int dtype, int op, int ranks);
 // The tolerance of buffer `index`: the widest over its reductions that match a converted one.
-Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index, const std::vector<ConvertedReduction>& converted, int ranks);
+Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
+                           const std::vector<ConvertedReduction>& converted, int ranks);
 
 // "" when `converted` matches `original` within `t`, else the first difference.
-std::string compare_bytes(const std::string& original, const std::string& converted, const Tolerance& t, double* max_diff = nullptr);
+std::string compare_bytes(const std::string& original, const std::string& converted, const Tolerance& t,
+                          double* max_diff = nullptr);
 
 struct BufferComparison {
   int rank = 0;
@@ -90,10 +92,10 @@ struct BufferComparison {
   std::string allocators;  // "cudaMalloc" or "cudaMalloc -> ncclMemAlloc"
   std::string state;       // the original's
   std::string tolerance;
-  bool compared = false;   // contents were compared (both readable)
+  bool compared = false;  // contents were compared (both readable)
   bool match = false;
   double max_diff = 0.0;
-  std::string detail;      // why not, or what was not compared
+  std::string detail;  // why not, or what was not compared
 };
 
 // Every buffer of one rank: counts, sizes and contents (files <dir>/<index>.bin of each side).

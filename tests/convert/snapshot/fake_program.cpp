@@ -12,20 +12,20 @@ extern "C" __attribute__((weak)) void braid_snapshot_next(long long requested_by
 int main() {
   const float values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
   float* a = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&a), sizeof(values));                 // #0
+  cudaMalloc(reinterpret_cast<void**>(&a), sizeof(values));  // #0
   cudaMemcpy(a, values, sizeof(values), cudaMemcpyHostToDevice);
   if (braid_snapshot_next) braid_snapshot_next(-1);
   void* internal = nullptr;
-  cudaMalloc(&internal, 64);                                                 // the prelude's: no number
+  cudaMalloc(&internal, 64);  // the prelude's: no number
   if (braid_snapshot_next) braid_snapshot_next(8);
   char* sym = nullptr;
-  ncclMemAlloc(reinterpret_cast<void**>(&sym), 4096);                        // #1, 8 bytes asked
+  ncclMemAlloc(reinterpret_cast<void**>(&sym), 4096);  // #1, 8 bytes asked
   std::memcpy(sym, "symmetri", 8);
-  ncclAllReduce(a + 1, a + 1, 2, 7, 0, nullptr, nullptr);                    // fp32 sum into #0
+  ncclAllReduce(a + 1, a + 1, 2, 7, 0, nullptr, nullptr);  // fp32 sum into #0
   void* scratch = nullptr;
-  cudaMallocAsync(&scratch, 12, nullptr);                                    // #2, zero-filled
+  cudaMallocAsync(&scratch, 12, nullptr);  // #2, zero-filled
   cudaFreeAsync(scratch, nullptr);
   cudaFree(a);
   cudaFree(internal);
-  return 0;                                                                  // #1 live at exit
+  return 0;  // #1 live at exit
 }
