@@ -36,6 +36,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 std::string tail(const std::string& s, std::size_t n) { return s.size() > n ? s.substr(s.size() - n) : s; }
 
+// The end of what a rank said: its stderr, else its stdout (programs that print errors with printf).
+std::string said(const RankEnd& r) {
+  const bool quiet = r.stderr_text.find_first_not_of(" \n\t") == std::string::npos;
+  return quiet ? "stdout:\n" + tail(r.stdout_text, 600) : "stderr:\n" + tail(r.stderr_text, 600);
+}
+
 // The environment both sides share, less what names the side's own folders.
 std::map<std::string, std::string> side_env(const std::filesystem::path& dir) {
   return {{"BRAID_SNAPSHOT_DIR", (dir / "snapshots").string()}, {"NCCL_ID_FILE", (dir / "nccl.id").string()}};
@@ -79,7 +85,9 @@ SideRun run_mpirun(const std::filesystem::path& exe, const std::filesystem::path
   side.timed_out = res.timed_out;
   side.wall_s = res.wall_s;
   for (const RankOutcome& o : res.ranks) {
-    const std::string end = !o.known ? "end unknown" : o.timed_out ? "timed out" : o.describe();
+    std::string end = !o.known ? "end unknown" : o.timed_out ? "timed out" : o.describe();
+    if (const std::string prefix = fmt::format("rank {}: ", o.rank); end.rfind(prefix, 0) == 0)
+      end = end.substr(prefix.size());
     side.ranks.push_back({o.rank, o.known, o.timed_out, o.known && !o.failed() && !o.timed_out && !o.stopped, end,
                           o.stdout_text, o.stderr_text});
   }
@@ -105,12 +113,12 @@ std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> s
   }
   for (const RankEnd& r : runs[0].ranks)
     if (!r.ok)
-      return fmt::format("the original does not run cleanly (rank {}: {}); nothing to compare against; stderr:\n{}",
-                         r.rank, r.end, tail(r.stderr_text, 600));
+      return fmt::format("the original does not run cleanly (rank {}: {}); nothing to compare against; {}", r.rank,
+                         r.end, said(r));
   for (std::size_t r = 0; r < runs[1].ranks.size(); ++r)
     if (!runs[1].ranks[r].ok)
-      return fmt::format("rank {} ends differently: original {}, converted {}; stderr:\n{}", r, runs[0].ranks[r].end,
-                         runs[1].ranks[r].end, tail(runs[1].ranks[r].stderr_text, 600));
+      return fmt::format("rank {} ends differently: original {}, converted {}; {}", r, runs[0].ranks[r].end,
+                         runs[1].ranks[r].end, said(runs[1].ranks[r]));
   for (int i = 0; i < 2; ++i)
     for (const RankSnapshot& s : snaps[i]) {
       if (!s.found || s.buffers.empty())
