@@ -51,7 +51,8 @@ GateResult run_gate(const Analysis& analysis, const std::string& original_source
 
 // The gate for a whole program written elsewhere (the LLM rewrite loop, rewrite_loop.hpp):
 // `candidate_source` keeps the original's annotations (or harness entry) and is instrumented the
-// same way as the original; `candidate` is its analysis.
+// same way as the original; `candidate` is its analysis. An original with neither goes through the
+// differential gate, every reduction of the original counted as possibly moved to device code.
 GateResult run_gate_on_candidate(const Analysis& original, const std::string& original_source, const Analysis& candidate,
                                  const std::string& candidate_source, const GateOptions& options);
 
