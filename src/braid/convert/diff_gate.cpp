@@ -97,6 +97,10 @@ SideRun run_mpirun(const std::filesystem::path& exe, const std::filesystem::path
   return side;
 }
 
+json diff_details(const DiffRunSpec& spec) {
+  return {{"mode", "differential"}, {"launcher", to_string(spec.launcher.kind)}, {"ranks", spec.ranks}};
+}
+
 std::vector<RankSnapshot> read_snapshots(const std::filesystem::path& dir, int ranks) {
   std::vector<RankSnapshot> out;
   for (int r = 0; r < ranks; ++r) out.push_back(read_rank_snapshot(dir / "snapshots", r));
@@ -178,7 +182,7 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
                          const DiffRunSpec& spec, const std::vector<ConvertedReduction>& reductions) {
   GateResult g;
   g.built = true;
-  g.details = {{"mode", "differential"}, {"launcher", to_string(spec.launcher.kind)}, {"ranks", spec.ranks}};
+  g.details = diff_details(spec);
   if (!spec.launcher.failure.empty()) {
     g.failure = spec.launcher.failure;
     return g;
@@ -258,6 +262,7 @@ GateResult run_diff_gate(const Analysis& a, const std::string& original_source, 
   spec.args = o.program_args;
   spec.work_dir = o.work_dir;
   spec.timeout_s = o.run_timeout_s;
+  g.details = diff_details(spec);  // what --json shows even when the builds fail
   std::string why;
   spec.shim = build_snapshot_shim(o.work_dir / "shim", &why);
   if (spec.shim.empty()) {
