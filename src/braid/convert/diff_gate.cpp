@@ -112,13 +112,13 @@ std::vector<RankSnapshot> read_snapshots(const std::filesystem::path& dir, int r
 std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> snaps[2], const DiffRunSpec& spec) {
   const char* names[2] = {"original", "converted"};
   for (int i = 0; i < 2; ++i) {
-    if (!runs[i].launch_error.empty()) return fmt::format("{}: {}", names[i], runs[i].launch_error);
+    if (!runs[i].launch_error.empty()) return fmt::format("{} side: {}", names[i], runs[i].launch_error);
     if (auto h = hang_failure(names[i], runs[i], snaps[i], spec.timeout_s); !h.empty()) return h;
   }
   for (const RankEnd& r : runs[0].ranks)
     if (!r.ok)
-      return fmt::format("the original does not run cleanly (rank {}: {}); nothing to compare against; {}", r.rank,
-                         r.end, said(r));
+      return fmt::format("original does not run cleanly (rank {}: {}); nothing to compare against; {}", r.rank, r.end,
+                         said(r));
   for (std::size_t r = 0; r < runs[1].ranks.size(); ++r)
     if (!runs[1].ranks[r].ok)
       return fmt::format("rank {} ends differently: original {}, converted {}; {}", r, runs[0].ranks[r].end,
@@ -127,12 +127,12 @@ std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> s
     for (const RankSnapshot& s : snaps[i]) {
       if (!s.found || s.buffers.empty())
         return fmt::format(
-            "the {} wrote no buffer snapshot on rank {}: the snapshot shim saw no device allocation (a program linked "
+            "{} wrote no buffer snapshot on rank {}: the snapshot shim saw no device allocation (a program linked "
             "with the "
             "static CUDA runtime, or one that allocates nothing, cannot be compared)",
             names[i], s.rank);
       if (!s.problems.empty())
-        return fmt::format("the {}'s snapshot of rank {} is unreadable: {}", names[i], s.rank, s.problems.front());
+        return fmt::format("{} snapshot of rank {} is unreadable: {}", names[i], s.rank, s.problems.front());
     }
   return "";
 }
@@ -174,7 +174,7 @@ std::string hang_failure(const std::string& name, const SideRun& run, const std:
     for (const RankSnapshot& s : snapshots)
       if (!s.ended) running.push_back(s.rank);
   return fmt::format(
-      "the {} hangs: timed out after {:.1f} s; {}", name, timeout_s,
+      "{} hangs: timed out after {:.1f} s; {}", name, timeout_s,
       running.empty() ? "no rank was identified as still running" : rank_list(running) + " still running");
 }
 
@@ -206,7 +206,12 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
   for (const ConvertedReduction& c : reductions) conv.push_back({{"call", c.call}, {"line", c.line}});
   g.details["converted_reductions"] = conv;
   g.failure = run_failure(runs, snaps, spec);
-  g.ran = !runs[0].timed_out && !runs[1].timed_out && runs[0].launch_error.empty() && runs[1].launch_error.empty();
+  // Ran: every rank of both sides ended cleanly (the rewrite loop tells run failures from wrong output).
+  const auto clean = [](const SideRun& s) {
+    return s.launch_error.empty() && !s.timed_out &&
+           std::all_of(s.ranks.begin(), s.ranks.end(), [](const RankEnd& r) { return r.ok; });
+  };
+  g.ran = clean(runs[0]) && clean(runs[1]);
   if (!g.failure.empty()) return g;
   std::string mismatch;
   for (int r = 0; r < spec.ranks; ++r)

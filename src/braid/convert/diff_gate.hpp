@@ -65,7 +65,8 @@ struct DiffRunSpec {
 // <work>/<name>/snapshots.
 SideRun run_side(const std::filesystem::path& exe, const std::string& name, const DiffRunSpec& spec);
 
-// "converted timed out after 120.0 s; ranks 1, 3 still running" ("" when it did not time out).
+// "converted hangs: timed out after 120.0 s; ranks 1, 3 still running" ("" when it did not time out).
+// Failures of the original side start with "original " (the rewrite loop's original_failed).
 // Under mpirun, where rank ends are not all known, a rank whose snapshot has no `end` line counts
 // as still running.
 std::string hang_failure(const std::string& name, const SideRun& run, const std::vector<RankSnapshot>& snapshots,
