@@ -128,8 +128,7 @@ std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> s
       if (!s.found || s.buffers.empty())
         return fmt::format(
             "{} wrote no buffer snapshot on rank {}: the snapshot shim saw no device allocation (a program linked "
-            "with the "
-            "static CUDA runtime, or one that allocates nothing, cannot be compared)",
+            "with the static CUDA runtime, or one that allocates nothing, cannot be compared)",
             names[i], s.rank);
       if (!s.problems.empty())
         return fmt::format("{} snapshot of rank {} is unreadable: {}", names[i], s.rank, s.problems.front());
