@@ -83,6 +83,18 @@ F any(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
 }
 
+// The program's CUDA error state is left as it was: an error the shim's own calls cause (a pointer
+// the runtime does not know, say) must not reach the program's next cudaGetLastError().
+struct KeepLastError {
+  using Get = cudaError_t (*)();
+  Get get = any<Get>("cudaGetLastError");
+  Get peek = any<Get>("cudaPeekAtLastError");
+  bool clean = peek == nullptr || peek() == cudaSuccess;
+  ~KeepLastError() {
+    if (clean && get != nullptr) get();
+  }
+};
+
 const char* rank_env() {
   for (const char* name : {"BRAID_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
     if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
@@ -111,6 +123,7 @@ const char* snapshot(Shim& s, const void* ptr, const Live& a) {
   auto set_device = any<SetDev>("cudaSetDevice");
   auto attributes = any<Attrs>("cudaPointerGetAttributes");
   if (sync == nullptr || copy == nullptr) return "unreadable";
+  KeepLastError keep;
   // Work queued on the buffer's own device must finish first (a process may drive several GPUs).
   int old = -1, dev = -1;
   cudaPointerAttributes at;
@@ -173,6 +186,7 @@ void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long
   Shim& s = shim();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.dir.empty()) return;
+  KeepLastError keep;
   using MemsetAsync = cudaError_t (*)(void*, int, size_t, cudaStream_t);
   using StreamSync = cudaError_t (*)(cudaStream_t);
   static auto memset_async = any<MemsetAsync>("cudaMemsetAsync");
