@@ -48,12 +48,9 @@ std::map<std::string, std::string> side_env(const std::filesystem::path& dir) {
 }
 
 SideRun run_local(const std::filesystem::path& exe, const std::filesystem::path& dir, const DiffRunSpec& spec) {
-  auto env = side_env(dir);
+  auto env = user_rank_env(spec.ranks, dir);
+  env["BRAID_SNAPSHOT_DIR"] = (dir / "snapshots").string();
   env["LD_PRELOAD"] = spec.shim.string();
-  // torchrun's names, which programs without a launcher of their own commonly read.
-  env["RANK"] = "{rank}";
-  env["LOCAL_RANK"] = "{rank}";
-  env["WORLD_SIZE"] = std::to_string(spec.ranks);
   const auto runs = run_local_ranks(exe, spec.args, spec.ranks, dir, 1, spec.timeout_s, env);
   SideRun side;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -137,6 +134,13 @@ std::string run_failure(const SideRun runs[2], const std::vector<RankSnapshot> s
 }
 
 }  // namespace
+
+std::map<std::string, std::string> user_rank_env(int ranks, const std::filesystem::path& dir) {
+  return {{"RANK", "{rank}"},
+          {"LOCAL_RANK", "{rank}"},
+          {"WORLD_SIZE", std::to_string(ranks)},
+          {"NCCL_ID_FILE", (dir / "nccl.id").string()}};
+}
 
 bool includes_mpi(const std::string& source) {
   static const std::regex mpi(R"((^|\n)[ \t]*#[ \t]*include[ \t]*[<"]mpi\.h[>"])");

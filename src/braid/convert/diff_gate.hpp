@@ -14,6 +14,7 @@
 // also set the torchrun-style RANK / WORLD_SIZE / LOCAL_RANK and an NCCL_ID_FILE per side.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@
 #include "braid/eval/launcher.hpp"
 
 namespace braid::convert {
+
+// What a user's program without a launcher of its own commonly reads, for run_local_ranks ("{rank}"
+// values): torchrun's RANK, LOCAL_RANK, WORLD_SIZE, and NCCL_ID_FILE in `dir`.
+std::map<std::string, std::string> user_rank_env(int ranks, const std::filesystem::path& dir);
 
 bool includes_mpi(const std::string& source);
 
