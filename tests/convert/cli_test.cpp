@@ -126,3 +126,29 @@ TEST(ConvertCli, RelativeOutputIsTheCallersFolder) {
   EXPECT_TRUE(std::filesystem::exists(dir / "sub/out.cu.summary.json"));
   std::filesystem::remove_all(dir);
 }
+
+TEST(ConvertCli, VerifyWithoutMarkersRunsTheDifferentialGate) {
+  // A user's program: no // braid: markers, no harness. Without a GPU (or toolkit) the gate
+  // fails as a value; with one it passes; either way it is the differential gate that ran.
+  const auto dir = fresh_dir("diffgate");
+  const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
+  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--ranks", "1", "--json",
+                         (dir / "g.json").string()});
+  ASSERT_TRUE(r.code == 0 || r.code == 1) << r.err;
+  braid::json j = braid::json::parse(braid::read_file(dir / "g.json"));
+  EXPECT_EQ(j["gate"]["details"]["mode"], "differential") << j["gate"].dump();
+  EXPECT_EQ(j["gate"]["details"]["launcher"], "local");
+  EXPECT_EQ(r.code == 0, j["gate"]["passed"].get<bool>());
+  if (r.code == 1) EXPECT_NE(r.err.find("the verification gate failed"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConvertCli, ProgramArgsMustParse) {
+  const auto dir = fresh_dir("progargs");
+  const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
+  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--program-args", "'unterminated"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--program-args"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));
+  std::filesystem::remove_all(dir);
+}

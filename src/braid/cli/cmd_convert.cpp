@@ -1,7 +1,9 @@
 // `braid convert`: the fast path. Analyse a host-driven NCCL program (--explain, --json), convert
 // the collectives that rules handle to device-initiated primitives (-o), check that the result
 // compiles, and with --verify run the gate (original and converted on N local ranks, outputs of
-// every rank compared, times reported) before writing it as accepted.
+// every rank compared, times reported) before writing it as accepted. Programs without
+// `// braid:` markers or a harness entry go through the differential gate (diff_gate.hpp), whose
+// per-buffer comparison --explain prints and --json records.
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -9,10 +11,12 @@
 #include "braid/cli/command.hpp"
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/build_flags.hpp"
+#include "braid/convert/diff_gate.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/pipeline/user_flags.hpp"
 #include "braid/util/error.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/util/fs.hpp"
 
 namespace braid::cli {
@@ -23,7 +27,7 @@ struct ConvertArgs {
   bool explain = false, verify = false, no_build = false;
   int ranks = 2;
   unsigned long long seed = 1;
-  std::string harness_args;
+  std::string harness_args, program_args;
   UserFlags flags;  // -I -D -L -l --nvcc-flags
 };
 
@@ -78,8 +82,22 @@ int do_convert(const ConvertArgs& o) {
     g.flags = flags.compile_flags();
     g.libs = flags.libs;
     if (!o.harness_args.empty()) g.harness_args = o.harness_args;
+    if (!o.program_args.empty()) {
+      std::string why;
+      const auto words = split_command_words(o.program_args, &why);
+      if (!words) throw UserError("--program-args", why);
+      g.program_args = *words;
+    }
     const GateResult r = run_gate(analysis, source, conversion, g);
     summary["gate"] = gate_to_json(r);
+    const bool differential = r.details.value("mode", std::string()) == "differential";
+    if (differential && o.explain) std::printf("\n%s", diff_gate_to_text(r).c_str());
+    if (!o.json_path.empty()) {
+      json j = analysis_to_json(analysis);
+      j["conversion"] = conversion_to_json(conversion);
+      j["gate"] = summary["gate"];
+      write_file_atomic(o.json_path, j.dump(2) + "\n");
+    }
     if (!r.passed) {
       std::fprintf(stderr, "braid: %s: the verification gate failed; nothing written as accepted:\n%s\n", o.input.string().c_str(),
                    r.failure.c_str());
@@ -87,8 +105,13 @@ int do_convert(const ConvertArgs& o) {
       return 1;
     }
     status = "verified";
-    std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks, r.original_ms, r.converted_ms,
-                r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);
+    if (differential)
+      std::printf("gate (differential, %s): %zu buffers match on %d ranks; wall time original %.3f s, converted %.3f s\n",
+                  r.details.value("launcher", std::string()).c_str(), r.details.value("buffers", json::array()).size(),
+                  r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0);
+    else
+      std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks, r.original_ms,
+                  r.converted_ms, r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);
   }
   summary["status"] = status;
   summary["accepted"] = status == "verified";
@@ -114,6 +137,8 @@ Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   cmd->add_option("--seed", args.seed, "Seed of the gate's random inputs")->default_val(1);
   cmd->add_option("--work", args.work_dir, "Folder for builds and gate runs (default: OUTPUT.work)");
   cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");
+  cmd->add_option("--program-args", args.program_args,
+                  "The program's command line in the differential gate (programs without markers or harness), one quoted string");
   cmd->add_option("-I", args.flags.includes, "Include folder for the program's headers (as nvcc -I)");
   cmd->add_option("-D", args.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
   cmd->add_option("-L", args.flags.lib_dirs, "Library folder (as nvcc -L)");

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
+#include "braid/convert/diff_gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/util/text.hpp"
 
@@ -230,12 +232,21 @@ DiagnosticReport diagnostic_rerun(const Analysis& analysis, const std::string& s
   }
   const std::filesystem::path dir = options.work_dir / "diagnosis";
   if (harness) args.insert(args.end(), {"--results_dir", dir.string()});
+  // A program with neither markers nor harness (the differential gate's): its own command line and
+  // the bootstrap names the gate gives it.
+  std::map<std::string, std::string> env;
+  if (!harness && analysis.annotations.empty()) {
+    args = options.program_args;
+    env = user_rank_env(options.ranks, dir);
+  }
   const BuildResult built = build_program(text, dir, options);
   if (!built.ok) {
     rep.text = "the instrumented copy does not compile: " + built.error;
     return rep;
   }
-  return locate_failing_step(inst, run_local_ranks(dir / "program", args, options.ranks, dir, options.seed, options.run_timeout_s));
+  std::filesystem::remove(dir / "nccl.id");
+  return locate_failing_step(
+      inst, run_local_ranks(dir / "program", args, options.ranks, dir, options.seed, options.run_timeout_s, env));
 }
 
 }  // namespace braid::convert

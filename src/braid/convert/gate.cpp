@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "braid/convert/diff_gate.hpp"
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -95,7 +96,8 @@ std::string rank_failures(const std::vector<SubprocessResult>& runs, const std::
 }  // namespace
 
 std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args, int ranks,
-                                        const std::filesystem::path& dir, unsigned long long seed, double timeout_s) {
+                                        const std::filesystem::path& dir, unsigned long long seed, double timeout_s,
+                                        const std::map<std::string, std::string>& env) {
   std::vector<SubprocessResult> out((std::size_t)ranks);
   std::vector<std::thread> threads;
   const std::string run_id = fmt::format("gate{}_{}", (long)::getpid(), dir.filename().string());
@@ -109,6 +111,7 @@ std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, 
                    {"BRAID_LOCAL_RANK", std::to_string(r)},  {"BRAID_EVAL_DIR", dir.string()},
                    {"BRAID_RUN_ID", run_id},                 {"BRAID_GATE_DIR", dir.string()},
                    {"BRAID_GATE_SEED", std::to_string(seed)}, {"NCCL_NVLS_ENABLE", "0"}};
+      for (const auto& [name, value] : env) o.env_add[name] = value == "{rank}" ? std::to_string(r) : value;
       o.timeout_s = timeout_s;
       o.stdout_path = dir / fmt::format("rank{}.stdout", r);
       o.stderr_path = dir / fmt::format("rank{}.stderr", r);
@@ -132,9 +135,6 @@ BuildResult compile_only(const std::string& source, const std::filesystem::path&
 }
 
 namespace {
-
-const char* const kNotGateable =
-    "the program neither runs through the braid harness nor marks buffers with // braid:input and // braid:output";
 
 // Builds, runs and compares the two gate-ready texts (instrumented or harness programs).
 GateResult gate_texts(const Analysis& a, bool harness, const std::string& orig_text, const std::string& conv_text,
@@ -256,11 +256,7 @@ BuildResult build_program(const std::string& source, const std::filesystem::path
 
 GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv, const GateOptions& o) {
   const bool harness = a.uses_harness && a.annotations.empty();
-  if (!harness && a.annotations.empty()) {
-    GateResult g;
-    g.failure = kNotGateable;
-    return g;
-  }
+  if (!harness && a.annotations.empty()) return run_diff_gate(a, original_source, conv.source, converted_reductions(a, conv), o);
   const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
   // The converted side is the same rules applied to the instrumented original (the prelude's own
   // NCCL calls would not survive a second analysis); both sides then differ only by the rules.
@@ -271,11 +267,7 @@ GateResult run_gate(const Analysis& a, const std::string& original_source, const
 GateResult run_gate_on_candidate(const Analysis& a, const std::string& original_source, const Analysis& candidate,
                                  const std::string& candidate_source, const GateOptions& o) {
   const bool harness = a.uses_harness && a.annotations.empty();
-  if (!harness && a.annotations.empty()) {
-    GateResult g;
-    g.failure = kNotGateable;
-    return g;
-  }
+  if (!harness && a.annotations.empty()) return run_diff_gate(a, original_source, candidate_source, all_reductions(a), o);
   const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
   const std::string cand_text = harness ? candidate_source : instrument_for_gate(candidate, candidate_source);
   return gate_texts(a, harness, orig_text, cand_text, o);

@@ -7,8 +7,11 @@
 // bfloat16 to 1e-2 relative); the time from inputs ready to outputs ready is reported.
 // Harness programs: both run `--mode bench` at the given size; the harness verifies every element
 // on every rank itself (correct.json), and its candidate median time is compared.
+// Programs with neither (real users' programs): the differential gate (diff_gate.hpp) compares
+// every device buffer at its release, exit codes and stdout of the two programs.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,7 @@ struct GateOptions {
   double run_timeout_s = 120.0;
   std::string harness_args = "--size 4096 --warmup 2 --iters 10 --input_sets 2 --rtol 0.02 --atol 0.02";
   bool run = true;                             // false: compile both, do not run
+  std::vector<std::string> program_args;       // the differential gate: the program's command line
 };
 
 struct GateResult {
@@ -47,7 +51,8 @@ GateResult run_gate(const Analysis& analysis, const std::string& original_source
 
 // The gate for a whole program written elsewhere (the LLM rewrite loop, rewrite_loop.hpp):
 // `candidate_source` keeps the original's annotations (or harness entry) and is instrumented the
-// same way as the original; `candidate` is its analysis.
+// same way as the original; `candidate` is its analysis. An original with neither goes through the
+// differential gate, every reduction of the original counted as possibly moved to device code.
 GateResult run_gate_on_candidate(const Analysis& original, const std::string& original_source, const Analysis& candidate,
                                  const std::string& candidate_source, const GateOptions& options);
 
@@ -56,11 +61,11 @@ GateResult run_gate_on_candidate(const Analysis& original, const std::string& or
 BuildResult build_program(const std::string& source, const std::filesystem::path& dir, const GateOptions& options);
 
 // Runs `exe args` on `ranks` local ranks in `dir` with the gate's environment (BRAID_RANK,
-// BRAID_WORLD_SIZE, BRAID_GATE_DIR=dir, BRAID_GATE_SEED=seed, ...); per-rank stdout/stderr files
-// in dir. Index = rank.
+// BRAID_WORLD_SIZE, BRAID_GATE_DIR=dir, BRAID_GATE_SEED=seed, ...) plus `env` (a value "{rank}"
+// becomes the rank); per-rank stdout/stderr files in dir. Index = rank.
 std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args,
                                               int ranks, const std::filesystem::path& dir, unsigned long long seed,
-                                              double timeout_s);
+                                              double timeout_s, const std::map<std::string, std::string>& env = {});
 
 // nvcc -c only (no link): the check that a conversion compiles, for CI without GPUs.
 BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,

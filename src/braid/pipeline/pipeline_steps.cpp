@@ -113,8 +113,15 @@ StepResult Pipeline::step_gate() {
       return {1, o_.input.string() +
                      ": the converted program failed the gate; fix it or rerun with --no-gate to evolve it unverified"};
     }
-    say("gate", fmt::format("verified: outputs match on {} ranks; original {:.3f} ms, converted {:.3f} ms", o_.ranks,
-                            r.original_ms, r.converted_ms));
+    if (r.details.value("mode", std::string()) == "differential")  // a program without markers or harness
+      say("gate",
+          fmt::format("verified (differential, {}): {} device buffers match on {} ranks; wall time original {:.3f} s, "
+                      "converted {:.3f} s",
+                      r.details.value("launcher", std::string()), r.details.value("buffers", json::array()).size(),
+                      r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0));
+    else
+      say("gate", fmt::format("verified: outputs match on {} ranks; original {:.3f} ms, converted {:.3f} ms", o_.ranks,
+                              r.original_ms, r.converted_ms));
   }
   write_out("convert/gate.json", gate_.dump(2) + "\n");
   state_.finish("gate", {"convert/gate.json"}, {{"status", gate_.value("status", "")}});

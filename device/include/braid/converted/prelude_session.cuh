@@ -82,10 +82,20 @@ inline void fell_back(int site, const char* what, const char* why) {
 }
 inline void register_window(Allocation& a);
 
+// The differential gate's snapshot shim (device/snapshot/snapshot_shim.cpp), when preloaded,
+// numbers the program's device allocations: -1 says the next allocation is the prelude's own state
+// (not numbered), a size says what the program asked for (symmetric allocations are rounded up).
+// Weak: without the shim it is null and nothing is called.
+extern "C" __attribute__((weak)) void braid_snapshot_next(long long requested_bytes);
+inline void snapshot_next(long long requested_bytes) {
+  if (braid_snapshot_next != nullptr) braid_snapshot_next(requested_bytes);
+}
+
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
 template <typename T>
 inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
   void* p = nullptr;
+  snapshot_next((long long)bytes);
   if (ncclMemAlloc(&p, round_window(bytes)) != ncclSuccess) return cudaErrorMemoryAllocation;
   *ptr = static_cast<T*>(p);
   State& s = state();
@@ -155,11 +165,14 @@ inline bool ensure(ncclComm_t comm) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
     const size_t mail_bytes = round_window(kMailBytes);
+    snapshot_next(-1);
     BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&s.mailbox), mail_bytes));
     BRAID_CUDA(cudaMemset(s.mailbox, 0, mail_bytes));
     BRAID_NCCL(ncclCommWindowRegister(comm, s.mailbox, mail_bytes, &s.mailbox_win, NCCL_WIN_COLL_SYMMETRIC));
+    snapshot_next(-1);
     BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
     BRAID_CUDA(cudaMemset(s.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
+    snapshot_next(-1);
     BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_plans), sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites));
   }
   for (Allocation& a : s.allocations) register_window(a);

@@ -1,0 +1,342 @@
+// The differential gate without a GPU: manifest parsing, the tolerance formula and its derivation
+// from the conversion, the buffer comparator, stdout masking, the launcher choice, and whole gate
+// runs over fake "programs" (shell scripts that write snapshots as the shim does, exit non-zero or
+// hang); the snapshot shim's bookkeeping against a fake CUDA runtime.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/diff_gate.hpp"
+#include "braid/convert/snapshot_compare.hpp"
+#include "braid/convert/transform.hpp"
+#include "braid/util/fs.hpp"
+#include "braid/util/subprocess.hpp"
+
+using namespace braid;
+using namespace braid::convert;
+
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("braid-diffgate-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string floats(std::initializer_list<float> v) {
+  std::string s(v.size() * 4, '\0');
+  std::memcpy(s.data(), v.begin(), s.size());
+  return s;
+}
+
+// A fake program: a bash script that writes the given manifest and 0.bin (hex bytes) for its rank,
+// then runs `tail` (exit N, sleep, ...).
+std::filesystem::path fake_program(const std::filesystem::path& dir, const std::string& name,
+                                   const std::string& manifest, const std::string& bin_escaped,
+                                   const std::string& tail = "exit 0") {
+  const auto p = dir / name;
+  write_file_atomic(p,
+                    "#!/usr/bin/env bash\n"
+                    "r=${BRAID_RANK:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}}\n"
+                    "d=$BRAID_SNAPSHOT_DIR/rank$r\nmkdir -p \"$d\"\n"
+                    "printf '" +
+                        manifest +
+                        "' > \"$d/manifest.tsv\"\n"
+                        "printf '" +
+                        bin_escaped +
+                        "' > \"$d/0.bin\"\n"
+                        "echo \"rank $r took 1.$RANDOM ms\"\n" +
+                        tail + "\n");
+  std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+  return p;
+}
+
+DiffRunSpec local_spec(const std::filesystem::path& dir, int ranks = 2) {
+  DiffRunSpec s;
+  s.ranks = ranks;
+  s.work_dir = dir / "work";
+  s.timeout_s = 20;
+  return s;
+}
+
+const char* const kOneFloatBuffer = "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
+const char* const kOnePlusOne = "\\x00\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";  // 1.0f 2.0f
+const char* const kOnePlusUlp = "\\x01\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";  // 1.0f + 1 ulp, 2.0f
+
+}  // namespace
+
+TEST(DiffGateManifest, ParsesBuffersReductionsAndEnd) {
+  const RankSnapshot s = parse_manifest(
+      "buffer\t1\t8\tncclMemAlloc\tlive-at-"
+      "exit\nbuffer\t0\t16\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\nend\n");
+  ASSERT_EQ(s.buffers.size(), 2u);
+  EXPECT_EQ(s.buffers[0].index, 0u);  // by index, whatever the order of release
+  EXPECT_EQ(s.buffers[0].bytes, 16u);
+  EXPECT_EQ(s.buffers[1].allocator, "ncclMemAlloc");
+  EXPECT_EQ(s.buffers[1].state, "live-at-exit");
+  ASSERT_EQ(s.reductions.size(), 1u);
+  EXPECT_EQ(s.reductions[0].dtype, 7);
+  EXPECT_EQ(s.reductions[0].op, 0);
+  EXPECT_TRUE(s.ended);
+  EXPECT_TRUE(s.problems.empty());
+}
+
+TEST(DiffGateManifest, NamesUnreadableLinesAndMissingEnd) {
+  const RankSnapshot s = parse_manifest("buffer\tx\t8\tcudaMalloc\tfreed\nbuffer\t0\t8\tcudaMalloc\tfreed\n");
+  EXPECT_FALSE(s.ended);
+  EXPECT_EQ(s.buffers.size(), 1u);
+  ASSERT_EQ(s.problems.size(), 1u);
+  EXPECT_NE(s.problems[0].find("line 1"), std::string::npos);
+  const auto dir = fresh_dir("missing");
+  EXPECT_FALSE(read_rank_snapshot(dir, 3).found);
+  EXPECT_EQ(read_rank_snapshot(dir, 3).rank, 3);
+}
+
+TEST(DiffGateTolerance, FormulaByDtypeOpAndRanks) {
+  const Tolerance fp32 = reduction_tolerance(7, 0, 4);
+  EXPECT_FALSE(fp32.exact);
+  EXPECT_DOUBLE_EQ(fp32.rel, 4 * std::ldexp(1.0, -23));
+  EXPECT_EQ(fp32.element, 4u);
+  EXPECT_DOUBLE_EQ(reduction_tolerance(7, 4, 4).rel, 5 * std::ldexp(1.0, -23));  // avg: one more rounding
+  EXPECT_DOUBLE_EQ(reduction_tolerance(6, 0, 2).rel, 2 * std::ldexp(1.0, -10));  // fp16
+  EXPECT_DOUBLE_EQ(reduction_tolerance(9, 0, 2).rel, 2 * std::ldexp(1.0, -7));   // bf16, wider
+  EXPECT_TRUE(reduction_tolerance(2, 0, 8).exact);                               // int32 sum: any order gives the same
+  EXPECT_TRUE(reduction_tolerance(7, 2, 8).exact);                               // fp32 max: no rounding
+  EXPECT_TRUE(reduction_tolerance(-1, -1, 8).exact);
+  EXPECT_NE(fp32.text.find("fp32 sum over 4 ranks"), std::string::npos);
+}
+
+TEST(DiffGateTolerance, OnlyBuffersOfConvertedReductions) {
+  const RankSnapshot s = parse_manifest(
+      "buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t8\tcudaMalloc\tfreed\nreduce\t0\t7\t0\tncclAllReduce\n"
+      "reduce\t1\t9\t0\tncclAllReduce\n");
+  const std::vector<ConvertedReduction> fp32_sum = {{"ncclAllReduce", 10, 7, 0}};
+  EXPECT_FALSE(buffer_tolerance(s, 0, fp32_sum, 2).exact);
+  EXPECT_TRUE(buffer_tolerance(s, 1, fp32_sum, 2).exact);  // its bf16 reduction stayed host NCCL
+  EXPECT_TRUE(buffer_tolerance(s, 0, {}, 2).exact);        // nothing converted
+  const std::vector<ConvertedReduction> unknown = {{"ncclAllReduce", 10, std::nullopt, std::nullopt}};
+  EXPECT_EQ(buffer_tolerance(s, 1, unknown, 2).dtype, 9);  // dtype through a variable: matches any
+}
+
+TEST(DiffGateTolerance, DerivedFromTheConversion) {
+  const std::string src =
+      read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu");
+  const Analysis a = analyze("embedding_allgather_types.cu", src);
+  const Conversion c = transform(a, src);
+  const auto converted = converted_reductions(a, c);
+  const auto all = all_reductions(a);
+  ASSERT_EQ(all.size(), 2u);  // fp64 sum and int32 sum
+  EXPECT_EQ(all[0].dtype, std::optional<int>(8));
+  EXPECT_EQ(all[1].dtype, std::optional<int>(2));
+  EXPECT_EQ(all[0].op, std::optional<int>(0));
+  EXPECT_LE(converted.size(), all.size());
+  for (const auto& r : converted) EXPECT_EQ(r.call, "ncclAllReduce");
+  EXPECT_EQ(nccl_dtype_number("ncclHalf"), std::optional<int>(6));
+  EXPECT_EQ(nccl_op_number("ncclAvg"), std::optional<int>(4));
+  EXPECT_FALSE(nccl_dtype_number("dtype").has_value());
+}
+
+TEST(DiffGateCompare, BytesWithinAndBeyondTolerance) {
+  const Tolerance exact;
+  EXPECT_EQ(compare_bytes("abcd", "abcd", exact), "");
+  EXPECT_NE(compare_bytes("abcd", "abXd", exact).find("byte 2"), std::string::npos);
+  EXPECT_NE(compare_bytes("abcd", "abc", exact).find("sizes differ"), std::string::npos);
+  const Tolerance t = reduction_tolerance(7, 0, 2);
+  const float one_ulp = std::nextafter(1.0f, 2.0f);
+  EXPECT_EQ(compare_bytes(floats({1.0f, 100.0f}), floats({one_ulp, 100.0f}), t), "");
+  double max_diff = 0;
+  EXPECT_NE(compare_bytes(floats({1.0f, 100.0f}), floats({1.01f, 100.0f}), t, &max_diff).find("element 0"),
+            std::string::npos);
+  EXPECT_NEAR(max_diff, 0.01, 1e-6);
+  EXPECT_EQ(compare_bytes(floats({NAN, 1.0f}), floats({NAN, 1.0f}), t), "");
+  EXPECT_NE(compare_bytes(floats({1.0f}), floats({one_ulp}), exact), "");  // not a reduction: bit-exact
+  // bf16: 1.0 and 1.0078125 (one bf16 ulp) within 2 ranks' tolerance.
+  const std::string a("\x80\x3f", 2), b("\x81\x3f", 2);
+  EXPECT_EQ(compare_bytes(a, b, reduction_tolerance(9, 0, 2)), "");
+}
+
+TEST(DiffGateCompare, RankCountsSizesAndStates) {
+  const auto dir = fresh_dir("rank");
+  std::filesystem::create_directories(dir / "o");
+  std::filesystem::create_directories(dir / "c");
+  write_file_atomic(dir / "o/0.bin", floats({1.0f, 2.0f}));
+  write_file_atomic(dir / "c/0.bin", floats({1.0f, 2.0f}));
+  write_file_atomic(dir / "o/1.bin", "abcd");
+  write_file_atomic(dir / "c/1.bin", "abcd");
+  const RankSnapshot o = parse_manifest(
+      "buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t4\tcudaMalloc\tfreed\nbuffer\t2\t4\tcudaMalloc\tunreadable\n");
+  const RankSnapshot c = parse_manifest("buffer\t0\t8\tncclMemAlloc\tfreed\nbuffer\t1\t4\tcudaMalloc\tlive-at-exit\n");
+  const auto r = compare_rank(o, dir / "o", c, dir / "c", {}, 2);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_TRUE(r[0].match);
+  EXPECT_TRUE(r[0].compared);
+  EXPECT_EQ(r[0].allocators, "cudaMalloc -> ncclMemAlloc");
+  EXPECT_TRUE(r[1].match);
+  EXPECT_EQ(r[1].state, "freed -> live-at-exit");
+  EXPECT_FALSE(r[2].match);
+  EXPECT_NE(r[2].detail.find("only in the original"), std::string::npos);
+  const RankSnapshot bigger = parse_manifest("buffer\t0\t12\tcudaMalloc\tfreed\n");
+  EXPECT_NE(compare_rank(o, dir / "o", bigger, dir / "c", {}, 2)[0].detail.find("sizes differ"), std::string::npos);
+  const RankSnapshot lost = parse_manifest("buffer\t0\t8\tcudaMalloc\tunreadable\n");
+  EXPECT_FALSE(compare_rank(o, dir / "o", lost, dir / "c", {}, 2)[0].match);  // readable in the original only
+}
+
+TEST(DiffGateStdout, NumbersMasked) {
+  EXPECT_EQ(mask_numbers("took 1.25 ms, 3e-4 err, rank -2"), "took # ms, # err, rank #");
+  const auto same = compare_stdout("a 1\nb\n", "a 1\nb\n");
+  EXPECT_TRUE(same.identical);
+  const auto timing = compare_stdout("took 1.5 ms\n", "took 0.9 ms\n");
+  EXPECT_FALSE(timing.identical);
+  EXPECT_TRUE(timing.identical_masked);
+  EXPECT_NE(timing.first_difference.find("line 1"), std::string::npos);
+  const auto words = compare_stdout("ok\n", "bad\n");
+  EXPECT_FALSE(words.identical_masked);
+}
+
+TEST(DiffGateLauncher, MpiProgramsUseMpirunFromPath) {
+  EXPECT_TRUE(includes_mpi("#include <cstdio>\n#include <mpi.h>\nint main(){}"));
+  EXPECT_TRUE(includes_mpi("  # include \"mpi.h\"\n"));
+  EXPECT_FALSE(includes_mpi("// no mpi.h here\n#include <nccl.h>\n"));
+  EXPECT_EQ(choose_launcher("#include <nccl.h>\n", "").kind, LauncherKind::Local);
+  const auto dir = fresh_dir("path");
+  const LauncherChoice missing = choose_launcher("#include <mpi.h>\n", (dir / "bin").string());
+  EXPECT_EQ(missing.kind, LauncherKind::Mpirun);
+  EXPECT_NE(missing.failure.find("no mpirun is on PATH"), std::string::npos);
+  std::filesystem::create_directories(dir / "bin");
+  write_file_atomic(dir / "bin/mpirun", "#!/bin/sh\n");
+  std::filesystem::permissions(dir / "bin/mpirun", std::filesystem::perms::owner_all);
+  const LauncherChoice found = choose_launcher("#include <mpi.h>\n", "/nonexistent:" + (dir / "bin").string());
+  EXPECT_TRUE(found.failure.empty());
+  EXPECT_EQ(found.mpirun, dir / "bin/mpirun");
+}
+
+TEST(DiffGateRun, MatchingProgramsPassWithinTolerance) {
+  const auto dir = fresh_dir("pass");
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
+  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusUlp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {{"ncclAllReduce", 12, 7, 0}});
+  EXPECT_TRUE(g.passed) << g.failure;
+  ASSERT_EQ(g.details["buffers"].size(), 2u);  // one buffer on each of 2 ranks
+  EXPECT_TRUE(g.details["buffers"][0]["match"].get<bool>());
+  EXPECT_EQ(g.details["launcher"], "local");
+  // stdout differs in its timing only: reported, not a failure
+  EXPECT_TRUE(g.details["stdout"][0]["identical_with_numbers_masked"].get<bool>());
+  EXPECT_NE(diff_gate_to_text(g).find("rank 1 buffer #0 8 bytes cudaMalloc"), std::string::npos);
+}
+
+TEST(DiffGateRun, BufferMismatchFails) {
+  const auto dir = fresh_dir("mismatch");
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
+  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusUlp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});  // no converted reduction: bit-exact
+  EXPECT_FALSE(g.passed);
+  EXPECT_TRUE(g.ran);
+  EXPECT_NE(g.failure.find("buffer #0 (8 bytes, cudaMalloc) differs on rank 0"), std::string::npos) << g.failure;
+}
+
+TEST(DiffGateRun, ExitCodeMismatchFails) {
+  const auto dir = fresh_dir("exit");
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
+  const auto c =
+      fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exit 3; exit 0");
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_FALSE(g.passed);
+  EXPECT_NE(g.failure.find("rank 1 ends differently"), std::string::npos) << g.failure;
+  EXPECT_FALSE(g.ran);  // a run failure, not a wrong output
+  EXPECT_NE(g.failure.find("exit code 3"), std::string::npos) << g.failure;
+  const GateResult bad_original = diff_programs(c, o, local_spec(dir), {});
+  EXPECT_NE(bad_original.failure.rfind("original does not run cleanly", 0), std::string::npos) << bad_original.failure;
+}
+
+TEST(DiffGateRun, HangNamesTheRanksStillRunning) {
+  const auto dir = fresh_dir("hang");
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
+  const auto c =
+      fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne, "[ \"$BRAID_RANK\" = 1 ] && exec sleep 60; exit 0");
+  DiffRunSpec spec = local_spec(dir);
+  spec.timeout_s = 2;
+  const GateResult g = diff_programs(o, c, spec, {});
+  EXPECT_FALSE(g.passed);
+  EXPECT_FALSE(g.ran);
+  EXPECT_NE(g.failure.find("converted hangs"), std::string::npos) << g.failure;
+  EXPECT_NE(g.failure.find("rank 1 still running"), std::string::npos) << g.failure;
+  // Under mpirun rank ends may be unknown: the ranks whose snapshot never reached `end`.
+  SideRun run;
+  run.timed_out = true;
+  const std::vector<RankSnapshot> snaps = {parse_manifest("end\n"), parse_manifest(""), parse_manifest("")};
+  std::vector<RankSnapshot> ranked = snaps;
+  for (int r = 0; r < 3; ++r) ranked[(std::size_t)r].rank = r;
+  EXPECT_NE(hang_failure("converted", run, ranked, 5).find("ranks 1, 2 still running"), std::string::npos);
+}
+
+TEST(DiffGateRun, NoSnapshotIsAFailureNotAPass) {
+  const auto dir = fresh_dir("nosnap");
+  const auto p = dir / "plain";
+  write_file_atomic(p, "#!/usr/bin/env bash\nexit 0\n");
+  std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+  const GateResult g = diff_programs(p, p, local_spec(dir, 1), {});
+  EXPECT_FALSE(g.passed);
+  EXPECT_NE(g.failure.find("no buffer snapshot on rank 0"), std::string::npos) << g.failure;
+}
+
+TEST(DiffGateRun, MissingMpirunIsAFailureValue) {
+  const auto dir = fresh_dir("nompi");
+  DiffRunSpec spec = local_spec(dir);
+  spec.launcher = choose_launcher("#include <mpi.h>\n", (dir / "none").string());
+  const GateResult g = diff_programs(dir / "x", dir / "y", spec, {});
+  EXPECT_FALSE(g.passed);
+  EXPECT_NE(g.failure.find("mpirun"), std::string::npos);
+}
+
+TEST(DiffGateRun, UnderMpirun) {
+  const char* path = std::getenv("PATH");
+  DiffRunSpec spec = local_spec(fresh_dir("mpirun"));
+  spec.launcher = choose_launcher("#include <mpi.h>\n", path ? path : "");
+  if (!spec.launcher.failure.empty()) GTEST_SKIP() << "no mpirun on PATH";
+  const auto dir = spec.work_dir.parent_path();
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);
+  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusUlp);
+  GateResult g = diff_programs(o, c, spec, {{"ncclAllReduce", 12, 7, 0}});
+  EXPECT_TRUE(g.passed) << g.failure;
+  EXPECT_EQ(g.details["launcher"], "mpirun");
+  EXPECT_EQ(g.details["buffers"].size(), 2u);
+  g = diff_programs(o, c, spec, {});
+  EXPECT_NE(g.failure.find("differs on rank"), std::string::npos) << g.failure;
+}
+
+TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
+#ifndef BRAID_SNAPSHOT_SHIM
+  GTEST_SKIP() << "the snapshot shim was not built here (no cuda_runtime_api.h)";
+#else
+  const auto dir = fresh_dir("shim");
+  SubprocessOptions o;
+  o.argv = {BRAID_SNAPSHOT_FAKE_PROGRAM};
+  o.env_add = {
+      {"LD_PRELOAD", BRAID_SNAPSHOT_SHIM}, {"BRAID_SNAPSHOT_DIR", (dir / "snap").string()}, {"BRAID_RANK", "1"}};
+  o.timeout_s = 30;
+  const SubprocessResult r = run_subprocess(o);
+  ASSERT_TRUE(r.succeeded()) << r.describe_end() << r.stderr_text;
+  const RankSnapshot s = read_rank_snapshot(dir / "snap", 1);
+  ASSERT_TRUE(s.found);
+  EXPECT_TRUE(s.ended);
+  EXPECT_TRUE(s.problems.empty());
+  ASSERT_EQ(s.buffers.size(), 3u);  // the prelude-marked allocation took no number
+  EXPECT_EQ(s.buffers[0].bytes, 16u);
+  EXPECT_EQ(s.buffers[0].state, "freed");
+  EXPECT_EQ(s.buffers[1].allocator, "ncclMemAlloc");
+  EXPECT_EQ(s.buffers[1].bytes, 8u);  // the size asked for, not the rounded one
+  EXPECT_EQ(s.buffers[1].state, "live-at-exit");
+  EXPECT_EQ(s.buffers[2].allocator, "cudaMallocAsync");
+  ASSERT_EQ(s.reductions.size(), 1u);
+  EXPECT_EQ(s.reductions[0].index, 0u);  // a + 1 lies inside #0
+  EXPECT_EQ(s.reductions[0].dtype, 7);
+  EXPECT_EQ(read_file(dir / "snap/rank1/0.bin"), floats({1.0f, 2.0f, 3.0f, 4.0f}));
+  EXPECT_EQ(read_file(dir / "snap/rank1/1.bin"), "symmetri");
+  EXPECT_EQ(read_file(dir / "snap/rank1/2.bin"), std::string(12, '\0'));  // zero-filled at allocation
+#endif
+}

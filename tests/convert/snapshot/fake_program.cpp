@@ -1,0 +1,31 @@
+// A "program" for the snapshot shim's CPU test: allocations through the fake CUDA runtime
+// (fake_cudart.cpp), one marked as the converted prelude's own, one symmetric allocation whose
+// requested size the prelude announces, a host reduction, frees and a buffer left live at exit.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+extern "C" int ncclMemAlloc(void** p, size_t n);
+extern "C" int ncclAllReduce(const void*, void*, size_t, int, int, void*, cudaStream_t);
+extern "C" __attribute__((weak)) void braid_snapshot_next(long long requested_bytes);
+
+int main() {
+  const float values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  float* a = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&a), sizeof(values));  // #0
+  cudaMemcpy(a, values, sizeof(values), cudaMemcpyHostToDevice);
+  if (braid_snapshot_next) braid_snapshot_next(-1);
+  void* internal = nullptr;
+  cudaMalloc(&internal, 64);  // the prelude's: no number
+  if (braid_snapshot_next) braid_snapshot_next(8);
+  char* sym = nullptr;
+  ncclMemAlloc(reinterpret_cast<void**>(&sym), 4096);  // #1, 8 bytes asked
+  std::memcpy(sym, "symmetri", 8);
+  ncclAllReduce(a + 1, a + 1, 2, 7, 0, nullptr, nullptr);  // fp32 sum into #0
+  void* scratch = nullptr;
+  cudaMallocAsync(&scratch, 12, nullptr);  // #2, zero-filled
+  cudaFreeAsync(scratch, nullptr);
+  cudaFree(a);
+  cudaFree(internal);
+  return 0;  // #1 live at exit
+}
