@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     buckets.push_back(b);
   }
   float* shard_grad = nullptr;
-  CK(cudaMalloc(&shard_grad, (size_t(1) << 20) / world * sizeof(float)));
+  CK(cudaMalloc(&shard_grad, (size_t(3) << 19) / world * sizeof(float)));  // the largest bucket's shard
   for (int step = 0; step < 2; ++step) {
     int bi = 0;
     for (auto& b : buckets) make_grad<<<128, 256, 0, s>>>(b.grad, b.numel, rank, bi++);
