@@ -75,6 +75,11 @@ args=(bench serving-kernels --dry-run --verify --samples 2 --build "$tmp/b")
 expect "serving-kernels --verify: seed, gen0 and 2 samples of 4 ops" "$(run | count '--mode verify')" 16
 args=(goal gemm-allgather --dry-run --ranks 4 --braid /bin/true 4 5)
 expect "goal: one evolve per seed" "$(run | count 'evolve workloads/gemm_allgather .*--ranks 4 -c')" 2
+args=(convert-gate --dry-run --braid /bin/true --out "$tmp/cg")
+expect "convert-gate: the user corpus too (differential gate)" "$(run | count 'corpus_user/mpi_dp_grads.cu -o')" 1
+expect "convert-gate: MULTI_GPU programs built with it" "$(run | count 'llmc_style_trainer.cu -DMULTI_GPU')" 1
+args+=(--no-user)
+expect "convert-gate --no-user: annotated corpus and seed only" "$(run | count 'corpus_user/')" 0
 args=(goal moe --dry-run --braid /bin/true 7)
 expect "goal moe: its goal.yaml and every timed size" "$(run | grep -c 'workloads/moe/bench/goal.yaml\|--target 1.10 --sizes 1280321.*40960325')" 2
 expect "writes nothing in dry runs" "$([ -e "$out" ] || [ -e "$tmp/b" ] && echo wrote || echo none)" none
