@@ -58,6 +58,7 @@ TEST(Machine, CudaVisibleDevicesSelectsGpusByIndexOrUuid) {
   EXPECT_EQ(indices(visible_gpus(all, "1,7,2")), (std::vector<int>{1}));  // CUDA stops at 7
   EXPECT_TRUE(visible_gpus(all, "").empty());
   EXPECT_TRUE(visible_gpus(all, "-1").empty());
+  EXPECT_EQ(indices(visible_gpus(all, "MIG-1234abcd")), (std::vector<int>{0, 1, 2, 3}));  // not ours to map
 }
 
 TEST(Machine, ParsesNvlinkStatus) {

@@ -379,14 +379,14 @@ void BufferFlow::mark_conditionals() {
 
 std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {
   std::set<std::string> seen;
-  std::vector<std::string> todo = {function};
-  while (!todo.empty()) {
-    const std::string f = todo.back();
-    todo.pop_back();
+  std::vector<std::string> pending = {function};
+  while (!pending.empty()) {
+    const std::string f = pending.back();
+    pending.pop_back();
     if (f.empty() || !seen.insert(f).second) continue;
     if (roots.count(f)) return f;
     if (auto it = calls_.find(f); it != calls_.end())
-      for (const CallSite& c : it->second) todo.push_back(c.caller);
+      for (const CallSite& c : it->second) pending.push_back(c.caller);
   }
   return "";
 }

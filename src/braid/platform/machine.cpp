@@ -98,6 +98,9 @@ std::vector<GpuInfo> visible_gpus(const std::vector<GpuInfo>& all, const char* c
   if (cuda_visible_devices == nullptr) return all;
   std::vector<GpuInfo> visible;
   for (const auto& entry : split_fields(cuda_visible_devices)) {
+    // A MIG instance is no GPU of nvidia-smi's list: the lease cannot name it, so the variable is
+    // left to the ranks as it is (every GPU is detected, as without it).
+    if (entry.rfind("MIG-", 0) == 0) return all;
     auto named = std::find_if(all.begin(), all.end(), [&](const GpuInfo& gpu) {
       if (!entry.empty() && std::all_of(entry.begin(), entry.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
         return gpu.index == std::atoi(entry.c_str());

@@ -43,7 +43,7 @@ MachineFacts probe_machine();
 std::vector<GpuInfo> parse_gpu_query(const std::string& csv);
 // The GPUs of `all` that a CUDA_VISIBLE_DEVICES value selects, in its order: entries are indices or
 // (prefixes of) UUIDs; as in CUDA, the list ends at the first entry that names no GPU. Unset
-// (nullptr): all of them.
+// (nullptr), or naming a MIG instance (`MIG-...`, not in nvidia-smi's GPU list): all of them.
 std::vector<GpuInfo> visible_gpus(const std::vector<GpuInfo>& all, const char* cuda_visible_devices);
 // `nvidia-smi nvlink -s -i N`: (active links, summed GB/s).
 std::pair<int, double> parse_nvlink_status(const std::string& text);
