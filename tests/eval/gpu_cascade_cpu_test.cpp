@@ -4,6 +4,8 @@
 // (host code only, so it runs on a machine with no GPU).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <thread>
 
@@ -28,18 +30,47 @@ const char* kCandidate = R"(#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <pwd.h>
 #include <unistd.h>
+// --behave escape: what a cheating rank tries beside honest work (GpuCascadeCpu.RanksAreSandboxed).
+void escape(const std::string& results, const std::string& run, const std::string& workload, int rank) {
+  auto write = [](const std::string& path) {
+    if (FILE* f = std::fopen(path.c_str(), "a")) { std::fputs("tampered\n", f); std::fclose(f); }
+  };
+  write(run + "/evolution.db");
+  write(run + "/gen_0/prev/program.cu");
+  write(workload + "/touched_by_rank" + std::to_string(rank));
+  if (const passwd* pw = getpwuid(getuid())) write(std::string(pw->pw_dir) + "/braid_gpu_escape_" + std::to_string(getpid()));
+  if (FILE* in = std::fopen((run + "/gen_0/prev/secret.txt").c_str(), "r")) {  // a previous candidate's file
+    char buf[64] = {0};
+    std::fread(buf, 1, sizeof buf - 1, in);
+    std::fclose(in);
+    if (FILE* out = std::fopen((results + "/stolen_by_rank" + std::to_string(rank)).c_str(), "w")) { std::fputs(buf, out); std::fclose(out); }
+  }
+  if (fork() == 0) {  // a setsid double fork that outlives the evaluation unless it is ended
+    setsid();
+    if (fork() == 0) {
+      if (FILE* f = std::fopen((results + "/orphan_rank" + std::to_string(rank)).c_str(), "w")) { std::fprintf(f, "%d\n", getpid()); std::fclose(f); }
+      for (;;) pause();
+    }
+    _exit(0);
+  }
+  usleep(200000);
+}
 __global__ void never_launched(int* p) { *p = 1; }  // device code compiles without a GPU
 int main(int argc, char** argv) {
-  std::string mode, results, behave = "ok";
+  std::string mode, results, behave = "ok", run, workload;
   for (int i = 1; i + 1 < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mode") mode = argv[++i];
     else if (a == "--results_dir") results = argv[++i];
     else if (a == "--behave") behave = argv[++i];
+    else if (a == "--run") run = argv[++i];
+    else if (a == "--workload") workload = argv[++i];
   }
   const char* r = std::getenv("BRAID_RANK");
   const int rank = r ? std::atoi(r) : 0;
+  if (behave == "escape") escape(results, run, workload, rank);
   if (behave == "crash" && rank == 1) std::raise(SIGSEGV);
   if (behave == "hang" && rank == 0) for (;;) pause();
   if (behave == "cuda_error" && rank == 1) {
@@ -305,6 +336,69 @@ TEST_F(GpuCascadeCpu, BuildFailureIsTrimmed) {
   EXPECT_EQ(r.level_reached, 1);
   EXPECT_NE(r.error_text.find("gen0.cu(1)"), std::string::npos) << r.error_text;
   EXPECT_NE(r.error_text.find("missing_symbol"), std::string::npos);
+}
+
+// The ranks run in the sandbox's GPU profile (docs/sandbox.md, "GPU ranks"): a rank that tampers
+// with the run's database, a previous candidate, the workload or the home, reads a previous
+// candidate's files or leaves a setsid double fork behind reaches nothing, and its honest work is
+// scored as usual. The level in force is stored with the result.
+TEST_F(GpuCascadeCpu, RanksAreSandboxed) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  TempDir workload("gpu_workload_escape");
+  TempDir run("gpu_run_escape");
+  write_file_atomic(run / "evolution.db", "db");
+  std::filesystem::create_directories(run / "gen_0" / "prev");
+  write_file_atomic(run / "gen_0" / "prev" / "program.cu", "prev");
+  write_file_atomic(run / "gen_0" / "prev" / "secret.txt", "secret");
+  const std::filesystem::path work = run / "gen_1" / "c9";
+  std::filesystem::create_directories(work);
+  GpuCascadeConfig config;
+  config.workload_dir = workload.path();
+  config.program_filename = "gen0.cu";
+  config.ranks = 2;
+  config.nvcc_flags = {"-O0", "-std=c++17"};
+  config.args = "--behave escape --size 64 --run " + run.path().string() + " --workload " + workload.path().string();
+  config.run_timeout_s = 5.0;
+  config.bench_timeout_s = 5.0;
+  config.build_timeout_s = 240;
+  config.health_probe = false;
+  GpuCascadeEvaluator evaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}));
+  EvalResult r = evaluator.evaluate(EvalRequest{"c9", kCandidate, work, 7}, {});
+  ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
+  EXPECT_DOUBLE_EQ(r.combined_score, 1.25);
+  const std::string level = r.private_metrics.value("sandbox", std::string());
+  EXPECT_NE(level, "off");
+  EXPECT_NE(level.find("rlimits"), std::string::npos) << level;
+  EXPECT_EQ(r.private_metrics.value("verdict_channel", std::string()), "files");
+
+  // The keeper (or the kill token) ended the orphans with their rank.
+  for (int rank = 0; rank < 2; ++rank) {
+    auto pid_text = try_read_file(work / "results" / ("orphan_rank" + std::to_string(rank)));
+    ASSERT_TRUE(pid_text) << "rank " << rank << " did not start its orphan";
+    const pid_t pid = std::atoi(pid_text->c_str());
+    bool alive = true;
+    for (int i = 0; i < 40 && alive; ++i) {
+      alive = ::kill(pid, 0) == 0;
+      if (alive) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_FALSE(alive) << "rank " << rank << "'s setsid orphan " << pid << " outlived the evaluation";
+  }
+
+  if (level.find("landlock") == std::string::npos) GTEST_SKIP() << "no Landlock on this host (" << level << "): files unconfined";
+  EXPECT_EQ(try_read_file(run / "evolution.db").value_or(""), "db");
+  EXPECT_EQ(try_read_file(run / "gen_0" / "prev" / "program.cu").value_or(""), "prev");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(std::filesystem::exists(workload / ("touched_by_rank" + std::to_string(rank))));
+    EXPECT_FALSE(std::filesystem::exists(work / "results" / ("stolen_by_rank" + std::to_string(rank))));
+  }
+  const char* home = std::getenv("HOME");
+  std::error_code ec;
+  if (home && *home)
+    for (const auto& e : std::filesystem::directory_iterator(home, ec)) {
+      const bool planted = e.path().filename().string().rfind("braid_gpu_escape_", 0) == 0;
+      EXPECT_FALSE(planted) << e.path();
+      if (planted) std::filesystem::remove(e.path(), ec);
+    }
 }
 
 // The profile level (workload.yaml `profile:`) end to end with a stand-in for ncu: a script that

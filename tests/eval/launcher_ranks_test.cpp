@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "braid/eval/launcher.hpp"
@@ -43,6 +44,13 @@ int main(int argc, char** argv) {
               std::getenv("BRAID_RUN_ID") ? std::getenv("BRAID_RUN_ID") : "");
   std::fflush(stdout);
   if (mode == "ok") return 0;
+  if (mode == "outside") {  // a rank that writes where its sandbox forbids, then exits 0
+    const char* out = std::getenv("BRAID_TEST_OUTSIDE");
+    FILE* f = out ? std::fopen((std::string(out) + "/rank" + std::to_string(rank)).c_str(), "w") : nullptr;
+    std::printf("outside write %s\n", f ? "allowed" : "denied");
+    if (f) std::fclose(f);
+    return 0;
+  }
   if (mode == "crash1" && rank == 1) { std::fprintf(stderr, "rank 1 about to crash\n"); std::fflush(stderr); std::raise(SIGSEGV); }
   if (mode == "exit3" && rank == 1) { std::fprintf(stderr, "boom on rank 1\n"); return 3; }
   if (mode == "early" && rank == 1) return 0;
@@ -173,6 +181,35 @@ TEST_F(LauncherTest, MpirunRanksBootstrapThroughOpenMpi) {
   EXPECT_NE(r.ranks[0].stdout_text.find("rank 0 of 2 gpus=3,5"), std::string::npos) << r.ranks[0].stdout_text;
   EXPECT_NE(r.ranks[1].stdout_text.find("rank 1 of 2"), std::string::npos);
   EXPECT_NE(read_file(work / "logs" / "rank1.stdout").find("rank 1 of 2"), std::string::npos);
+}
+
+// LaunchSpec::sandbox (the GPU profile): local ranks and mpirun's ranks start, bootstrap and
+// write their eval folder as before; a write to a hidden folder fails; the level is reported.
+TEST_F(LauncherTest, LocalAndMpirunRanksRunInTheSandbox) {
+  for (LauncherKind kind : {LauncherKind::Local, LauncherKind::Mpirun}) {
+    SCOPED_TRACE(to_string(kind));
+    TempDir work("sandboxed_ranks");
+    TempDir outside("sandboxed_outside");
+    LaunchSpec s = spec(kind, "outside", work, 60);
+    s.env["BRAID_TEST_OUTSIDE"] = outside.path().string();
+    s.sandbox.enabled = true;
+    s.sandbox.profile = SandboxProfile::Gpu;
+    s.sandbox.scratch = work.path();
+    s.sandbox.hidden = {outside.path()};
+    s.sandbox.max_processes = 4096;
+    LaunchResult r = launch_ranks(s);
+    ASSERT_TRUE(r.succeeded()) << r.describe_failure("run") << r.launcher_output;
+    EXPECT_NE(r.sandbox_level, "off");
+    std::cout << to_string(kind) << ": " << r.sandbox_level << "\n";
+    EXPECT_NE(r.sandbox_level.find("rlimits"), std::string::npos) << r.sandbox_level;
+    EXPECT_NE(r.ranks[1].stdout_text.find("rank 1 of 2"), std::string::npos) << r.ranks[1].stdout_text;
+    EXPECT_GT(read_pid(work / "pid.1"), 0);  // the eval folder stays writable
+    if (r.sandbox_level.find("landlock") == std::string::npos) continue;  // no Landlock here: writes unconfined
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_NE(r.ranks[rank].stdout_text.find("outside write denied"), std::string::npos) << r.ranks[rank].stdout_text;
+      EXPECT_FALSE(std::filesystem::exists(outside / ("rank" + std::to_string(rank))));
+    }
+  }
 }
 
 TEST_F(LauncherTest, MpirunFailureNamesTheRank) {

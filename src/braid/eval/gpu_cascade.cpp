@@ -86,6 +86,8 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   if (auto e = section.find("env"); e != section.end())
     for (auto& [name, value] : e->items()) c.env[name] = value.get<std::string>();
   if (auto p = section.find("profile"); p != section.end()) c.profile = NcuConfig::from_json(*p);
+  c.sandbox.enabled = section.value("sandbox", c.sandbox.enabled);
+  c.sandbox.max_processes = section.value("max_processes", c.sandbox.max_processes);
   return c;
 }
 
@@ -159,7 +161,19 @@ struct GpuCascadeEvaluator::LevelOutcome {
   std::string error;
   double wall_s = 0.0;
   bool probed = false;
+  std::string sandbox_level;
 };
+
+// The ranks' sandbox: the CPU candidates' policy (the run folder and the home hidden, writes only
+// in the work folder) in the GPU profile, without a memory limit.
+SandboxPolicy rank_sandbox(const GpuCascadeConfig& config, const std::filesystem::path& work_dir) {
+  WorkFolder folder;
+  folder.dir = work_dir;
+  folder.placeholders["workload_dir"] = config.workload_dir.string();
+  SandboxPolicy policy = candidate_sandbox(config.sandbox, folder, 0);
+  policy.profile = SandboxProfile::Gpu;
+  return policy;
+}
 
 GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std::move(config)) {
   const std::string yaml = (config_.workload_dir / "workload.yaml").string();
@@ -242,6 +256,7 @@ LaunchSpec GpuCascadeEvaluator::level_spec(const std::string& level, const EvalR
   spec.peer_grace_s = config_.peer_grace_s;
   spec.launcher_args = config_.launcher_args;
   spec.name = request.candidate_id.empty() ? level : request.candidate_id + " " + level;
+  spec.sandbox = rank_sandbox(config_, work_dir);
   return spec;
 }
 
@@ -262,6 +277,7 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   LaunchSpec spec = level_spec(level, request, argv, timeout_s, lease->devices(), results, work_dir);
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
+  out.sandbox_level = run.sandbox_level;
 
   const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
   LevelJudgement judged = judge_level(run, read_verdict(results), step, crash_kind);
@@ -326,6 +342,8 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   result.level_reached = 3;
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
   result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
+  // The harness runs in the candidate's process and writes the verdict files (docs/sandbox.md).
+  record_isolation(result, bench.sandbox_level, "files");
   if (result.failure != FailureKind::Ok) {
     write_failure_contract(folder, result);
     return result;
@@ -358,6 +376,9 @@ void GpuCascadeEvaluator::profile_level(const EvalRequest& request, const std::v
   LaunchSpec spec = level_spec("profile", request, ncu_argv(config_.profile, ncu_->string(), program), config_.profile.timeout_s,
                                lease->devices(), results, work_dir);
   spec.output_cap_bytes = 4 << 20;  // the CSV comes last on stdout; a cut would lose kernels
+  // ncu is the user's tool, not the candidate's code: it needs its own files and lock folders.
+  // Only candidates already judged under the sandbox get here (docs/sandbox.md, "GPU ranks").
+  spec.sandbox.enabled = false;
   LaunchResult run = launch_ranks(spec, jobs);
   result.timings["profile"] = run.wall_s;
 

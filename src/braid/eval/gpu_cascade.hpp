@@ -81,6 +81,8 @@ struct GpuCascadeConfig {
   std::filesystem::path cache_dir;  // empty: default_compile_cache_dir()
   std::map<std::string, std::string> env;
   NcuConfig profile;  // workload.yaml `profile:` (stored under the evaluator section)
+  // The ranks' sandbox (`sandbox`, `max_processes`; docs/sandbox.md, "GPU ranks").
+  SandboxSettings sandbox = {true, 4096, true, true};
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,

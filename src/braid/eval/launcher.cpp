@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -46,6 +47,11 @@ std::map<std::string, std::string> common_env(const LaunchSpec& spec, const std:
   env["BRAID_EVAL_DIR"] = (spec.eval_dir.empty() ? spec.log_dir : spec.eval_dir).string();
   env["BRAID_RUN_ID"] = run_id;
   if (!spec.gpus.empty()) env["CUDA_VISIBLE_DEVICES"] = join_gpus(spec.gpus);
+  if (spec.sandbox.enabled) {
+    // The user's home is hidden from sandboxed ranks; caches (CUDA's, OpenMPI's) go here.
+    env["HOME"] = env["BRAID_EVAL_DIR"];
+    env["TMPDIR"] = env["BRAID_EVAL_DIR"];
+  }
   return env;
 }
 
@@ -93,6 +99,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       options.env_add["BRAID_WORLD_SIZE"] = std::to_string(n);
       options.env_add["BRAID_LOCAL_RANK"] = std::to_string(r);
       options.candidate = true;  // environment from the allowlist; setsid escapees killed (util/subprocess.hpp)
+      options.sandbox = spec.sandbox;
       options.timeout_s = spec.timeout_s;
       options.kill_grace_s = spec.kill_grace_s;
       options.output_cap_bytes = spec.output_cap_bytes;
@@ -146,6 +153,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
 
   result.wall_s = seconds_since(t0);
   result.started = true;
+  result.sandbox_level = runs.front().sandbox_level.empty() ? "off" : runs.front().sandbox_level;
   for (int r = 0; r < n; ++r) {
     const auto& ran = runs[static_cast<std::size_t>(r)];
     if (!ran.started) {
@@ -228,6 +236,22 @@ void read_rank_ends(const LaunchSpec& spec, bool succeeded, const std::set<int>&
   parse_launcher_messages(result.launcher_output, result);
 }
 
+// A fresh folder under /tmp for the length of a launch (empty path when not wanted or refused).
+struct ScratchTmp {
+  std::filesystem::path path;
+  explicit ScratchTmp(bool wanted) {
+    if (!wanted) return;
+    char name[] = "/tmp/braid-mpi-XXXXXX";
+    if (::mkdtemp(name) != nullptr) path = name;
+  }
+  ~ScratchTmp() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+  ScratchTmp(const ScratchTmp&) = delete;
+  ScratchTmp& operator=(const ScratchTmp&) = delete;
+};
+
 LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& jobs) {
   const auto t0 = Clock::now();
   LaunchResult result;
@@ -240,6 +264,16 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   options.cwd = spec.cwd;
   options.env_add = common_env(spec, run_id);
   options.candidate = true;
+  // mpirun and its ranks share one sandbox; OpenMPI's session folder holds Unix sockets, whose
+  // paths must stay short, so its TMPDIR is a folder of its own under /tmp, writable.
+  const ScratchTmp mpi_tmp(spec.kind == LauncherKind::Mpirun && spec.sandbox.enabled);
+  if (spec.kind == LauncherKind::Mpirun) {
+    options.sandbox = spec.sandbox;
+    if (!mpi_tmp.path.empty()) {
+      options.sandbox.writable.push_back(mpi_tmp.path);
+      options.env_add["TMPDIR"] = mpi_tmp.path.string();
+    }
+  }
   options.timeout_s = spec.timeout_s;
   // mpirun needs a moment after SIGTERM to take its ranks down.
   options.kill_grace_s = std::max(spec.kill_grace_s, 3.0);
@@ -306,6 +340,9 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   result.launcher_exit_code = run.exit_code;
   result.launcher_signal = run.term_signal;
   result.launcher_output = run.stdout_text.empty() ? run.stderr_text : run.stderr_text + "\n" + run.stdout_text;
+  result.sandbox_level = spec.kind == LauncherKind::Srun && spec.sandbox.enabled
+                             ? "off (srun: the ranks run under Slurm's confinement, not braid's sandbox)"
+                             : (run.sandbox_level.empty() ? "off" : run.sandbox_level);
   if (!run.started) return result;
 
   std::lock_guard lock(seen_mutex);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "braid/eval/evaluator.hpp"
+#include "braid/util/sandbox.hpp"
 
 namespace braid {
 
@@ -45,6 +46,11 @@ struct LaunchSpec {
   std::vector<std::string> launcher_args;       // extra mpirun / srun arguments
   std::string name = "run";                     // label for the JobObserver and messages
   std::size_t output_cap_bytes = 64 * 1024;     // per rank and stream: head and tail kept
+  // The ranks' sandbox (util/sandbox.hpp, the GPU profile; docs/sandbox.md): each local rank in
+  // an instance of its own, mpirun with its ranks in one (TMPDIR a short folder of its own, for
+  // OpenMPI's socket paths); HOME and TMPDIR are the eval folder. srun's ranks run under Slurm's
+  // confinement, not braid's (LaunchResult::sandbox_level says so).
+  SandboxPolicy sandbox;
 };
 
 struct RankOutcome {
@@ -71,6 +77,7 @@ struct LaunchResult {
   int launcher_exit_code = -1;          // mpirun/srun's own end (local: 0 when every rank did)
   int launcher_signal = 0;
   std::string launcher_output;          // mpirun/srun's own messages (capped)
+  std::string sandbox_level = "off";    // SandboxPlan::level() of the ranks
 
   bool succeeded() const;
   std::vector<int> ranks_still_running() const;  // at the time limit

@@ -25,6 +25,8 @@ namespace {
 constexpr long kDefaultMemoryLimitMb = 8192;
 // Processes and threads of one CPU evaluation (the sandbox's pids limit) unless it says otherwise.
 constexpr long kDefaultMaxProcesses = 512;
+// The same for one GPU evaluation: every rank's CUDA and NCCL threads (and mpirun's) count.
+constexpr long kDefaultGpuMaxProcesses = 4096;
 
 // Reads one workload.yaml; every problem is a UserError naming the file and the line.
 class WorkloadReader {
@@ -169,13 +171,17 @@ class WorkloadReader {
     section["worker"] = worker;
   }
 
+  void max_processes_key(const YAML::Node& node, json& section, long fallback) const {
+    section["max_processes"] = integer_at(node, "max_processes", 0, 1000000).value_or(fallback);
+    if (long n = section["max_processes"].get<long>(); n > 0 && n < 8)
+      error(node["max_processes"], "'max_processes' in evaluator must be 0 (no limit) or at least 8");
+  }
+
   // The sandbox and verdict keys of the CPU evaluators (docs/sandbox.md); memory_limit_mb is
   // read beside them.
   void isolation_keys(const YAML::Node& node, json& section) const {
     section["sandbox"] = bool_at(node, "sandbox").value_or(true);
-    section["max_processes"] = integer_at(node, "max_processes", 0, 1000000).value_or(kDefaultMaxProcesses);
-    if (long n = section["max_processes"].get<long>(); n > 0 && n < 8)
-      error(node["max_processes"], "'max_processes' in evaluator must be 0 (no limit) or at least 8");
+    max_processes_key(node, section, kDefaultMaxProcesses);
     section["network"] = bool_at(node, "network").value_or(false);
     const std::string verdict = string_at(node, "verdict", false, " in evaluator");
     if (!verdict.empty() && verdict != "auto" && verdict != "channel" && verdict != "files")
@@ -186,9 +192,13 @@ class WorkloadReader {
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
                       "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
-                      "health_probe", "launcher_args", "cache_dir", "env", "slurm"},
+                      "health_probe", "launcher_args", "cache_dir", "env", "slurm", "sandbox", "max_processes"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
+    // The ranks' sandbox (docs/sandbox.md, "GPU ranks"): no memory limit (CUDA reserves far more
+    // address space than it uses) and the host's network (NCCL's bootstrap).
+    section["sandbox"] = bool_at(node, "sandbox").value_or(true);
+    max_processes_key(node, section, kDefaultGpuMaxProcesses);
     const std::string launcher = string_at(node, "launcher", false, " in evaluator");
     if (!launcher.empty() && launcher != "local" && launcher != "mpirun" && launcher != "srun")
       error(node["launcher"], "evaluator launcher '" + launcher + "' is unknown (expected local, mpirun or srun)");

@@ -50,7 +50,7 @@ std::filesystem::path canonical_or_normal(const std::filesystem::path& p) {
 }
 
 // Landlock's grants that every sandbox has: the scratch folder, the devices of the profile.
-void plan_devices(PlanData& d) {
+void plan_devices(PlanData& d, const SandboxPolicy& policy) {
   d.writable.push_back(d.scratch);
   if (d.cpu_profile) {
     // The usual character devices, not all of /dev: /dev/shm would be a shared folder outside
@@ -65,6 +65,8 @@ void plan_devices(PlanData& d) {
   std::error_code ec;
   for (const char* p : {"/dev/shm", "/tmp/nvidia-mps"})
     if (std::filesystem::is_directory(p, ec)) d.writable.push_back(p);
+  for (const auto& p : policy.writable)
+    if (std::filesystem::is_directory(p, ec)) d.writable.push_back(canonical_or_normal(p).string());
 }
 
 // Landlock without namespaces only grants: the hidden folders stay unreadable by granting every
@@ -201,7 +203,7 @@ std::string describe_level(const PlanData& d, const SandboxPolicy& policy, const
   if (d.namespaces && !d.fresh_proc) missing.push_back("host /proc visible");
   if (d.landlock_abi > 0) layers.push_back(fmt::format("landlock{}", d.landlock_abi));
   else missing.push_back("no landlock");
-  if (!d.namespaces && d.cpu_profile && d.landlock_abi == 0)
+  if (!d.namespaces && d.landlock_abi == 0)
     missing.push_back("files outside the work folder readable and writable as braid's user");
   if (!d.namespaces) layers.push_back("keeper");
   layers.push_back("rlimits");
@@ -239,8 +241,8 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   d.gid_map = fmt::format("0 {} 1", ::getegid());
   const std::filesystem::path scratch = canonical_or_normal(policy.scratch);
   d.scratch = scratch.string();
-  plan_devices(d);
-  if (!d.namespaces && d.landlock_abi > 0 && d.cpu_profile) plan_read_roots(d, policy);
+  plan_devices(d, policy);
+  if (!d.namespaces && d.landlock_abi > 0) plan_read_roots(d, policy);
   if (d.namespaces) plan_mounts(d, policy, scratch);
   plan_limits(d, policy, support);
   level_ = describe_level(d, policy, support);

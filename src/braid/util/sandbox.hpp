@@ -16,8 +16,11 @@
 //   rlimits     address space (memory_bytes), processes (max_processes: RLIMIT_NPROC for
 //               non-root users, "nproc"; a pids cgroup where braid runs as root, which
 //               RLIMIT_NPROC does not bind, "pids-cgroup"), no core files.
-// The GPU profile keeps the host's PID, network and IPC namespaces and /dev/shm (NCCL's
-// shared memory and abstract-socket handle exchange between the ranks of one evaluation).
+// The GPU profile (the ranks of a GPU evaluation, docs/sandbox.md) keeps the host's PID, network
+// and IPC namespaces and /dev/shm (NCCL's bootstrap over TCP, its shared memory and its
+// abstract-socket handle exchange between the ranks of one evaluation): Landlock confines reads
+// and writes as without namespaces, the keeper ends every descendant, and the memory limit is
+// left to the caller (CUDA reserves far more address space than it uses).
 #pragma once
 #include <cstddef>
 #include <filesystem>
@@ -35,6 +38,8 @@ struct SandboxPolicy {
   std::filesystem::path scratch;                    // read-write: the evaluation's own folder
   std::vector<std::filesystem::path> read_only;     // kept visible (bound back) under hidden ones
   std::vector<std::filesystem::path> hidden;        // replaced by empty folders (run folder, home)
+  std::vector<std::filesystem::path> writable;      // GPU profile: more writable folders (a
+                                                    // launcher's short TMPDIR)
   bool network = false;                             // CPU profile: keep the host's network
   std::size_t memory_bytes = 0;                     // RLIMIT_AS per process; 0: none
   long max_processes = 0;                           // processes and threads; 0: none
