@@ -269,6 +269,9 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   const ScratchTmp mpi_tmp(spec.kind == LauncherKind::Mpirun && spec.sandbox.enabled);
   if (spec.kind == LauncherKind::Mpirun) {
     options.sandbox = spec.sandbox;
+    // Landlock's grant of a process's own /proc entry (CUDA names its threads there) is resolved
+    // when the layer is applied: applied to mpirun, it would not cover the ranks it forks.
+    options.sandbox.no_landlock = "mpirun: the ranks' own /proc entries cannot be granted";
     if (!mpi_tmp.path.empty()) {
       options.sandbox.writable.push_back(mpi_tmp.path);
       options.env_add["TMPDIR"] = mpi_tmp.path.string();

@@ -202,7 +202,7 @@ std::string describe_level(const PlanData& d, const SandboxPolicy& policy, const
   else missing.push_back(support.notes.empty() ? "no namespaces" : support.notes);
   if (d.namespaces && !d.fresh_proc) missing.push_back("host /proc visible");
   if (d.landlock_abi > 0) layers.push_back(fmt::format("landlock{}", d.landlock_abi));
-  else missing.push_back("no landlock");
+  else missing.push_back(policy.no_landlock.empty() ? "no landlock" : "no landlock (" + policy.no_landlock + ")");
   if (!d.namespaces && d.landlock_abi == 0)
     missing.push_back("files outside the work folder readable and writable as braid's user");
   if (!d.namespaces) layers.push_back("keeper");
@@ -236,7 +236,7 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
   d.namespaces = support.namespaces && d.cpu_profile && policy.namespaces;
   d.fresh_proc = support.fresh_proc;
   d.isolate_network = !policy.network;
-  d.landlock_abi = support.landlock_abi;
+  d.landlock_abi = policy.no_landlock.empty() ? support.landlock_abi : 0;
   d.uid_map = fmt::format("0 {} 1", ::geteuid());
   d.gid_map = fmt::format("0 {} 1", ::getegid());
   const std::filesystem::path scratch = canonical_or_normal(policy.scratch);

@@ -43,6 +43,8 @@ struct SandboxPolicy {
   bool network = false;                             // CPU profile: keep the host's network
   std::size_t memory_bytes = 0;                     // RLIMIT_AS per process; 0: none
   long max_processes = 0;                           // processes and threads; 0: none
+  std::string no_landlock;                          // non-empty: no Landlock layer, for this reason
+                                                    // (a launcher whose children need more)
   bool namespaces = true;                           // false: never the namespace layer (tests of
                                                     // the fallback, hosts where it breaks tools)
 };

@@ -72,6 +72,10 @@ void apply_landlock(const PlanData& d, const ChildCheck& check) {
   for (const auto& p : d.dev_paths)
     allow_beneath(ruleset, fs, p.c_str(), read | kFsWriteFile | kFsTruncate | kFsIoctlDev, check);
   for (const auto& p : d.writable) allow_beneath(ruleset, fs, p.c_str(), fs, check);
+  // CUDA names its threads (pthread_setname_np writes /proc/self/task/<tid>/comm) and fails to
+  // initialise when it cannot: the GPU profile may write its own /proc entry, resolved here, in
+  // the process that execs the candidate (same pid after exec), never another process's.
+  if (!d.cpu_profile) allow_beneath(ruleset, fs, "/proc/self", read | kFsWriteFile | kFsTruncate, check);
   check(::syscall(SYS_landlock_restrict_self, ruleset, 0u) == 0, kStepLandlock);
   ::close(ruleset);
 }
