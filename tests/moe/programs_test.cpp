@@ -1,6 +1,7 @@
 // The MoE workload's programs: gen0.cu parses with a sane knob space (defaults valid, every knob
-// reachable, constraints pin what a schedule ignores), and seed.cu plus sampled knob vectors of
-// gen0.cu compile with nvcc (-c, -O0, cached by content in the build folder).
+// reachable, constraints pin what a schedule ignores), bench/variants.txt names valid, distinct
+// vectors, and seed.cu plus sampled knob vectors of gen0.cu (every schedule) compile with nvcc
+// (-c, -O0, cached by content in the build folder).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -67,8 +68,9 @@ TEST(MoePrograms, Gen0KnobSpace) {
   // Only PerExpertGroup reads kExpertGroups; it always returns each group early (kReturnEarly pinned).
   EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::PerSource"}, {"kExpertGroups", "4"}}), std::nullopt);
   EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::PerExpertGroup"}, {"kReturnEarly", "true"}}), std::nullopt);
-  EXPECT_EQ(p.violated_constraint({{"kSchedule", "Schedule::PerExpertGroup"}, {"kExpertGroups", "8"}, {"kGemmSmMargin", "16"}}),
-            std::nullopt);
+  const std::map<std::string, std::string> groups{
+      {"kSchedule", "Schedule::PerExpertGroup"}, {"kExpertGroups", "8"}, {"kGemmSmMargin", "16"}};
+  EXPECT_EQ(p.violated_constraint(groups), std::nullopt);
 }
 
 // bench/variants.txt: every line names a valid knob vector of gen0.cu, and no two are the same.
@@ -88,7 +90,8 @@ TEST(MoePrograms, BenchVariantsAreValidAndDistinct) {
     EXPECT_EQ(p.violated_constraint(knobs), std::nullopt) << name;
     const braid::EditResult edited = braid::with_knobs(p, knobs);
     ASSERT_TRUE(edited.ok()) << name << ": " << edited.error;
-    EXPECT_TRUE(keys.insert(braid::Program::parse(edited.text, name).knob_key()).second) << name << " repeats another line";
+    const std::string key = braid::Program::parse(edited.text, name).knob_key();
+    EXPECT_TRUE(keys.insert(key).second) << name << " repeats another line";
   }
   EXPECT_GE(keys.size(), 2u);
 }
