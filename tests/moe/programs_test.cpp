@@ -1,10 +1,13 @@
 // The MoE workload's programs: gen0.cu parses with a sane knob space (defaults valid, every knob
-// reachable, constraints pin what a schedule ignores), and seed.cu plus sampled knob vectors of
-// gen0.cu compile with nvcc (-c, -O0, cached by content in the build folder).
+// reachable, constraints pin what a schedule ignores), bench/variants.txt names valid, distinct
+// vectors, and seed.cu plus sampled knob vectors of gen0.cu (every schedule) compile with nvcc
+// (-c, -O0, cached by content in the build folder).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <random>
+#include <set>
+#include <sstream>
 
 #include "braid/convert/gate.hpp"
 #include "braid/platform/toolchain.hpp"
@@ -51,7 +54,8 @@ TEST(MoePrograms, Gen0KnobSpace) {
   EXPECT_EQ(p.find_knob("kSchedule")->value, "Schedule::Serial");
   EXPECT_EQ(p.find_knob("kLayout")->value, "Layout::Permute");
   const auto valid = valid_vectors(p);
-  EXPECT_EQ(valid.size(), 102u);  // 6 serial + 96 per-source (kGemm: auto, grouped, per block)
+  // 6 serial + 96 per-source + 144 per-expert-group (kGemm: auto, grouped, per block; groups 2, 4, 8)
+  EXPECT_EQ(valid.size(), 246u);
   // Every value of every knob appears in some valid vector.
   for (const braid::Knob& k : p.knobs())
     for (const std::string& value : k.domain) {
@@ -61,6 +65,35 @@ TEST(MoePrograms, Gen0KnobSpace) {
     }
   // Serial ignores the overlap knobs: they are pinned there.
   EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::Serial"}, {"kGemmSmMargin", "16"}}), std::nullopt);
+  // Only PerExpertGroup reads kExpertGroups; it always returns each group early (kReturnEarly pinned).
+  EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::PerSource"}, {"kExpertGroups", "4"}}), std::nullopt);
+  EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::PerExpertGroup"}, {"kReturnEarly", "true"}}), std::nullopt);
+  const std::map<std::string, std::string> groups{
+      {"kSchedule", "Schedule::PerExpertGroup"}, {"kExpertGroups", "8"}, {"kGemmSmMargin", "16"}};
+  EXPECT_EQ(p.violated_constraint(groups), std::nullopt);
+}
+
+// bench/variants.txt: every line names a valid knob vector of gen0.cu, and no two are the same.
+TEST(MoePrograms, BenchVariantsAreValidAndDistinct) {
+  const braid::Program p = gen0();
+  ASSERT_TRUE(p.ok());
+  std::istringstream in(braid::read_file(kDir / "bench/variants.txt"));
+  std::set<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string name, kv;
+    if (!(words >> name) || name[0] == '#') continue;
+    std::map<std::string, std::string> knobs;
+    while (words >> kv) knobs[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+    for (const auto& [knob, value] : knobs) EXPECT_NE(p.find_knob(knob), nullptr) << name << ": " << knob;
+    EXPECT_EQ(p.violated_constraint(knobs), std::nullopt) << name;
+    const braid::EditResult edited = braid::with_knobs(p, knobs);
+    ASSERT_TRUE(edited.ok()) << name << ": " << edited.error;
+    const std::string key = braid::Program::parse(edited.text, name).knob_key();
+    EXPECT_TRUE(keys.insert(key).second) << name << " repeats another line";
+  }
+  EXPECT_GE(keys.size(), 2u);
 }
 
 TEST(MoePrograms, KnobMutatorChildrenKeepTheFrozenPart) {
@@ -98,7 +131,8 @@ TEST(MoePrograms, SeedCompiles) {
   EXPECT_TRUE(r.ok) << r.error;
 }
 
-// Two vectors that between them take every non-default value: the most code paths per compile.
+// Vectors that between them take every non-default value and both layouts of each overlapped
+// schedule: the most code paths per compile.
 TEST(MoePrograms, SampledKnobVectorsCompile) {
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
   const braid::Program p = gen0();
@@ -107,6 +141,10 @@ TEST(MoePrograms, SampledKnobVectorsCompile) {
       {{"kSchedule", "Schedule::PerSource"}, {"kLayout", "Layout::Direct"}, {"kGemm", "Gemm::PerBlock"}, {"kReturnEarly", "true"},
        {"kGemmSmMargin", "16"}, {"kCommHighPriority", "true"}},
       {{"kSchedule", "Schedule::PerSource"}, {"kLayout", "Layout::Permute"}, {"kGemm", "Gemm::Grouped"}, {"kReturnEarly", "false"},
+       {"kGemmSmMargin", "0"}, {"kCommHighPriority", "false"}},
+      {{"kSchedule", "Schedule::PerExpertGroup"}, {"kLayout", "Layout::Direct"}, {"kGemm", "Gemm::Auto"}, {"kExpertGroups", "4"},
+       {"kGemmSmMargin", "16"}, {"kCommHighPriority", "true"}},
+      {{"kSchedule", "Schedule::PerExpertGroup"}, {"kLayout", "Layout::Permute"}, {"kGemm", "Gemm::Grouped"}, {"kExpertGroups", "8"},
        {"kGemmSmMargin", "0"}, {"kCommHighPriority", "false"}},
   };
   for (std::size_t i = 0; i < vectors.size(); ++i) {

@@ -8,6 +8,13 @@
 //                  exchange runs on a second stream in ring steps (step j: send to rank+j, receive
 //                  from rank-j; step 0 is the local copy), and each source's rows are multiplied as
 //                  soon as its step has landed, so local rows compute while remote rows move.
+//                  PerExpertGroup: the local experts split into kExpertGroups contiguous groups;
+//                  on the second stream group g's rows are received from every peer at once (one
+//                  NCCL group per expert group); as soon as group g has landed, its experts run
+//                  once over every source's rows (each expert's weights read once, blocks as tall
+//                  as in Serial) while later groups land, and the comm stream returns group g's
+//                  results as soon as they are computed (after every dispatch was enqueued), so
+//                  the return of early groups overlaps the compute of later ones.
 //   kLayout        Permute: receive source-major, permute to expert-major, permute back (seed).
 //                  Direct (token packing at the receiver): one ncclRecv per (source, expert) block
 //                  straight into the expert-major position, and the return sent block by block
@@ -15,11 +22,14 @@
 //   kGemm          Grouped: cublasGemmGroupedBatchedEx, one group per expert block (3 launches per
 //                  phase). PerBlock: one cublasGemmEx per block. Auto (the seed's): grouped for
 //                  small blocks, per block for large ones (moe::ExpertGemm::Path::Auto).
+//   kExpertGroups  PerExpertGroup: the number of expert groups (at most the local experts).
 //   kReturnEarly   PerSource: each source's results go back as soon as its GEMMs are done
 //                  (combine overlapped with the remaining expert compute) instead of after all.
-//   kGemmSmMargin  PerSource: SMs withheld from cuBLAS (cublasSetSmCountTarget) while the exchange
-//                  is in flight, so NCCL's kernels are not starved; the last phase gets every SM.
-//   kCommHighPriority  PerSource: the exchange stream gets the highest stream priority.
+//                  (PerExpertGroup always returns each group as soon as it is computed.)
+//   kGemmSmMargin  PerSource, PerExpertGroup: SMs withheld from cuBLAS (cublasSetSmCountTarget)
+//                  while the exchange is in flight, so NCCL's kernels are not starved; the last
+//                  source or group gets every SM.
+//   kCommHighPriority  PerSource, PerExpertGroup: the exchange stream gets the highest priority.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -30,25 +40,28 @@
 using namespace braid::dev;
 using moe::bf16;
 
-enum class Schedule { Serial, PerSource };
+enum class Schedule { Serial, PerSource, PerExpertGroup };
 enum class Layout { Permute, Direct };
 enum class Gemm { Auto, Grouped, PerBlock };
 
 // EVOLVE-BLOCK-START knobs
-constexpr Schedule kSchedule = Schedule::Serial;  // braid:knob Schedule::Serial|Schedule::PerSource
+constexpr Schedule kSchedule = Schedule::Serial;  // braid:knob Schedule::Serial|Schedule::PerSource|Schedule::PerExpertGroup
 constexpr Layout kLayout = Layout::Permute;  // braid:knob Layout::Permute|Layout::Direct
 constexpr Gemm kGemm = Gemm::Auto;  // braid:knob Gemm::Auto|Gemm::Grouped|Gemm::PerBlock
+constexpr int kExpertGroups = 2;  // braid:knob 2|4|8
 constexpr bool kReturnEarly = false;  // braid:knob
 constexpr int kGemmSmMargin = 0;  // braid:knob 0|8|16|32
 constexpr bool kCommHighPriority = false;  // braid:knob
 // Knobs a schedule ignores stay at their defaults (no duplicate programs):
-// braid:require kSchedule == Schedule::PerSource || (kReturnEarly == false && kGemmSmMargin == 0 && kCommHighPriority == false)
+// braid:require kSchedule != Schedule::Serial || (kGemmSmMargin == 0 && kCommHighPriority == false)
+// braid:require kSchedule == Schedule::PerSource || kReturnEarly == false
+// braid:require kSchedule == Schedule::PerExpertGroup || kExpertGroups == 2
 // EVOLVE-BLOCK-END
 
 // EVOLVE-BLOCK-START strategy
 namespace {
 
-constexpr bool kPipelined = kSchedule == Schedule::PerSource;
+constexpr bool kPipelined = kSchedule != Schedule::Serial;  // a second stream carries the exchange
 
 struct State {
   int32_t *counts_send = nullptr, *counts_recv = nullptr, *offsets = nullptr, *slot = nullptr, *pinned = nullptr;
@@ -58,7 +71,7 @@ struct State {
   moe::ExpertGemm overlap_gemm, tail_gemm;  // overlap: SMs withheld while the exchange runs
   cudaStream_t comm = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  std::vector<cudaEvent_t> landed, computed;  // per source
+  std::vector<cudaEvent_t> landed, computed;  // per source (PerSource) or expert group (PerExpertGroup)
 };
 
 State& st(Context& c) { return *static_cast<State*>(c.candidate_state); }
@@ -98,8 +111,8 @@ void setup(Context& c) {
   }
   BRAID_CUDA(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
   BRAID_CUDA(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
-  s->landed.resize((size_t)c.world);
-  s->computed.resize((size_t)c.world);
+  s->landed.resize((size_t)std::max(c.world, kExpertGroups));
+  s->computed.resize((size_t)std::max(c.world, kExpertGroups));
   for (auto& e : s->landed) BRAID_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (auto& e : s->computed) BRAID_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
@@ -143,19 +156,38 @@ Plan make_plan(const moe::Counts& k, int P, int El) {
   return pl;
 }
 
-// Dispatch, one step or all: my picks for rank `to`, and rank `from`'s picks for my experts.
-void dispatch_ops(Context& c, const Plan& pl, int to, int from) {
+// A contiguous run [first, last) of local experts: every one, or one group of PerExpertGroup.
+struct Experts {
+  int first = 0, last = 0;
+};
+
+// Groups of PerExpertGroup: kExpertGroups (at most El, so none is empty), sizes within one.
+int groups_of(int El) { return std::max(1, std::min(kExpertGroups, El)); }
+Experts group_of(int g, int groups, int El) { return Experts{g * El / groups, (g + 1) * El / groups}; }
+
+// Rows of rank p's blocks of experts x in a per-(rank, local expert) count table (k.send, k.recv).
+int64_t rows_in(const std::vector<int32_t>& counts, int p, int El, Experts x) {
+  int64_t n = 0;
+  for (int e = x.first; e < x.last; ++e) n += counts[(size_t)(p * El + e)];
+  return n;
+}
+
+// Dispatch of experts x, one step or all: my picks for rank `to`'s experts x, and rank `from`'s
+// picks for my experts x. Permute: source-major, where a rank's rows of a run of experts are
+// contiguous on both sides (one op each way); Direct: one op per (rank, expert) block.
+void dispatch_ops(Context& c, const Plan& pl, int to, int from, Experts x, cudaStream_t q) {
   State& s = st(c);
   const int El = moe::shape_of(c).experts_per_rank();
   const int64_t H = moe::shape_of(c).hidden;
+  if (x.first >= x.last) return;
   if constexpr (kLayout == Layout::Permute) {
-    if (pl.k.send_rows[(size_t)to] > 0)
-      BRAID_NCCL(ncclSend(s.send + pl.k.send_off[(size_t)to] * H, (size_t)(pl.k.send_rows[(size_t)to] * H), ncclBfloat16, to, c.comm, kPipelined ? s.comm : c.stream));
-    if (pl.k.recv_rows[(size_t)from] > 0)
-      BRAID_NCCL(ncclRecv(s.recv + pl.k.recv_off[(size_t)from] * H, (size_t)(pl.k.recv_rows[(size_t)from] * H), ncclBfloat16, from, c.comm, kPipelined ? s.comm : c.stream));
+    const int64_t n_send = rows_in(pl.k.send, to, El, x), n_recv = rows_in(pl.k.recv, from, El, x);
+    if (n_send > 0)
+      BRAID_NCCL(ncclSend(s.send + pl.send_row[(size_t)(to * El + x.first)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
+    if (n_recv > 0)
+      BRAID_NCCL(ncclRecv(s.recv + pl.sm_row[(size_t)(from * El + x.first)] * H, (size_t)(n_recv * H), ncclBfloat16, from, c.comm, q));
   } else {
-    cudaStream_t q = kPipelined ? s.comm : c.stream;
-    for (int e = 0; e < El; ++e) {
+    for (int e = x.first; e < x.last; ++e) {
       const int64_t n_send = pl.k.send[(size_t)(to * El + e)], n_recv = pl.k.recv[(size_t)(from * El + e)];
       if (n_send > 0) BRAID_NCCL(ncclSend(s.send + pl.send_row[(size_t)(to * El + e)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
       if (n_recv > 0) BRAID_NCCL(ncclRecv(s.expert_in + pl.em_row[(size_t)(from * El + e)] * H, (size_t)(n_recv * H), ncclBfloat16, from, c.comm, q));
@@ -163,19 +195,21 @@ void dispatch_ops(Context& c, const Plan& pl, int to, int from) {
   }
 }
 
-// Return, one step or all: results for rank `to` (its picks of my experts), and my picks' results
-// from rank `from`.
-void return_ops(Context& c, const Plan& pl, int to, int from, cudaStream_t q) {
+// Return of experts x, one step or all: results for rank `to` (its picks of my experts x), and my
+// picks' results from rank `from`'s experts x.
+void return_ops(Context& c, const Plan& pl, int to, int from, Experts x, cudaStream_t q) {
   State& s = st(c);
   const int El = moe::shape_of(c).experts_per_rank();
   const int64_t H = moe::shape_of(c).hidden;
+  if (x.first >= x.last) return;
   if constexpr (kLayout == Layout::Permute) {
-    if (pl.k.recv_rows[(size_t)to] > 0)
-      BRAID_NCCL(ncclSend(s.ret_send + pl.k.recv_off[(size_t)to] * H, (size_t)(pl.k.recv_rows[(size_t)to] * H), ncclBfloat16, to, c.comm, q));
-    if (pl.k.send_rows[(size_t)from] > 0)
-      BRAID_NCCL(ncclRecv(s.ret_recv + pl.k.send_off[(size_t)from] * H, (size_t)(pl.k.send_rows[(size_t)from] * H), ncclBfloat16, from, c.comm, q));
+    const int64_t n_send = rows_in(pl.k.recv, to, El, x), n_recv = rows_in(pl.k.send, from, El, x);
+    if (n_send > 0)
+      BRAID_NCCL(ncclSend(s.ret_send + pl.sm_row[(size_t)(to * El + x.first)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
+    if (n_recv > 0)
+      BRAID_NCCL(ncclRecv(s.ret_recv + pl.send_row[(size_t)(from * El + x.first)] * H, (size_t)(n_recv * H), ncclBfloat16, from, c.comm, q));
   } else {
-    for (int e = 0; e < El; ++e) {
+    for (int e = x.first; e < x.last; ++e) {
       const int64_t n_send = pl.k.recv[(size_t)(to * El + e)], n_recv = pl.k.send[(size_t)(from * El + e)];
       if (n_send > 0) BRAID_NCCL(ncclSend(s.expert_out + pl.em_row[(size_t)(to * El + e)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
       if (n_recv > 0) BRAID_NCCL(ncclRecv(s.ret_recv + pl.send_row[(size_t)(from * El + e)] * H, (size_t)(n_recv * H), ncclBfloat16, from, c.comm, q));
@@ -183,12 +217,13 @@ void return_ops(Context& c, const Plan& pl, int to, int from, cudaStream_t q) {
   }
 }
 
-// Moves of source p's blocks between "recv" (source-major) and expert-major (p < 0: every source).
-std::vector<moe::RowMove> moves_of(const Plan& pl, int P, int El, int p) {
+// Moves of source p's blocks of experts x between "recv" (source-major) and expert-major (p < 0:
+// every source).
+std::vector<moe::RowMove> moves_of(const Plan& pl, int P, int El, int p, Experts x) {
   std::vector<moe::RowMove> m;
   for (int q = 0; q < P; ++q) {
     if (p >= 0 && q != p) continue;
-    for (int e = 0; e < El; ++e) {
+    for (int e = x.first; e < x.last; ++e) {
       const int64_t n = pl.k.recv[(size_t)(q * El + e)];
       if (n > 0) m.push_back(moe::RowMove{pl.sm_row[(size_t)(q * El + e)], pl.em_row[(size_t)(q * El + e)], n});
     }
@@ -196,24 +231,42 @@ std::vector<moe::RowMove> moves_of(const Plan& pl, int P, int El, int p) {
   return m;
 }
 
-// Expert blocks of source p (p < 0: whole experts, every source).
-std::vector<moe::ExpertBlock> blocks_of(const Plan& pl, int El, int p) {
+// Expert blocks of source p for experts x (p < 0: whole experts, every source's rows at once).
+std::vector<moe::ExpertBlock> blocks_of(const Plan& pl, int El, int p, Experts x) {
   std::vector<moe::ExpertBlock> b;
-  for (int e = 0; e < El; ++e) {
+  for (int e = x.first; e < x.last; ++e) {
     if (p < 0) b.push_back(moe::ExpertBlock{e, pl.expert_row0[(size_t)e], pl.expert_rows[(size_t)e]});
     else b.push_back(moe::ExpertBlock{e, pl.em_row[(size_t)(p * El + e)], pl.k.recv[(size_t)(p * El + e)]});
   }
   return b;
 }
 
-void run(Context& c, cudaStream_t stream) {
+// One call's plan and what its steps share: row moves staged in pinned memory (each launch takes
+// its own slice) and the expert compute on the call's buffers.
+struct Call {
+  Context& c;
+  State& s;
+  Plan pl;
+  int P = 1, El = 1;
+  int64_t H = 0, I = 0;
+  size_t staged = 0;
+
+  void move(const std::vector<moe::RowMove>& m, const bf16* src, bf16* dst, cudaStream_t q) {
+    moe::launch_moves(q, m, s.moves_host + staged, s.moves_dev + staged, src, dst, H);
+    staged += m.size();
+  }
+  void experts(moe::ExpertGemm& g, cudaStream_t q, const std::vector<moe::ExpertBlock>& blocks) {
+    g.forward(q, blocks, s.expert_in, c.buffer("w13").as<bf16>(), c.buffer("w2").as<bf16>(), s.h, s.a, s.expert_out, H, I);
+  }
+  Experts all() const { return Experts{0, El}; }
+};
+
+// Route, count, exchange the counts and read them on the host (cuBLAS and the p2p sizes need
+// them), then pack my picks by destination expert.
+Plan plan_call(Context& c, cudaStream_t stream) {
   State& s = st(c);
   const moe::Shape sh = moe::shape_of(c);
-  const int P = c.world, El = sh.experts_per_rank();
-  const int64_t H = sh.hidden, I = sh.inter;
-  const auto* w13 = c.buffer("w13").as<bf16>();
-  const auto* w2 = c.buffer("w2").as<bf16>();
-
+  const int El = sh.experts_per_rank();
   moe::route(c, stream);
   moe::launch_plan(stream, c.buffer("topk_ids").as<int32_t>(), sh.pairs(), sh.experts, s.counts_send, s.offsets, s.slot);
   BRAID_NCCL(ncclAlltoAll(s.counts_send, s.counts_recv, (size_t)El, ncclInt32, c.comm, stream));
@@ -223,67 +276,108 @@ void run(Context& c, cudaStream_t stream) {
   moe::Counts k;
   k.send.assign(s.pinned, s.pinned + sh.experts);
   k.recv.assign(s.pinned + sh.experts, s.pinned + 2 * sh.experts);
-  k.derive(P, El);
-  const Plan pl = make_plan(k, P, El);
-  moe::launch_pack_rows(stream, c.buffer("x").as<bf16>(), s.slot, sh.pairs(), H, s.send);
-  size_t staged = 0;  // moves staged in pinned memory this call (each launch takes its own slice)
-  auto move = [&](const std::vector<moe::RowMove>& m, const bf16* src, bf16* dst, cudaStream_t q) {
-    moe::launch_moves(q, m, s.moves_host + staged, s.moves_dev + staged, src, dst, H);
-    staged += m.size();
-  };
+  k.derive(c.world, El);
+  moe::launch_pack_rows(stream, c.buffer("x").as<bf16>(), s.slot, sh.pairs(), sh.hidden, s.send);
+  return make_plan(k, c.world, El);
+}
 
-  if constexpr (!kPipelined) {
+// Serial: everything there, every expert, everything back, on the timed stream.
+void run_serial(Call& k, cudaStream_t stream) {
+  State& s = k.s;
+  BRAID_NCCL(ncclGroupStart());
+  for (int p = 0; p < k.P; ++p) dispatch_ops(k.c, k.pl, p, p, k.all(), stream);
+  BRAID_NCCL(ncclGroupEnd());
+  const std::vector<moe::RowMove> m = moves_of(k.pl, k.P, k.El, -1, k.all());
+  if constexpr (kLayout == Layout::Permute) k.move(m, s.recv, s.expert_in, stream);
+  k.experts(s.tail_gemm, stream, blocks_of(k.pl, k.El, -1, k.all()));
+  if constexpr (kLayout == Layout::Permute) k.move(moe::inverse(m), s.expert_out, s.ret_send, stream);
+  BRAID_NCCL(ncclGroupStart());
+  for (int p = 0; p < k.P; ++p) return_ops(k.c, k.pl, p, p, k.all(), stream);
+  BRAID_NCCL(ncclGroupEnd());
+}
+
+// PerSource: the exchange on s.comm in ring steps; experts on the timed stream, source by source.
+void run_per_source(Call& k, cudaStream_t stream) {
+  State& s = k.s;
+  const int P = k.P, rank = k.c.rank;
+  BRAID_CUDA(cudaEventRecord(s.fork, stream));
+  BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.fork, 0));
+  for (int j = 0; j < P; ++j) {
+    const int to = (rank + j) % P, from = (rank - j + P) % P;
     BRAID_NCCL(ncclGroupStart());
-    for (int p = 0; p < P; ++p) dispatch_ops(c, pl, p, p);
+    dispatch_ops(k.c, k.pl, to, from, k.all(), s.comm);
     BRAID_NCCL(ncclGroupEnd());
-    const std::vector<moe::RowMove> m = moves_of(pl, P, El, -1);
-    if constexpr (kLayout == Layout::Permute) move(m, s.recv, s.expert_in, stream);
-    s.tail_gemm.forward(stream, blocks_of(pl, El, -1), s.expert_in, w13, w2, s.h, s.a, s.expert_out, H, I);
-    if constexpr (kLayout == Layout::Permute) move(moe::inverse(m), s.expert_out, s.ret_send, stream);
-    BRAID_NCCL(ncclGroupStart());
-    for (int p = 0; p < P; ++p) return_ops(c, pl, p, p, stream);
-    BRAID_NCCL(ncclGroupEnd());
-  } else {
-    // Exchange on s.comm in ring steps; experts on the timed stream, source by source.
-    BRAID_CUDA(cudaEventRecord(s.fork, stream));
-    BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.fork, 0));
-    for (int j = 0; j < P; ++j) {
-      const int to = (c.rank + j) % P, from = (c.rank - j + P) % P;
-      BRAID_NCCL(ncclGroupStart());
-      dispatch_ops(c, pl, to, from);
-      BRAID_NCCL(ncclGroupEnd());
-      BRAID_CUDA(cudaEventRecord(s.landed[(size_t)from], s.comm));
-    }
-    for (int j = 0; j < P; ++j) {
-      const int from = (c.rank - j + P) % P;
-      BRAID_CUDA(cudaStreamWaitEvent(stream, s.landed[(size_t)from], 0));
-      const std::vector<moe::RowMove> m = moves_of(pl, P, El, from);
-      if constexpr (kLayout == Layout::Permute) move(m, s.recv, s.expert_in, stream);
-      moe::ExpertGemm& g = j == P - 1 ? s.tail_gemm : s.overlap_gemm;
-      g.forward(stream, blocks_of(pl, El, from), s.expert_in, w13, w2, s.h, s.a, s.expert_out, H, I);
-      if constexpr (kLayout == Layout::Permute) move(moe::inverse(m), s.expert_out, s.ret_send, stream);
-      BRAID_CUDA(cudaEventRecord(s.computed[(size_t)from], stream));
-    }
-    if constexpr (kReturnEarly) {
-      // Return step j carries source (rank - j)'s results, computed j-th.
-      for (int j = 0; j < P; ++j) {
-        const int to = (c.rank - j + P) % P, from = (c.rank + j) % P;
-        BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.computed[(size_t)to], 0));
-        BRAID_NCCL(ncclGroupStart());
-        return_ops(c, pl, to, from, s.comm);
-        BRAID_NCCL(ncclGroupEnd());
-      }
-      BRAID_CUDA(cudaEventRecord(s.join, s.comm));
-      BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
-    } else {
-      BRAID_CUDA(cudaEventRecord(s.join, s.comm));
-      BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
-      BRAID_NCCL(ncclGroupStart());
-      for (int p = 0; p < P; ++p) return_ops(c, pl, p, p, stream);
-      BRAID_NCCL(ncclGroupEnd());
-    }
+    BRAID_CUDA(cudaEventRecord(s.landed[(size_t)from], s.comm));
   }
-  moe::launch_combine(stream, s.ret_recv, s.slot, c.buffer("topk_weights").as<float>(), sh.tokens, H, c.buffer("y").as<bf16>());
+  for (int j = 0; j < P; ++j) {
+    const int from = (rank - j + P) % P;
+    BRAID_CUDA(cudaStreamWaitEvent(stream, s.landed[(size_t)from], 0));
+    const std::vector<moe::RowMove> m = moves_of(k.pl, P, k.El, from, k.all());
+    if constexpr (kLayout == Layout::Permute) k.move(m, s.recv, s.expert_in, stream);
+    k.experts(j == P - 1 ? s.tail_gemm : s.overlap_gemm, stream, blocks_of(k.pl, k.El, from, k.all()));
+    if constexpr (kLayout == Layout::Permute) k.move(moe::inverse(m), s.expert_out, s.ret_send, stream);
+    BRAID_CUDA(cudaEventRecord(s.computed[(size_t)from], stream));
+  }
+  if constexpr (kReturnEarly) {
+    // Return step j carries source (rank - j)'s results, computed j-th.
+    for (int j = 0; j < P; ++j) {
+      const int to = (rank - j + P) % P, from = (rank + j) % P;
+      BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.computed[(size_t)to], 0));
+      BRAID_NCCL(ncclGroupStart());
+      return_ops(k.c, k.pl, to, from, k.all(), s.comm);
+      BRAID_NCCL(ncclGroupEnd());
+    }
+    BRAID_CUDA(cudaEventRecord(s.join, s.comm));
+    BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
+  } else {
+    BRAID_CUDA(cudaEventRecord(s.join, s.comm));
+    BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
+    BRAID_NCCL(ncclGroupStart());
+    for (int p = 0; p < P; ++p) return_ops(k.c, k.pl, p, p, k.all(), stream);
+    BRAID_NCCL(ncclGroupEnd());
+  }
+}
+
+// PerExpertGroup: on s.comm every group's dispatch (all peers in one NCCL group each), then each
+// group's return once it is computed; on the timed stream group g's experts over every source's
+// rows as soon as g has landed. Every rank issues the same NCCL groups in the same order.
+void run_per_group(Call& k, cudaStream_t stream) {
+  State& s = k.s;
+  const int G = groups_of(k.El);
+  BRAID_CUDA(cudaEventRecord(s.fork, stream));  // after the pack
+  BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.fork, 0));
+  for (int g = 0; g < G; ++g) {
+    BRAID_NCCL(ncclGroupStart());
+    for (int p = 0; p < k.P; ++p) dispatch_ops(k.c, k.pl, p, p, group_of(g, G, k.El), s.comm);
+    BRAID_NCCL(ncclGroupEnd());
+    BRAID_CUDA(cudaEventRecord(s.landed[(size_t)g], s.comm));
+  }
+  for (int g = 0; g < G; ++g) {
+    const Experts x = group_of(g, G, k.El);
+    BRAID_CUDA(cudaStreamWaitEvent(stream, s.landed[(size_t)g], 0));
+    const std::vector<moe::RowMove> m = moves_of(k.pl, k.P, k.El, -1, x);
+    if constexpr (kLayout == Layout::Permute) k.move(m, s.recv, s.expert_in, stream);
+    k.experts(g == G - 1 ? s.tail_gemm : s.overlap_gemm, stream, blocks_of(k.pl, k.El, -1, x));
+    if constexpr (kLayout == Layout::Permute) k.move(moe::inverse(m), s.expert_out, s.ret_send, stream);
+    BRAID_CUDA(cudaEventRecord(s.computed[(size_t)g], stream));
+  }
+  for (int g = 0; g < G; ++g) {
+    BRAID_CUDA(cudaStreamWaitEvent(s.comm, s.computed[(size_t)g], 0));
+    BRAID_NCCL(ncclGroupStart());
+    for (int p = 0; p < k.P; ++p) return_ops(k.c, k.pl, p, p, group_of(g, G, k.El), s.comm);
+    BRAID_NCCL(ncclGroupEnd());
+  }
+  BRAID_CUDA(cudaEventRecord(s.join, s.comm));
+  BRAID_CUDA(cudaStreamWaitEvent(stream, s.join, 0));
+}
+
+void run(Context& c, cudaStream_t stream) {
+  const moe::Shape sh = moe::shape_of(c);
+  Call k{c, st(c), plan_call(c, stream), c.world, sh.experts_per_rank(), sh.hidden, sh.inter};
+  if constexpr (kSchedule == Schedule::Serial) run_serial(k, stream);
+  else if constexpr (kSchedule == Schedule::PerSource) run_per_source(k, stream);
+  else run_per_group(k, stream);
+  moe::launch_combine(stream, k.s.ret_recv, k.s.slot, c.buffer("topk_weights").as<float>(), sh.tokens, sh.hidden, c.buffer("y").as<bf16>());
 }
 
 void teardown(Context& c) {
