@@ -3,7 +3,7 @@
 
 RESULTS_DIR/<program>/metrics.json are harness results. Per size (T, E, skew): the seed's time,
 the best verified program and its time, the bound (max of expert compute alone and exchange alone,
-measured in the same runs), best / bound and seed / best."""
+measured in the same runs), best / bound and seed / best; then every program's time per size."""
 import json
 import os
 import sys
@@ -42,6 +42,17 @@ def main():
         print(f"| {t} | {e} | {skew}:1 | {seed['candidate_ms']:.3f} | {best_name} | {best['candidate_ms']:.3f} | "
               f"{bound:.3f} ({seed['compute_ms']:.3f}, {seed['comm_ms']:.3f}) | {best['candidate_ms'] / bound:.2f} | "
               f"{seed['candidate_ms'] / best['candidate_ms']:.2f} |")
+    # Every program side by side: its time per size, and its speedup over the seed there.
+    sizes = sorted(runs["seed"], key=lambda s: (decode(s)[0], decode(s)[2]))
+    print("\n## Every program: ms per size (speedup over the seed)\n")
+    print("| program | " + " | ".join(f"T {decode(s)[0]} skew {decode(s)[2]}:1" for s in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name, r in runs.items():
+        cells = []
+        for size in sizes:
+            ms = r[size]["candidate_ms"] if size in r else None
+            cells.append(f"{ms:.3f} ({runs['seed'][size]['candidate_ms'] / ms:.2f})" if ms else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 
 
