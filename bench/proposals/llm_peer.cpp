@@ -2,7 +2,8 @@
 // mutation answer comes after a latency drawn uniformly from [mean - spread, mean + spread]
 // seconds; other requests (feedback, meta) are answered at once. Prints its base URL, then
 // serves until killed (or stdin closes).
-//   bench_llm_peer <mean_s> <spread_s> [seed]
+//   bench_llm_peer <mean_s> <spread_s> [seed [sampling]]   (sampling 1: answers vary like a model's
+//   at temperature > 0; 0, the default: the prompt alone picks the edit)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,7 +18,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_llm_peer <mean_s> <spread_s> [seed]\n");
+    std::fprintf(stderr, "usage: bench_llm_peer <mean_s> <spread_s> [seed [sampling]]\n");
     return 2;
   }
   char* end = nullptr;
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937_64 rng(argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1);
+  const bool sampling = argc > 4 && std::string(argv[4]) != "0";
   std::mutex rng_mu;
   std::atomic<int> in_flight{0}, most{0};
   braid::testing::LoopbackLlmServer server;
@@ -50,6 +52,14 @@ int main(int argc, char** argv) {
     --in_flight;
     return std::nullopt;  // the server's prompt-driven edit, after the latency
   });
+  // Answers sampled from the seed's stream, as a model at temperature > 0 (with sampling 0: the
+  // prompt alone picks the edit, so a prompt asked again gets the same, rejected, edit).
+  if (sampling) {
+    server.set_sampling([&] {
+      std::lock_guard lock(rng_mu);
+      return rng();
+    });
+  }
   std::cout << server.base_url() << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {

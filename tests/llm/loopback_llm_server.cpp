@@ -452,6 +452,7 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   if (fixing) ++fixes_;
 
   std::uint64_t h = fnv(all);
+  if (sample_) h ^= sample_() * 0x9e3779b97f4a7c15ull;
   const Knob& k = knobs[h % knobs.size()];
   std::size_t cur = 0;
   for (std::size_t i = 0; i < k.domain.size(); ++i)

@@ -66,6 +66,10 @@ class LoopbackLlmServer {
   void require_key(std::string key) { key_ = std::move(key); }
   // Every n-th mutation answer (n > 0) first breaks the build; 0 = never.
   void set_break_every(int n) { break_every_ = n; }
+  // Sampling, as a model at a temperature above 0: the n-th mutation answer mixes `sample(n)`
+  // into its choice of knob and value, so the same prompt asked twice may get another edit (by
+  // default the choice is a function of the prompt alone: the same prompt, the same edit).
+  void set_sampling(std::function<std::uint64_t()> sample) { sample_ = std::move(sample); }
   // Fixed answer text for every chat request (overrides the prompt-driven answer).
   void set_fixed_answer(std::string text) { fixed_answer_ = std::move(text); }
   // Scripted answers (the convert rewrite loop's tests): asked first for every chat request with
@@ -106,6 +110,7 @@ class LoopbackLlmServer {
   int mutations_ = 0;
   std::atomic<int> broken_{0}, fixes_{0};
   std::string fixed_answer_;
+  std::function<std::uint64_t()> sample_;
   Responder responder_;
   std::map<std::string, int> answers_;
   std::map<std::string, int> injected_;
