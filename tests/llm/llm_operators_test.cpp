@@ -155,6 +155,33 @@ TEST(LlmMutator, PromptShowsInspirationsFailuresAndRecommendations) {
   EXPECT_EQ(user.find("previous attempt"), std::string::npos);
 }
 
+// One-knob changes of the parent already evaluated are named (a repeat would be rejected and
+// asked again), and the loopback model, reading the prompt as a model does, picks another.
+TEST(LlmMutator, PromptNamesTakenKnobChangesAndTheModelAvoidsThem) {
+  Fixture f("taken");
+  LlmMutator m(f.rt);
+  auto c = f.ctx(PatchType::Diff);
+  EXPECT_EQ(m.user_message(f.parent, c).find("already evaluated"), std::string::npos);
+  Proposal first = m.propose(f.parent, c);
+  ASSERT_TRUE(first.ok()) << first.error;
+  PatchOutcome first_out = apply_patch(f.parent, first.patch_type, first.patch);
+  ASSERT_TRUE(first_out.ok()) << first_out.error;
+  const Program first_child = Program::parse(first_out.text, "first");
+  std::string change;
+  for (const auto& k : first_child.knobs())
+    if (f.parent.find_knob(k.name)->value != k.value) change = k.name + " = " + k.value;
+  ASSERT_FALSE(change.empty());
+  c.taken_knob_changes = {change};
+  const std::string user = m.user_message(f.parent, c);
+  EXPECT_NE(user.find("Changes of one knob of this program already evaluated"), std::string::npos) << user;
+  EXPECT_NE(user.find("- " + change), std::string::npos);
+  Proposal second = m.propose(f.parent, c);
+  ASSERT_TRUE(second.ok()) << second.error;
+  PatchOutcome second_out = apply_patch(f.parent, second.patch_type, second.patch);
+  ASSERT_TRUE(second_out.ok()) << second_out.error;
+  EXPECT_NE(Program::parse(second_out.text, "second").knob_key(), first_child.knob_key());
+}
+
 // The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];
 // they reach the mutation prompt (the parent and the best programs shown) and the feedback
 // agent as lines of their own, not inside the metrics JSON.

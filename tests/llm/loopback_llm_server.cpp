@@ -453,11 +453,28 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
 
   std::uint64_t h = fnv(all);
   if (sample_) h ^= sample_() * 0x9e3779b97f4a7c15ull;
-  const Knob& k = knobs[h % knobs.size()];
-  std::size_t cur = 0;
-  for (std::size_t i = 0; i < k.domain.size(); ++i)
-    if (k.domain[i] == k.value) cur = i;
-  std::string value = k.domain[(cur + 1 + (h / 7) % std::max<std::size_t>(1, k.domain.size() - 1)) % k.domain.size()];
+  // Read as a model follows the prompt: a one-knob change the prompt lists as already evaluated
+  // is passed over for the next one in the same (hashed) order, where one is left.
+  std::set<std::string> taken;
+  if (auto at = first.find("Changes of one knob of this program already evaluated"); at != std::string::npos) {
+    auto listed = split_lines(first.substr(at));
+    for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i) taken.insert(listed[i].substr(2));
+  }
+  const std::size_t n_knobs = knobs.size();
+  std::size_t ki = h % n_knobs, step = 0;
+  auto value_of = [&](const Knob& knob, std::size_t s) {
+    std::size_t cur = 0;
+    for (std::size_t i = 0; i < knob.domain.size(); ++i)
+      if (knob.domain[i] == knob.value) cur = i;
+    const std::size_t others = std::max<std::size_t>(1, knob.domain.size() - 1);
+    return knob.domain[(cur + 1 + (h / 7 + s) % others) % knob.domain.size()];
+  };
+  std::string value = value_of(knobs[ki], 0);
+  for (std::size_t tried = 0; kind != "cross" && taken.count(knobs[ki].name + " = " + value) && tried < 64; ++tried) {
+    if (++step >= knobs[ki].domain.size()) step = 0, ki = (ki + 1) % n_knobs;
+    value = value_of(knobs[ki], step);
+  }
+  const Knob& k = knobs[ki];
   if (kind == "cross") {
     // Take a value from the program to combine where it differs.
     auto other = knobs_of(split_lines(code_after(first, "# Programs to combine")));

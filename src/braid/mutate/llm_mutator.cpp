@@ -133,6 +133,8 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
     for (auto& v : k.domain) domain += (domain.empty() ? "" : "|") + v;
     knobs += fmt::format("- {} = {} ({})\n", k.name, k.value, domain);
   }
+  std::string taken;
+  for (const auto& t : ctx.taken_knob_changes) taken += "- " + t + "\n";
   std::string cross, top_k, inspirations, failed;
   for (std::size_t i = 0; i < ctx.cross_parents.size(); ++i)
     cross += program_section(*ctx.cross_parents[i], language, fmt::format("Program to combine {}", i + 1));
@@ -165,6 +167,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
       {"parent_error", p.correct ? "" : elide(trimmed(p.error_text), 3000)},
       {"parent_code", parent.text().empty() || parent.text().back() != '\n' ? parent.text() : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
+      {"taken_knob_changes", trimmed(taken)},
       {"cross_programs", trimmed(cross)},
       {"top_k", trimmed(top_k)},
       {"inspirations", trimmed(inspirations)},

@@ -35,6 +35,10 @@ struct MutationContext {
   const ProgramRecord* best = nullptr;    // best correct program so far (may be null)
   std::string meta_recommendations;
   std::string previous_error;             // why the last attempt at this generation failed
+  // Single-knob changes of the parent ("kName = value") already evaluated when the proposal was
+  // prepared: a knob-only edit that repeats one is rejected and asked again, so the prompt names
+  // them (fixed at preparation, so a replayed run shows the same list).
+  std::vector<std::string> taken_knob_changes;
   std::mt19937_64* rng = nullptr;         // never null
 };
 
