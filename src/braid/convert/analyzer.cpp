@@ -135,7 +135,8 @@ json analysis_to_json(const Analysis& a) {
   j["unsupported"] = un;
   j["constants"] = a.constants;
   json uses = json::array();
-  for (const MacroUse& u : a.macro_uses) uses.push_back({{"macro", u.name}, {"line", u.line}, {"expansion", u.expansion}});
+  for (const MacroUse& u : a.macro_uses)
+    uses.push_back({{"macro", u.name}, {"line", u.line}, {"expansion", u.expansion}});
   j["macro_uses"] = uses;
   return j;
 }

@@ -321,7 +321,8 @@ void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_a
       auto first = token_at.find(use.expansion_offset);
       auto last = token_at.lower_bound(end);
       StatementRange r;
-      if (first != token_at.end() && last != token_at.begin()) r = statement_of(toks, first->second, std::prev(last)->second);
+      if (first != token_at.end() && last != token_at.begin())
+        r = statement_of(toks, first->second, std::prev(last)->second);
       c.stmt_begin = r.end == 0 ? 0 : r.begin >= first_expansion ? use.begin : r.begin;
       c.stmt_end = r.end == 0 ? 0 : r.end >= first_expansion ? use.end : r.end;
       c.stmt_is_body = r.control_body;

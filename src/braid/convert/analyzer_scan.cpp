@@ -65,10 +65,11 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
                                      Analysis& a) {
   if (macros.definitions().empty()) return code;
   // What a conversion rewrites or the rules follow: a use whose expansion calls one of these is a call site.
-  std::vector<std::string> calls = {"ncclGroupStart", "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
-                                    "ncclCommSplit",  "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
-                                    "ncclMemAlloc",   "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
-                                    "cudaMallocManaged", "cudaFree",     "cudaFreeAsync"};
+  std::vector<std::string> calls = {
+      "ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
+      "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
+      "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
+      "cudaMallocManaged", "cudaFree",        "cudaFreeAsync"};
   for (const NcclSignature& s : nccl_signatures()) calls.push_back(s.name);
   std::map<const MacroDefinition*, bool> matters;
   const MacroTable::Expands expands = [&](const MacroDefinition& m) {
@@ -87,10 +88,11 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
     }
     const MacroExpansion e = macros.expand_use(code, i, expands);
     if (!e.error.empty()) {
-      a.unsupported.push_back(Issue{t.line, t.text + " (macro)",
-                                    fmt::format("NCCL or memory calls inside macro `{}` (line {}) are not followed here: "
-                                                "{}; the use stays as written (host NCCL)",
-                                                t.text, m->line, e.error)});
+      a.unsupported.push_back(
+          Issue{t.line, t.text + " (macro)",
+                fmt::format("NCCL or memory calls inside macro `{}` (line {}) are not followed here: "
+                            "{}; the use stays as written (host NCCL)",
+                            t.text, m->line, e.error)});
       out.push_back(t);
       continue;
     }

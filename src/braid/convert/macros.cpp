@@ -119,16 +119,18 @@ class Expander {
     }
     for (std::size_t i = 0; i < in.size() && error_.empty(); ++i) {
       const Token& t = in[i];
-      const MacroDefinition* m = t.kind == TokenKind::Identifier && !disabled(t.text) ? table_.at(t.text, offset_) : nullptr;
+      const MacroDefinition* m =
+          t.kind == TokenKind::Identifier && !disabled(t.text) ? table_.at(t.text, offset_) : nullptr;
       const bool call = m && m->function_like && i + 1 < in.size() && in[i + 1].text == "(";
       if (!m || !expands_(*m) || (m->function_like && !call)) {
         out.push_back(t);
         continue;
       }
       if (m->ambiguous) {
-        fail(fmt::format("`{}` is defined more than once with no #undef between (alternatives under #if): which "
-                         "body applies depends on the build",
-                         m->name));
+        fail(
+            fmt::format("`{}` is defined more than once with no #undef between (alternatives under #if): which "
+                        "body applies depends on the build",
+                        m->name));
         break;
       }
       std::vector<Token> body = m->body;
@@ -230,7 +232,8 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
     const auto [keyword, rest] = directive_keyword(joined_directive(t.text));
     if (keyword == "undef") {
       std::string name = rest.substr(std::min(rest.size(), rest.find_first_not_of(" \t")));
-      name = name.substr(0, std::find_if(name.begin(), name.end(), [](char c) { return !ident_char(c); }) - name.begin());
+      name =
+          name.substr(0, std::find_if(name.begin(), name.end(), [](char c) { return !ident_char(c); }) - name.begin());
       for (MacroDefinition& d : defs_)
         if (d.name == name && d.undefined_at == SIZE_MAX) d.undefined_at = t.offset;
       continue;
@@ -247,11 +250,14 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
     }
     if (!repeated) defs_.push_back(std::move(m));
   }
+  for (std::size_t i = 0; i < defs_.size(); ++i) by_name_[defs_[i].name].push_back(i);
 }
 
 const MacroDefinition* MacroTable::at(const std::string& name, std::size_t offset) const {
-  for (const MacroDefinition& d : defs_)
-    if (d.name == name && d.defined_at < offset && offset < d.undefined_at) return &d;
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  for (std::size_t i : it->second)
+    if (defs_[i].defined_at < offset && offset < defs_[i].undefined_at) return &defs_[i];
   return nullptr;
 }
 
@@ -267,7 +273,8 @@ MacroExpansion MacroTable::expand_use(const std::vector<Token>& code, std::size_
     }
   }
   Expander e(*this, code[i].offset, expands);
-  const std::vector<Token> result = e.run(std::vector<Token>(code.begin() + (long)i, code.begin() + (long)out.close + 1), 0);
+  const std::vector<Token> result =
+      e.run(std::vector<Token>(code.begin() + (long)i, code.begin() + (long)out.close + 1), 0);
   out.error = e.error();
   out.text = join_tokens(result);
   return out;
@@ -294,8 +301,8 @@ bool MacroTable::calls_any(const MacroDefinition& m, const std::vector<std::stri
       if (std::find(names.begin(), names.end(), x) != names.end() && k + 1 < d->body.size() &&
           d->body[k + 1].text == "(")
         return true;
-      for (const MacroDefinition& other : defs_)
-        if (other.name == x && d->body[k].kind == TokenKind::Identifier) pending.push_back(&other);
+      if (auto it = by_name_.find(x); it != by_name_.end() && d->body[k].kind == TokenKind::Identifier)
+        for (std::size_t i : it->second) pending.push_back(&defs_[i]);
     }
   }
   return false;
@@ -304,13 +311,15 @@ bool MacroTable::calls_any(const MacroDefinition& m, const std::vector<std::stri
 std::string join_tokens(const std::vector<Token>& toks) {
   static const std::set<std::string> kTightBefore = {",", ")", "]", ";", ".", "->", "::"};
   static const std::set<std::string> kTightAfter = {"(", "[", ".", "->", "::", "!", "~"};
+  static const std::set<std::string> kKeywords = {"if", "for", "while", "switch", "return", "catch"};  // `if (`
   std::string out;
   for (std::size_t i = 0; i < toks.size(); ++i) {
     if (i > 0) {
       const Token& prev = toks[i - 1];
       const Token& cur = toks[i];
-      bool tight = kTightBefore.count(cur.text) || kTightAfter.count(prev.text) ||
-                   ((cur.text == "(" || cur.text == "[") && prev.kind == TokenKind::Identifier);
+      bool tight =
+          kTightBefore.count(cur.text) || kTightAfter.count(prev.text) ||
+          ((cur.text == "(" || cur.text == "[") && prev.kind == TokenKind::Identifier && !kKeywords.count(prev.text));
       if (tight) {  // only where the two still read as the same two tokens
         const std::vector<Token> relexed = code_tokens(lex(prev.text + cur.text).tokens);
         tight = relexed.size() == 2 && relexed[0].text == prev.text && relexed[1].text == cur.text;

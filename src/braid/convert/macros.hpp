@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,13 @@ namespace braid::convert {
 struct MacroDefinition {
   std::string name;
   bool function_like = false;
-  bool variadic = false;              // `...` last: its arguments are __VA_ARGS__
-  std::vector<std::string> params;    // named parameters (without __VA_ARGS__)
-  std::vector<Token> body;            // the replacement list's code tokens
+  bool variadic = false;            // `...` last: its arguments are __VA_ARGS__
+  std::vector<std::string> params;  // named parameters (without __VA_ARGS__)
+  std::vector<Token> body;          // the replacement list's code tokens
   int line = 0;
-  std::size_t defined_at = 0;         // byte offset of the #define
+  std::size_t defined_at = 0;           // byte offset of the #define
   std::size_t undefined_at = SIZE_MAX;  // byte offset of the #undef that ends it
-  bool ambiguous = false;             // another definition of the name is in scope at the same time
+  bool ambiguous = false;               // another definition of the name is in scope at the same time
 };
 
 // The text of a macro's expansion, or why it could not be made.
@@ -55,6 +56,7 @@ class MacroTable {
 
  private:
   std::vector<MacroDefinition> defs_;
+  std::map<std::string, std::vector<std::size_t>> by_name_;  // name -> indices into defs_
 };
 
 // Tokens joined into C++ text: a space only where the tokens would otherwise merge or read badly.
