@@ -167,6 +167,22 @@ TEST(AnalyzerMacros, NestedVariadicPastedAndStringisedMacros) {
             "do { if ((f(a, \"b\")) != 0) { printf(\"%s\", \"f(a, \\\"b\\\")\"); exit(1); } } while (0)");
 }
 
+// `#define AR ncclAllReduce`: the use names the call, its arguments follow in the source.
+TEST(AnalyzerMacros, AnAliasOfAnNcclFunctionIsACallSite) {
+  const std::string src =
+      "#include <nccl.h>\n#define AR ncclAllReduce\nint main() {\n  float* g;\n  cudaMalloc(&g, 64);\n"
+      "  AR(g, g, 16, ncclFloat, ncclSum, comm, 0);\n}\n";
+  const Analysis a = analyze("a.cu", src);
+  ASSERT_EQ(a.nccl_collectives().size(), 1u);
+  const Call& c = a.calls[a.nccl_collectives()[0]];
+  EXPECT_EQ(c.name, "ncclAllReduce");
+  EXPECT_EQ(c.buffers, std::vector<std::string>{"g"});
+  EXPECT_EQ(src.substr(c.call_begin, c.call_end - c.call_begin), "AR(g, g, 16, ncclFloat, ncclSum, comm, 0)");
+  EXPECT_EQ(src.substr(c.stmt_begin, c.stmt_end - c.stmt_begin), "AR(g, g, 16, ncclFloat, ncclSum, comm, 0);");
+  const Conversion conv = transform(a, src);
+  EXPECT_TRUE(contains(conv.source, "  braid_converted::all_reduce<0>(g, g, 16, ncclFloat, ncclSum, comm, 0);\n"));
+}
+
 TEST(AnalyzerMacros, AFileWhoseCallsAreAllInUnexpandableMacrosSaysSo) {
   const std::string src =
       "#include <nccl.h>\n#define AR(b) ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, 0)\n#undef AR\n"

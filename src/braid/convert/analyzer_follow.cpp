@@ -327,7 +327,7 @@ void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_a
       c.stmt_end = r.end == 0 ? 0 : r.end >= first_expansion ? use.end : r.end;
       c.stmt_is_body = r.control_body;
       c.call_begin = use.begin;
-      c.call_end = use.end;
+      c.call_end = c.call_end >= first_expansion ? use.end : c.call_end;  // `AR(...)` with `#define AR ncclAllReduce`
       for (Argument& arg : c.args) arg.begin = use.begin, arg.end = use.end;
       break;
     }

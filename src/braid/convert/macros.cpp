@@ -296,6 +296,10 @@ bool MacroTable::calls_any(const MacroDefinition& m, const std::vector<std::stri
     const MacroDefinition* d = pending.back();
     pending.pop_back();
     if (!seen.insert(d->name).second) continue;
+    // `#define AR ncclAllReduce`: the call's parentheses follow the use.
+    if (!d->function_like && !d->body.empty() &&
+        std::find(names.begin(), names.end(), d->body.back().text) != names.end())
+      return true;
     for (std::size_t k = 0; k < d->body.size(); ++k) {
       const std::string& x = d->body[k].text;
       if (std::find(names.begin(), names.end(), x) != names.end() && k + 1 < d->body.size() &&

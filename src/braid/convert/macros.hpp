@@ -51,7 +51,8 @@ class MacroTable {
   MacroExpansion expand_use(const std::vector<Token>& code, std::size_t i, const Expands& expands) const;
   // `text` at byte `offset` with every macro in scope expanded (an argument as the compiler sees it).
   std::string expand_text(const std::string& text, std::size_t offset) const;
-  // Whether `m`'s body calls one of `names` (`name(`), itself or through macros it uses.
+  // Whether `m`'s body calls one of `names` (`name(`), itself or through macros it uses, or is an
+  // object-like alias of one (`#define AR ncclAllReduce`).
   bool calls_any(const MacroDefinition& m, const std::vector<std::string>& names) const;
 
  private:

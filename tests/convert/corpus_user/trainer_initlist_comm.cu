@@ -112,9 +112,10 @@ int main(int argc, char** argv) {
     GradClipper clipper(world_comm, stream);
     for (int step = 0; step < cfg.steps; ++step) {
       trainer.backward(step);
-      trainer.allreduce_grads();
+      // Squared norms of the local gradients summed over ranks, before they are reduced.
       const float norm = clipper.global_norm(trainer.grads(), trainer.numel());
-      if (rank == 0) std::printf("step %d grad norm^2 %.3f\n", step, norm);
+      trainer.allreduce_grads();
+      if (rank == 0) std::printf("step %d sum of local grad norms^2 %.3f\n", step, norm);
     }
     half first;
     CHECK(cudaMemcpy(&first, trainer.grads(), sizeof(first), cudaMemcpyDeviceToHost));
