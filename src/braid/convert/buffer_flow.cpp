@@ -46,7 +46,6 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
   return out;
 }
 
-// Removes casts, outer parentheses and `&`; returns whether an `&` was removed.
 }  // namespace flow_tokens
 
 namespace {
@@ -56,6 +55,7 @@ using namespace flow_tokens;
 const std::set<std::string> kTypeWords = {"const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*",
                                           "::", "<", ">", "&"};
 
+// Removes casts, outer parentheses and `&`; returns whether an `&` was removed.
 std::vector<Token> strip(std::vector<Token> t, bool& addr) {
   for (int guard = 0; guard < 16 && !t.empty(); ++guard) {
     if (t.front().text == "&") {
@@ -100,7 +100,6 @@ std::vector<Token> strip(std::vector<Token> t, bool& addr) {
   return t;
 }
 
-// The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 }  // namespace
 
 std::pair<std::string, std::string> split_root(const std::string& path) {

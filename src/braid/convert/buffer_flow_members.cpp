@@ -17,6 +17,7 @@ using namespace flow_tokens;
 const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
                                              "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
 
+// The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
   const std::string c = code[close].text, o = c == ")" ? "(" : "{";
   int depth = 0;
