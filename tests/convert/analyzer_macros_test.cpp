@@ -109,6 +109,10 @@ TEST(AnalyzerMacros, ConvertedUsesAreWrittenAsTheirExpansion) {
   bool told = false;
   for (const Change& ch : c.changes) told = told || contains(ch.why, "written in macro ALLREDUCE");
   EXPECT_TRUE(told);
+  // Read again (the rewrite loop, annotation): the calls are where the uses were, written out.
+  const Analysis again = analyze_converted("m.cu", c.source);
+  EXPECT_EQ(again.nccl_collectives().size(), 4u);
+  EXPECT_TRUE(again.macro_uses.empty());
 }
 
 // A use whose call stays host NCCL is left as written; a free inside a macro is converted like a plain one.

@@ -152,6 +152,7 @@ class Expander {
       disabled_.push_back(m->name);
       for (Token& x : run(body, depth + 1)) out.push_back(std::move(x));
       disabled_.pop_back();
+      if (out.size() > 100000) fail("expands to more than 100000 tokens");
     }
     return out;
   }
