@@ -173,13 +173,18 @@ TEST(Analyzer, IntegerExpressions) {
   EXPECT_EQ(base_variable("a.ptr"), "a");
 }
 
+// A macro whose body calls NCCL is followed at its uses (analyzer_macros_test.cpp); one whose
+// definition depends on the build (two bodies, no #undef between) is reported at each use.
 TEST(Analyzer, MacroDefinitionsHidingCallsAreReported) {
-  const std::string src = "#include <nccl.h>\n#define AR(b) ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, 0)\nint main() {\n float* b;\n cudaMalloc(&b, 16);\n"
-                          " ncclAllGather(b, b, 1, ncclFloat, comm, 0);\n}\n";
+  const std::string src = "#include <nccl.h>\n#ifdef SUM\n#define AR(b) ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, 0)\n#else\n"
+                          "#define AR(b) ncclAllReduce(b, b, 4, ncclFloat, ncclMax, comm, 0)\n#endif\nint main() {\n float* b;\n"
+                          " cudaMalloc(&b, 16);\n AR(b);\n ncclAllGather(b, b, 1, ncclFloat, comm, 0);\n}\n";
   Analysis a = analyze("m.cu", src);
   ASSERT_EQ(a.unsupported.size(), 1u);
-  EXPECT_EQ(a.unsupported[0].line, 2);
-  EXPECT_EQ(a.unsupported[0].construct, "ncclAllReduce");
+  EXPECT_EQ(a.unsupported[0].line, 10);
+  EXPECT_EQ(a.unsupported[0].construct, "AR (macro)");
+  EXPECT_TRUE(contains(a.unsupported[0].reason, "defined more than once")) << a.unsupported[0].reason;
+  EXPECT_EQ(a.nccl_collectives().size(), 1u);  // the all-gather; AR's call is not guessed
 }
 
 TEST(Analyzer, BadInputNamesFileAndLine) {

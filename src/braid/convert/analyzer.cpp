@@ -34,24 +34,38 @@ const Buffer* Analysis::buffer_of_argument(const std::string& arg_text) const {
   return it == buffers.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// No collective to convert, naming the macros whose calls could not be read where there are some.
+std::string no_collective_message(const Analysis& a) {
+  std::string out = "has no NCCL collective or point-to-point call (nothing to convert)";
+  for (const Issue& u : a.unsupported)
+    if (u.construct.ends_with(" (macro)")) out += fmt::format("; line {}: {}", u.line, u.reason);
+  return out;
+}
+
+}  // namespace
+
 Analysis analyze(const std::string& file, const std::string& source, bool require_collective) {
   Analysis a;
   a.file = file;
   const LexResult lr = lex_source(file, source);
-  const std::vector<Token> toks = code_tokens(lr.tokens);
+  require_translation_unit(file, source, lr, code_tokens(lr.tokens));
+  // Uses of macros that call NCCL or allocate are read as their expansions, at the use.
+  const MacroTable macros(lr.tokens);
+  const std::vector<Token> toks = splice_macro_uses(code_tokens(lr.tokens), macros, source.size(), a);
   const BufferFlow flow(toks);
-  require_translation_unit(file, source, lr, toks);
   // What the whole file says before calls are read in order.
-  read_comments_and_macros(file, lr.tokens, a);
+  read_annotations(file, lr.tokens, a);
+  collect_macro_constants(macros, a);
   collect_constants(toks, a);
   const PointerTypes pointer_types = declared_pointer_types(toks);
   collect_harness_buffers(toks, a);
   // The calls in order, then what they reach.
-  walk_calls(file, toks, flow, pointer_types, a);
+  walk_calls(file, toks, flow, pointer_types, macros, a);
   list_not_followed(toks, a);
   const std::vector<std::size_t> collectives = a.nccl_collectives();
-  if (collectives.empty() && require_collective)
-    throw UserError(file, "has no NCCL collective or point-to-point call (nothing to convert)");
+  if (collectives.empty() && require_collective) throw UserError(file, no_collective_message(a));
   // A call whose buffer cannot be followed keeps the reason and stays host NCCL (never a whole-file refusal).
   const TokenIndex token_at = index_tokens(toks);
   mark_conditional_calls(flow, token_at, a);
@@ -63,6 +77,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   check_annotations(file, a);
   order_calls(a);
   find_statement_ranges(toks, token_at, a);
+  place_macro_calls(toks, token_at, a);
   return a;
 }
 
@@ -81,6 +96,7 @@ json analysis_to_json(const Analysis& a) {
     json cj{{"index", i},   {"kind", call_kind_name(c.kind)}, {"name", c.name}, {"line", c.line},
             {"args", args}, {"function", c.function}};
     if (!c.stream.empty()) cj["stream"] = c.stream;
+    if (c.macro_use >= 0) cj["macro"] = a.macro_uses[(std::size_t)c.macro_use].name;
     if (!c.buffers.empty()) cj["buffers"] = c.buffers;
     if (c.group >= 0) cj["group"] = c.group;
     if (c.loop >= 0) cj["loop"] = c.loop;
@@ -118,6 +134,10 @@ json analysis_to_json(const Analysis& a) {
   for (auto& u : a.unsupported) un.push_back({{"line", u.line}, {"construct", u.construct}, {"reason", u.reason}});
   j["unsupported"] = un;
   j["constants"] = a.constants;
+  json uses = json::array();
+  for (const MacroUse& u : a.macro_uses)
+    uses.push_back({{"macro", u.name}, {"line", u.line}, {"expansion", u.expansion}});
+  j["macro_uses"] = uses;
   return j;
 }
 
@@ -138,11 +158,14 @@ std::string analysis_to_text(const Analysis& a) {
     if (c.group >= 0) where += fmt::format(" [group {}]", c.group);
     if (c.loop >= 0)
       where += fmt::format(" [loop {} line {}]", a.loops[(std::size_t)c.loop].kind, a.loops[(std::size_t)c.loop].line);
+    if (c.macro_use >= 0) where += fmt::format(" [in macro {}]", a.macro_uses[(std::size_t)c.macro_use].name);
     std::string bufs;
     for (auto& b : c.buffers) bufs += (bufs.empty() ? "" : ",") + b;
     out += fmt::format("  #{:<3} line {:<4} {:<7} {}{}{}{}\n", i, c.line, call_kind_name(c.kind), c.name,
                        c.stream.empty() ? "" : " on " + c.stream, bufs.empty() ? "" : " touches " + bufs, where);
   }
+  if (!a.macro_uses.empty()) out += "macro uses (call sites read in their expansion):\n";
+  for (const MacroUse& u : a.macro_uses) out += fmt::format("  line {:<4} {} -> {}\n", u.line, u.name, u.expansion);
   if (!a.edges.empty()) {
     out += "order:\n";
     for (auto& e : a.edges) out += fmt::format("  #{} -> #{}  ({})\n", e.from, e.to, e.reason);

@@ -62,7 +62,24 @@ struct Call {
   std::string unresolved;
   std::map<int, std::vector<std::string>> arg_buffers;  // argument index -> allocation sites
   std::vector<std::string> comm_paths;  // the communicator argument, followed like a buffer
+  std::vector<std::string> comm_via;    // how it was followed (parameters, fields set by constructors)
   bool conditional = false;             // under if/else/switch/?: (may run on some ranks only)
+  // A call written in a macro's body: index into Analysis::macro_uses (its use is this call site:
+  // call_begin/call_end and the statement are the use's) and the name's offset in its expansion.
+  int macro_use = -1;
+  std::size_t expansion_at = 0;
+};
+
+// A use of a macro defined in the file whose body calls NCCL or allocates or frees
+// (`ALLREDUCE_F32(grads, n)` with `#define ALLREDUCE_F32(b, n) NCCLCHECK(ncclAllReduce(b, b, n, ...))`):
+// its expansion is read as written at the use, so each call in it is a call site there. A
+// conversion writes the expansion in place of the use; the #define stays.
+struct MacroUse {
+  std::string name;
+  int line = 0;
+  std::size_t begin = 0, end = 0;  // the use in the source: name .. ')' (the name of an object-like macro)
+  std::string expansion;           // the use expanded (macros without such calls, NCCLCHECK, left as written)
+  std::size_t expansion_offset = 0;  // where the expansion's tokens are numbered in the analysed token stream
 };
 
 // A communicator creation: ncclCommInitRank(&comm, ...), ncclCommInitRankConfig, ncclCommSplit(.., &comm, ..).
@@ -116,6 +133,7 @@ struct Analysis {
   std::vector<Edge> edges;
   std::map<std::string, int64_t> constants;
   std::vector<CommInit> comm_inits;
+  std::vector<MacroUse> macro_uses;
   bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
   std::string single_process_why;         // how the file does it, for the reason of every call
   bool uses_harness = false;  // harness_main(...) with a Candidate

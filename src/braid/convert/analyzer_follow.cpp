@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
@@ -63,6 +64,8 @@ void follow_call(const BufferFlow& flow, const NcclSignature& sig, std::size_t t
   }
   const BufferFlow::Resolution comm = flow.resolve(c.args[(std::size_t)sig.comm].text, flow.function_at(tok), tok);
   c.comm_paths = comm.paths;
+  c.comm_via = comm.via;
+  if (!comm.reason.empty()) c.comm_via.push_back(comm.reason);
   // The harness hands every entry point its one communicator (`c.comm`), so the expression
   // as written names it even though run()'s caller is outside this file.
   if (comm.paths.empty() && a.uses_harness)
@@ -300,6 +303,34 @@ void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& tok
     c.stmt_begin = r.begin;
     c.stmt_end = r.end;
     c.stmt_is_body = r.control_body;
+  }
+}
+
+void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a) {
+  if (a.macro_uses.empty()) return;
+  const std::size_t first_expansion = a.macro_uses.front().expansion_offset;
+  for (Call& c : a.calls) {
+    if (c.call_begin < first_expansion) continue;
+    for (std::size_t u = 0; u < a.macro_uses.size(); ++u) {
+      const MacroUse& use = a.macro_uses[u];
+      const std::size_t end = use.expansion_offset + use.expansion.size();
+      if (c.call_begin < use.expansion_offset || c.call_begin >= end) continue;
+      c.macro_use = (int)u;
+      c.expansion_at = c.call_begin - use.expansion_offset;
+      // The statement is the use's: from its expansion's first token to its last.
+      auto first = token_at.find(use.expansion_offset);
+      auto last = token_at.lower_bound(end);
+      StatementRange r;
+      if (first != token_at.end() && last != token_at.begin())
+        r = statement_of(toks, first->second, std::prev(last)->second);
+      c.stmt_begin = r.end == 0 ? 0 : r.begin >= first_expansion ? use.begin : r.begin;
+      c.stmt_end = r.end == 0 ? 0 : r.end >= first_expansion ? use.end : r.end;
+      c.stmt_is_body = r.control_body;
+      c.call_begin = use.begin;
+      c.call_end = c.call_end >= first_expansion ? use.end : c.call_end;  // `AR(...)` with `#define AR ncclAllReduce`
+      for (Argument& arg : c.args) arg.begin = use.begin, arg.end = use.end;
+      break;
+    }
   }
 }
 

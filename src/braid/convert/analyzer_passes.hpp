@@ -13,6 +13,7 @@
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/buffer_flow.hpp"
 #include "braid/convert/lexer.hpp"
+#include "braid/convert/macros.hpp"
 
 namespace braid::convert {
 
@@ -34,8 +35,18 @@ LexResult lex_source(const std::string& file, const std::string& source);
 // A UserError unless the tokens look like a C++/CUDA translation unit (prose, JSON or YAML do not).
 void require_translation_unit(const std::string& file, const std::string& source, const LexResult& lexed,
                               const std::vector<Token>& code);
-// `// braid:input|output x` comments into annotations; NCCL calls inside #define into unsupported.
-void read_comments_and_macros(const std::string& file, const std::vector<Token>& all, Analysis& a);
+// `// braid:input|output x` comments into annotations.
+void read_annotations(const std::string& file, const std::vector<Token>& all, Analysis& a);
+// The code tokens with each use of a macro whose body calls NCCL or allocates or frees (MacroUse)
+// replaced by its expansion's tokens, numbered from past the end of the source (the use's line
+// kept); a use that cannot be expanded is listed in unsupported and left as written.
+std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const MacroTable& macros, std::size_t source_size,
+                                     Analysis& a);
+// Object-like macros with an integer value (`#define N_LAYERS 2`) into constants.
+void collect_macro_constants(const MacroTable& macros, Analysis& a);
+// The byte offset in the source a token of the analysed stream stands for: its own, or for a
+// token of a macro's expansion, its use's.
+std::size_t source_offset(const Analysis& a, std::size_t offset);
 // `constexpr T NAME = expr;` and `const T NAME = expr;` with an integer value into constants.
 void collect_constants(const std::vector<Token>& toks, Analysis& a);
 // Declared pointers `T* name` / `T *name`: name -> element type.
@@ -48,8 +59,9 @@ void collect_harness_buffers(const std::vector<Token>& toks, Analysis& a);
 
 // Kernels, streams, events, loops, groups and calls (kernel launches and NCCL, cuBLAS, stream,
 // event and memory API calls) in source order, with the buffers allocated by the calls.
+// The arguments of NCCL calls are read with the file's macros expanded (`NCCL_DTYPE` -> `ncclBfloat16`).
 void walk_calls(const std::string& file, const std::vector<Token>& toks, const BufferFlow& flow,
-                const PointerTypes& pointer_types, Analysis& a);
+                const PointerTypes& pointer_types, const MacroTable& macros, Analysis& a);
 
 // ---- passes after the walk (analyzer_follow.cpp) ----
 
@@ -83,5 +95,8 @@ void check_annotations(const std::string& file, const Analysis& a);
 void order_calls(Analysis& a);
 // Each call's statement range, for tools that insert code after a call (diagnostic_rerun.hpp).
 void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);
+// Calls read in a macro's expansion placed at its use: their byte ranges and statement become the
+// use's, with Call::macro_use and the offset of the call in the expansion.
+void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);
 
 }  // namespace braid::convert

@@ -55,18 +55,70 @@ void require_translation_unit(const std::string& file, const std::string& source
     throw UserError(file, "is not C++/CUDA source (no includes, declarations or functions)");
 }
 
-void read_comments_and_macros(const std::string& file, const std::vector<Token>& all, Analysis& a) {
-  for (const Token& t : all) {
+void read_annotations(const std::string& file, const std::vector<Token>& all, Analysis& a) {
+  for (const Token& t : all)
     if (t.kind == TokenKind::Comment)
       for (const char* kind : {"input", "output"}) read_annotation(file, t, kind, a);
-    if (t.kind == TokenKind::Preprocessor && t.text.find("define") != std::string::npos) {
-      for (const NcclSignature& s : nccl_signatures())
-        if (t.text.find(std::string(s.name) + "(") != std::string::npos ||
-            t.text.find(std::string(s.name) + " (") != std::string::npos)
-          a.unsupported.push_back(
-              Issue{t.line, s.name, "NCCL call inside a macro definition: expansions are not followed"});
+}
+
+std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const MacroTable& macros, std::size_t source_size,
+                                     Analysis& a) {
+  if (macros.definitions().empty()) return code;
+  // What a conversion rewrites or the rules follow: a use whose expansion calls one of these is a call site.
+  std::vector<std::string> calls = {
+      "ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
+      "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
+      "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
+      "cudaMallocManaged", "cudaFree",        "cudaFreeAsync"};
+  for (const NcclSignature& s : nccl_signatures()) calls.push_back(s.name);
+  std::map<const MacroDefinition*, bool> matters;
+  const MacroTable::Expands expands = [&](const MacroDefinition& m) {
+    auto it = matters.find(&m);
+    return it != matters.end() ? it->second : matters[&m] = macros.calls_any(m, calls);
+  };
+  std::vector<Token> out;
+  std::size_t next = source_size + 1;
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    const Token& t = code[i];
+    const MacroDefinition* m = t.kind == TokenKind::Identifier ? macros.at(t.text, t.offset) : nullptr;
+    const bool member = i > 0 && (code[i - 1].text == "." || code[i - 1].text == "->");
+    if (!m || member || !expands(*m) || (m->function_like && (i + 1 >= code.size() || code[i + 1].text != "("))) {
+      out.push_back(t);
+      continue;
     }
+    const MacroExpansion e = macros.expand_use(code, i, expands);
+    if (!e.error.empty()) {
+      a.unsupported.push_back(
+          Issue{t.line, t.text + " (macro)",
+                fmt::format("NCCL or memory calls inside macro `{}` (line {}) are not followed here: "
+                            "{}; the use stays as written (host NCCL)",
+                            t.text, m->line, e.error)});
+      out.push_back(t);
+      continue;
+    }
+    a.macro_uses.push_back(MacroUse{t.text, t.line, t.offset, code[e.close].end, e.text, next});
+    for (Token x : code_tokens(lex(e.text).tokens)) {
+      x.offset += next;
+      x.end += next;
+      x.line = t.line;
+      out.push_back(std::move(x));
+    }
+    next += e.text.size() + 1;
+    i = e.close;
   }
+  return out;
+}
+
+void collect_macro_constants(const MacroTable& macros, Analysis& a) {
+  for (const MacroDefinition& m : macros.definitions())
+    if (!m.function_like && !m.ambiguous && !m.body.empty())
+      if (auto v = evaluate_integer(join_tokens(m.body), a.constants)) a.constants.emplace(m.name, *v);
+}
+
+std::size_t source_offset(const Analysis& a, std::size_t offset) {
+  for (const MacroUse& u : a.macro_uses)
+    if (offset >= u.expansion_offset && offset <= u.expansion_offset + u.expansion.size()) return u.begin;
+  return offset;
 }
 
 void collect_constants(const std::vector<Token>& toks, Analysis& a) {

@@ -14,10 +14,6 @@ namespace {
 
 bool is(const Token& t, const char* text) { return t.text == text; }
 
-const std::set<std::string> kKeywordsBeforeParen = {"if",       "for",    "while",    "switch",        "catch",
-                                                    "return",   "sizeof", "decltype", "static_assert", "alignof",
-                                                    "noexcept", "defined"};
-
 // The API family a called name belongs to; Other for names the analysis does not record.
 CallKind api_kind(const std::string& name) {
   if (name.rfind("nccl", 0) == 0) return CallKind::Nccl;
@@ -41,8 +37,8 @@ void add_argument_variables(Call& c) {
 class CallWalker {
  public:
   CallWalker(const std::string& file, const std::vector<Token>& toks, const BufferFlow& flow,
-             const PointerTypes& pointer_types, Analysis& a)
-      : file_(file), toks_(toks), flow_(flow), pointer_types_(pointer_types), a_(a) {}
+             const PointerTypes& pointer_types, const MacroTable& macros, Analysis& a)
+      : file_(file), toks_(toks), flow_(flow), pointer_types_(pointer_types), macros_(macros), a_(a) {}
 
   void run() {
     for (std::size_t i = 0; i < toks_.size(); ++i) {
@@ -124,21 +120,13 @@ class CallWalker {
   bool enter_scope(std::size_t i) {
     if (!is(toks_[i], "{")) return false;
     Scope s{Scope::Other, -1, current_function_};
-    std::size_t p = i;
-    while (p > 0 && (is(toks_[p - 1], "const") || is(toks_[p - 1], "noexcept") || is(toks_[p - 1], "override"))) --p;
     if (i >= 2 && is(toks_[i - 2], "namespace")) s.kind = Scope::Namespace;
     else if (i >= 1 && is(toks_[i - 1], "namespace")) s.kind = Scope::Namespace;
-    else if (p >= 1 && is(toks_[p - 1], ")") && current_function_.empty()) {
-      int depth = 0;
-      std::size_t q = p - 1;
-      for (;; --q) {
-        if (is(toks_[q], ")")) ++depth;
-        else if (is(toks_[q], "(") && --depth == 0) break;
-        if (q == 0) break;
-      }
-      if (q > 0 && toks_[q - 1].kind == TokenKind::Identifier && !kKeywordsBeforeParen.count(toks_[q - 1].text)) {
+    else if (current_function_.empty()) {
+      // A function body (a constructor's after its member-initialiser list), named as BufferFlow names it.
+      if (const FunctionHead h = function_head(toks_, i); h.name != SIZE_MAX) {
         s.kind = Scope::Function;
-        s.function = toks_[q - 1].text;
+        s.function = (h.name > 0 && is(toks_[h.name - 1], "~") ? "~" : "") + toks_[h.name].text;
         current_function_ = s.function;
       }
     }
@@ -267,6 +255,7 @@ class CallWalker {
 
   // A data-moving NCCL call: its stream, its send/receive variables, its group membership.
   void read_nccl_call(Call& c, const NcclSignature& sig, const Token& t) {
+    expand_macro_arguments(c, t);
     if ((int)c.args.size() != sig.arity) {
       a_.unsupported.push_back(
           Issue{t.line, c.name, fmt::format("{} arguments where {} are expected", c.args.size(), sig.arity)});
@@ -280,6 +269,18 @@ class CallWalker {
       }
     }
     if (c.group >= 0) a_.groups[(std::size_t)c.group].members.push_back(a_.calls.size());
+  }
+
+  // Arguments naming the file's macros read as the compiler sees them (`NCCL_DTYPE` -> `ncclBfloat16`).
+  void expand_macro_arguments(Call& c, const Token& t) const {
+    const std::size_t at = source_offset(a_, t.offset);
+    for (Argument& arg : c.args) {
+      const std::vector<Token> words = code_tokens(lex(arg.text).tokens);
+      if (std::none_of(words.begin(), words.end(), [&](const Token& w) { return macros_.at(w.text, at) != nullptr; }))
+        continue;
+      const std::vector<Token> expanded = code_tokens(lex(macros_.expand_text(arg.text, at)).tokens);
+      arg.text = normalise(expanded, 0, expanded.size());
+    }
   }
 
   static bool allocates(const Call& c) {
@@ -331,6 +332,7 @@ class CallWalker {
   const std::vector<Token>& toks_;
   const BufferFlow& flow_;
   const PointerTypes& pointer_types_;
+  const MacroTable& macros_;
   Analysis& a_;
   std::vector<Scope> scopes_;
   int open_group_ = -1;
@@ -357,8 +359,8 @@ void keep_buffer_arguments(Analysis& a) {
 }  // namespace
 
 void walk_calls(const std::string& file, const std::vector<Token>& toks, const BufferFlow& flow,
-                const PointerTypes& pointer_types, Analysis& a) {
-  CallWalker(file, toks, flow, pointer_types, a).run();
+                const PointerTypes& pointer_types, const MacroTable& macros, Analysis& a) {
+  CallWalker(file, toks, flow, pointer_types, macros, a).run();
   keep_buffer_arguments(a);
 }
 

@@ -5,13 +5,11 @@
 #include <algorithm>
 #include <set>
 
-namespace braid::convert {
-namespace {
+#include "braid/convert/buffer_flow_tokens.hpp"
 
-const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
-                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
-const std::set<std::string> kTypeWords = {"const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*",
-                                          "::", "<", ">", "&"};
+namespace braid::convert {
+
+namespace flow_tokens {
 
 std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end) {
   const std::string o = t[open].text;
@@ -47,6 +45,15 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
   }
   return out;
 }
+
+}  // namespace flow_tokens
+
+namespace {
+
+using namespace flow_tokens;
+
+const std::set<std::string> kTypeWords = {"const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*",
+                                          "::", "<", ">", "&"};
 
 // Removes casts, outer parentheses and `&`; returns whether an `&` was removed.
 std::vector<Token> strip(std::vector<Token> t, bool& addr) {
@@ -122,6 +129,7 @@ std::string access_path(const std::string& expr, bool target) {
     }
     if (arithmetic) t = strip(t, addr);
   }
+  if (t.size() > 2 && t[0].text == "this" && t[1].text == "->") t.erase(t.begin(), t.begin() + 2);  // a field
   if (t.empty() || t[0].kind != TokenKind::Identifier) return "";
   std::string path = t[0].text;
   if (path == "nullptr" || path == "NULL" || path == "this") return "";
@@ -176,28 +184,19 @@ bool path_matches(const std::string& use, const std::string& alloc) {
 }
 
 BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditional_(code.size(), false) {
-  // Function definitions: `name ( params ) [const|noexcept|override]* {` outside other functions.
-  std::size_t i = 0;
+  // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
+  collect_classes();
   std::size_t function_end = 0;  // inside a function body until this token
-  for (; i < code.size(); ++i) {
+  for (std::size_t i = 0; i < code.size(); ++i) {
     if (i < function_end || code[i].text != "{") continue;
-    std::size_t p = i;
-    while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
-    if (p == 0 || code[p - 1].text != ")") continue;
-    int depth = 0;
-    std::size_t q = p - 1;
-    for (;; --q) {
-      if (code[q].text == ")") ++depth;
-      else if (code[q].text == "(" && --depth == 0) break;
-      if (q == 0) break;
-    }
-    if (q == 0 || code[q - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[q - 1].text)) continue;
+    const FunctionHead h = function_head(code, i);
+    if (h.name == SIZE_MAX) continue;
     FunctionDef f;
-    f.name = code[q - 1].text;
-    f.name_token = q - 1;
+    f.name = (h.name > 0 && code[h.name - 1].text == "~" ? "~" : "") + code[h.name].text;  // a destructor: ~Name
+    f.name_token = h.name;
     f.body_open = i;
     f.body_close = match_forward(code, i, code.size());
-    for (const std::string& param : split_top(code, q, p - 1)) {
+    for (const std::string& param : split_top(code, h.open, h.close)) {
       LexResult lr = lex(param);
       std::vector<Token> pt = code_tokens(lr.tokens);
       auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
@@ -206,8 +205,13 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         if (it->kind == TokenKind::Identifier) name = it->text;
       f.params.push_back(name == "void" ? "" : name);
     }
+    if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].kind == TokenKind::Identifier)
+      f.owner = code[h.name - 2].text;  // Owner::name defined outside the class
+    for (const ClassBody& c : classes_)
+      if (f.owner.empty() && h.name > c.open && h.name < c.close) f.owner = c.name;
     function_end = f.body_close;
     functions_.push_back(f);
+    record_member_writes(functions_.back(), h.init_colon);
   }
   mark_conditionals();
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
@@ -244,6 +248,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_element_copy(k, f.body_close);
+      record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
         const std::size_t close = match_forward(code_, k + 1, f.body_close);
         calls_[t.text].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
@@ -480,8 +485,9 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     stack.pop_back();
     return;
   }
-  out.paths.push_back(path);
+  if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);
   stack.pop_back();
 }
 
+// `class|struct Name [: bases] {`: the bodies whose functions are members of Name.
 }  // namespace braid::convert

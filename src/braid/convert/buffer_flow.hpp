@@ -2,7 +2,9 @@
 // translation unit the way users write it: casts and pointer arithmetic (`(float*)(ws + off)`,
 // `&buf[i]`), local aliases (`float* logits = ...`, range-for `auto& b : buckets`), struct fields
 // and array elements (`model->acts.out`, `layers[l].w`, `bufs[i]`), and function parameters
-// (every call of the helper in the file, several levels deep, member functions included).
+// (every call of the helper in the file, several levels deep, member functions included), and a
+// class's fields to what its constructors (member-initialiser list or body) and member functions
+// assign them, then through the constructor's parameters to each construction of the class.
 //
 // Buffers are named by access path, not by variable: `layers[].w` (any index), `kv[0]` and
 // `kv[1]` (distinct literal indices), `model.params.shard` (`->` and `.` alike). An allocation
@@ -10,6 +12,7 @@
 // the same components and indices agree or either is variable.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -19,11 +22,30 @@
 
 namespace braid::convert {
 
+// A write of a class's field by its own code: `: comm_(c)` in a constructor's member-initialiser
+// list, or `comm_ = c;` / `this->comm_ = c;` in a member function.
+struct MemberWrite {
+  std::string function;  // the constructor or member function
+  std::string expr;      // the value, in that function's terms
+  std::size_t token = 0;
+  int line = 0;
+  bool initialiser = false;
+};
+
 struct FunctionDef {
   std::string name;
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
+  std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
 };
+
+// The head of a function body opening at code[brace]: `name ( params ) [const|noexcept|override]*
+// [: member(init), ...] {`. name == SIZE_MAX when the brace opens no function body.
+struct FunctionHead {
+  std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
+  std::size_t init_colon = 0;                         // ':' of a member-initialiser list, 0 when none
+};
+FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
 // The access path an expression designates. `target` true: the first argument of an allocator
 // (`&x` -> x, `(void**)&b[i]` -> b[], `(void**)p + i` -> p[]); false: a pointer argument
@@ -67,6 +89,12 @@ class BufferFlow {
 
  private:
   void mark_conditionals();
+  void collect_classes();
+  void record_member_writes(const FunctionDef& f, std::size_t init_colon);
+  void record_construction(std::size_t k, const std::string& caller, std::size_t end);
+  std::string owner_of(const std::string& function) const;
+  bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
+                     std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);
   const FunctionDef* returning_helper(const std::string& expr) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
@@ -90,6 +118,13 @@ class BufferFlow {
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  struct ClassBody {
+    std::string name;
+    std::size_t open = 0, close = 0;
+  };
+  std::vector<ClassBody> classes_;
+  std::map<std::string, std::vector<MemberWrite>> member_writes_;  // "Class::field" -> its writes
+  std::set<std::string> member_addressed_;  // "Class::field" also written through `&field` (an allocation, a creation)
 };
 
 }  // namespace braid::convert

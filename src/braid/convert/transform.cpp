@@ -14,6 +14,7 @@ namespace {
 struct Edit {
   std::size_t begin = 0, end = 0;  // replaced byte range
   std::string text;
+  int macro_use = -1;  // >= 0: the range is in that macro use's expansion (Analysis::macro_uses)
 };
 
 std::string apply_edits(const std::string& src, std::vector<Edit> edits) {
@@ -21,6 +22,32 @@ std::string apply_edits(const std::string& src, std::vector<Edit> edits) {
   std::string out = src;
   for (const Edit& e : edits) out.replace(e.begin, e.end - e.begin, e.text);
   return out;
+}
+
+// Edits in macro expansions applied to them, and each edited use replaced by its expansion (the
+// #define stays: other uses, and this one's unconverted calls, still read it).
+std::string apply_edits(const Analysis& a, const std::string& src, const std::vector<Edit>& edits) {
+  std::vector<Edit> in_source;
+  std::map<int, std::vector<Edit>> in_use;
+  for (const Edit& e : edits) (e.macro_use < 0 ? in_source : in_use[e.macro_use]).push_back(e);
+  for (const auto& [u, es] : in_use) {
+    const MacroUse& use = a.macro_uses[(std::size_t)u];
+    in_source.push_back(Edit{use.begin, use.end, apply_edits(use.expansion, es)});
+  }
+  return apply_edits(src, in_source);
+}
+
+// The edit renaming call `c` to `after`, in the source or in its macro use's expansion.
+Edit rename(const Call& c, const std::string& after) {
+  if (c.macro_use >= 0) return Edit{c.expansion_at, c.expansion_at + c.name.size(), after, c.macro_use};
+  return Edit{c.call_begin, c.call_begin + c.name.size(), after};
+}
+
+// A call read in a macro's expansion: what the change's explanation adds.
+std::string in_macro(const Analysis& a, const Call& c) {
+  if (c.macro_use < 0) return "";
+  return fmt::format("; written in macro {}: this use is replaced by its expansion (the #define stays)",
+                     a.macro_uses[(std::size_t)c.macro_use].name);
 }
 
 const std::map<std::string, std::string> kRuleWhy = {
@@ -85,14 +112,18 @@ void rename_collectives(const Analysis& a, const std::vector<std::size_t>& colle
     auto rep = replacements().find(c.name);
     const int site = site_of(c, rw);
     const std::string after = fmt::format("braid_converted::{}<{}>", rep->second, site);
-    rw.edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
+    rw.edits.push_back(rename(c, after));
     std::string why = kRuleWhy.at(c.name);
     if (c.loop >= 0) why += " (inside a loop: same site, same barrier indices each trip)";
     if (!c.via.empty()) {
       why += "; buffers followed: ";
       for (std::size_t k = 0; k < c.via.size(); ++k) why += (k ? ", " : "") + c.via[k];
     }
-    conv.changes.push_back(Change{c.line, "B", rep->second, c.name, after, why});
+    if (!c.comm_via.empty()) {
+      why += "; communicator followed: ";
+      for (std::size_t k = 0; k < c.comm_via.size(); ++k) why += (k ? ", " : "") + c.comm_via[k];
+    }
+    conv.changes.push_back(Change{c.line, "B", rep->second, c.name, after, why + in_macro(a, c)});
     ++conv.converted_calls;
     for (int idx : window_args(c.name, *sig))
       for (const std::string& key : c.arg_buffers.at(idx)) rw.symmetric.insert(key);
@@ -105,9 +136,9 @@ void bracket_groups(const Analysis& a, Conversion& conv, Rewrite& rw) {
     const Group& grp = a.groups[(std::size_t)g];
     const Call& start = a.calls[grp.start_call];
     const Call& end = a.calls[grp.end_call];
-    rw.edits.push_back(Edit{start.call_begin, start.call_begin + start.name.size(), "braid_converted::group_start"});
+    rw.edits.push_back(rename(start, "braid_converted::group_start"));
     const std::string end_name = fmt::format("braid_converted::group_end<{}>", site);
-    rw.edits.push_back(Edit{end.call_begin, end.call_begin + end.name.size(), end_name});
+    rw.edits.push_back(rename(end, end_name));
     conv.changes.push_back(
         Change{start.line, "B", "group", "ncclGroupStart", "braid_converted::group_start",
                "collects the group's sends and receives; no NCCL group is opened (members are device launches)"});
@@ -162,8 +193,8 @@ void move_to_symmetric_memory(const Analysis& a, const Plan& plan, Conversion& c
             Unconverted{c.line, c.name, "the program manages windows itself: its registrations are kept as written"});
       continue;
     }
-    rw.edits.push_back(Edit{c.call_begin, c.call_begin + c.name.size(), after});
-    conv.changes.push_back(Change{c.line, "A", "infrastructure", c.name, after, why});
+    rw.edits.push_back(rename(c, after));
+    conv.changes.push_back(Change{c.line, "A", "infrastructure", c.name, after, why + in_macro(a, c)});
   }
   for (const std::string& key : rw.symmetric) {
     const Buffer& b = a.buffers.at(key);
@@ -279,7 +310,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });
   std::sort(conv.left.begin(), conv.left.end(),
             [](const Unconverted& x, const Unconverted& y) { return x.line < y.line; });
-  conv.source = apply_edits(source, rw.edits);
+  conv.source = apply_edits(a, source, rw.edits);
   return conv;
 }
 

@@ -80,8 +80,16 @@ std::string own_reason(const Analysis& a, const Call& c) {
                "): ranks may allocate differently, and window registration is collective";
     }
   }
+  if (c.comm_paths.size() > 1) {
+    std::string paths, via;
+    for (const std::string& p : c.comm_paths) paths += (paths.empty() ? "`" : ", `") + p + "`";
+    for (const std::string& v : c.comm_via) via += (via.empty() ? "" : ", ") + v;
+    return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` may be any of " + paths + " (" + via +
+           "): one communicator per call site is converted";
+  }
   if (c.comm_paths.size() != 1)
-    return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` cannot be followed to one variable";
+    return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` cannot be followed to one variable" +
+           (c.comm_via.empty() ? std::string() : " (" + c.comm_via.back() + ")");
   return "";
 }
 

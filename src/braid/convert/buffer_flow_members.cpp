@@ -1,0 +1,161 @@
+// BufferFlow (buffer_flow.hpp) on classes: function heads (constructors' member-initialiser lists
+// included), the fields a class's own code writes, the constructions of a class, and a field
+// followed through them to what the construction site passes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+namespace {
+
+using namespace flow_tokens;
+
+const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
+                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
+
+// The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
+std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
+  const std::string c = code[close].text, o = c == ")" ? "(" : "{";
+  int depth = 0;
+  for (std::size_t j = close + 1; j-- > 0;) {
+    if (code[j].text == c) ++depth;
+    else if (code[j].text == o && --depth == 0) return j;
+  }
+  return SIZE_MAX;
+}
+
+std::size_t skip_specifiers(const std::vector<Token>& code, std::size_t p) {
+  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
+  return p;
+}
+
+bool null_value(const std::string& expr) { return expr == "nullptr" || expr == "NULL" || expr == "0" || expr.empty(); }
+
+}  // namespace
+
+FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
+  FunctionHead h;
+  std::size_t p = skip_specifiers(code, brace);
+  // A constructor's member-initialiser list `) : a(x), b{y} {`: walked back entry by entry to its ':'.
+  for (std::size_t q = p; q > 0 && (code[q - 1].text == ")" || code[q - 1].text == "}");) {
+    const std::size_t o = open_of(code, q - 1);
+    if (o == SIZE_MAX || o < 2 || code[o - 1].kind != TokenKind::Identifier) break;
+    if (code[o - 2].text == ",") {
+      q = o - 2;
+      continue;
+    }
+    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 && code[skip_specifiers(code, o - 2) - 1].text == ")") {
+      h.init_colon = o - 2;
+      p = skip_specifiers(code, o - 2);
+    }
+    break;
+  }
+  if (p == 0 || code[p - 1].text != ")") return {};
+  const std::size_t open = open_of(code, p - 1);
+  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[open - 1].text))
+    return {};
+  h.name = open - 1;
+  h.open = open;
+  h.close = p - 1;
+  return h;
+}
+
+void BufferFlow::collect_classes() {
+  for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
+    const std::string& x = code_[k].text;
+    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier || (k > 0 && code_[k - 1].text == "enum"))
+      continue;
+    std::size_t j = k + 2;
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=") ++j;
+    if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
+  }
+}
+
+// The fields a member function writes: its member-initialiser list (from `init_colon`), `field = x;`
+// and `this->field = x;` in its body, and `&field` (written through its address).
+void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_colon) {
+  if (f.owner.empty()) return;
+  const std::string key = f.owner + "::";
+  for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
+    if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
+    const std::size_t close = match_forward(code_, k + 1, f.body_open);
+    member_writes_[key + code_[k].text].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    k = close;
+  }
+  for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
+    const Token& t = code_[k];
+    if (t.kind != TokenKind::Identifier) continue;
+    const std::string& prev = code_[k - 1].text;
+    const bool this_field = prev == "->" && code_[k - 2].text == "this";
+    if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
+    if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
+    std::size_t e = k + 2;
+    while (e < f.body_close && code_[e].text != ";") e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
+    member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
+  }
+}
+
+// A construction of a class with a constructor in this file (`Trainer t(comm, n)`, `Trainer t{...}`,
+// `std::make_unique<Trainer>(...)`; `Trainer(...)` and `new Trainer(...)` are calls already): a call
+// site of the constructor, whose parameters the member-initialiser list reads.
+void BufferFlow::record_construction(std::size_t k, const std::string& caller, std::size_t end) {
+  const auto has_constructor = [&](const std::string& cls) {
+    return std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
+  };
+  std::string cls;
+  std::size_t open = 0;
+  const Token& t = code_[k];
+  if (k + 2 < end && code_[k + 1].kind == TokenKind::Identifier && (code_[k + 2].text == "(" || code_[k + 2].text == "{")) {
+    cls = t.text;
+    open = k + 2;
+  } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
+    cls = t.text;
+    open = k + 1;
+  } else if ((t.text == "make_unique" || t.text == "make_shared") && k + 4 < end && code_[k + 1].text == "<" &&
+             code_[k + 3].text == ">" && code_[k + 4].text == "(") {
+    cls = code_[k + 2].text;
+    open = k + 4;
+  }
+  if (cls.empty() || !has_constructor(cls)) return;
+  const std::size_t close = match_forward(code_, open, end);
+  calls_[cls].push_back(CallSite{caller, split_top(code_, open, close), k, t.line});
+}
+
+// The class whose member `function` is, when only one class has a function of that name.
+std::string BufferFlow::owner_of(const std::string& function) const {
+  std::string owner;
+  for (const FunctionDef& f : functions_) {
+    if (f.name != function) continue;
+    if (f.owner.empty() || (!owner.empty() && owner != f.owner)) return "";
+    owner = f.owner;
+  }
+  return owner;
+}
+
+// A field of the function's class followed to what the class's own code writes into it (non-null
+// values; a field also written through its address keeps its own path too). False when nothing does.
+bool BufferFlow::follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
+                               std::vector<std::string>& stack) const {
+  const auto [root, rest] = split_root(path);
+  const std::string owner = owner_of(function);
+  auto writes = owner.empty() ? member_writes_.end() : member_writes_.find(owner + "::" + root);
+  if (writes == member_writes_.end()) return false;
+  std::vector<const MemberWrite*> values;
+  for (const MemberWrite& w : writes->second)
+    if (!null_value(w.expr)) values.push_back(&w);
+  if (values.empty()) return false;
+  for (const MemberWrite* w : values) {
+    out.via.push_back(fmt::format("field {} of {} <- {} ({} of {}(), line {})", root, owner, w->expr,
+                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function, w->line));
+    resolve_into(w->expr + rest, w->function, w->token, depth - 1, out, stack);
+    if (!out.reason.empty()) return true;
+  }
+  if (member_addressed_.count(owner + "::" + root)) out.paths.push_back(path);
+  return true;
+}
+
+}  // namespace braid::convert
