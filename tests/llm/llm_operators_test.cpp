@@ -180,6 +180,17 @@ TEST(LlmMutator, PromptNamesTakenKnobChangesAndTheModelAvoidsThem) {
   PatchOutcome second_out = apply_patch(f.parent, second.patch_type, second.patch);
   ASSERT_TRUE(second_out.ok()) << second_out.error;
   EXPECT_NE(Program::parse(second_out.text, "second").knob_key(), first_child.knob_key());
+
+  // Asked again after a rejected answer: the retry names what is taken by then.
+  c.previous_error = "knob vector already evaluated: " + first_child.knob_key();
+  c.taken_knob_changes = {change, "kTile = 1"};
+  Proposal retry = m.propose(f.parent, c);
+  ASSERT_TRUE(retry.ok()) << retry.error;
+  const auto reqs = f.server.requests();
+  const auto& msgs = reqs.back().body["messages"];
+  const std::string last = msgs[msgs.size() - 1]["content"];
+  EXPECT_NE(last.find("could not be used"), std::string::npos) << last;
+  EXPECT_NE(last.find("- kTile = 1"), std::string::npos) << last;
 }
 
 // The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];

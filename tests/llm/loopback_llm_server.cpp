@@ -455,11 +455,12 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   if (sample_) h ^= sample_() * 0x9e3779b97f4a7c15ull;
   // Read as a model follows the prompt: a one-knob change the prompt lists as already evaluated
   // is passed over for the next one in the same (hashed) order, where one is left.
-  std::set<std::string> taken;
-  if (auto at = first.find("Changes of one knob of this program already evaluated"); at != std::string::npos) {
-    auto listed = split_lines(first.substr(at));
-    for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i) taken.insert(listed[i].substr(2));
-  }
+  std::set<std::string> taken;  // listed in the first prompt, or again in a retry's
+  for (const std::string* text : {&first, &last})
+    if (auto at = text->find("Changes of one knob of this program already evaluated"); at != std::string::npos) {
+      auto listed = split_lines(text->substr(at));
+      for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i) taken.insert(listed[i].substr(2));
+    }
   const std::size_t n_knobs = knobs.size();
   std::size_t ki = h % n_knobs, step = 0;
   auto value_of = [&](const Knob& knob, std::size_t s) {

@@ -68,6 +68,13 @@ std::string block_markers(const Program& parent) {
   return trimmed(out);
 }
 
+// The parent's one-knob changes already taken, one "- kName = value" line each.
+std::string taken_list(const MutationContext& ctx) {
+  std::string out;
+  for (const auto& t : ctx.taken_knob_changes) out += "- " + t + "\n";
+  return trimmed(out);
+}
+
 }  // namespace
 
 std::string elide(const std::string& text, std::size_t max_chars) {
@@ -133,8 +140,6 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
     for (auto& v : k.domain) domain += (domain.empty() ? "" : "|") + v;
     knobs += fmt::format("- {} = {} ({})\n", k.name, k.value, domain);
   }
-  std::string taken;
-  for (const auto& t : ctx.taken_knob_changes) taken += "- " + t + "\n";
   std::string cross, top_k, inspirations, failed;
   for (std::size_t i = 0; i < ctx.cross_parents.size(); ++i)
     cross += program_section(*ctx.cross_parents[i], language, fmt::format("Program to combine {}", i + 1));
@@ -167,7 +172,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
       {"parent_error", p.correct ? "" : elide(trimmed(p.error_text), 3000)},
       {"parent_code", parent.text().empty() || parent.text().back() != '\n' ? parent.text() : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
-      {"taken_knob_changes", trimmed(taken)},
+      {"taken_knob_changes", taken_list(ctx)},
       {"cross_programs", trimmed(cross)},
       {"top_k", trimmed(top_k)},
       {"inspirations", trimmed(inspirations)},
@@ -214,7 +219,10 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
     std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
                              : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                  : "patch_cross.md";
+    std::string taken;
+    for (const auto& t : ctx.taken_knob_changes) taken += "- " + t + "\n";
     llm::PromptVars retry_vars = {{"previous_error", trimmed(ctx.previous_error)},
+                                  {"taken_knob_changes", taken_list(ctx)},
                                   {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))}};
     req.messages = {{"user", previous->user},
                     {"assistant", previous->answer},

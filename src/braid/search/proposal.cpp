@@ -118,21 +118,20 @@ std::vector<ProgramRecord> cross_partners(const ProposalSources& src, const Prep
   return out;
 }
 
-// The parent's single-knob neighbours (valid under its constraints) that the population holds.
-std::vector<std::string> taken_knob_changes(const Program& parent, const Population& pop) {
-  std::vector<std::string> taken;
+}  // namespace
+
+std::vector<std::string> taken_knob_changes(const Program& parent, const std::function<bool(const std::string& key)>& taken) {
+  std::vector<std::string> out;
   const auto values = parent.knob_values();
   for (const auto& k : parent.knobs())
     for (const auto& v : k.domain) {
       if (v == k.value) continue;
       auto changed = values;
       changed[k.name] = v;
-      if (!parent.violated_constraint(changed) && pop.knob_key_seen(knob_key_of(changed))) taken.push_back(k.name + " = " + v);
+      if (!parent.violated_constraint(changed) && taken(knob_key_of(changed))) out.push_back(k.name + " = " + v);
     }
-  return taken;
+  return out;
 }
-
-}  // namespace
 
 std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g) {
   const SearchConfig& cfg = src.cfg;
@@ -184,7 +183,8 @@ std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, s
   for (auto& r : p->failed) ctx.failed_neighbours.push_back(&r);
   ctx.best = p->best ? &*p->best : nullptr;
   ctx.meta_recommendations = src.meta_recommendations;
-  if (p->parent) ctx.taken_knob_changes = taken_knob_changes(*p->parent, pop);
+  if (p->parent)
+    ctx.taken_knob_changes = taken_knob_changes(*p->parent, [&](const std::string& key) { return pop.knob_key_seen(key); });
   ctx.rng = &p->rng;
   p->similarity_rows = pop.embedding_rows();
   return p;

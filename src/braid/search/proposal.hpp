@@ -104,6 +104,10 @@ bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed);
 ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s);
 
+// The parent's one-knob changes ("kName = value", valid under its constraints) whose knob vector
+// `taken` names: shown in the mutation prompt (MutationContext::taken_knob_changes).
+std::vector<std::string> taken_knob_changes(const Program& parent, const std::function<bool(const std::string& key)>& taken);
+
 // The id of generation g's child (stable across resume and replay).
 std::string child_id(std::uint64_t run_seed, std::int64_t generation);
 

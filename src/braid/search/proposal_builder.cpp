@@ -90,7 +90,13 @@ std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p) {
     if (knob_key_taken(key, g)) {
       p.last_text = p.candidate->code;
       p.candidate.reset();
-      if (!count_failed_attempt(p, steps_, "novelty", "knob vector already evaluated: " + key)) return std::nullopt;
+      if (!count_failed_attempt(p, steps_, "novelty", "knob vector already evaluated: " + key)) {
+        // Asked again with every one-knob change taken so far: settled in generation order, so
+        // what came before g is all known, and the same in a replay.
+        if (p.parent)
+          p.ctx.taken_knob_changes = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+        return std::nullopt;
+      }
       p.exhausted = true;
     }
   }
