@@ -1,5 +1,6 @@
 #include "braid/search/proposal_builder.hpp"
 
+#include <algorithm>
 #include <mutex>
 
 namespace braid {
@@ -81,20 +82,30 @@ void ProposalBuilder::submit_ask(PreparedProposal& p) {
 // The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
 // no candidate before it has; then the candidate is accepted, or the generation rejected.
 // Nullopt: asked again.
-std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p) {
+std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p, bool turn, bool* waits) {
   const std::int64_t g = p.generation;
   if (p.error) std::rethrow_exception(p.error);
   if (p.cancelled) return SettledProposal{SettledProposal::Kind::Dropped, g, {}};  // proposed again on resume
   if (!p.exhausted && p.knob_only) {
     const std::string key = p.candidate->knob_key;
-    if (knob_key_taken(key, g)) {
+    if (!knob_key_taken(key, g)) {
+      if (!turn) {
+        if (waits) *waits = true;
+        return std::nullopt;
+      }
+    } else {
       p.last_text = p.candidate->code;
       p.candidate.reset();
       if (!count_failed_attempt(p, steps_, "novelty", "knob vector already evaluated: " + key)) {
-        // Asked again with every one-knob change taken so far: settled in generation order, so
-        // what came before g is all known, and the same in a replay.
-        if (p.parent)
+        // Asked again naming the one-knob changes taken. At its turn that is everything before
+        // g; out of turn (timing-dependent) only what was prepared plus this vector, so that a
+        // replay asks the same.
+        if (p.parent && turn)
           p.ctx.taken_knob_changes = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+        else if (p.parent)
+          for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
+            if (std::find(p.ctx.taken_knob_changes.begin(), p.ctx.taken_knob_changes.end(), change) == p.ctx.taken_knob_changes.end())
+              p.ctx.taken_knob_changes.push_back(change);
         return std::nullopt;
       }
       p.exhausted = true;
@@ -116,12 +127,18 @@ std::vector<SettledProposal> ProposalBuilder::settle_answered() {
   for (auto it = proposing_.begin(); it != proposing_.end();) {
     PreparedProposal& p = *it->second;
     const bool first = it == proposing_.begin();
-    if (!asked_.count(it->first) || (p.knob_only && !p.exhausted && !p.error && !first)) {
+    bool waits = false;
+    if (!asked_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    auto settled = settle(p, first, &waits);
+    if (waits) {
       ++it;
       continue;
     }
     asked_.erase(it->first);
-    if (auto settled = settle(p)) {
+    if (settled) {
       out.push_back(std::move(*settled));
       it = proposing_.erase(it);
       if (first) it = proposing_.begin();  // the next may now be a knob-only edit's turn

@@ -3,8 +3,10 @@
 // from the population as it stands; the mutator is asked on a ProposalPool when it asks a remote
 // model, else at once; answers are settled in generation order, a knob-only edit only once
 // every generation before it is settled: it must bring a knob vector that no candidate before
-// it (indexed, or accepted and not yet indexed) has, so a replay repeats the outcome. The
-// mutator's own `seen` test (Mutator::set_seen) asks the same gate.
+// it (indexed, or accepted and not yet indexed) has, so a replay repeats the outcome. One whose
+// vector is already taken before its turn is asked again at once (those vectors only grow: it
+// would be taken at its turn too), so a duplicate does not wait for the generations before it.
+// The mutator's own `seen` test (Mutator::set_seen) asks the same gate.
 // Search thread only; ask() runs on the pool's threads through thread-safe ProposalSteps.
 #pragma once
 #include <cstdint>
@@ -90,7 +92,10 @@ class ProposalBuilder {
  private:
   ProposalSteps make_steps();
   void submit_ask(PreparedProposal& p);
-  std::optional<SettledProposal> settle(PreparedProposal& p);
+  // `turn`: every generation before p's is settled. A knob-only edit out of turn is settled only
+  // when its vector is already taken (it is then asked again at once: the vectors before it only
+  // grow, so it would be taken at its turn too); otherwise `*waits` is set and nothing happens.
+  std::optional<SettledProposal> settle(PreparedProposal& p, bool turn = true, bool* waits = nullptr);
 
   ProposalContext ctx_;
   ProposalSteps steps_;
