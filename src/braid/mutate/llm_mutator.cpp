@@ -1,5 +1,5 @@
-#include "braid/util/text.hpp"
 #include "braid/mutate/llm_mutator.hpp"
+#include "braid/util/text.hpp"
 
 #include <fmt/format.h>
 
@@ -34,8 +34,8 @@ std::string program_section(const ProgramRecord& r, const std::string& language,
 }
 
 std::string failed_section(const ProgramRecord& r) {
-  std::string s = fmt::format("## {} (generation {}, {} patch, {})\n", r.id, r.generation, r.patch_type,
-                              to_string(r.failure));
+  std::string s =
+      fmt::format("## {} (generation {}, {} patch, {})\n", r.id, r.generation, r.patch_type, to_string(r.failure));
   if (!r.text_feedback.empty()) s += "Feedback: " + trimmed(r.text_feedback) + "\n";
   if (!r.error_text.empty()) s += "Error:\n```\n" + elide(trimmed(r.error_text), 1500) + "\n```\n";
   if (!r.code_diff.empty()) s += "Change that produced it:\n```\n" + elide(trimmed(r.code_diff), 2000) + "\n```\n";
@@ -95,8 +95,8 @@ std::optional<ExtractedPatch> extract_patch(PatchType requested, const std::stri
     if (is_search_line(lines[i]) && !first_search) first_search = i;
     if (first_search && is_replace_end_line(lines[i])) last_end = i;
   }
-  bool has_blocks = answer.find("EVOLVE-BLOCK-START") != std::string::npos &&
-                    answer.find("EVOLVE-BLOCK-END") != std::string::npos;
+  bool has_blocks =
+      answer.find("EVOLVE-BLOCK-START") != std::string::npos && answer.find("EVOLVE-BLOCK-END") != std::string::npos;
   auto diff_text = [&] {
     std::size_t end = last_end.value_or(lines.size() - 1);
     std::string s;
@@ -154,9 +154,8 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
   if (ctx.best && ctx.best->id != p.id)
     status += fmt::format("\nBest program so far: {} with score {:.6g}", ctx.best->id, ctx.best->combined_score);
 
-  llm::PromptVars patch_vars = {{"phase", std::string(to_string(ctx.phase))},
-                                {"language", language},
-                                {"block_markers", block_markers(parent)}};
+  llm::PromptVars patch_vars = {
+      {"phase", std::string(to_string(ctx.phase))}, {"language", language}, {"block_markers", block_markers(parent)}};
   std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
                            : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                : "patch_cross.md";
@@ -170,7 +169,9 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
       {"parent_feedback", trimmed(p.text_feedback)},
       {"parent_profile", trimmed(profile_summary(p.public_metrics))},
       {"parent_error", p.correct ? "" : elide(trimmed(p.error_text), 3000)},
-      {"parent_code", parent.text().empty() || parent.text().back() != '\n' ? parent.text() : parent.text().substr(0, parent.text().size() - 1)},
+      {"parent_code", parent.text().empty() || parent.text().back() != '\n'
+                          ? parent.text()
+                          : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
       {"taken_knob_changes", taken_list(ctx)},
       {"cross_programs", trimmed(cross)},
@@ -213,9 +214,8 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
     // Continue the conversation: the model sees its own answer and why it failed.
     model = previous->model;
     const std::string language = ctx.language.empty() ? rt_->language : ctx.language;
-    llm::PromptVars patch_vars = {{"phase", std::string(to_string(ctx.phase))},
-                                  {"language", language},
-                                  {"block_markers", block_markers(parent)}};
+    llm::PromptVars patch_vars = {
+        {"phase", std::string(to_string(ctx.phase))}, {"language", language}, {"block_markers", block_markers(parent)}};
     std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
                              : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                  : "patch_cross.md";

@@ -10,9 +10,9 @@
 #include "braid/program/patch.hpp"
 #include "braid/search/proposal_pool.hpp"
 #include "braid/search/schedule.hpp"
+#include "braid/util/clock.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/hash.hpp"
-#include "braid/util/clock.hpp"
 
 namespace braid {
 
@@ -120,7 +120,8 @@ std::vector<ProgramRecord> cross_partners(const ProposalSources& src, const Prep
 
 }  // namespace
 
-std::vector<std::string> taken_knob_changes(const Program& parent, const std::function<bool(const std::string& key)>& taken) {
+std::vector<std::string> taken_knob_changes(const Program& parent,
+                                            const std::function<bool(const std::string& key)>& taken) {
   std::vector<std::string> out;
   const auto values = parent.knob_values();
   for (const auto& k : parent.knobs())
@@ -174,7 +175,8 @@ std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, s
   ctx.patch_type = plan.patch_type;
   ctx.temperature = plan.temperature;
   ctx.system_message = src.task;
-  if (!cfg.task_sys_msg_per_island.empty()) ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
+  if (!cfg.task_sys_msg_per_island.empty())
+    ctx.system_message += "\n\n" + cfg.task_sys_msg_per_island[std::size_t(plan.island)];
   ctx.language = src.language;
   ctx.parent = &p->parent_rec;
   for (auto& r : p->cross_parents) ctx.cross_parents.push_back(&r);
@@ -184,7 +186,8 @@ std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, s
   ctx.best = p->best ? &*p->best : nullptr;
   ctx.meta_recommendations = src.meta_recommendations;
   if (p->parent)
-    ctx.taken_knob_changes = taken_knob_changes(*p->parent, [&](const std::string& key) { return pop.knob_key_seen(key); });
+    ctx.taken_knob_changes =
+        taken_knob_changes(*p->parent, [&](const std::string& key) { return pop.knob_key_seen(key); });
   ctx.rng = &p->rng;
   p->similarity_rows = pop.embedding_rows();
   return p;
@@ -244,7 +247,8 @@ void ask(PreparedProposal& p, const ProposalSteps& s) {
   }
 }
 
-bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std::string& reason, const std::string& error) {
+bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std::string& reason,
+                          const std::string& error) {
   p.last_patch = p.last.patch;
   AttemptRecord a;
   a.generation = p.generation;

@@ -82,6 +82,22 @@ void ProposalBuilder::submit_ask(PreparedProposal& p) {
 // The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
 // no candidate before it has; then the candidate is accepted, or the generation rejected.
 // Nullopt: asked again.
+// Before p is asked again after its knob vector `key` was taken: the one-knob changes of its
+// parent that the prompt names. At its turn that is everything before it; out of turn
+// (timing-dependent) only what was prepared plus `key`, so that a replay asks the same.
+void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string& key, bool turn) const {
+  if (!p.parent) return;
+  const std::int64_t g = p.generation;
+  if (turn) {
+    p.ctx.taken_knob_changes =
+        taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    return;
+  }
+  auto& named = p.ctx.taken_knob_changes;
+  for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
+    if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(change);
+}
+
 std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p, bool turn, bool* waits) {
   const std::int64_t g = p.generation;
   if (p.error) std::rethrow_exception(p.error);
@@ -97,15 +113,7 @@ std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p, bool
       p.last_text = p.candidate->code;
       p.candidate.reset();
       if (!count_failed_attempt(p, steps_, "novelty", "knob vector already evaluated: " + key)) {
-        // Asked again naming the one-knob changes taken. At its turn that is everything before
-        // g; out of turn (timing-dependent) only what was prepared plus this vector, so that a
-        // replay asks the same.
-        if (p.parent && turn)
-          p.ctx.taken_knob_changes = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
-        else if (p.parent)
-          for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
-            if (std::find(p.ctx.taken_knob_changes.begin(), p.ctx.taken_knob_changes.end(), change) == p.ctx.taken_knob_changes.end())
-              p.ctx.taken_knob_changes.push_back(change);
+        name_taken_changes(p, key, turn);
         return std::nullopt;
       }
       p.exhausted = true;

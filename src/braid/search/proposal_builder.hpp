@@ -96,6 +96,7 @@ class ProposalBuilder {
   // when its vector is already taken (it is then asked again at once: the vectors before it only
   // grow, so it would be taken at its turn too); otherwise `*waits` is set and nothing happens.
   std::optional<SettledProposal> settle(PreparedProposal& p, bool turn = true, bool* waits = nullptr);
+  void name_taken_changes(PreparedProposal& p, const std::string& key, bool turn) const;
 
   ProposalContext ctx_;
   ProposalSteps steps_;
