@@ -71,6 +71,9 @@ TEST(MoePrograms, Gen0KnobSpace) {
   const std::map<std::string, std::string> groups{
       {"kSchedule", "Schedule::PerExpertGroup"}, {"kExpertGroups", "8"}, {"kGemmSmMargin", "16"}};
   EXPECT_EQ(p.violated_constraint(groups), std::nullopt);
+  // kPipelineMinTokens only bounds the pipelined schedules from below: pinned at Serial.
+  EXPECT_NE(p.violated_constraint({{"kSchedule", "Schedule::Serial"}, {"kPipelineMinTokens", "512"}}), std::nullopt);
+  EXPECT_EQ(p.violated_constraint({{"kSchedule", "Schedule::PerSource"}, {"kPipelineMinTokens", "2048"}}), std::nullopt);
 }
 
 // bench/variants.txt: every line names a valid knob vector of gen0.cu, and no two are the same.
@@ -143,7 +146,7 @@ TEST(MoePrograms, SampledKnobVectorsCompile) {
       {{"kSchedule", "Schedule::PerSource"}, {"kLayout", "Layout::Permute"}, {"kGemm", "Gemm::Grouped"}, {"kReturnEarly", "false"},
        {"kGemmSmMargin", "0"}, {"kCommHighPriority", "false"}},
       {{"kSchedule", "Schedule::PerExpertGroup"}, {"kLayout", "Layout::Direct"}, {"kGemm", "Gemm::Auto"}, {"kExpertGroups", "4"},
-       {"kGemmSmMargin", "16"}, {"kCommHighPriority", "true"}},
+       {"kGemmSmMargin", "16"}, {"kCommHighPriority", "true"}, {"kPipelineMinTokens", "512"}},
       {{"kSchedule", "Schedule::PerExpertGroup"}, {"kLayout", "Layout::Permute"}, {"kGemm", "Gemm::Grouped"}, {"kExpertGroups", "8"},
        {"kGemmSmMargin", "0"}, {"kCommHighPriority", "false"}},
   };
