@@ -60,7 +60,7 @@ void escape(const std::string& results, const std::string& run, const std::strin
 }
 __global__ void never_launched(int* p) { *p = 1; }  // device code compiles without a GPU
 int main(int argc, char** argv) {
-  std::string mode, results, behave = "ok", run, workload;
+  std::string mode, results, behave = "ok", run, workload, seed = "0";
   for (int i = 1; i + 1 < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mode") mode = argv[++i];
@@ -68,9 +68,15 @@ int main(int argc, char** argv) {
     else if (a == "--behave") behave = argv[++i];
     else if (a == "--run") run = argv[++i];
     else if (a == "--workload") workload = argv[++i];
+    else if (a == "--seed") seed = argv[++i];
   }
   const char* r = std::getenv("BRAID_RANK");
   const int rank = r ? std::atoi(r) : 0;
+  // braid's verdict channel, as the real harness takes it first thing (names split: this stand-in
+  // is the candidate's text too, and a candidate may not name the channel).
+  const char* channel = std::getenv((std::string("BRAID_RESULT") + "_FD").c_str());
+  std::string token;
+  if (channel) for (char c; read(std::atoi(channel), &c, 1) == 1 && c != '\n';) token += c;
   if (behave == "escape") escape(results, run, workload, rank);
   if (behave == "crash" && rank == 1) std::raise(SIGSEGV);
   if (behave == "hang" && rank == 0) for (;;) pause();
@@ -88,6 +94,25 @@ int main(int argc, char** argv) {
     f = std::fopen((results + "/metrics.json").c_str(), "w");
     std::fprintf(f, "{\"combined_score\": 1.25, \"public\": {\"speedup\": 1.25}, \"private\": {}, \"text_feedback\": \"fast\"}\n");
     std::fclose(f);
+  }
+  if (channel) {
+    std::string rec = std::string("{\"braid_") + "verdict\": 1, \"token\": \"" + token + "\", \"mode\": \"" + mode + "\", \"seed\": " + seed +
+                      ", \"rank\": 0, \"correct\": " + (correct ? "true" : "false") + ", \"error\": \"\", \"timed_ms\": 1.0";
+    if (mode == "bench" && correct) rec += ", \"combined_score\": 1.25, \"public\": {\"speedup\": 1.25}, \"private\": {}, \"text_feedback\": \"fast\"";
+    rec += "}\n";
+    write(std::atoi(channel), rec.data(), rec.size());
+  }
+  // --behave forge: code that runs after the harness has written (an atexit handler) and rewrites
+  // the verdict files with a score of its own.
+  if (behave == "forge") {
+    static std::string forged_dir;
+    forged_dir = results;
+    std::atexit([] {
+      if (FILE* g = std::fopen((forged_dir + "/metrics.json").c_str(), "w")) {
+        std::fprintf(g, "{\"combined_score\": 1000000.0, \"public\": {}, \"private\": {}, \"text_feedback\": \"forged\"}\n");
+        std::fclose(g);
+      }
+    });
   }
   return correct ? 0 : 1;
 }
@@ -402,6 +427,47 @@ TEST_F(GpuCascadeCpu, RanksAreSandboxed) {
     }
 }
 
+// `verdict: channel`: the verdict comes through braid's channel, not the files the candidate's
+// process can rewrite after the harness (an atexit handler forging metrics.json is ignored); a
+// candidate whose text names the channel is not run.
+TEST_F(GpuCascadeCpu, VerdictChannelIgnoresFilesRewrittenAfterTheHarness) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  TempDir workload("gpu_workload_channel");
+  auto evaluate_with = [&](const std::string& behave, const std::string& code, const std::string& id) {
+    GpuCascadeConfig config;
+    config.workload_dir = workload.path();
+    config.program_filename = "gen0.cu";
+    config.ranks = 2;
+    config.nvcc_flags = {"-O0", "-std=c++17"};
+    config.args = "--behave " + behave + " --size 64";
+    config.run_timeout_s = 5.0;
+    config.bench_timeout_s = 5.0;
+    config.build_timeout_s = 240;
+    config.health_probe = false;
+    config.verdict_channel = true;
+    TempDir work("gpu_work_channel");
+    return GpuCascadeEvaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}))
+        .evaluate(EvalRequest{id, code, work.path(), 7}, {});
+  };
+  EvalResult honest = evaluate_with("ok", kCandidate, "h1");
+  ASSERT_EQ(honest.failure, FailureKind::Ok) << honest.error_text;
+  EXPECT_DOUBLE_EQ(honest.combined_score, 1.25);
+  EXPECT_EQ(honest.private_metrics.value("verdict_channel", std::string()), "verified");
+
+  EvalResult forged = evaluate_with("forge", kCandidate, "f1");
+  ASSERT_EQ(forged.failure, FailureKind::Ok) << forged.error_text;
+  EXPECT_DOUBLE_EQ(forged.combined_score, 1.25);  // the channel's figure, not the rewritten file's
+
+  EvalResult wrong = evaluate_with("wrong", kCandidate, "w1");
+  EXPECT_EQ(wrong.failure, FailureKind::VerifyFailed) << wrong.error_text;
+
+  std::string naming = kCandidate;
+  naming += "\n// reads BRAID_RESULT_FD itself\n";
+  EvalResult named = evaluate_with("ok", naming, "n1");
+  EXPECT_EQ(named.failure, FailureKind::VerifyFailed);
+  EXPECT_NE(named.error_text.find("names the verdict channel"), std::string::npos) << named.error_text;
+}
+
 // The profile level (workload.yaml `profile:`) end to end with a stand-in for ncu: a script that
 // records its arguments, runs the program it wraps and prints an ncu --page raw CSV
 // (tests/eval/ncu/add_rmsnorm_raw.csv). Its outcome is stored with the candidate; a missing ncu,
@@ -532,6 +598,18 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
   EXPECT_NE(problem("  kind: gpu\n  nvcc_flags: -O3\n").find("must be a list of strings"), std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  args: \"--x {nope}\"\n").find("unknown placeholder {nope}"), std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  build: make\n").find("unknown key 'build'"), std::string::npos);
+  // The ranks' sandbox and the verdict's source.
+  EXPECT_TRUE(c.sandbox.enabled);
+  EXPECT_EQ(c.sandbox.max_processes, 4096);
+  EXPECT_FALSE(c.verdict_channel);
+  WorkloadSpec channel = load("  kind: gpu\n  verdict: channel\n  sandbox: false\n  max_processes: 64\n");
+  GpuCascadeConfig cc = GpuCascadeConfig::from_json(channel.evaluator, channel.dir, "gen0.cu");
+  EXPECT_TRUE(cc.verdict_channel);
+  EXPECT_FALSE(cc.sandbox.enabled);
+  EXPECT_EQ(cc.sandbox.max_processes, 64);
+  EXPECT_NE(problem("  kind: gpu\n  verdict: maybe\n").find("verdict 'maybe' is unknown"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  launcher: mpirun\n  verdict: channel\n").find("needs launcher local"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  max_processes: 3\n").find("at least 8"), std::string::npos);
 }
 
 TEST(GpuWorkload, NoGpuIsAClearError) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "braid/util/command_line.hpp"
+#include "braid/eval/verdict_channel.hpp"
 #include "braid/eval/work_folder.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -88,6 +89,7 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   if (auto p = section.find("profile"); p != section.end()) c.profile = NcuConfig::from_json(*p);
   c.sandbox.enabled = section.value("sandbox", c.sandbox.enabled);
   c.sandbox.max_processes = section.value("max_processes", c.sandbox.max_processes);
+  c.verdict_channel = section.value("verdict", std::string("files")) == "channel" && c.launcher == LauncherKind::Local;
   return c;
 }
 
@@ -163,6 +165,22 @@ struct GpuCascadeEvaluator::LevelOutcome {
   bool probed = false;
   std::string sandbox_level;
 };
+
+// `verdict: channel`: the ranks' records (rank 0's verdict; a rank whose harness failed adds its
+// own) replace whatever the candidate's process left in results/; a missing or inconsistent
+// record leaves no verdict files and is the problem returned ("" when the verdict came intact).
+std::string take_channel_verdict(const LaunchResult& run, const ChannelExpectation& expect, const std::filesystem::path& results) {
+  std::string records;
+  for (const auto& r : run.ranks) records += r.channel_text + (r.channel_text.empty() || r.channel_text.back() == '\n' ? "" : "\n");
+  std::error_code ec;
+  std::filesystem::remove(results / "correct.json", ec);
+  std::filesystem::remove(results / "metrics.json", ec);
+  const ChannelVerdict verdict = read_channel(records, expect);
+  if (!verdict.received) return "no verdict came through the verdict channel";
+  if (!verdict.problem.empty()) return verdict.problem;
+  write_contract_files(results, verdict);
+  return "";
+}
 
 // The ranks' sandbox: the CPU candidates' policy (the run folder and the home hidden, writes only
 // in the work folder) in the GPU profile, without a memory limit.
@@ -275,12 +293,22 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   if (!lease) throw SystemError("gpu evaluator: " + why);
 
   LaunchSpec spec = level_spec(level, request, argv, timeout_s, lease->devices(), results, work_dir);
+  if (config_.verdict_channel) spec.verdict_token = new_eval_token();
   LaunchResult run = launch_ranks(spec, jobs);
   out.wall_s = run.wall_s;
   out.sandbox_level = run.sandbox_level;
+  const std::string channel_problem =
+      config_.verdict_channel ? take_channel_verdict(run, ChannelExpectation{spec.verdict_token, level, request.seed, run.wall_s, bench}, results)
+                              : "";
 
   const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
   LevelJudgement judged = judge_level(run, read_verdict(results), step, crash_kind);
+  if (!channel_problem.empty() && !judged.crashed) {
+    // Every rank ended well, but the verdict did not come (or not intact) through the channel.
+    const bool none = channel_problem.find("no verdict came") != std::string::npos;
+    judged.failure = none ? crash_kind : FailureKind::VerifyFailed;
+    judged.error = step + ": " + channel_problem;
+  }
   out.failure = judged.failure;
   out.error = judged.error;
   const bool crashed = judged.crashed;  // the GPUs may be left in a bad state: probe them
@@ -307,6 +335,10 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
     write_failure_contract(folder, result);
     return result;
   };
+
+  // The channel is the frozen harness's alone: a candidate that names it is not run.
+  if (config_.verdict_channel)
+    if (const std::string why = channel_tampering(request.code, ""); !why.empty()) return fail(FailureKind::VerifyFailed, why);
 
   // L1: build.
   result.level_reached = 1;
@@ -343,7 +375,7 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   read_metrics_contract(folder.results, FailureKind::BenchFailed, result);
   result.private_metrics["build_cached"] = build.cached;  // the harness's private metrics replaced it
   // The harness runs in the candidate's process and writes the verdict files (docs/sandbox.md).
-  record_isolation(result, bench.sandbox_level, "files");
+  record_isolation(result, bench.sandbox_level, config_.verdict_channel ? "verified" : "files");
   if (result.failure != FailureKind::Ok) {
     write_failure_contract(folder, result);
     return result;

@@ -83,6 +83,7 @@ struct GpuCascadeConfig {
   NcuConfig profile;  // workload.yaml `profile:` (stored under the evaluator section)
   // The ranks' sandbox (`sandbox`, `max_processes`; docs/sandbox.md, "GPU ranks").
   SandboxSettings sandbox = {true, 4096, true, true};
+  bool verdict_channel = false;  // `verdict: channel`: the harness's record through braid's channel, not its files
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,

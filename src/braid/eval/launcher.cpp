@@ -100,6 +100,10 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       options.env_add["BRAID_LOCAL_RANK"] = std::to_string(r);
       options.candidate = true;  // environment from the allowlist; setsid escapees killed (util/subprocess.hpp)
       options.sandbox = spec.sandbox;
+      if (!spec.verdict_token.empty()) {
+        options.result_channel = true;
+        options.channel_greeting = spec.verdict_token + "\n";
+      }
       options.timeout_s = spec.timeout_s;
       options.kill_grace_s = spec.kill_grace_s;
       options.output_cap_bytes = spec.output_cap_bytes;
@@ -133,6 +137,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       outcome.end_s = seconds_since(t0);
       outcome.stdout_text = ran.stdout_text;
       outcome.stderr_text = ran.started ? ran.stderr_text : ran.start_error;
+      outcome.channel_text = ran.channel_text;
       if ((outcome.failed() || !ran.started) && !first_failure) first_failure = Clock::now();
       ++done;
       changed.notify_all();

@@ -51,6 +51,10 @@ struct LaunchSpec {
   // OpenMPI's socket paths); HOME and TMPDIR are the eval folder. srun's ranks run under Slurm's
   // confinement, not braid's (LaunchResult::sandbox_level says so).
   SandboxPolicy sandbox;
+  // Local ranks only: each rank gets braid's verdict channel (util/subprocess.hpp, descriptor 3,
+  // BRAID_RESULT_FD) with this nonce written into it; what a rank writes back is its
+  // RankOutcome::channel_text. Empty: no channel.
+  std::string verdict_token;
 };
 
 struct RankOutcome {
@@ -63,6 +67,7 @@ struct RankOutcome {
   double end_s = 0.0;          // seconds after launch when it ended
   std::string stdout_text;     // capped
   std::string stderr_text;     // capped
+  std::string channel_text;    // what the rank wrote into the verdict channel (LaunchSpec::verdict_token)
   bool failed() const { return known && !timed_out && !stopped && (term_signal != 0 || exit_code != 0); }
   // "rank 1: exit code 3", "rank 0: killed by signal SIGSEGV (Segmentation fault)", ...
   std::string describe() const;

@@ -192,7 +192,7 @@ class WorkloadReader {
   void gpu_evaluator(const YAML::Node& node, json& section) const {
     check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
                       "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
-                      "health_probe", "launcher_args", "cache_dir", "env", "slurm", "sandbox", "max_processes"},
+                      "health_probe", "launcher_args", "cache_dir", "env", "slurm", "sandbox", "max_processes", "verdict"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
     // The ranks' sandbox (docs/sandbox.md, "GPU ranks"): no memory limit (CUDA reserves far more
@@ -203,6 +203,14 @@ class WorkloadReader {
     if (!launcher.empty() && launcher != "local" && launcher != "mpirun" && launcher != "srun")
       error(node["launcher"], "evaluator launcher '" + launcher + "' is unknown (expected local, mpirun or srun)");
     section["launcher"] = launcher.empty() ? "local" : launcher;
+    // Where the harness's verdict comes from: its files (default) or braid's verdict channel
+    // (docs/sandbox.md, "GPU ranks"), which only braid's own local ranks can carry.
+    const std::string verdict = string_at(node, "verdict", false, " in evaluator");
+    if (!verdict.empty() && verdict != "files" && verdict != "channel")
+      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown for kind gpu (expected files or channel)");
+    if (verdict == "channel" && !launcher.empty() && launcher != "local")
+      error(node["verdict"], "evaluator verdict 'channel' needs launcher local (mpirun and srun do not pass braid's descriptor to the ranks)");
+    section["verdict"] = verdict.empty() ? "files" : verdict;
     const std::string arch = string_at(node, "arch", false, " in evaluator");
     if (!arch.empty() && !resolve_arch(arch, {}))
       error(node["arch"], "evaluator arch '" + arch + "' is unknown (expected auto, sm_90, sm_90a, ...)");

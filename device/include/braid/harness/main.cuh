@@ -18,6 +18,7 @@ namespace braid::dev {
 // The frozen main: bootstrap, run, rank 0 writes the results. Exit 0 when the candidate ran and
 // verified, 1 otherwise (the files say why).
 inline int harness_main(int argc, char** argv, const Workload& wl, const Candidate& cand) {
+  take_verdict_channel();  // first: before any candidate code the harness calls
   const Options opt = parse_options(argc, argv);
   RankInfo me;
   try {
@@ -33,7 +34,7 @@ inline int harness_main(int argc, char** argv, const Workload& wl, const Candida
     try {
       Report failed;
       failed.error = e.what();
-      publish_results(failed, opt);
+      publish_results(failed, opt, me.rank);
     } catch (const std::exception&) {
     }
     return 1;
