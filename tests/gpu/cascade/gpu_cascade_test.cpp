@@ -7,12 +7,13 @@
 // --ranks: ranks per evaluation, one GPU each (default 2; the failing behaviours act on ranks 0 and 1).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <future>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "braid/eval/gpu_cascade.hpp"
@@ -32,7 +33,8 @@ std::string with_behavior(const std::string& code, int behavior) {
   const std::string marker = "constexpr int kBehavior = 0;";
   auto at = code.find(marker);
   if (at == std::string::npos) throw std::runtime_error("candidate has no kBehavior line");
-  return code.substr(0, at) + "constexpr int kBehavior = " + std::to_string(behavior) + ";" + code.substr(at + marker.size());
+  return code.substr(0, at) + "constexpr int kBehavior = " + std::to_string(behavior) + ";" +
+         code.substr(at + marker.size());
 }
 
 }  // namespace
@@ -77,9 +79,11 @@ int main(int argc, char** argv) {
     in.arch = "sm_90";
     in.flags = default_nvcc_flags();
     BuildResult b = builder->build(in);
-    std::printf("%s: candidate build in %.1f s%s\n", b.ok ? "PASS" : "FAIL", b.wall_s, b.ok ? "" : ("\n" + b.error).c_str());
+    std::printf("%s: candidate build in %.1f s%s\n", b.ok ? "PASS" : "FAIL", b.wall_s,
+                b.ok ? "" : ("\n" + b.error).c_str());
     BuildResult p = GpuHealthProbe(builder, out_dir / "probe", "sm_90").build();
-    std::printf("%s: health probe build in %.1f s%s\n", p.ok ? "PASS" : "FAIL", p.wall_s, p.ok ? "" : ("\n" + p.error).c_str());
+    std::printf("%s: health probe build in %.1f s%s\n", p.ok ? "PASS" : "FAIL", p.wall_s,
+                p.ok ? "" : ("\n" + p.error).c_str());
     return b.ok && p.ok ? 0 : 1;
   }
   if (detect_gpus().size() < (size_t)ranks) {
@@ -140,8 +144,8 @@ int main(int argc, char** argv) {
   json report = json::array();
   int sequence = 0;
   auto evaluate = [&](const std::string& name, int behavior, FailureKind expected, double limit_s) {
-    EvalRequest request{fmt::format("{}_{}", sequence, name), with_behavior(code, behavior), out_dir / fmt::format("eval_{}_{}", sequence, name),
-                        static_cast<std::uint64_t>(11 + sequence)};
+    EvalRequest request{fmt::format("{}_{}", sequence, name), with_behavior(code, behavior),
+                        out_dir / fmt::format("eval_{}_{}", sequence, name), static_cast<std::uint64_t>(11 + sequence)};
     ++sequence;
     std::filesystem::remove_all(request.work_dir);
     const auto t0 = std::chrono::steady_clock::now();
@@ -150,15 +154,22 @@ int main(int argc, char** argv) {
     const bool kind_ok = r.failure == expected;
     const bool time_ok = took <= limit_s;
     if (!kind_ok || !time_ok) ++failed_checks;
-    std::printf("%-8s %-16s -> %-13s (expected %-13s) in %6.1f s (limit %4.0f s) score %.3f  build %.1fs run %.1fs bench %.1fs\n",
-                kind_ok && time_ok ? "PASS" : "FAIL", name.c_str(), std::string(to_string(r.failure)).c_str(),
-                std::string(to_string(expected)).c_str(), took, limit_s, r.combined_score, r.timings.value("build", 0.0),
-                r.timings.value("run", 0.0), r.timings.value("bench", 0.0));
+    std::printf(
+        "%-8s %-16s -> %-13s (expected %-13s) in %6.1f s (limit %4.0f s) score %.3f  build %.1fs run %.1fs bench "
+        "%.1fs\n",
+        kind_ok && time_ok ? "PASS" : "FAIL", name.c_str(), std::string(to_string(r.failure)).c_str(),
+        std::string(to_string(expected)).c_str(), took, limit_s, r.combined_score, r.timings.value("build", 0.0),
+        r.timings.value("run", 0.0), r.timings.value("bench", 0.0));
     if (!r.error_text.empty()) std::printf("         error: %s\n", r.error_text.substr(0, 600).c_str());
     if (r.failure == FailureKind::Ok) std::printf("         feedback: %s\n", r.text_feedback.substr(0, 300).c_str());
     std::fflush(stdout);
-    report.push_back({{"name", name}, {"failure", to_string(r.failure)}, {"expected", to_string(expected)}, {"seconds", took},
-                      {"score", r.combined_score}, {"timings", r.timings}, {"error", r.error_text.substr(0, 2000)},
+    report.push_back({{"name", name},
+                      {"failure", to_string(r.failure)},
+                      {"expected", to_string(expected)},
+                      {"seconds", took},
+                      {"score", r.combined_score},
+                      {"timings", r.timings},
+                      {"error", r.error_text.substr(0, 2000)},
                       {"public", r.public_metrics}});
   };
 
@@ -168,6 +179,30 @@ int main(int argc, char** argv) {
   for (const auto& c : failures) {
     evaluate(c.name, c.behavior, c.expected, config.run_timeout_s + probe_and_slack_s);
     evaluate("correct_after_" + c.name, 0, FailureKind::Ok, config.run_timeout_s + config.bench_timeout_s);
+  }
+  // `verdict: channel` (local ranks): the real harness's record through braid's verdict channel.
+  if (config.launcher == LauncherKind::Local) {
+    GpuCascadeConfig channel_config = config;
+    channel_config.verdict_channel = true;
+    GpuCascadeEvaluator channel_evaluator(channel_config);
+    for (const auto& [name, behavior, expected] : std::vector<std::tuple<std::string, int, FailureKind>>{
+             {"channel_correct", 0, FailureKind::Ok}, {"channel_nan_result", 3, FailureKind::VerifyFailed}}) {
+      EvalRequest request{fmt::format("{}_{}", sequence, name), with_behavior(code, behavior),
+                          out_dir / fmt::format("eval_{}_{}", sequence, name),
+                          static_cast<std::uint64_t>(11 + sequence)};
+      ++sequence;
+      std::filesystem::remove_all(request.work_dir);
+      EvalResult r = channel_evaluator.evaluate(request, {});
+      const std::string source =
+          r.private_metrics.is_object() ? r.private_metrics.value("verdict_channel", std::string()) : "";
+      const bool ok = r.failure == expected && (expected != FailureKind::Ok || source == "verified");
+      if (!ok) ++failed_checks;
+      std::printf("%-8s %-16s -> %-13s (expected %-13s) verdict from %s score %.3f\n", ok ? "PASS" : "FAIL",
+                  name.c_str(), std::string(to_string(r.failure)).c_str(), std::string(to_string(expected)).c_str(),
+                  source.empty() ? "?" : source.c_str(), r.combined_score);
+      if (!r.error_text.empty()) std::printf("         error: %s\n", r.error_text.substr(0, 600).c_str());
+      std::fflush(stdout);
+    }
   }
   const std::string status = evaluator.status_note();
   std::printf("quarantined: %s\n", status.empty() ? "none" : status.c_str());
