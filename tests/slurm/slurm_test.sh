@@ -116,7 +116,7 @@ timeout_pid=$!
 w=$(make_workload evolve_wl '    gpus_per_task: 1
     poll_interval_s: 0.2')
 r="$work/r_evolve"
-if timeout 120 "$braid" evolve "$w" -g 8 -j 4 -s 11 -r "$r" > "$work/evolve.log" 2>&1; then
+if timeout 240 "$braid" evolve "$w" -g 8 -j 4 -s 11 -r "$r" > "$work/evolve.log" 2>&1; then
   ok=$(q "$r" "select count(*) from programs where failure_kind = 'ok'")
   total=$(q "$r" "select count(*) from programs")
   [[ "$ok" == "$total" && "$total" -ge 9 ]] && pass "evolve through Slurm: $total programs, all ok" || fail "evolve: $ok of $total ok"
@@ -234,7 +234,7 @@ task: |
   Make matmul_kernel as fast as possible.
 YAML
 r="$work/r_external"
-if timeout 120 "$braid" evolve "$w" -g 4 -j 2 -s 19 -r "$r" > "$work/external.log" 2>&1; then
+if timeout 240 "$braid" evolve "$w" -g 4 -j 2 -s 19 -r "$r" > "$work/external.log" 2>&1; then
   ok=$(q "$r" "select count(*) from programs where failure_kind = 'ok'")
   total=$(q "$r" "select count(*) from programs")
   allocations=$(cat "$r"/slurm_jobs/*/allocation 2>/dev/null | awk '$2 == 2' | wc -l)
