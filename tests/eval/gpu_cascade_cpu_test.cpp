@@ -13,9 +13,9 @@
 #include "braid/db/record.hpp"
 #include "braid/eval/gpu_cascade.hpp"
 #include "braid/eval/gpu_pool.hpp"
-#include "braid/platform/toolchain.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/eval/workload.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "eval_test_support.hpp"
@@ -157,7 +157,8 @@ TEST(NvccBuilder, BuildsCachesAndTrimsErrors) {
   CudaToolchain tc = toolchain_or_skip();
   TempDir dir("nvcc");
   auto builder = std::make_shared<NvccBuilder>(tc, dir / "cache", 2);
-  write_file_atomic(dir / "good.cu", "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nint main() { return 0; }\n");
+  write_file_atomic(dir / "good.cu",
+                    "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nint main() { return 0; }\n");
   BuildInput in;
   in.source = dir / "good.cu";
   in.output = dir / "good.out";
@@ -168,7 +169,8 @@ TEST(NvccBuilder, BuildsCachesAndTrimsErrors) {
   ASSERT_TRUE(first.ok) << first.error;
   EXPECT_FALSE(first.cached);
   EXPECT_TRUE(std::filesystem::exists(first.artifact));
-  EXPECT_NE(std::find(first.command.begin(), first.command.end(), "-gencode=arch=compute_90,code=sm_90"), first.command.end());
+  EXPECT_NE(std::find(first.command.begin(), first.command.end(), "-gencode=arch=compute_90,code=sm_90"),
+            first.command.end());
 
   in.output = dir / "again.out";
   BuildResult second = builder->build(in);
@@ -231,7 +233,8 @@ TEST(GpuPool, DisjointLeasesExclusiveBenchAndQuarantine) {
 
   pool.quarantine({2, 3}, "health probe failed after a timeout of c1 verify");
   EXPECT_EQ(pool.healthy(), (std::vector<int>{0, 1}));
-  EXPECT_NE(pool.status_line().find("GPUs 2,3 quarantined (health probe failed"), std::string::npos) << pool.status_line();
+  EXPECT_NE(pool.status_line().find("GPUs 2,3 quarantined (health probe failed"), std::string::npos)
+      << pool.status_line();
   auto c = pool.acquire(2, false);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->devices(), (std::vector<int>{0, 1}));
@@ -253,19 +256,27 @@ class GpuCascadeCpu : public ::testing::Test {
     delete cache_;
   }
 
-  EvalResult evaluate(const std::string& behave, const std::string& id, std::shared_ptr<GpuPool> pool = nullptr,
-                      bool verify_in_bench = false) {
-    TempDir workload("gpu_workload");
+  // Two ranks of kCandidate (`--behave`, then `extra_args`) from `workload`, on the CPU.
+  static GpuCascadeConfig config_for(const std::filesystem::path& workload, const std::string& behave,
+                                     const std::string& extra_args = "") {
     GpuCascadeConfig config;
-    config.workload_dir = workload.path();
+    config.workload_dir = workload;
     config.program_filename = "gen0.cu";
     config.ranks = 2;
     config.nvcc_flags = {"-O0", "-std=c++17"};
-    config.args = "--behave " + behave + " --size 64";
-    config.run_timeout_s = 2.0;
+    config.args = "--behave " + behave + " --size 64" + extra_args;
+    config.run_timeout_s = 5.0;
     config.bench_timeout_s = 5.0;
     config.build_timeout_s = 240;
     config.health_probe = false;  // needs a GPU; proven by tests/gpu/cascade
+    return config;
+  }
+
+  EvalResult evaluate(const std::string& behave, const std::string& id, std::shared_ptr<GpuPool> pool = nullptr,
+                      bool verify_in_bench = false) {
+    TempDir workload("gpu_workload");
+    GpuCascadeConfig config = config_for(workload.path(), behave);
+    config.run_timeout_s = 2.0;
     config.peer_grace_s = 1.0;
     config.verify_in_bench = verify_in_bench;
     if (!pool) pool = std::make_shared<GpuPool>(std::vector<int>{0, 1});
@@ -378,16 +389,8 @@ TEST_F(GpuCascadeCpu, RanksAreSandboxed) {
   write_file_atomic(run / "gen_0" / "prev" / "secret.txt", "secret");
   const std::filesystem::path work = run / "gen_1" / "c9";
   std::filesystem::create_directories(work);
-  GpuCascadeConfig config;
-  config.workload_dir = workload.path();
-  config.program_filename = "gen0.cu";
-  config.ranks = 2;
-  config.nvcc_flags = {"-O0", "-std=c++17"};
-  config.args = "--behave escape --size 64 --run " + run.path().string() + " --workload " + workload.path().string();
-  config.run_timeout_s = 5.0;
-  config.bench_timeout_s = 5.0;
-  config.build_timeout_s = 240;
-  config.health_probe = false;
+  const GpuCascadeConfig config = config_for(
+      workload.path(), "escape", " --run " + run.path().string() + " --workload " + workload.path().string());
   GpuCascadeEvaluator evaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}));
   EvalResult r = evaluator.evaluate(EvalRequest{"c9", kCandidate, work, 7}, {});
   ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
@@ -410,7 +413,8 @@ TEST_F(GpuCascadeCpu, RanksAreSandboxed) {
     EXPECT_FALSE(alive) << "rank " << rank << "'s setsid orphan " << pid << " outlived the evaluation";
   }
 
-  if (!std::regex_search(level, std::regex("^landlock[0-9]"))) GTEST_SKIP() << "no Landlock on this host (" << level << "): files unconfined";
+  if (!std::regex_search(level, std::regex("^landlock[0-9]")))
+    GTEST_SKIP() << "no Landlock on this host (" << level << "): files unconfined";
   EXPECT_EQ(try_read_file(run / "evolution.db").value_or(""), "db");
   EXPECT_EQ(try_read_file(run / "gen_0" / "prev" / "program.cu").value_or(""), "prev");
   for (int rank = 0; rank < 2; ++rank) {
@@ -434,16 +438,7 @@ TEST_F(GpuCascadeCpu, VerdictChannelIgnoresFilesRewrittenAfterTheHarness) {
   ASSERT_TRUE(builder_) << "nvcc is expected on CI";
   TempDir workload("gpu_workload_channel");
   auto evaluate_with = [&](const std::string& behave, const std::string& code, const std::string& id) {
-    GpuCascadeConfig config;
-    config.workload_dir = workload.path();
-    config.program_filename = "gen0.cu";
-    config.ranks = 2;
-    config.nvcc_flags = {"-O0", "-std=c++17"};
-    config.args = "--behave " + behave + " --size 64";
-    config.run_timeout_s = 5.0;
-    config.bench_timeout_s = 5.0;
-    config.build_timeout_s = 240;
-    config.health_probe = false;
+    GpuCascadeConfig config = config_for(workload.path(), behave);
     config.verdict_channel = true;
     TempDir work("gpu_work_channel");
     return GpuCascadeEvaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}))
@@ -483,9 +478,11 @@ TEST_F(GpuCascadeCpu, ProfileLevelRunsNcuForTheBestAndNotesFailures) {
     std::filesystem::permissions(path, std::filesystem::perms::owner_all);
     return path.string();
   };
-  const std::string fake_ncu = script("ncu", "printf '%s\\n' \"$@\" > " + (tools / "args").string() +
-                                                 "\nwhile [ $# -gt 0 ]; do case \"$1\" in /*) break;; esac; shift; done\n"
-                                                 "\"$@\" || exit $?\ncat " + csv + "\n");
+  const std::string fake_ncu =
+      script("ncu", "printf '%s\\n' \"$@\" > " + (tools / "args").string() +
+                        "\nwhile [ $# -gt 0 ]; do case \"$1\" in /*) break;; esac; shift; done\n"
+                        "\"$@\" || exit $?\ncat " +
+                        csv + "\n");
   auto evaluator_with = [&](const std::string& ncu, double timeout_s) {
     GpuCascadeConfig config;
     config.workload_dir = workload.path();
@@ -546,21 +543,25 @@ TEST_F(GpuCascadeCpu, ProfileLevelRunsNcuForTheBestAndNotesFailures) {
   EvalResult noted = evaluate_with(*missing, "p1", kCandidate);
   EXPECT_EQ(noted.failure, FailureKind::Ok);
   EXPECT_TRUE(noted.correct);
-  EXPECT_NE(noted.public_metrics["profile"].value("note", "").find("no_such_ncu"), std::string::npos) << noted.public_metrics.dump();
+  EXPECT_NE(noted.public_metrics["profile"].value("note", "").find("no_such_ncu"), std::string::npos)
+      << noted.public_metrics.dump();
   EXPECT_EQ(profile_summary(noted.public_metrics), "");
 
   // ncu refusing (no permission for the counters) and ncu past its time limit: notes.
-  auto refused = evaluator_with(script("ncu_refused", "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission'\nexit 1\n"), 60.0);
+  auto refused = evaluator_with(
+      script("ncu_refused", "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission'\nexit 1\n"), 60.0);
   EvalResult r = evaluate_with(*refused, "p2", kCandidate);
   EXPECT_EQ(r.failure, FailureKind::Ok);
-  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("==ERROR== ERR_NVGPUCTRPERM"), std::string::npos) << r.public_metrics.dump();
+  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("==ERROR== ERR_NVGPUCTRPERM"), std::string::npos)
+      << r.public_metrics.dump();
   auto slow = evaluator_with(script("ncu_slow", "sleep 30\n"), 1.0);
   const auto t0 = std::chrono::steady_clock::now();
   r = evaluate_with(*slow, "p3", kCandidate);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15.0);
   EXPECT_EQ(r.failure, FailureKind::Ok);
   EXPECT_TRUE(r.correct);
-  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("timed out"), std::string::npos) << r.public_metrics.dump();
+  EXPECT_NE(r.public_metrics["profile"].value("note", "").find("timed out"), std::string::npos)
+      << r.public_metrics.dump();
 }
 
 TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
@@ -570,9 +571,10 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
     write_file_atomic(dir / "workload.yaml", "name: t\nprogram: gen0.cu\nevaluator:\n" + evaluator);
     return load_workload(dir.path());
   };
-  WorkloadSpec spec = load("  kind: gpu\n  ranks: 2\n  launcher: mpirun\n  arch: sm_90a\n  nvcc_flags: [-O3, -std=c++20]\n"
-                           "  args: \"--size 4096 --results_dir {results_dir}\"\n  bench_exclusive: false\n  gpus: [2, 3]\n"
-                           "  includes: [inc]\n  run_timeout_s: 20\n");
+  WorkloadSpec spec = load(
+      "  kind: gpu\n  ranks: 2\n  launcher: mpirun\n  arch: sm_90a\n  nvcc_flags: [-O3, -std=c++20]\n"
+      "  args: \"--size 4096 --results_dir {results_dir}\"\n  bench_exclusive: false\n  gpus: [2, 3]\n"
+      "  includes: [inc]\n  run_timeout_s: 20\n");
   EXPECT_EQ(spec.evaluator["ranks"], 2);
   EXPECT_EQ(spec.evaluator["launcher"], "mpirun");
   EXPECT_EQ(spec.evaluator["bench_timeout_s"], 180.0);
@@ -594,7 +596,8 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
   };
   EXPECT_NE(problem("  kind: gpu\n  launcher: ssh\n").find("launcher 'ssh' is unknown"), std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  arch: hopper\n").find("arch 'hopper' is unknown"), std::string::npos);
-  EXPECT_NE(problem("  kind: gpu\n  ranks: 0\n").find("'ranks' in evaluator must be a whole number"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  ranks: 0\n").find("'ranks' in evaluator must be a whole number"),
+            std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  nvcc_flags: -O3\n").find("must be a list of strings"), std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  args: \"--x {nope}\"\n").find("unknown placeholder {nope}"), std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  build: make\n").find("unknown key 'build'"), std::string::npos);
@@ -608,7 +611,8 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
   EXPECT_FALSE(cc.sandbox.enabled);
   EXPECT_EQ(cc.sandbox.max_processes, 64);
   EXPECT_NE(problem("  kind: gpu\n  verdict: maybe\n").find("verdict 'maybe' is unknown"), std::string::npos);
-  EXPECT_NE(problem("  kind: gpu\n  launcher: mpirun\n  verdict: channel\n").find("needs launcher local"), std::string::npos);
+  EXPECT_NE(problem("  kind: gpu\n  launcher: mpirun\n  verdict: channel\n").find("needs launcher local"),
+            std::string::npos);
   EXPECT_NE(problem("  kind: gpu\n  max_processes: 3\n").find("at least 8"), std::string::npos);
 }
 
