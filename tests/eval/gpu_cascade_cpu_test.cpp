@@ -60,7 +60,7 @@ void escape(const std::string& results, const std::string& run, const std::strin
 }
 __global__ void never_launched(int* p) { *p = 1; }  // device code compiles without a GPU
 int main(int argc, char** argv) {
-  std::string mode, results, behave = "ok", run, workload, seed = "0";
+  std::string mode, results, behave = "ok", run, workload, seed = "0", data;
   for (int i = 1; i + 1 < argc; ++i) {
     std::string a = argv[i];
     if (a == "--mode") mode = argv[++i];
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     else if (a == "--run") run = argv[++i];
     else if (a == "--workload") workload = argv[++i];
     else if (a == "--seed") seed = argv[++i];
+    else if (a == "--data") data = argv[++i];
   }
   const char* r = std::getenv("BRAID_RANK");
   const int rank = r ? std::atoi(r) : 0;
@@ -78,6 +79,11 @@ int main(int argc, char** argv) {
   std::string token;
   if (channel) for (char c; read(std::atoi(channel), &c, 1) == 1 && c != '\n';) token += c;
   if (behave == "escape") escape(results, run, workload, rank);
+  if (!data.empty()) {  // the workload's own input, named by absolute path in its args
+    FILE* in = std::fopen(data.c_str(), "r");
+    if (in == nullptr) { std::fprintf(stderr, "cannot read %s\n", data.c_str()); return 3; }
+    std::fclose(in);
+  }
   if (behave == "crash" && rank == 1) std::raise(SIGSEGV);
   if (behave == "hang" && rank == 0) for (;;) pause();
   if (behave == "cuda_error" && rank == 1) {
@@ -429,6 +435,38 @@ TEST_F(GpuCascadeCpu, RanksAreSandboxed) {
       EXPECT_FALSE(planted) << e.path();
       if (planted) std::filesystem::remove(e.path(), ec);
     }
+}
+
+// A user's workload that names its own input by absolute path in `args` (under the home, which
+// the sandbox hides) still reads it from the sandboxed ranks; an args path into the run folder
+// (another candidate) stays hidden.
+TEST_F(GpuCascadeCpu, InputsNamedInArgsStayReadable) {
+  ASSERT_TRUE(builder_) << "nvcc is expected on CI";
+  TempDir workload("gpu_workload_data");
+  TempDir home("gpu_home_data");
+  TempDir run("gpu_run_data");
+  write_file_atomic(home / "weights.bin", "w");
+  write_file_atomic(run / "evolution.db", "db");
+  std::filesystem::create_directories(run / "gen_0" / "prev");
+  write_file_atomic(run / "gen_0" / "prev" / "secret.txt", "secret");
+  const std::filesystem::path work = run / "gen_1" / "c1";
+  std::filesystem::create_directories(work);
+  const std::string saved_home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  ::setenv("HOME", home.path().c_str(), 1);
+  auto evaluate_reading = [&](const std::filesystem::path& input, const std::string& id) {
+    const GpuCascadeConfig config = config_for(workload.path(), "ok", " --data " + input.string());
+    return GpuCascadeEvaluator(config, builder_, std::make_shared<GpuPool>(std::vector<int>{0, 1}))
+        .evaluate(EvalRequest{id, kCandidate, work, 7}, {});
+  };
+  EvalResult reads = evaluate_reading(home / "weights.bin", "c1");
+  EvalResult peeks = evaluate_reading(run / "gen_0" / "prev" / "secret.txt", "c2");
+  ::setenv("HOME", saved_home.c_str(), 1);
+  EXPECT_EQ(reads.failure, FailureKind::Ok) << reads.error_text;
+  EXPECT_DOUBLE_EQ(reads.combined_score, 1.25);
+  if (!std::regex_search(reads.private_metrics.value("sandbox", std::string()), std::regex("^landlock[0-9]")))
+    GTEST_SKIP() << "no Landlock on this host: files unconfined";
+  EXPECT_EQ(peeks.failure, FailureKind::RunFailed);
+  EXPECT_NE(peeks.error_text.find("cannot read"), std::string::npos) << peeks.error_text;
 }
 
 // `verdict: channel`: the verdict comes through braid's channel, not the files the candidate's

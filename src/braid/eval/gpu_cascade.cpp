@@ -5,9 +5,9 @@
 
 #include <cstdlib>
 
-#include "braid/util/command_line.hpp"
 #include "braid/eval/verdict_channel.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/hash.hpp"
@@ -15,7 +15,6 @@
 
 namespace braid {
 namespace {
-
 
 // The frozen harness prints "harness: <what>" on stderr when a rank ends on an exception (a CUDA
 // or NCCL error, a dead peer): the run failed, as opposed to a verification it completed.
@@ -115,7 +114,8 @@ LevelJudgement judge_level(const LaunchResult& run, const std::optional<Verdict>
   if (signalled || (!run.succeeded() && exception_line) || (!run.succeeded() && !verdict)) {
     out.failure = crash_kind;
     out.error = run.describe_failure(step);
-    if (verdict && !verdict->correct && out.error.find(verdict->error) == std::string::npos) out.error += "\nreported: " + verdict->error;
+    if (verdict && !verdict->correct && out.error.find(verdict->error) == std::string::npos)
+      out.error += "\nreported: " + verdict->error;
     out.crashed = true;
   } else if (verdict && !verdict->correct) {
     out.failure = FailureKind::VerifyFailed;
@@ -134,8 +134,9 @@ LevelJudgement judge_level(const LaunchResult& run, const std::optional<Verdict>
 
 std::vector<std::string> harness_argv(const GpuCascadeConfig& config, const WorkFolder& folder, std::uint64_t seed,
                                       const std::string& mode, const std::string& extra) {
-  std::vector<std::string> argv = {folder.artifact.string(), "--mode", mode, "--seed", std::to_string(seed),
-                                   "--results_dir", folder.results.string()};
+  std::vector<std::string> argv = {
+      folder.artifact.string(), "--mode", mode, "--seed", std::to_string(seed), "--results_dir",
+      folder.results.string()};
   for (const std::string& args : {config.args, extra}) {
     if (args.empty()) continue;
     auto words = command_argv(args, folder.placeholders);
@@ -169,9 +170,11 @@ struct GpuCascadeEvaluator::LevelOutcome {
 // `verdict: channel`: the ranks' records (rank 0's verdict; a rank whose harness failed adds its
 // own) replace whatever the candidate's process left in results/; a missing or inconsistent
 // record leaves no verdict files and is the problem returned ("" when the verdict came intact).
-std::string take_channel_verdict(const LaunchResult& run, const ChannelExpectation& expect, const std::filesystem::path& results) {
+std::string take_channel_verdict(const LaunchResult& run, const ChannelExpectation& expect,
+                                 const std::filesystem::path& results) {
   std::string records;
-  for (const auto& r : run.ranks) records += r.channel_text + (r.channel_text.empty() || r.channel_text.back() == '\n' ? "" : "\n");
+  for (const auto& r : run.ranks)
+    records += r.channel_text + (r.channel_text.empty() || r.channel_text.back() == '\n' ? "" : "\n");
   std::error_code ec;
   std::filesystem::remove(results / "correct.json", ec);
   std::filesystem::remove(results / "metrics.json", ec);
@@ -182,14 +185,34 @@ std::string take_channel_verdict(const LaunchResult& run, const ChannelExpectati
   return "";
 }
 
+bool within(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  const auto rel = path.lexically_normal().lexically_relative(dir.lexically_normal());
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 // The ranks' sandbox: the CPU candidates' policy (the run folder and the home hidden, writes only
-// in the work folder) in the GPU profile, without a memory limit.
+// in the work folder) in the GPU profile, without a memory limit. Files and folders the user's
+// own `args` / `bench_args` name by absolute path (`--data /home/me/weights.bin`,
+// `--data=/scratch/x`) stay readable: they are the workload's inputs. Never the run's own
+// folders (another candidate, evolution.db) nor a folder above this evaluation's.
 SandboxPolicy rank_sandbox(const GpuCascadeConfig& config, const std::filesystem::path& work_dir) {
-  WorkFolder folder;
-  folder.dir = work_dir;
-  folder.placeholders["workload_dir"] = config.workload_dir.string();
-  SandboxPolicy policy = candidate_sandbox(config.sandbox, folder, 0);
-  policy.profile = SandboxProfile::Gpu;
+  SandboxPolicy policy = candidate_sandbox(config.sandbox, work_dir, config.workload_dir, 0, SandboxProfile::Gpu);
+  const char* home_var = std::getenv("HOME");
+  const std::filesystem::path home = home_var && *home_var ? std::filesystem::path(home_var).lexically_normal() : "";
+  auto run_folder = [&](const std::filesystem::path& named) {
+    if (within(work_dir, named)) return true;
+    for (const auto& h : policy.hidden)
+      if (h.lexically_normal() != home && within(named, h)) return true;
+    return false;
+  };
+  std::error_code ec;
+  for (const std::string& args : {config.args, config.bench_args})
+    for (const std::string& word : split_command_words(args).value_or(std::vector<std::string>{})) {
+      const std::size_t slash = word.find('/');
+      if (slash == std::string::npos || (slash > 0 && word[slash - 1] != '=')) continue;
+      const std::filesystem::path named = std::filesystem::path(word.substr(slash)).lexically_normal();
+      if (std::filesystem::exists(named, ec) && !run_folder(named)) policy.read_only.push_back(named);
+    }
   return policy;
 }
 
@@ -204,16 +227,19 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config) : config_(std:
     for (const auto& g : gpus) devices.push_back(g.index);
   const int needed = config_.ranks * config_.gpus_per_rank;
   if (static_cast<int>(devices.size()) < needed)
-    throw UserError(yaml, fmt::format("evaluator kind gpu needs {} GPU{} ({} ranks x {} per rank); this machine has {} "
-                                      "(nvidia-smi -L, /proc/driver/nvidia/gpus)",
-                                      needed, needed == 1 ? "" : "s", config_.ranks, config_.gpus_per_rank, devices.size()));
+    throw UserError(yaml,
+                    fmt::format("evaluator kind gpu needs {} GPU{} ({} ranks x {} per rank); this machine has {} "
+                                "(nvidia-smi -L, /proc/driver/nvidia/gpus)",
+                                needed, needed == 1 ? "" : "s", config_.ranks, config_.gpus_per_rank, devices.size()));
   auto arch = resolve_arch(config_.arch, gpus);
   if (!arch) throw UserError(yaml, "evaluator arch '" + config_.arch + "' is not auto, sm_90, sm_90a, ...");
   arch_ = *arch;
-  builder_ = std::make_shared<NvccBuilder>(*toolchain, config_.cache_dir.empty() ? default_compile_cache_dir() : config_.cache_dir);
+  builder_ = std::make_shared<NvccBuilder>(*toolchain,
+                                           config_.cache_dir.empty() ? default_compile_cache_dir() : config_.cache_dir);
   pool_ = std::make_shared<GpuPool>(devices);
   if (config_.health_probe)
-    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_,
+                                              config_.probe_timeout_s);
   log::info("gpu evaluator: {}; GPUs {}; arch {}", builder_->toolchain().describe(), fmt::join(devices, ","), arch_);
   set_up_profiler();
 }
@@ -222,10 +248,13 @@ GpuCascadeEvaluator::GpuCascadeEvaluator(GpuCascadeConfig config, std::shared_pt
                                          std::shared_ptr<GpuPool> pool)
     : config_(std::move(config)), builder_(std::move(builder)), pool_(std::move(pool)) {
   auto arch = resolve_arch(config_.arch, detect_gpus());
-  if (!arch) throw UserError((config_.workload_dir / "workload.yaml").string(), "evaluator arch '" + config_.arch + "' is not valid");
+  if (!arch)
+    throw UserError((config_.workload_dir / "workload.yaml").string(),
+                    "evaluator arch '" + config_.arch + "' is not valid");
   arch_ = *arch;
   if (config_.health_probe)
-    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_, config_.probe_timeout_s);
+    probe_ = std::make_unique<GpuHealthProbe>(builder_, builder_->cache().dir() / "health_probe", arch_,
+                                              config_.probe_timeout_s);
   set_up_profiler();
 }
 
@@ -238,10 +267,11 @@ void GpuCascadeEvaluator::set_up_profiler() {
 }
 
 std::string GpuCascadeEvaluator::describe() const {
-  std::string text = fmt::format("gpu cascade: {} ranks via {}, {}, {}", config_.ranks, to_string(config_.launcher), arch_,
-                                 builder_->toolchain().describe());
+  std::string text = fmt::format("gpu cascade: {} ranks via {}, {}, {}", config_.ranks, to_string(config_.launcher),
+                                 arch_, builder_->toolchain().describe());
   if (profile_gate_)
-    text += ncu_ ? fmt::format("; profiles the top {} with {}", config_.profile.top_k, ncu_->string()) : "; no profiles: " + ncu_missing_;
+    text += ncu_ ? fmt::format("; profiles the top {} with {}", config_.profile.top_k, ncu_->string())
+                 : "; no profiles: " + ncu_missing_;
   if (auto note = pool_->status_line(); !note.empty()) text += "; " + note;
   return text;
 }
@@ -254,8 +284,9 @@ void GpuCascadeEvaluator::warm_up() {
   if (!built.ok) log::warn("gpu health probe does not build: {}", built.error);
 }
 
-LaunchSpec GpuCascadeEvaluator::level_spec(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
-                                           double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
+LaunchSpec GpuCascadeEvaluator::level_spec(const std::string& level, const EvalRequest& request,
+                                           const std::vector<std::string>& argv, double timeout_s,
+                                           const std::vector<int>& gpus, const std::filesystem::path& results,
                                            const std::filesystem::path& work_dir) const {
   LaunchSpec spec;
   spec.kind = config_.launcher;
@@ -298,8 +329,10 @@ GpuCascadeEvaluator::LevelOutcome GpuCascadeEvaluator::run_level(const std::stri
   out.wall_s = run.wall_s;
   out.sandbox_level = run.sandbox_level;
   const std::string channel_problem =
-      config_.verdict_channel ? take_channel_verdict(run, ChannelExpectation{spec.verdict_token, level, request.seed, run.wall_s, bench}, results)
-                              : "";
+      config_.verdict_channel
+          ? take_channel_verdict(run, ChannelExpectation{spec.verdict_token, level, request.seed, run.wall_s, bench},
+                                 results)
+          : "";
 
   const std::string step = !bench ? "run+verify" : config_.verify_in_bench ? "run+verify+bench" : "bench";
   LevelJudgement judged = judge_level(run, read_verdict(results), step, crash_kind);
@@ -338,7 +371,8 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
 
   // The channel is the frozen harness's alone: a candidate that names it is not run.
   if (config_.verdict_channel)
-    if (const std::string why = channel_tampering(request.code, ""); !why.empty()) return fail(FailureKind::VerifyFailed, why);
+    if (const std::string why = channel_tampering(request.code, ""); !why.empty())
+      return fail(FailureKind::VerifyFailed, why);
 
   // L1: build.
   result.level_reached = 1;
@@ -356,8 +390,8 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   // L2: run and verify on a shared lease (or, with verify_in_bench, in the bench run below).
   result.level_reached = 2;
   if (!config_.verify_in_bench) {
-    LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false, folder.results,
-                                    folder.dir, jobs);
+    LevelOutcome verify = run_level("verify", request, argv_for("verify", ""), config_.run_timeout_s, false,
+                                    folder.results, folder.dir, jobs);
     result.timings["run"] = verify.wall_s;
     if (verify.failure != FailureKind::Ok) return fail(verify.failure, verify.error);
     result.level_reached = 3;
@@ -383,13 +417,15 @@ EvalResult GpuCascadeEvaluator::evaluate(const EvalRequest& request, const JobOb
   // Re-measurements (search/remeasure.hpp labels them "<id>-confirm1", "<id>-noise2", ...) keep
   // only their score: a profile taken there would be thrown away.
   const bool remeasurement = request.candidate_id.find('-') != std::string::npos;
-  if (result.correct && profile_gate_ && profile_gate_->admit(hash_hex(request.code), result.combined_score, !remeasurement))
+  if (result.correct && profile_gate_ &&
+      profile_gate_->admit(hash_hex(request.code), result.combined_score, !remeasurement))
     profile_level(request, argv_for("bench", config_.bench_args), folder.dir, jobs, result);
   return result;
 }
 
 void GpuCascadeEvaluator::profile_level(const EvalRequest& request, const std::vector<std::string>& argv,
-                                        const std::filesystem::path& work_dir, const JobObserver& jobs, EvalResult& result) {
+                                        const std::filesystem::path& work_dir, const JobObserver& jobs,
+                                        EvalResult& result) {
   if (!ncu_) {
     result.public_metrics["profile"] = profile_note(ncu_missing_);
     return;
@@ -405,8 +441,8 @@ void GpuCascadeEvaluator::profile_level(const EvalRequest& request, const std::v
   for (std::size_t i = 0; i + 1 < program.size(); ++i)
     if (program[i] == "--results_dir") program[i + 1] = results.string();
 
-  LaunchSpec spec = level_spec("profile", request, ncu_argv(config_.profile, ncu_->string(), program), config_.profile.timeout_s,
-                               lease->devices(), results, work_dir);
+  LaunchSpec spec = level_spec("profile", request, ncu_argv(config_.profile, ncu_->string(), program),
+                               config_.profile.timeout_s, lease->devices(), results, work_dir);
   spec.output_cap_bytes = 4 << 20;  // the CSV comes last on stdout; a cut would lose kernels
   // ncu is the user's tool, not the candidate's code: it needs its own files and lock folders.
   // Only candidates already judged under the sandbox get here (docs/sandbox.md, "GPU ranks").

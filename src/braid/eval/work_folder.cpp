@@ -19,7 +19,8 @@
 namespace braid {
 
 const std::vector<std::string>& known_placeholders() {
-  static const std::vector<std::string> names = {"program", "artifact", "work_dir", "workload_dir", "seed", "results_dir", "driver"};
+  static const std::vector<std::string> names = {"program", "artifact",    "work_dir", "workload_dir",
+                                                 "seed",    "results_dir", "driver"};
   return names;
 }
 
@@ -38,12 +39,10 @@ WorkFolder prepare_work_folder(const EvalRequest& request, const std::filesystem
   std::filesystem::remove(f.results / "correct.json");
   std::filesystem::remove(f.results / "metrics.json");
   write_file_atomic(f.program, request.code);
-  f.placeholders = {{"program", f.program.string()},
-                    {"artifact", f.artifact.string()},
-                    {"work_dir", f.dir.string()},
-                    {"workload_dir", std::filesystem::absolute(workload_dir).string()},
-                    {"seed", std::to_string(request.seed)},
-                    {"results_dir", f.results.string()}};
+  f.placeholders = {
+      {"program", f.program.string()},        {"artifact", f.artifact.string()},
+      {"work_dir", f.dir.string()},           {"workload_dir", std::filesystem::absolute(workload_dir).string()},
+      {"seed", std::to_string(request.seed)}, {"results_dir", f.results.string()}};
   return f;
 }
 
@@ -56,10 +55,17 @@ SandboxSettings SandboxSettings::from_json(const json& section) {
 }
 
 SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolder& folder, std::size_t memory_bytes) {
+  return candidate_sandbox(settings, folder.dir, folder.placeholders.at("workload_dir"), memory_bytes,
+                           SandboxProfile::Cpu);
+}
+
+SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const std::filesystem::path& work_dir,
+                                const std::filesystem::path& workload_dir, std::size_t memory_bytes,
+                                SandboxProfile profile) {
   SandboxPolicy p;
   p.enabled = settings.enabled;
-  p.profile = SandboxProfile::Cpu;
-  p.scratch = folder.dir;
+  p.profile = profile;
+  p.scratch = work_dir;
   p.network = settings.network;
   p.namespaces = settings.namespaces;
   p.memory_bytes = memory_bytes;
@@ -67,10 +73,10 @@ SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolde
   // The folder of the other candidates, and the run folder with evolution.db above it
   // (results/gen_3/..., results/remeasure/<label>/...).
   // A work folder inside the workload folder (tests, hand-made layouts) leaves the workload visible.
-  const std::filesystem::path workload = std::filesystem::absolute(folder.placeholders.at("workload_dir")).lexically_normal();
-  if (folder.dir.parent_path().lexically_normal() != workload) p.hidden.push_back(folder.dir.parent_path());
+  const std::filesystem::path workload = std::filesystem::absolute(workload_dir).lexically_normal();
+  if (work_dir.parent_path().lexically_normal() != workload) p.hidden.push_back(work_dir.parent_path());
   std::error_code ec;
-  for (auto up = folder.dir.parent_path(); up.has_relative_path(); up = up.parent_path())
+  for (auto up = work_dir.parent_path(); up.has_relative_path(); up = up.parent_path())
     if (std::filesystem::exists(up / "evolution.db", ec)) {
       p.hidden.push_back(up);
       break;
@@ -78,7 +84,7 @@ SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolde
   const char* home_var = std::getenv("HOME");
   const std::filesystem::path home = home_var && *home_var ? std::filesystem::path(home_var).lexically_normal() : "";
   if (!home.empty()) p.hidden.push_back(home);
-  p.read_only.emplace_back(folder.placeholders.at("workload_dir"));
+  p.read_only.emplace_back(workload_dir);
   // Toolchains installed under the home stay usable: the whole top folder of one (~/.pyenv,
   // ~/miniconda3, ~/.local), as their launchers reach beyond the folder on PATH.
   auto toolchain = [&](const std::filesystem::path& dir) {
@@ -192,7 +198,8 @@ void record_failure(EvalResult& result, FailureKind kind, const std::string& err
 }
 
 void write_failure_contract(const WorkFolder& folder, const EvalResult& result) {
-  json verdict = {{"correct", false}, {"error", result.error_text}, {"failure", std::string(to_string(result.failure))}};
+  json verdict = {
+      {"correct", false}, {"error", result.error_text}, {"failure", std::string(to_string(result.failure))}};
   write_file_atomic(folder.results / "correct.json", verdict.dump(2) + "\n");
 }
 

@@ -47,17 +47,21 @@ struct SandboxSettings {
 // /tmp); the run folder (its other candidates, evolution.db) and the home hidden; the
 // workload and the toolchain folders on PATH visible, read-only.
 SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const WorkFolder& folder, std::size_t memory_bytes);
+// The same for any work folder and profile (the GPU ranks: SandboxProfile::Gpu, no memory limit).
+SandboxPolicy candidate_sandbox(const SandboxSettings& settings, const std::filesystem::path& work_dir,
+                                const std::filesystem::path& workload_dir, std::size_t memory_bytes,
+                                SandboxProfile profile);
 
 struct StepSpec {
-  std::string name;                   // "build", "run", "bench", "external"
+  std::string name;  // "build", "run", "bench", "external"
   std::vector<std::string> argv;
   std::filesystem::path cwd;
   double timeout_s = 0.0;
   std::map<std::string, std::string> env;
-  std::size_t memory_limit_bytes = 0;  // RLIMIT_AS of the step's processes; 0: none
-  SandboxPolicy sandbox;              // see candidate_sandbox
-  std::string token;                  // the verdict nonce; with it the step gets BRAID_RESULT_FD
-  int peer_fd = -1;                   // a socket given as BRAID_PEER_FD (run_driven_step), taken over
+  std::size_t memory_limit_bytes = 0;       // RLIMIT_AS of the step's processes; 0: none
+  SandboxPolicy sandbox;                    // see candidate_sandbox
+  std::string token;                        // the verdict nonce; with it the step gets BRAID_RESULT_FD
+  int peer_fd = -1;                         // a socket given as BRAID_PEER_FD (run_driven_step), taken over
   const std::atomic<bool>* stop = nullptr;  // once true the step is ended (SubprocessOptions::stop)
 };
 
