@@ -28,6 +28,7 @@ commands=(
   "goal kv-transfer|the same for the KV-cache transfer (1.10x the bound at every timed shape); best exported for bench --extra"
   "goal moe|the same for MoE dispatch / experts / combine (1.10x the bound at every token count and skew)"
   "goal ring-attention|the same for ring attention (1.10x the bound at every timed shape)"
+  "scale|evaluations per hour of the search with 1, 2, 4, 8 GPUs leased to R-rank evaluations, against the ideal linear line"
   "quick|a short pass for a machine held briefly: tests, all-gather bench, one goal search, torch's fused op, cascade"
   "gates|\`braid run\` of the gemm_allgather seed and the annotator's settings through the gate (MODE: run, gate or all)"
   "convert-gate|\`braid convert --verify\` of every corpus program, the gemm_allgather seed and the user corpus (differential gate) on local ranks; a table"
@@ -1043,6 +1044,65 @@ goal_run() {  # workload target sizes [SEED...]
     tail -2 "$out/seed$seed.md"
     "$braid" export "$dir" -o "$out/seed$seed-best.cu" >/dev/null 2>&1 || echo "seed $seed: no best program to export"
   done
+}
+
+# ================================================================ scale
+# Scaling of the search itself: one time-boxed `braid evolve --llm none` per GPU count G (GPUs
+# 0..G-1 visible, G/R leases of R ranks, JOBS_PER_LEASE evaluations in flight per lease, since
+# builds hold no GPU), then the table of search_scaling.py: evaluations per hour against G/R times
+# the one-lease rate. The workload is copied with bench_exclusive set as asked: true (its
+# default) keeps benches on a node one at a time, so adding GPUs only overlaps builds and verifies.
+spec_scale() {
+  common_opts search-scaling-out
+  opt --workload scale_wl BRAID_SCALE_WORKLOAD workloads/serving_kernels/softmax "workload folder"
+  opt --gpu-counts gpu_counts BRAID_SCALE_GPUS "1 2 4 8" "GPU counts (those above this machine's are skipped)"
+  opt --ranks ranks BRAID_SCALE_RANKS 1 "ranks per evaluation"
+  opt --seconds secs BRAID_SCALE_SECONDS 120 "wall time of each run (then SIGINT)"
+  opt --jobs-per-lease jpl BRAID_SCALE_JOBS_PER_LEASE 3 "max_parallel_jobs per lease of R GPUs"
+  opt --exclusive excl BRAID_SCALE_EXCLUSIVE false "bench_exclusive of the copied workload (true: the default of every workload)"
+  opt --braid braid_bin BRAID_BIN "" "the braid binary (default .device-carry/bin/braid, build/braid)"
+}
+cmd_scale() {
+  local braid wl_parent wl_name wl g dir start rc leases runs=() visible
+  make_dir "$out"
+  logfile=$out/scale.log
+  [ "$dry" = 1 ] || : >"$logfile"
+  gpu_env
+  gpus=$(gpu_count)
+  braid=$(braid_binary "$braid_bin")
+  [ -n "$braid" ] || { log "FAIL: no braid binary (--braid, .device-carry/bin/braid or build/braid)"; exit 1; }
+  LD_LIBRARY_PATH="$(dirname "$braid")/lib:$LD_LIBRARY_PATH"
+  export LD_LIBRARY_PATH
+  [ -f "$scale_wl/workload.yaml" ] || die "--workload $scale_wl: no workload.yaml there"
+  case $excl in true | false) ;; *) die "--exclusive $excl: true or false" ;; esac
+  # The workload's parent is copied whole: includes such as ../common stay valid.
+  wl_parent=$(cd "$scale_wl/.." && pwd) wl_name=$(basename "$scale_wl")
+  fresh_dir "$out/workload"
+  x cp -r "$wl_parent/." "$out/workload/"
+  wl=$out/workload/$wl_name
+  if [ "$dry" != 1 ]; then
+    sed -i '/^  bench_exclusive:/d' "$wl/workload.yaml"
+    sed -i "s|^  kind: gpu|  kind: gpu\n  bench_exclusive: $excl|" "$wl/workload.yaml"
+    grep -q "^  bench_exclusive: $excl" "$wl/workload.yaml" || die "could not set bench_exclusive in $wl/workload.yaml"
+  fi
+  log "$(machine_line); workload $scale_wl, $ranks rank(s) per evaluation, bench_exclusive $excl, $secs s per run"
+  for g in $gpu_counts; do
+    [ "$g" -le "$gpus" ] || { log "G=$g: skipped ($gpus GPUs here)"; continue; }
+    [ $((g % ranks)) -eq 0 ] || { log "G=$g: skipped (not a multiple of $ranks ranks)"; continue; }
+    leases=$((g / ranks))
+    visible=$(seq -s, 0 $((g - 1)))
+    dir=$out/run-g$g
+    [ "$dry" = 1 ] || rm -rf "$dir"
+    start=$(date +%s)
+    # SIGINT ends the run as a user's Ctrl-C does: evaluations in flight finish or are dropped, the
+    # evaluated ones are stored.
+    run_to "$out/run-g$g.log" "$secs" env CUDA_VISIBLE_DEVICES="$visible" "$braid" evolve "$wl" --llm none -g 100000 -s 1 -r "$dir" \
+      --ranks "$ranks" -j $((leases * jpl))
+    rc=$?
+    [ "$dry" = 1 ] || log "G=$g ($leases lease(s), -j $((leases * jpl))): rc=$rc in $(since "$start")"
+    runs+=("$g=$start=$dir")
+  done
+  x python3 "$root/bench/search_scaling.py" --ranks "$ranks" --seconds "$secs" "${runs[@]}" | { if [ "$dry" = 1 ]; then cat; else tee -a "$logfile"; fi; }
 }
 
 # ================================================================ quick

@@ -26,7 +26,7 @@ expect "bash -n" "$(bash -n "$src/scripts/gpu.sh" && echo ok)" ok
 help=$(gpu bash "$src/scripts/gpu.sh" help)
 expect "help: exit 0" $? 0
 for c in check "bench gemm-allgather" "bench kv-transfer" "bench moe" "bench ring-attention" "bench serving-kernels" \
-  "goal gemm-allgather" "goal kv-transfer" "goal moe" "goal ring-attention" quick gates convert-gate bundle env; do
+  "goal gemm-allgather" "goal kv-transfer" "goal moe" "goal ring-attention" scale quick gates convert-gate bundle env; do
   expect "help lists '$c'" "$(echo "$help" | grep -c "^scripts/gpu.sh $c \[options\]")" 1
 done
 expect "help names each option's fallback" "$(echo "$help" | grep -c -- '--experts V .*\[BRAID_MOE_EXPERTS\]')" 1
@@ -82,6 +82,26 @@ args+=(--no-user)
 expect "convert-gate --no-user: annotated corpus and seed only" "$(run | count 'corpus_user/')" 0
 args=(goal moe --dry-run --braid /bin/true 7)
 expect "goal moe: its goal.yaml and every timed size" "$(run | grep -c 'workloads/moe/bench/goal.yaml\|--target 1.10 --sizes 1280321.*40960325')" 2
+args=(scale --dry-run --gpus 4 --ranks 2 --workload workloads/gemm_allgather --braid /bin/true)
+scale=$(run)
+expect "scale: one run per GPU count that takes whole leases" "$(echo "$scale" | grep -cE 'CUDA_VISIBLE_DEVICES=(0.,1|0.,1.,2.,3) /bin/true evolve .*/workload/gemm_allgather')" 2
+expect "scale: G=1 skipped at 2 ranks, 8 beyond the machine" "$(echo "$scale" | grep -cE 'G=(1|8): skipped')" 2
+expect "scale: jobs per lease times leases" "$(echo "$scale" | grep -cE 'run-g2 --ranks 2 -j 3|run-g4 --ranks 2 -j 6')" 2
+# The table from stored runs: two databases as braid writes them (only the columns read).
+mkdir -p "$tmp/s1" "$tmp/s2"
+for d in s1 s2; do
+  python3 - "$tmp/$d/evolution.db" "$([ $d = s1 ] && echo 10 || echo 5)" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); step = float(sys.argv[2])
+db.execute("CREATE TABLE programs (generation INT, created_at REAL, correct INT, timings TEXT, migrated_from TEXT)")
+for i in range(11):  # the seed at t=100, then one evaluation every `step` s; one migrant copy
+    db.execute("INSERT INTO programs VALUES (?, ?, 1, '{\"build\": 20, \"bench\": 2}', '')", (i, 100 + i * step))
+db.execute("INSERT INTO programs VALUES (3, 101, 1, '{}', 'abc')")
+db.commit()
+PY
+done
+table=$(python3 "$src/bench/search_scaling.py" --seconds 120 1=90="$tmp/s1" 2=90="$tmp/s2")
+expect "scaling table: steady rates and the ideal line" "$(echo "$table" | grep -cE '^\| 1 \| 1 \| 11 \| 11 \| 330 \| 360 \| 360 \| 1.00 \| 20.0 \| 2.0 \|$|^\| 2 \| 2 \| 11 \| 11 \| 330 \| 720 \| 720 \| 1.00 ')" 2
 expect "writes nothing in dry runs" "$([ -e "$out" ] || [ -e "$tmp/b" ] && echo wrote || echo none)" none
 
 [ $fails = 0 ] && echo "all passed" || echo "$fails failed"
