@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "braid/platform/device_headers.hpp"
 #include "braid/platform/machine.hpp"
@@ -152,6 +153,26 @@ TEST(DeviceHeaders, TheRepositorysUmbrellasIncludeEveryPart) {
     ASSERT_NE(c, contracts.end()) << umbrella;
     EXPECT_NE(c->contract.find("CONTRACT (shown to the LLM as documentation)"), std::string::npos) << umbrella;
   }
+}
+
+// A pageable host-to-device cudaMemcpy may return before its DMA lands, and the harness's and the
+// converted programs' streams are non-blocking: work on them could read the allocation's stale
+// bytes (seen on 4 x H100 with four 1-rank benches at once: a verdict gathered before it was
+// copied read as "rank -1: write outside buffer ''"). Every such copy in braid's device headers is
+// ordered on a stream (cudaMemcpyAsync) instead.
+TEST(DeviceHeaders, HostToDeviceCopiesAreStreamOrdered) {
+  const fs::path include = fs::path(BRAID_SOURCE_DIR) / "device" / "include";
+  int headers = 0;
+  for (const auto& e : fs::recursive_directory_iterator(include / "braid")) {
+    if (e.path().extension() != ".cuh") continue;
+    ++headers;
+    std::istringstream in(read_file(e.path()));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      EXPECT_FALSE(line.find("cudaMemcpy(") != std::string::npos && line.find("cudaMemcpyHostToDevice") != std::string::npos)
+          << e.path().lexically_relative(include).string() << ":" << n << ": " << line;
+  }
+  EXPECT_GT(headers, 10);
 }
 
 }  // namespace

@@ -327,6 +327,7 @@ class ExpertGemm {
     void* hp[6] = {m, m + n * n, m + 2 * n * n, m + 3 * n * n, m + 4 * n * n, m + 5 * n * n};  // A0 A1 B0 B1 C0 C1
     void** dp = reinterpret_cast<void**>(m + 6 * n * n);
     BRAID_CUDA(cudaMemcpy(dp, hp, sizeof(hp), cudaMemcpyHostToDevice));
+    BRAID_CUDA(cudaDeviceSynchronize());  // a pageable copy may return before its DMA lands
     cublasOperation_t ta[2] = {CUBLAS_OP_T, CUBLAS_OP_T}, tb[2] = {CUBLAS_OP_N, CUBLAS_OP_N};
     int dims[2] = {n, n}, ones[2] = {1, 1};
     float al[2] = {1.f, 1.f}, be[2] = {0.f, 0.f};

@@ -239,6 +239,7 @@ void setup(Context& c) {
     s->job_count = (int)jobs.size();
     BRAID_CUDA(cudaMalloc(&s->jobs, std::max<size_t>(jobs.size(), 1) * sizeof(CopyJob)));
     if (!jobs.empty()) BRAID_CUDA(cudaMemcpy(s->jobs, jobs.data(), jobs.size() * sizeof(CopyJob), cudaMemcpyHostToDevice));
+    BRAID_CUDA(cudaDeviceSynchronize());  // a pageable copy may return before its DMA lands; the companion runs on another stream
   }
 }
 

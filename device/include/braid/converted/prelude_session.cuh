@@ -146,8 +146,13 @@ inline void register_window(Allocation& a) {
   if (a.win != nullptr || s.comm == nullptr) return;
   BRAID_NCCL(ncclCommWindowRegister(s.comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
   const size_t index = (size_t)(&a - s.allocations.data());
-  if (s.dev_windows != nullptr && index < (size_t)kMaxWindows)
-    BRAID_CUDA(cudaMemcpy(s.dev_windows + index, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice));
+  if (s.dev_windows != nullptr && index < (size_t)kMaxWindows) {
+    // Waited for: a pageable cudaMemcpy may return before its DMA lands, and the program's
+    // non-blocking streams would not wait for it. Only this copy is waited for, never the
+    // program's kernels (one may be waiting on a peer).
+    BRAID_CUDA(cudaMemcpyAsync(s.dev_windows + index, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+    BRAID_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  }
 }
 
 // Binding to a communicator (a collective step: at its creation, or at the first converted

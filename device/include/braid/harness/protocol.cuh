@@ -514,7 +514,9 @@ class Harness {
     std::vector<RankVerdict> all((size_t)n);
     char* dev = nullptr;
     BRAID_CUDA(cudaMalloc(&dev, sizeof(RankVerdict) * (size_t)n));
-    BRAID_CUDA(cudaMemcpy(dev + sizeof(RankVerdict) * (size_t)me_.rank, &mine, sizeof(RankVerdict), cudaMemcpyHostToDevice));
+    // Stream-ordered: a pageable cudaMemcpy may return before its DMA lands, and stream_ does not
+    // wait for the legacy stream, so the gather could read the allocation's stale bytes.
+    BRAID_CUDA(cudaMemcpyAsync(dev + sizeof(RankVerdict) * (size_t)me_.rank, &mine, sizeof(RankVerdict), cudaMemcpyHostToDevice, stream_));
     BRAID_NCCL(ncclAllGather(dev + sizeof(RankVerdict) * (size_t)me_.rank, dev, sizeof(RankVerdict), ncclChar, comm_, stream_));
     BRAID_CUDA(cudaMemcpyAsync(all.data(), dev, sizeof(RankVerdict) * (size_t)n, cudaMemcpyDeviceToHost, stream_));
     BRAID_CUDA(cudaStreamSynchronize(stream_));

@@ -32,7 +32,9 @@ inline std::vector<double> makespans(const std::vector<double>& mine, ncclComm_t
   int64_t kk = (int64_t)mine.size();
   int64_t* dk = nullptr;
   BRAID_CUDA(cudaMalloc(&dk, sizeof(int64_t)));
-  BRAID_CUDA(cudaMemcpy(dk, &kk, sizeof(kk), cudaMemcpyHostToDevice));
+  // Host-to-device copies on `stream`: a pageable cudaMemcpy may return before its DMA lands,
+  // and a non-blocking stream does not wait for it.
+  BRAID_CUDA(cudaMemcpyAsync(dk, &kk, sizeof(kk), cudaMemcpyHostToDevice, stream));
   BRAID_NCCL(ncclAllReduce(dk, dk, 1, ncclInt64, ncclMin, comm, stream));
   BRAID_CUDA(cudaMemcpyAsync(&kk, dk, sizeof(kk), cudaMemcpyDeviceToHost, stream));
   BRAID_CUDA(cudaStreamSynchronize(stream));
@@ -41,7 +43,7 @@ inline std::vector<double> makespans(const std::vector<double>& mine, ncclComm_t
   if (most == 0) return {};
   double* dd = nullptr;
   BRAID_CUDA(cudaMalloc(&dd, sizeof(double) * most));
-  BRAID_CUDA(cudaMemcpy(dd, mine.data(), sizeof(double) * most, cudaMemcpyHostToDevice));
+  BRAID_CUDA(cudaMemcpyAsync(dd, mine.data(), sizeof(double) * most, cudaMemcpyHostToDevice, stream));
   BRAID_NCCL(ncclAllReduce(dd, dd, most, ncclFloat64, ncclMax, comm, stream));
   std::vector<double> mk(most);
   BRAID_CUDA(cudaMemcpyAsync(mk.data(), dd, sizeof(double) * most, cudaMemcpyDeviceToHost, stream));

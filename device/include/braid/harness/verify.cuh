@@ -98,7 +98,7 @@ inline void check_canaries(Context& ctx, cudaStream_t stream, RankVerdict& v) {
   BRAID_CUDA(cudaMalloc(&dev, sizeof(unsigned long long)));
   for (Buffer& b : ctx.buffers()) {
     const unsigned long long init = ~0ull;
-    BRAID_CUDA(cudaMemcpy(dev, &init, sizeof(init), cudaMemcpyHostToDevice));
+    BRAID_CUDA(cudaMemcpyAsync(dev, &init, sizeof(init), cudaMemcpyHostToDevice, stream));  // ordered before the kernel
     canary_kernel<><<<256, 256, 0, stream>>>(reinterpret_cast<unsigned char*>(b.alloc_base), kCanaryBand, kCanaryBand + b.bytes,
                                              b.alloc_bytes, dev);
     BRAID_LAUNCHED();
