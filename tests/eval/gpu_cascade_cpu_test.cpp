@@ -654,6 +654,34 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
   EXPECT_NE(problem("  kind: gpu\n  max_processes: 3\n").find("at least 8"), std::string::npos);
 }
 
+// verdict: auto (the default) takes the channel where braid's own local ranks run a program on
+// braid's harness, judged from the workload's program (a candidate cannot opt out); files
+// elsewhere: a program without the harness, or ranks braid does not start itself.
+TEST(GpuWorkload, VerdictAutoTakesTheChannelForProgramsOnBraidsHarness) {
+  const std::filesystem::path source(BRAID_SOURCE_DIR);
+  EXPECT_TRUE(runs_braid_harness(source / "workloads/gemm_allgather/gen0.cu", {source / "workloads/gemm_allgather"}));
+  EXPECT_TRUE(runs_braid_harness(source / "workloads/serving_kernels/softmax/gen0.cu",
+                                 {source / "workloads/serving_kernels/softmax", source / "workloads/serving_kernels/common"}));
+  TempDir dir("gpu_verdict_auto");
+  write_file_atomic(dir / "own.cu", "#include <cstdio>\nint main() { std::puts(\"{}\"); }\n");
+  write_file_atomic(dir / "wl.cuh", "#pragma once\n#include <braid/harness.cuh>\n");
+  write_file_atomic(dir / "on_harness.cu", "#include \"wl.cuh\"\nint main(int c, char** v) { return braid::dev::harness_main(c, v); }\n");
+  write_file_atomic(dir / "own_main.cu", "#include \"wl.cuh\"\nint main() {}\n");
+  EXPECT_FALSE(runs_braid_harness(dir / "own.cu", {}));
+  EXPECT_FALSE(runs_braid_harness(dir / "own_main.cu", {}));  // the harness's headers, its own main
+  EXPECT_TRUE(runs_braid_harness(dir / "on_harness.cu", {}));
+  auto config = [&](const std::string& program, const std::string& keys) {
+    write_file_atomic(dir / "workload.yaml", "name: t\nprogram: " + program + "\nevaluator:\n  kind: gpu\n" + keys);
+    WorkloadSpec spec = load_workload(dir.path());
+    return GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program);
+  };
+  EXPECT_TRUE(config("on_harness.cu", "").verdict_channel);
+  EXPECT_FALSE(config("own.cu", "").verdict_channel);
+  EXPECT_FALSE(config("on_harness.cu", "  verdict: files\n").verdict_channel);
+  EXPECT_FALSE(config("on_harness.cu", "  launcher: mpirun\n").verdict_channel);
+  EXPECT_TRUE(config("own.cu", "  verdict: channel\n").verdict_channel);
+}
+
 TEST(GpuWorkload, NoGpuIsAClearError) {
   if (!detect_gpus().empty()) GTEST_SKIP() << "this machine has GPUs";
   TempDir dir("gpu_none");

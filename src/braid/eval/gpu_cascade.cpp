@@ -5,8 +5,10 @@
 
 #include <cstdlib>
 
+#include "braid/eval/compile_cache.hpp"
 #include "braid/eval/verdict_channel.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -45,6 +47,22 @@ std::filesystem::path expand_home(const std::string& path) {
 }
 
 }  // namespace
+
+bool runs_braid_harness(const std::filesystem::path& program, std::vector<std::filesystem::path> include_dirs) {
+  if (auto device = find_device_include(); !device.empty()) include_dirs.push_back(device);
+  bool harness = false, calls_main = false;
+  auto calls_harness_main = [](const std::filesystem::path& file) {
+    auto text = try_read_file(file);
+    return text && text->find("harness_main(") != std::string::npos;
+  };
+  calls_main = calls_harness_main(program);
+  for (const auto& header : included_headers(program, include_dirs)) {
+    const bool braids = header.parent_path().filename() == "braid" || header.parent_path().parent_path().filename() == "braid";
+    if (header.filename() == "harness.cuh" && header.parent_path().filename() == "braid") harness = true;
+    if (!braids && !calls_main) calls_main = calls_harness_main(header);  // a workload header's main
+  }
+  return harness && calls_main;
+}
 
 std::filesystem::path default_compile_cache_dir() {
   if (const char* d = std::getenv("BRAID_CACHE_DIR"); d && *d) return std::filesystem::path(d) / "nvcc";
@@ -88,7 +106,12 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   if (auto p = section.find("profile"); p != section.end()) c.profile = NcuConfig::from_json(*p);
   c.sandbox.enabled = section.value("sandbox", c.sandbox.enabled);
   c.sandbox.max_processes = section.value("max_processes", c.sandbox.max_processes);
-  c.verdict_channel = section.value("verdict", std::string("files")) == "channel" && c.launcher == LauncherKind::Local;
+  // auto: the channel wherever it can carry the verdict (braid's own local ranks, a program on
+  // braid's harness). Judged once from the workload's program, so a candidate cannot opt out:
+  // one that drops the harness sends no record and fails.
+  const std::string verdict = section.value("verdict", std::string("auto"));
+  c.verdict_channel = c.launcher == LauncherKind::Local &&
+                      (verdict == "channel" || (verdict == "auto" && runs_braid_harness(workload_dir / program_filename, c.includes)));
   return c;
 }
 

@@ -83,7 +83,7 @@ struct GpuCascadeConfig {
   NcuConfig profile;  // workload.yaml `profile:` (stored under the evaluator section)
   // The ranks' sandbox (`sandbox`, `max_processes`; docs/sandbox.md, "GPU ranks").
   SandboxSettings sandbox = {true, 4096, true, true};
-  bool verdict_channel = false;  // `verdict: channel`: the harness's record through braid's channel, not its files
+  bool verdict_channel = false;  // the harness's record through braid's channel, not its files (`verdict`, auto by default)
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,
@@ -92,6 +92,11 @@ struct GpuCascadeConfig {
 
 // $BRAID_CACHE_DIR/nvcc, else $XDG_CACHE_HOME/braid/nvcc, else ~/.cache/braid/nvcc.
 std::filesystem::path default_compile_cache_dir();
+
+// Whether `program` runs braid's frozen harness: it reaches braid/harness.cuh through its
+// #includes (looked up in `include_dirs` and braid's device headers) and calls harness_main (in
+// its text or a workload header), which takes the verdict channel.
+bool runs_braid_harness(const std::filesystem::path& program, std::vector<std::filesystem::path> include_dirs);
 
 // How one level's launch went, from its ranks' ends and output and the verdict they wrote:
 // shared by the local launch below and a Slurm job step (slurm_kinds.hpp), so both judge alike.

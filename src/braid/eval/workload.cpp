@@ -203,14 +203,14 @@ class WorkloadReader {
     if (!launcher.empty() && launcher != "local" && launcher != "mpirun" && launcher != "srun")
       error(node["launcher"], "evaluator launcher '" + launcher + "' is unknown (expected local, mpirun or srun)");
     section["launcher"] = launcher.empty() ? "local" : launcher;
-    // Where the harness's verdict comes from: its files (default) or braid's verdict channel
-    // (docs/sandbox.md, "GPU ranks"), which only braid's own local ranks can carry.
+    // Where the harness's verdict comes from: braid's verdict channel or the harness's files
+    // (docs/sandbox.md, "GPU ranks"); auto: the channel where braid's own local ranks run braid's harness.
     const std::string verdict = string_at(node, "verdict", false, " in evaluator");
-    if (!verdict.empty() && verdict != "files" && verdict != "channel")
-      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown for kind gpu (expected files or channel)");
+    if (!verdict.empty() && verdict != "files" && verdict != "channel" && verdict != "auto")
+      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown for kind gpu (expected auto, files or channel)");
     if (verdict == "channel" && !launcher.empty() && launcher != "local")
       error(node["verdict"], "evaluator verdict 'channel' needs launcher local (mpirun and srun do not pass braid's descriptor to the ranks)");
-    section["verdict"] = verdict.empty() ? "files" : verdict;
+    section["verdict"] = verdict.empty() ? "auto" : verdict;
     const std::string arch = string_at(node, "arch", false, " in evaluator");
     if (!arch.empty() && !resolve_arch(arch, {}))
       error(node["arch"], "evaluator arch '" + arch + "' is unknown (expected auto, sm_90, sm_90a, ...)");
