@@ -169,7 +169,8 @@ TEST(DeviceHeaders, HostToDeviceCopiesAreStreamOrdered) {
     std::istringstream in(read_file(e.path()));
     std::string line;
     for (int n = 1; std::getline(in, line); ++n)
-      EXPECT_FALSE(line.find("cudaMemcpy(") != std::string::npos && line.find("cudaMemcpyHostToDevice") != std::string::npos)
+      EXPECT_FALSE(line.find("cudaMemcpy(") != std::string::npos &&
+                   line.find("cudaMemcpyHostToDevice") != std::string::npos)
           << e.path().lexically_relative(include).string() << ":" << n << ": " << line;
   }
   EXPECT_GT(headers, 10);
