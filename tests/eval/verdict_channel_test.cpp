@@ -71,6 +71,23 @@ TEST(VerdictChannel, SourceFromTheHarnessText) {
   EXPECT_EQ(resolve_verdict_source("channel", ""), VerdictSource::Channel);
 }
 
+// The harness takes the nonce in a constructor of priority 101: candidate code that asks to run
+// earlier (an explicit constructor priority, init_priority, its own .init_array entry) is refused
+// unrun; a plain constructor (default priority, after the harness's) and ordinary code are not.
+TEST(VerdictChannel, CodeAskingToRunBeforeTheHarnessIsRefused) {
+  for (const std::string code : {"__attribute__((constructor(100))) static void steal() {}\n",
+                                 "__attribute__ (( constructor ( 0 ) )) void f();\n",
+                                 "static Thief t __attribute__((init_priority(101)));\n",
+                                 "__attribute__((section(\".init_array\"))) void (*p)() = steal;\n",
+                                 "__attribute__((section(\".preinit_array\"))) void (*p)() = steal;\n"})
+    EXPECT_NE(channel_tampering(code, "").find("asks to run before main"), std::string::npos) << code;
+  EXPECT_EQ(channel_tampering("__attribute__((constructor)) static void log_start() {}\nstruct A { A(int) {} };\n", ""), "");
+  // A frozen harness in the same file may use one itself; the candidate may not add another.
+  const std::string harness = "__attribute__((constructor(101))) static void take() {}\n";
+  EXPECT_EQ(channel_tampering(harness + "int x;\n", harness), "");
+  EXPECT_NE(channel_tampering(harness + "__attribute__((constructor(1))) void s();\n", harness), "");
+}
+
 TEST(VerdictChannel, TokensDiffer) {
   const std::string a = new_eval_token(), b = new_eval_token();
   EXPECT_EQ(a.size(), 32u);

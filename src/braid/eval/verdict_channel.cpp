@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <regex>
 
 #include "braid/util/fs.hpp"
 
@@ -122,6 +123,16 @@ std::string channel_tampering(const std::string& candidate, const std::string& h
     if (count(candidate, word) > count(harness, word))
       return "the candidate's code names the verdict channel (" + word +
              "), which only the frozen harness may use; rejected unrun";
+  // The harness takes the nonce in a constructor of priority 101, before static initialisers of
+  // default priority; code asking to run earlier could take it first.
+  static const std::regex before_main(R"((constructor\s*\(\s*\d)|init_priority|init_array|\.ctors)");
+  auto asks = [](const std::string& text) { return std::distance(std::sregex_iterator(text.begin(), text.end(), before_main), {}); };
+  if (asks(candidate) > asks(harness)) {
+    std::smatch m;
+    std::regex_search(candidate, m, before_main);
+    return "the candidate's code asks to run before main (" + m.str() +
+           "), ahead of the harness taking the verdict channel; rejected unrun";
+  }
   return {};
 }
 

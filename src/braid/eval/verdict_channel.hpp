@@ -26,11 +26,13 @@
 // correct.json / metrics.json in the results folder are then written by braid from the
 // record (for people and tools); files a candidate drops there are overwritten, never read.
 //
-// What this does not stop in a single binary: candidate code in the harness's own process that
-// reads the socket before the harness does (a static initialiser) takes the nonce away, so the
-// harness's record fails the token check (rejected); code that reads it AND writes a forged
-// record itself is accepted. A cascade with a driver (cascade.hpp, docs/sandbox.md) closes
-// that: only the driver, a process the candidate's code never runs in, holds the channel.
+// In a single binary, candidate code in the harness's own process that read the socket before the
+// harness (a static initialiser) could take the nonce and forge a record. braid's GPU harness
+// takes it in a constructor of priority 101, ahead of every default-priority initialiser, and
+// channel_tampering refuses candidate code that asks to run earlier (an explicit constructor
+// priority, init_priority, an .init_array entry). Code that patches the harness's memory is not
+// stopped. A cascade with a driver (cascade.hpp, docs/sandbox.md) closes all of it: only the
+// driver, a process the candidate's code never runs in, holds the channel.
 //
 // Workloads whose harness predates the channel (`verdict: files` in workload.yaml, or `auto`
 // with a program that never mentions BRAID_RESULT_FD) are read from the files as before, and
@@ -78,9 +80,10 @@ enum class VerdictSource { Channel, Files };
 VerdictSource resolve_verdict_source(const std::string& setting, const std::string& harness_text);
 
 // "" or why `candidate` (a whole program) touches the verdict channel: it names
-// BRAID_RESULT_FD or braid_verdict more often than the workload's frozen `harness` does. Evolved
-// code has no business with the channel; this catches the plain attempts at the nonce before
-// they run (the runtime checks catch the rest that reach braid, see above).
+// BRAID_RESULT_FD or braid_verdict more often than the workload's frozen `harness` does, or asks to
+// run before main (constructor priorities, init_priority, .init_array) more often. Evolved code
+// has no business with the channel; this catches the plain attempts at the nonce before they run
+// (the runtime checks catch the rest that reach braid, see above).
 std::string channel_tampering(const std::string& candidate, const std::string& harness);
 
 }  // namespace braid
