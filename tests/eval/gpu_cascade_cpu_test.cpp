@@ -642,6 +642,11 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
   // The ranks' sandbox and the verdict's source.
   EXPECT_TRUE(c.sandbox.enabled);
   EXPECT_EQ(c.sandbox.max_processes, 4096);
+  EXPECT_EQ(c.rank_memory_bytes, std::size_t{32768} << 20);  // resident, per rank
+  EXPECT_EQ(GpuCascadeConfig::from_json(load("  kind: gpu\n  memory_limit_mb: 4096\n").evaluator, spec.dir, "gen0.cu")
+                .rank_memory_bytes,
+            std::size_t{4096} << 20);
+  EXPECT_NE(problem("  kind: gpu\n  memory_limit_mb: 10\n").find("memory_limit_mb"), std::string::npos);
   EXPECT_FALSE(c.verdict_channel);
   WorkloadSpec channel = load("  kind: gpu\n  verdict: channel\n  sandbox: false\n  max_processes: 64\n");
   GpuCascadeConfig cc = GpuCascadeConfig::from_json(channel.evaluator, channel.dir, "gen0.cu");
@@ -660,12 +665,14 @@ TEST(GpuWorkload, ValidatesTheGpuEvaluatorSection) {
 TEST(GpuWorkload, VerdictAutoTakesTheChannelForProgramsOnBraidsHarness) {
   const std::filesystem::path source(BRAID_SOURCE_DIR);
   EXPECT_TRUE(runs_braid_harness(source / "workloads/gemm_allgather/gen0.cu", {source / "workloads/gemm_allgather"}));
-  EXPECT_TRUE(runs_braid_harness(source / "workloads/serving_kernels/softmax/gen0.cu",
-                                 {source / "workloads/serving_kernels/softmax", source / "workloads/serving_kernels/common"}));
+  EXPECT_TRUE(
+      runs_braid_harness(source / "workloads/serving_kernels/softmax/gen0.cu",
+                         {source / "workloads/serving_kernels/softmax", source / "workloads/serving_kernels/common"}));
   TempDir dir("gpu_verdict_auto");
   write_file_atomic(dir / "own.cu", "#include <cstdio>\nint main() { std::puts(\"{}\"); }\n");
   write_file_atomic(dir / "wl.cuh", "#pragma once\n#include <braid/harness.cuh>\n");
-  write_file_atomic(dir / "on_harness.cu", "#include \"wl.cuh\"\nint main(int c, char** v) { return braid::dev::harness_main(c, v); }\n");
+  write_file_atomic(dir / "on_harness.cu",
+                    "#include \"wl.cuh\"\nint main(int c, char** v) { return braid::dev::harness_main(c, v); }\n");
   write_file_atomic(dir / "own_main.cu", "#include \"wl.cuh\"\nint main() {}\n");
   EXPECT_FALSE(runs_braid_harness(dir / "own.cu", {}));
   EXPECT_FALSE(runs_braid_harness(dir / "own_main.cu", {}));  // the harness's headers, its own main

@@ -18,7 +18,8 @@ struct Folder {
   std::filesystem::path work;
   Folder() {
     static int n = 0;
-    run = std::filesystem::temp_directory_path() / ("braid_sandbox_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    run = std::filesystem::temp_directory_path() /
+          ("braid_sandbox_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
     work = run / "gen_1";
     std::filesystem::create_directories(work);
     write_file_atomic(run / "evolution.db", "db\n");
@@ -52,7 +53,8 @@ TEST(Sandbox, LevelIsNamedAndTheRunFolderIsOutOfReach) {
   EXPECT_NE(r.sandbox_level, "off");
   EXPECT_EQ(read_file(f.run / "evolution.db"), "db\n") << r.sandbox_level;
   EXPECT_EQ(read_file(f.work / "mine.txt"), "ok\n");
-  if (sandbox_support().namespaces) EXPECT_EQ(r.stdout_text.find("db"), std::string::npos) << "the database was readable";
+  if (sandbox_support().namespaces)
+    EXPECT_EQ(r.stdout_text.find("db"), std::string::npos) << "the database was readable";
 }
 
 TEST(Sandbox, DescendantsDieWithTheCandidateInEitherProfile) {
@@ -83,6 +85,29 @@ TEST(Sandbox, MemoryLimit) {
   Folder f;
   auto r = run_subprocess(sandboxed(f, "python3 -c 'x = bytearray(1 << 30)' 2>&1; echo rc=$?"));
   EXPECT_NE(r.stdout_text.find("MemoryError"), std::string::npos) << r.stdout_text;
+}
+
+// GPU ranks: no address-space limit (CUDA reserves far more than it uses), a resident one through
+// a memory cgroup where braid runs as root. A process that touches more is killed; the level says so.
+TEST(Sandbox, ResidentMemoryLimitOfTheGpuProfile) {
+  Folder f;
+  auto o = sandboxed(f, "python3 -c 'x = bytearray(512 << 20); print(\"touched\")'; echo rc=$?", SandboxProfile::Gpu);
+  o.sandbox.memory_bytes = 0;
+  o.sandbox.resident_bytes = 128u << 20;
+  auto r = run_subprocess(o);
+  ASSERT_TRUE(r.started) << r.start_error;
+  if (::geteuid() != 0 || !sandbox_support().memory_cgroup) {
+    EXPECT_NE(r.sandbox_level.find("resident memory not limited"), std::string::npos) << r.sandbox_level;
+    GTEST_SKIP() << "no writable memory cgroup here: " << sandbox_support().notes;
+  }
+  EXPECT_NE(r.sandbox_level.find("memory-cgroup"), std::string::npos) << r.sandbox_level;
+  EXPECT_EQ(r.stdout_text.find("touched"), std::string::npos) << r.stdout_text;
+  EXPECT_NE(r.stdout_text.find("rc=137"), std::string::npos) << r.stdout_text;  // SIGKILL from the cgroup
+  // Under the limit, the same process runs.
+  auto small = sandboxed(f, "python3 -c 'x = bytearray(32 << 20); print(\"touched\")'", SandboxProfile::Gpu);
+  small.sandbox.memory_bytes = 0;
+  small.sandbox.resident_bytes = 128u << 20;
+  EXPECT_NE(run_subprocess(small).stdout_text.find("touched"), std::string::npos);
 }
 
 TEST(Sandbox, ResultChannelReachesTheParent) {

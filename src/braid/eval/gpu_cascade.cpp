@@ -57,7 +57,8 @@ bool runs_braid_harness(const std::filesystem::path& program, std::vector<std::f
   };
   calls_main = calls_harness_main(program);
   for (const auto& header : included_headers(program, include_dirs)) {
-    const bool braids = header.parent_path().filename() == "braid" || header.parent_path().parent_path().filename() == "braid";
+    const bool braids =
+        header.parent_path().filename() == "braid" || header.parent_path().parent_path().filename() == "braid";
     if (header.filename() == "harness.cuh" && header.parent_path().filename() == "braid") harness = true;
     if (!braids && !calls_main) calls_main = calls_harness_main(header);  // a workload header's main
   }
@@ -106,12 +107,14 @@ GpuCascadeConfig GpuCascadeConfig::from_json(const json& section, const std::fil
   if (auto p = section.find("profile"); p != section.end()) c.profile = NcuConfig::from_json(*p);
   c.sandbox.enabled = section.value("sandbox", c.sandbox.enabled);
   c.sandbox.max_processes = section.value("max_processes", c.sandbox.max_processes);
+  c.rank_memory_bytes = static_cast<std::size_t>(section.value("memory_limit_mb", 0L)) << 20;
   // auto: the channel wherever it can carry the verdict (braid's own local ranks, a program on
   // braid's harness). Judged once from the workload's program, so a candidate cannot opt out:
   // one that drops the harness sends no record and fails.
   const std::string verdict = section.value("verdict", std::string("auto"));
-  c.verdict_channel = c.launcher == LauncherKind::Local &&
-                      (verdict == "channel" || (verdict == "auto" && runs_braid_harness(workload_dir / program_filename, c.includes)));
+  c.verdict_channel =
+      c.launcher == LauncherKind::Local &&
+      (verdict == "channel" || (verdict == "auto" && runs_braid_harness(workload_dir / program_filename, c.includes)));
   return c;
 }
 
@@ -220,6 +223,7 @@ bool within(const std::filesystem::path& path, const std::filesystem::path& dir)
 // folders (another candidate, evolution.db) nor a folder above this evaluation's.
 SandboxPolicy rank_sandbox(const GpuCascadeConfig& config, const std::filesystem::path& work_dir) {
   SandboxPolicy policy = candidate_sandbox(config.sandbox, work_dir, config.workload_dir, 0, SandboxProfile::Gpu);
+  policy.resident_bytes = config.rank_memory_bytes;
   const char* home_var = std::getenv("HOME");
   const std::filesystem::path home = home_var && *home_var ? std::filesystem::path(home_var).lexically_normal() : "";
   auto run_folder = [&](const std::filesystem::path& named) {

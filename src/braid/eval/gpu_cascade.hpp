@@ -83,7 +83,9 @@ struct GpuCascadeConfig {
   NcuConfig profile;  // workload.yaml `profile:` (stored under the evaluator section)
   // The ranks' sandbox (`sandbox`, `max_processes`; docs/sandbox.md, "GPU ranks").
   SandboxSettings sandbox = {true, 4096, true, true};
-  bool verdict_channel = false;  // the harness's record through braid's channel, not its files (`verdict`, auto by default)
+  std::size_t rank_memory_bytes = 0;  // resident host memory per rank (memory_limit_mb), 0: none
+  bool verdict_channel =
+      false;  // the harness's record through braid's channel, not its files (`verdict`, auto by default)
 
   // From a section validated by load_workload.
   static GpuCascadeConfig from_json(const json& section, const std::filesystem::path& workload_dir,
@@ -141,8 +143,8 @@ class GpuCascadeEvaluator : public Evaluator {
                         double timeout_s, const std::vector<int>& gpus, const std::filesystem::path& results,
                         const std::filesystem::path& work_dir) const;
   // L4: ncu around `argv` (the bench command); the figures or a note into result.public_metrics.
-  void profile_level(const EvalRequest& request, const std::vector<std::string>& argv, const std::filesystem::path& work_dir,
-                     const JobObserver& jobs, EvalResult& result);
+  void profile_level(const EvalRequest& request, const std::vector<std::string>& argv,
+                     const std::filesystem::path& work_dir, const JobObserver& jobs, EvalResult& result);
   LevelOutcome run_level(const std::string& level, const EvalRequest& request, const std::vector<std::string>& argv,
                          double timeout_s, bool exclusive, const std::filesystem::path& results,
                          const std::filesystem::path& work_dir, const JobObserver& jobs);

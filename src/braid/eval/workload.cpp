@@ -8,13 +8,13 @@
 #include <fmt/format.h>
 
 #include "braid/eval/cascade.hpp"
-#include "braid/util/command_line.hpp"
 #include "braid/eval/external.hpp"
 #include "braid/eval/gpu_cascade.hpp"
-#include "braid/platform/toolchain.hpp"
 #include "braid/eval/slurm_config.hpp"
 #include "braid/eval/slurm_evaluator.hpp"
 #include "braid/eval/work_folder.hpp"
+#include "braid/platform/toolchain.hpp"
+#include "braid/util/command_line.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
@@ -27,6 +27,9 @@ constexpr long kDefaultMemoryLimitMb = 8192;
 constexpr long kDefaultMaxProcesses = 512;
 // The same for one GPU evaluation: every rank's CUDA and NCCL threads (and mpirun's) count.
 constexpr long kDefaultGpuMaxProcesses = 4096;
+// Resident host memory of one GPU rank (a memory cgroup, where braid runs as root): the harness
+// keeps inputs and references on the device, so a rank needs a few GiB; a flood stops here.
+constexpr long kDefaultGpuMemoryLimitMb = 32768;
 
 // Reads one workload.yaml; every problem is a UserError naming the file and the line.
 class WorkloadReader {
@@ -35,7 +38,8 @@ class WorkloadReader {
 
   [[noreturn]] void error(const YAML::Node& at, const std::string& problem) const {
     const auto mark = at.Mark();
-    if (mark.line >= 0 && !at.IsNull()) throw UserError(yaml_.string(), "line " + std::to_string(mark.line + 1) + ": " + problem);
+    if (mark.line >= 0 && !at.IsNull())
+      throw UserError(yaml_.string(), "line " + std::to_string(mark.line + 1) + ": " + problem);
     throw UserError(yaml_.string(), problem);
   }
 
@@ -106,15 +110,18 @@ class WorkloadReader {
     if (!node) return std::nullopt;
     long value = 0;
     if (!node.IsScalar() || !YAML::convert<long>::decode(node, value) || value < min || value > max)
-      error(node, "'" + key + "'" + where + " must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+      error(node, "'" + key + "'" + where + " must be a whole number from " + std::to_string(min) + " to " +
+                      std::to_string(max));
     return value;
   }
 
-  std::optional<bool> bool_at(const YAML::Node& map, const std::string& key, const std::string& where = " in evaluator") const {
+  std::optional<bool> bool_at(const YAML::Node& map, const std::string& key,
+                              const std::string& where = " in evaluator") const {
     const YAML::Node node = map[key];
     if (!node) return std::nullopt;
     bool value = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) error(node, "'" + key + "'" + where + " must be true or false");
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value))
+      error(node, "'" + key + "'" + where + " must be true or false");
     return value;
   }
 
@@ -162,11 +169,16 @@ class WorkloadReader {
       return;
     }
     if (!names_driver(driver_build)) error(node["driver_build"], "evaluator 'driver_build' must write {driver}");
-    if (worker.empty()) error(node["driver_build"], "evaluator 'driver_build' needs 'worker' (the candidate's command beside the driver)");
+    if (worker.empty())
+      error(node["driver_build"],
+            "evaluator 'driver_build' needs 'worker' (the candidate's command beside the driver)");
     if (names_driver(worker) || names_driver(section.value("build", std::string())))
       error(node["worker"], "evaluator 'worker' and 'build' run the candidate and may not name {driver}");
-    if (section["verdict"] == "files") error(node["verdict"], "evaluator verdict 'files' does not go with a driver (only the driver reports, through the channel)");
-    if (node["slurm"]) error(node["slurm"], "evaluator 'driver_build' does not go with a slurm section (the jobs run one program)");
+    if (section["verdict"] == "files")
+      error(node["verdict"],
+            "evaluator verdict 'files' does not go with a driver (only the driver reports, through the channel)");
+    if (node["slurm"])
+      error(node["slurm"], "evaluator 'driver_build' does not go with a slurm section (the jobs run one program)");
     section["driver_build"] = driver_build;
     section["worker"] = worker;
   }
@@ -190,14 +202,38 @@ class WorkloadReader {
   }
 
   void gpu_evaluator(const YAML::Node& node, json& section) const {
-    check_keys(node, {"kind", "ranks", "launcher", "arch", "nvcc_flags", "includes", "libs", "args", "bench_args",
-                      "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "verify_in_bench", "gpus_per_rank", "gpus",
-                      "health_probe", "launcher_args", "cache_dir", "env", "slurm", "sandbox", "max_processes", "verdict"},
+    check_keys(node,
+               {"kind",
+                "ranks",
+                "launcher",
+                "arch",
+                "nvcc_flags",
+                "includes",
+                "libs",
+                "args",
+                "bench_args",
+                "build_timeout_s",
+                "run_timeout_s",
+                "bench_timeout_s",
+                "bench_exclusive",
+                "verify_in_bench",
+                "gpus_per_rank",
+                "gpus",
+                "health_probe",
+                "launcher_args",
+                "cache_dir",
+                "env",
+                "slurm",
+                "sandbox",
+                "max_processes",
+                "verdict",
+                "memory_limit_mb"},
                " in evaluator");
     section["ranks"] = integer_at(node, "ranks", 1, 4096).value_or(2);
-    // The ranks' sandbox (docs/sandbox.md, "GPU ranks"): no memory limit (CUDA reserves far more
-    // address space than it uses) and the host's network (NCCL's bootstrap).
+    // The ranks' sandbox (docs/sandbox.md, "GPU ranks"): no address-space limit (CUDA reserves far
+    // more than it uses) but a resident one per rank, and the host's network (NCCL's bootstrap).
     section["sandbox"] = bool_at(node, "sandbox").value_or(true);
+    section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 256, 1 << 22).value_or(kDefaultGpuMemoryLimitMb);
     max_processes_key(node, section, kDefaultGpuMaxProcesses);
     const std::string launcher = string_at(node, "launcher", false, " in evaluator");
     if (!launcher.empty() && launcher != "local" && launcher != "mpirun" && launcher != "srun")
@@ -207,9 +243,12 @@ class WorkloadReader {
     // (docs/sandbox.md, "GPU ranks"); auto: the channel where braid's own local ranks run braid's harness.
     const std::string verdict = string_at(node, "verdict", false, " in evaluator");
     if (!verdict.empty() && verdict != "files" && verdict != "channel" && verdict != "auto")
-      error(node["verdict"], "evaluator verdict '" + verdict + "' is unknown for kind gpu (expected auto, files or channel)");
+      error(node["verdict"],
+            "evaluator verdict '" + verdict + "' is unknown for kind gpu (expected auto, files or channel)");
     if (verdict == "channel" && !launcher.empty() && launcher != "local")
-      error(node["verdict"], "evaluator verdict 'channel' needs launcher local (mpirun and srun do not pass braid's descriptor to the ranks)");
+      error(node["verdict"],
+            "evaluator verdict 'channel' needs launcher local (mpirun and srun do not pass braid's descriptor to the "
+            "ranks)");
     section["verdict"] = verdict.empty() ? "auto" : verdict;
     const std::string arch = string_at(node, "arch", false, " in evaluator");
     if (!arch.empty() && !resolve_arch(arch, {}))
@@ -249,18 +288,23 @@ class WorkloadReader {
     const YAML::Node slurm = node["slurm"];
     for (const char* key : {"ranks", "gpus_per_task"})
       if (slurm.IsMap() && slurm[key])
-        error(slurm[key], std::string("evaluator.slurm: '") + key + "' is the evaluator's own with kind gpu (ranks, gpus_per_rank)");
+        error(slurm[key], std::string("evaluator.slurm: '") + key +
+                              "' is the evaluator's own with kind gpu (ranks, gpus_per_rank)");
     if (section.value("launcher", std::string("local")) != "local")
-      error(node["launcher"], "evaluator launcher '" + section.value("launcher", std::string()) +
-                                  "' does not go with a slurm section: its jobs start the ranks with srun (leave launcher out)");
+      error(node["launcher"],
+            "evaluator launcher '" + section.value("launcher", std::string()) +
+                "' does not go with a slurm section: its jobs start the ranks with srun (leave launcher out)");
     const long ranks = section["ranks"].get<long>(), per_rank = section["gpus_per_rank"].get<long>();
     long value = 0;
-    if (slurm.IsMap() && slurm["gpus_per_node"] && YAML::convert<long>::decode(slurm["gpus_per_node"], value) && value > 0 && per_rank > value)
-      error(slurm["gpus_per_node"], "evaluator.slurm: 'gpus_per_node' (" + std::to_string(value) + ") is less than the evaluator's gpus_per_rank (" +
-                                        std::to_string(per_rank) + ")");
+    if (slurm.IsMap() && slurm["gpus_per_node"] && YAML::convert<long>::decode(slurm["gpus_per_node"], value) &&
+        value > 0 && per_rank > value)
+      error(slurm["gpus_per_node"], "evaluator.slurm: 'gpus_per_node' (" + std::to_string(value) +
+                                        ") is less than the evaluator's gpus_per_rank (" + std::to_string(per_rank) +
+                                        ")");
     if (slurm.IsMap() && slurm["nodes"] && YAML::convert<long>::decode(slurm["nodes"], value) && value > ranks)
-      error(slurm["nodes"], "evaluator.slurm: 'nodes' (" + std::to_string(value) + ") is more than the evaluator's ranks (" +
-                                std::to_string(ranks) + "): every node needs a rank");
+      error(slurm["nodes"], "evaluator.slurm: 'nodes' (" + std::to_string(value) +
+                                ") is more than the evaluator's ranks (" + std::to_string(ranks) +
+                                "): every node needs a rank");
     json s = read_slurm_section(slurm, yaml_.string());
     s["ranks"] = ranks;
     s["gpus_per_task"] = per_rank;
@@ -272,12 +316,14 @@ class WorkloadReader {
   json profile(const YAML::Node& node, const std::string& kind) const {
     const std::string where = " in profile";
     if (!node.IsMap()) error(node, "'profile' must be a mapping (enabled, top_k, timeout_s, ...)");
-    check_keys(node, {"enabled", "top_k", "timeout_s", "ncu", "launch_count", "launch_skip", "kernel_regex", "kernel_name_base",
-                      "sections", "metrics"},
+    check_keys(node,
+               {"enabled", "top_k", "timeout_s", "ncu", "launch_count", "launch_skip", "kernel_regex",
+                "kernel_name_base", "sections", "metrics"},
                where);
     json p = json::object();
     p["enabled"] = bool_at(node, "enabled", where).value_or(true);
-    if (kind != "gpu" && p["enabled"].get<bool>()) error(node, "'profile' needs evaluator kind gpu (it runs ncu on the built program)");
+    if (kind != "gpu" && p["enabled"].get<bool>())
+      error(node, "'profile' needs evaluator kind gpu (it runs ncu on the built program)");
     p["top_k"] = integer_at(node, "top_k", 1, 1000000, where).value_or(3);
     p["timeout_s"] = seconds_at(node, "timeout_s").value_or(300.0);
     p["launch_count"] = integer_at(node, "launch_count", 1, 1000, where).value_or(3);
@@ -286,7 +332,8 @@ class WorkloadReader {
     p["kernel_regex"] = string_at(node, "kernel_regex", false, where);
     const std::string base = string_at(node, "kernel_name_base", false, where);
     if (!base.empty() && base != "function" && base != "demangled" && base != "mangled")
-      error(node["kernel_name_base"], "profile kernel_name_base '" + base + "' is unknown (expected function, demangled or mangled)");
+      error(node["kernel_name_base"],
+            "profile kernel_name_base '" + base + "' is unknown (expected function, demangled or mangled)");
     p["kernel_name_base"] = base.empty() ? "function" : base;
     if (node["sections"]) p["sections"] = string_list_at(node, "sections", where);
     if (node["metrics"]) p["metrics"] = string_list_at(node, "metrics", where);
@@ -300,8 +347,10 @@ class WorkloadReader {
     const std::string kind = string_at(node, "kind", true, " in evaluator");
     json section = {{"kind", kind}};
     if (kind == "cascade") {
-      check_keys(node, {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s", "bench_exclusive", "env",
-                        "memory_limit_mb", "sandbox", "max_processes", "network", "verdict", "slurm", "driver_build", "worker"},
+      check_keys(node,
+                 {"kind", "build", "run", "bench", "build_timeout_s", "run_timeout_s", "bench_timeout_s",
+                  "bench_exclusive", "env", "memory_limit_mb", "sandbox", "max_processes", "network", "verdict",
+                  "slurm", "driver_build", "worker"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       isolation_keys(node, section);
@@ -315,8 +364,9 @@ class WorkloadReader {
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);  // search/exclusive_bench.hpp
       driver_keys(node, section);
     } else if (kind == "external") {
-      check_keys(node, {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb", "sandbox", "max_processes",
-                        "network", "verdict", "slurm"},
+      check_keys(node,
+                 {"kind", "command", "timeout_s", "bench_exclusive", "env", "memory_limit_mb", "sandbox",
+                  "max_processes", "network", "verdict", "slurm"},
                  " in evaluator");
       section["memory_limit_mb"] = integer_at(node, "memory_limit_mb", 64, 1 << 20).value_or(kDefaultMemoryLimitMb);
       section["bench_exclusive"] = bool_at(node, "bench_exclusive").value_or(true);
@@ -326,7 +376,9 @@ class WorkloadReader {
       if (node["slurm"]) {
         // A job's verdict comes back through its files: no descriptor crosses to another node.
         if (section["verdict"] == "channel")
-          error(node["verdict"], "evaluator verdict 'channel' does not go with a slurm section (a job's verdict is read from its result files)");
+          error(node["verdict"],
+                "evaluator verdict 'channel' does not go with a slurm section (a job's verdict is read from its result "
+                "files)");
         section["slurm"] = read_slurm_section(node["slurm"], yaml_.string());
       }
     } else if (kind == "gpu") {
@@ -345,7 +397,8 @@ class WorkloadReader {
       if (required) error(root[key], "'" + key + "' is empty");
       return {};
     }
-    std::filesystem::path path = std::filesystem::path(value).is_absolute() ? std::filesystem::path(value) : dir / value;
+    std::filesystem::path path =
+        std::filesystem::path(value).is_absolute() ? std::filesystem::path(value) : dir / value;
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec))
       error(root[key], key + " file '" + value + "' does not exist (looked for " + path.string() + ")");
@@ -408,17 +461,21 @@ std::unique_ptr<Evaluator> make_slurm_evaluator(const WorkloadSpec& spec) {
   const std::string program_filename = spec.program.filename().string();
   SlurmConfig slurm = SlurmConfig::from_json(spec.evaluator["slurm"]);
   if (kind == "cascade")
-    return std::make_unique<SlurmEvaluator>(cascade_job_kind(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
+    return std::make_unique<SlurmEvaluator>(
+        cascade_job_kind(CascadeConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
   if (kind == "external")
-    return std::make_unique<SlurmEvaluator>(external_job_kind(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
-  if (kind != "gpu") throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' has no Slurm backend");
+    return std::make_unique<SlurmEvaluator>(
+        external_job_kind(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename)), slurm);
+  if (kind != "gpu")
+    throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' has no Slurm backend");
   GpuCascadeConfig gpu = GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program_filename);
   // The ranks may have been set after load_workload (braid evolve --ranks).
   slurm.ranks = gpu.ranks;
   slurm.gpus_per_task = gpu.gpus_per_rank;
   if (slurm.nodes > slurm.ranks)
-    throw UserError((spec.dir / "workload.yaml").string(), fmt::format("evaluator.slurm: 'nodes' ({}) is more than the {} rank(s): every node needs a rank",
-                                                                      slurm.nodes, slurm.ranks));
+    throw UserError((spec.dir / "workload.yaml").string(),
+                    fmt::format("evaluator.slurm: 'nodes' ({}) is more than the {} rank(s): every node needs a rank",
+                                slurm.nodes, slurm.ranks));
   return std::make_unique<SlurmEvaluator>(gpu_job_kind(std::move(gpu)), slurm);
 }
 
@@ -441,8 +498,10 @@ std::unique_ptr<Evaluator> make_evaluator(const WorkloadSpec& spec) {
   if (kind == "external")
     return std::make_unique<ExternalEvaluator>(ExternalConfig::from_json(spec.evaluator, spec.dir, program_filename));
   if (kind == "gpu")
-    return std::make_unique<GpuCascadeEvaluator>(GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
-  throw UserError((spec.dir / "workload.yaml").string(), "evaluator kind '" + kind + "' is unknown (expected cascade, external or gpu)");
+    return std::make_unique<GpuCascadeEvaluator>(
+        GpuCascadeConfig::from_json(spec.evaluator, spec.dir, program_filename));
+  throw UserError((spec.dir / "workload.yaml").string(),
+                  "evaluator kind '" + kind + "' is unknown (expected cascade, external or gpu)");
 }
 
 }  // namespace braid

@@ -168,9 +168,22 @@ void plan_mounts(PlanData& d, const SandboxPolicy& policy, const std::filesystem
   }
 }
 
-// Memory (RLIMIT_AS, the private /tmp's size) and processes (RLIMIT_NPROC or a pids cgroup).
+// Memory (RLIMIT_AS, the private /tmp's size, a memory cgroup) and processes (RLIMIT_NPROC or a
+// pids cgroup).
 void plan_limits(PlanData& d, const SandboxPolicy& policy, const SandboxSupport& support) {
   d.memory_bytes = policy.memory_bytes;
+  static std::atomic<unsigned> sequence{0};
+  if (policy.resident_bytes > 0 && ::geteuid() == 0 && support.memory_cgroup) {
+    d.memory_cgroup_dir = memory_cgroup_parent() + fmt::format("/braid-{}-{}", ::getpid(), sequence++);
+    if (::mkdir(d.memory_cgroup_dir.c_str(), 0755) == 0 &&
+        write_proc_file(memory_limit_file(d.memory_cgroup_dir).c_str(),
+                        std::to_string(policy.resident_bytes).c_str())) {
+      d.memory_cgroup_procs = d.memory_cgroup_dir + "/cgroup.procs";
+    } else {
+      ::rmdir(d.memory_cgroup_dir.c_str());
+      d.memory_cgroup_dir.clear();
+    }
+  }
   // Files in the private /tmp are memory: bounded like the candidate's address space.
   d.tmp_options =
       policy.memory_bytes > 0 ? fmt::format("mode=1777,size={}", policy.memory_bytes) : "mode=1777,size=25%";
@@ -182,7 +195,6 @@ void plan_limits(PlanData& d, const SandboxPolicy& policy, const SandboxSupport&
   d.nproc_rlimit = ::geteuid() != 0;
   if (d.nproc_rlimit && !d.namespaces) d.max_processes += static_cast<rlim_t>(tasks_of_this_user());
   if (::geteuid() != 0 || !support.pids_cgroup) return;
-  static std::atomic<unsigned> sequence{0};
   d.cgroup_dir = pids_cgroup_parent() + fmt::format("/braid-{}-{}", ::getpid(), sequence++);
   if (::mkdir(d.cgroup_dir.c_str(), 0755) == 0 &&
       write_proc_file((d.cgroup_dir + "/pids.max").c_str(), std::to_string(policy.max_processes).c_str())) {
@@ -208,6 +220,10 @@ std::string describe_level(const PlanData& d, const SandboxPolicy& policy, const
   if (!d.namespaces) layers.push_back("keeper");
   layers.push_back("rlimits");
   if (!d.cgroup_procs.empty()) layers.push_back("pids-cgroup");
+  if (!d.memory_cgroup_procs.empty()) layers.push_back("memory-cgroup");
+  else if (policy.resident_bytes > 0)
+    missing.push_back(::geteuid() == 0 ? "resident memory not limited (no writable memory cgroup)"
+                                       : "resident memory not limited (not root)");
   if (d.nproc_rlimit) layers.push_back("nproc");
   if (policy.max_processes > 0 && !d.nproc_rlimit && d.cgroup_procs.empty())
     missing.push_back("max_processes not enforced (root, no writable pids cgroup)");
@@ -249,15 +265,16 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& policy, const SandboxSupport& supp
 }
 
 SandboxPlan::~SandboxPlan() {
-  if (d_ && !d_->cgroup_dir.empty()) {
-    // Its processes are gone once the evaluation has ended; an rmdir may race their exit.
-    for (int i = 0; i < 200 && ::rmdir(d_->cgroup_dir.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(5000);
-  }
+  if (!d_) return;
+  // Its processes are gone once the evaluation has ended; an rmdir may race their exit.
+  for (const std::string* dir : {&d_->cgroup_dir, &d_->memory_cgroup_dir})
+    if (!dir->empty())
+      for (int i = 0; i < 200 && ::rmdir(dir->c_str()) != 0 && errno == EBUSY; ++i) ::usleep(5000);
 }
 
 const char* SandboxPlan::step_name(int step) {
   switch (step) {
-    case kStepCgroup: return "joining the pids cgroup";
+    case kStepCgroup: return "joining the pids or memory cgroup";
     case kStepUserNs: return "user namespace";
     case kStepIdMap: return "uid/gid map";
     case kStepNamespaces: return "mount/pid/net/ipc namespaces";

@@ -15,12 +15,13 @@
 //               kills every descendant when the candidate ends or braid stops it.
 //   rlimits     address space (memory_bytes), processes (max_processes: RLIMIT_NPROC for
 //               non-root users, "nproc"; a pids cgroup where braid runs as root, which
-//               RLIMIT_NPROC does not bind, "pids-cgroup"), no core files.
+//               RLIMIT_NPROC does not bind, "pids-cgroup"), no core files; resident memory
+//               (resident_bytes) through a memory cgroup where braid runs as root, "memory-cgroup".
 // The GPU profile (the ranks of a GPU evaluation, docs/sandbox.md) keeps the host's PID, network
 // and IPC namespaces and /dev/shm (NCCL's bootstrap over TCP, its shared memory and its
 // abstract-socket handle exchange between the ranks of one evaluation): Landlock confines reads
-// and writes as without namespaces, the keeper ends every descendant, and the memory limit is
-// left to the caller (CUDA reserves far more address space than it uses).
+// and writes as without namespaces, the keeper ends every descendant, and memory is bounded by
+// resident_bytes, not memory_bytes (CUDA reserves far more address space than it uses).
 #pragma once
 #include <cstddef>
 #include <filesystem>
@@ -35,27 +36,31 @@ enum class SandboxProfile { Cpu, Gpu };
 struct SandboxPolicy {
   bool enabled = false;
   SandboxProfile profile = SandboxProfile::Cpu;
-  std::filesystem::path scratch;                    // read-write: the evaluation's own folder
-  std::vector<std::filesystem::path> read_only;     // kept visible (bound back) under hidden ones
-  std::vector<std::filesystem::path> hidden;        // replaced by empty folders (run folder, home)
-  std::vector<std::filesystem::path> writable;      // GPU profile: more writable folders (a
-                                                    // launcher's short TMPDIR)
-  bool network = false;                             // CPU profile: keep the host's network
-  std::size_t memory_bytes = 0;                     // RLIMIT_AS per process; 0: none
-  long max_processes = 0;                           // processes and threads; 0: none
-  std::string no_landlock;                          // non-empty: no Landlock layer, for this reason
-                                                    // (a launcher whose children need more)
-  bool namespaces = true;                           // false: never the namespace layer (tests of
-                                                    // the fallback, hosts where it breaks tools)
+  std::filesystem::path scratch;                 // read-write: the evaluation's own folder
+  std::vector<std::filesystem::path> read_only;  // kept visible (bound back) under hidden ones
+  std::vector<std::filesystem::path> hidden;     // replaced by empty folders (run folder, home)
+  std::vector<std::filesystem::path> writable;   // GPU profile: more writable folders (a
+                                                 // launcher's short TMPDIR)
+  bool network = false;                          // CPU profile: keep the host's network
+  std::size_t memory_bytes = 0;                  // RLIMIT_AS per process; 0: none
+  std::size_t resident_bytes = 0;                // memory cgroup over all its processes (root,
+                                                 // where one is writable; for CUDA, whose
+                                                 // address space RLIMIT_AS cannot bound); 0: none
+  long max_processes = 0;                        // processes and threads; 0: none
+  std::string no_landlock;                       // non-empty: no Landlock layer, for this reason
+                                                 // (a launcher whose children need more)
+  bool namespaces = true;                        // false: never the namespace layer (tests of
+                                                 // the fallback, hosts where it breaks tools)
 };
 
 // What this kernel and container allow, probed once per braid process by a throw-away child.
 struct SandboxSupport {
-  bool namespaces = false;   // user + mount + pid + net + ipc namespaces, tmpfs and bind mounts
-  bool fresh_proc = false;   // a /proc of the PID namespace could be mounted
-  int landlock_abi = 0;      // 0: no Landlock
-  bool pids_cgroup = false;  // a pids cgroup braid may create (root only)
-  std::string notes;         // why a layer is missing
+  bool namespaces = false;     // user + mount + pid + net + ipc namespaces, tmpfs and bind mounts
+  bool fresh_proc = false;     // a /proc of the PID namespace could be mounted
+  int landlock_abi = 0;        // 0: no Landlock
+  bool pids_cgroup = false;    // a pids cgroup braid may create (root only)
+  bool memory_cgroup = false;  // a memory cgroup braid may create (root only)
+  std::string notes;           // why a layer is missing
 };
 const SandboxSupport& sandbox_support();
 

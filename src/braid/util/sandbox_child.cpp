@@ -321,6 +321,7 @@ void SandboxPlan::enter_in_child(void (*fail)(int, int, void*), void* ctx, const
   if (!d.enabled) return;
   const ChildCheck check{fail, ctx};
   if (!d.cgroup_procs.empty()) check(write_proc_file(d.cgroup_procs.c_str(), "0"), kStepCgroup);
+  if (!d.memory_cgroup_procs.empty()) check(write_proc_file(d.memory_cgroup_procs.c_str(), "0"), kStepCgroup);
   if (!d.namespaces) return fork_under_keeper(check, keep_fds, n_keep_fds);
   enter_namespaces(d, check);
   mount_view(d, check);

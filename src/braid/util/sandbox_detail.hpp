@@ -27,17 +27,18 @@ struct PlanData {
   std::string uid_map, gid_map;
   std::string scratch;
   std::vector<std::string> hidden;
-  std::vector<std::string> bind_back;       // read-only paths under hidden ones
-  std::vector<std::string> mkdirs;          // mount points to create inside the hidden tmpfs, in order
-  std::vector<std::string> rehide;          // hidden folders beneath a folder bound back
-  std::vector<std::string> scratch_mkdirs;  // every folder from / down to the scratch folder
-  std::vector<std::string> private_tmp;     // hidden folders that stay writable (/tmp, /dev/shm)
-  std::string tmp_options;                  // their tmpfs options
-  std::vector<std::string> writable;        // Landlock: full access beneath
-  std::vector<std::string> read_roots;      // Landlock without namespaces: what may be read and
-                                            // executed (everything but the hidden folders); empty: "/"
-  std::vector<std::string> dev_paths;       // Landlock: read, write, ioctl on devices
-  std::string cgroup_dir, cgroup_procs;
+  std::vector<std::string> bind_back;                  // read-only paths under hidden ones
+  std::vector<std::string> mkdirs;                     // mount points to create inside the hidden tmpfs, in order
+  std::vector<std::string> rehide;                     // hidden folders beneath a folder bound back
+  std::vector<std::string> scratch_mkdirs;             // every folder from / down to the scratch folder
+  std::vector<std::string> private_tmp;                // hidden folders that stay writable (/tmp, /dev/shm)
+  std::string tmp_options;                             // their tmpfs options
+  std::vector<std::string> writable;                   // Landlock: full access beneath
+  std::vector<std::string> read_roots;                 // Landlock without namespaces: what may be read and
+                                                       // executed (everything but the hidden folders); empty: "/"
+  std::vector<std::string> dev_paths;                  // Landlock: read, write, ioctl on devices
+  std::string cgroup_dir, cgroup_procs;                // pids
+  std::string memory_cgroup_dir, memory_cgroup_procs;  // resident memory
   rlim_t memory_bytes = 0;
   rlim_t max_processes = 0;
   bool nproc_rlimit = false;
@@ -110,8 +111,12 @@ int landlock_abi_now();
 bool write_all(int fd, const char* data, std::size_t n);
 bool write_proc_file(const char* path, const char* text);
 
-// The pids cgroup folder the probe found writable, where each plan creates its group ("" if none).
+// The pids and memory cgroup folders the probe found writable, where each plan creates its group
+// ("" if none).
 std::string& pids_cgroup_parent();
+std::string& memory_cgroup_parent();
+// The file of a memory cgroup that holds its limit: cgroup v2's memory.max, else v1's.
+std::string memory_limit_file(const std::string& group);
 
 }  // namespace sandbox_detail
 

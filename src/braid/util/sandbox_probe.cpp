@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <cerrno>
 #include <cstdio>
@@ -28,6 +29,13 @@ int landlock_abi_now() {
 std::string& pids_cgroup_parent() {
   static std::string parent;
   return parent;
+}
+std::string& memory_cgroup_parent() {
+  static std::string parent;
+  return parent;
+}
+std::string memory_limit_file(const std::string& group) {
+  return group + (std::filesystem::exists(group + "/memory.max") ? "/memory.max" : "/memory.limit_in_bytes");
 }
 
 }  // namespace sandbox_detail
@@ -109,9 +117,9 @@ void probe_namespaces(SandboxSupport& s) {
   }
 }
 
-// The folder of this process in the cgroup v1 `pids` hierarchy (or v2 with pids enabled),
+// The folder of this process in the cgroup v1 hierarchy of `controller` (or v2 with it enabled),
 // where braid (as root) may create one group per candidate.
-std::string find_pids_cgroup_parent() {
+std::string find_cgroup_parent(const std::string& controller) {
   auto mounts = try_read_file("/proc/self/mounts");
   auto groups = try_read_file("/proc/self/cgroup");
   if (!mounts || !groups) return {};
@@ -125,7 +133,7 @@ std::string find_pids_cgroup_parent() {
     char dev[256], dir[1024], type[64], opts[1024];
     if (std::sscanf(line.c_str(), "%255s %1023s %63s %1023s", dev, dir, type, opts) != 4) continue;
     std::string o = std::string(",") + opts + ",";
-    if (std::string(type) == "cgroup" && o.find(",pids,") != std::string::npos) v1_mount = dir;
+    if (std::string(type) == "cgroup" && o.find("," + controller + ",") != std::string::npos) v1_mount = dir;
     if (std::string(type) == "cgroup2" && v2_mount.empty()) v2_mount = dir;
   }
   start = 0;
@@ -138,21 +146,21 @@ std::string find_pids_cgroup_parent() {
     auto c1 = line.find(':'), c2 = line.find(':', c1 + 1);
     if (c1 == std::string::npos || c2 == std::string::npos) continue;
     std::string controllers = "," + line.substr(c1 + 1, c2 - c1 - 1) + ",";
-    if (controllers.find(",pids,") != std::string::npos) v1_path = line.substr(c2 + 1);
+    if (controllers.find("," + controller + ",") != std::string::npos) v1_path = line.substr(c2 + 1);
     if (line.compare(0, 3, "0::") == 0) v2_path = line.substr(3);
   }
   if (!v1_mount.empty()) return v1_mount + (v1_path == "/" ? "" : v1_path);
   if (!v2_mount.empty()) {
     std::string dir = v2_mount + (v2_path == "/" ? "" : v2_path);
     auto enabled = try_read_file(dir + "/cgroup.subtree_control").value_or("");
-    if (enabled.find("pids") != std::string::npos) return dir;
+    if (enabled.find(controller) != std::string::npos) return dir;
   }
   return {};
 }
 
 void probe_pids_cgroup(SandboxSupport& s) {
   if (::geteuid() != 0) return;  // RLIMIT_NPROC in the user namespace binds non-root users
-  std::string parent = find_pids_cgroup_parent();
+  std::string parent = find_cgroup_parent("pids");
   if (parent.empty()) {
     s.notes += "no pids cgroup; ";
     return;
@@ -172,6 +180,28 @@ void probe_pids_cgroup(SandboxSupport& s) {
   pids_cgroup_parent() = parent;
 }
 
+void probe_memory_cgroup(SandboxSupport& s) {
+  if (::geteuid() != 0) return;
+  std::string parent = find_cgroup_parent("memory");
+  if (parent.empty()) {
+    s.notes += "no memory cgroup; ";
+    return;
+  }
+  const std::string dir = parent + fmt::format("/braid-probe-mem-{}", ::getpid());
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    s.notes += fmt::format("memory cgroup not writable ({}); ", std::strerror(errno));
+    return;
+  }
+  bool ok = write_proc_file(memory_limit_file(dir).c_str(), "1073741824");
+  ::rmdir(dir.c_str());
+  if (!ok) {
+    s.notes += "memory cgroup takes no limit; ";
+    return;
+  }
+  s.memory_cgroup = true;
+  memory_cgroup_parent() = parent;
+}
+
 }  // namespace
 
 const SandboxSupport& sandbox_support() {
@@ -181,6 +211,7 @@ const SandboxSupport& sandbox_support() {
     if (s.landlock_abi == 0) s.notes += "no Landlock (kernel without it, or not in the lsm= list); ";
     probe_namespaces(s);
     probe_pids_cgroup(s);
+    probe_memory_cgroup(s);
     while (!s.notes.empty() && (s.notes.back() == ' ' || s.notes.back() == ';')) s.notes.pop_back();
     return s;
   }();
