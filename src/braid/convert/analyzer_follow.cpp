@@ -138,6 +138,45 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
   }
 }
 
+void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
+                                  const std::vector<std::size_t>& collectives, Analysis& a) {
+  const auto token_of = [&](std::size_t call) {
+    auto t = token_at.find(a.calls[call].call_begin);
+    return t == token_at.end() ? SIZE_MAX : t->second;
+  };
+  std::vector<std::set<std::string>> reached(a.groups.size());
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    const std::size_t from = token_of(a.groups[g].start_call), to = token_of(a.groups[g].end_call);
+    if (from != SIZE_MAX && to != SIZE_MAX) reached[g] = flow.reached_between(from, to);
+  }
+  for (std::size_t ci : collectives) {
+    Call& c = a.calls[ci];
+    const std::size_t tok = token_of(ci);
+    if (c.group >= 0 || tok == SIZE_MAX) continue;
+    const std::string function = flow.function_at(tok);
+    if (function.empty()) continue;
+    if (const auto [via, line] = flow.reached_through_value(function); !via.empty() && !a.groups.empty()) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format("{}() is also used as a value at line {}: called through a pointer, maybe inside an "
+                                   "NCCL group, where a converted call must not run on its own",
+                                   via, line);
+      continue;
+    }
+    std::vector<std::size_t> in;
+    for (std::size_t g = 0; g < a.groups.size(); ++g)
+      if (reached[g].count(function)) in.push_back(g);
+    if (in.size() > 1) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format("{}() runs inside the groups at lines {} and {}: one call site joins one group", function,
+                                   a.groups[in[0]].start_line, a.groups[in[1]].start_line);
+    } else if (in.size() == 1) {
+      c.group = (int)in[0];
+      a.groups[in[0]].members.push_back(ci);
+      c.via.push_back(fmt::format("runs inside the group at line {} through {}()", a.groups[in[0]].start_line, function));
+    }
+  }
+}
+
 void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     const Call& c = a.calls[ci];

@@ -76,6 +76,12 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
+// lambda holding the ncclSend) are members of that group, as if written in it; one reached from
+// several groups, or through a function also used as a value (called through a pointer, maybe
+// inside a group), keeps the reason and stays host NCCL.
+void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
+                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
 void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // A communicator named by a bare field name in a member function (`comm`, i.e. this->comm) is

@@ -213,17 +213,40 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     functions_.push_back(f);
     record_member_writes(functions_.back(), h.init_colon);
   }
+  collect_lambdas();
   mark_conditionals();
+  // Each token belongs to its innermost function: lambdas come after the function they are in.
+  owner_.assign(code.size(), -1);
+  for (std::size_t fi = 0; fi < functions_.size(); ++fi)
+    for (std::size_t k = functions_[fi].body_open + 1; k < functions_[fi].body_close; ++k) owner_[k] = (int)fi;
+  // The block each token sits in ends at this token (the matching '}' of the innermost '{').
+  std::vector<std::size_t> block_end(code.size(), code.size());
+  {
+    std::vector<std::size_t> open;
+    for (std::size_t k = 0; k < code.size(); ++k) {
+      if (code[k].text == "{") open.push_back(k);
+      else if (code[k].text == "}" && !open.empty()) open.pop_back();
+      if (!open.empty()) block_end[k] = match_forward(code, open.back(), code.size());
+    }
+  }
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
   std::set<std::string> defined;
   for (const FunctionDef& f : functions_) defined.insert(f.name);
-  for (const FunctionDef& f : functions_) {
+  for (std::size_t fi = 0; fi < functions_.size(); ++fi) {
+    const FunctionDef& f = functions_[fi];
     for (std::size_t k = f.body_open + 1; k + 1 < f.body_close; ++k) {
+      if (owner_[k] != (int)fi) continue;  // a lambda's own tokens are its own
       const Token& t = code_[k];
       if (t.kind != TokenKind::Identifier) continue;
       const Token& prev = code_[k - 1];
-      const bool declared = prev.text == "*" || prev.text == "&" ||
-                            (prev.kind == TokenKind::Identifier && prev.text != "return" && prev.text != "else" && prev.text != "case");
+      const auto type_word = [](const Token& w) {
+        return w.kind == TokenKind::Identifier && w.text != "return" && w.text != "else" && w.text != "case" && w.text != "do";
+      };
+      // `float* p = v` declares p; `*p = v;` (after `;`, `{`, `)`) stores through it and aliases nothing.
+      const Token& before = code_[k - 2];
+      const bool declared = ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" ||
+                                                                         before.text == "&" || before.text == ">" || before.text == ",")) ||
+                            type_word(prev);
       if (declared && code_[k + 1].text == "=" && code_[k + 1].text != "==") {
         std::size_t e = k + 2;
         int depth = 0;
@@ -238,13 +261,20 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         // `float* p = nullptr;` declares a variable an allocator fills later (`cudaMalloc(&p, ...)`):
         // not an alias, the variable itself is the allocation's path.
         const std::string init = join(code_, k + 2, e);
-        if (init != "nullptr" && init != "NULL" && init != "0") aliases_[f.name].push_back(Alias{t.text, init, k});
+        if (init != "nullptr" && init != "NULL" && init != "0")
+          aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&"});
       } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
         std::size_t open = k;
         while (open > f.body_open && code_[open].text != "(") --open;
         if (open > 0 && code_[open - 1].text == "for") {
           const std::size_t close = match_forward(code_, open, f.body_close);
-          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k});
+          // In scope for the loop's body: a block, or one statement.
+          std::size_t end = close + 1;
+          if (end < f.body_close && code_[end].text == "{") end = match_forward(code_, end, f.body_close);
+          else
+            for (int depth = 0; end < f.body_close && !(code_[end].text == ";" && depth == 0); ++end)
+              depth += code_[end].text == "(" || code_[end].text == "{" ? 1 : code_[end].text == ")" || code_[end].text == "}" ? -1 : 0;
+          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k, end, prev.text == "&"});
         }
       }
       record_element_copy(k, f.body_close);
@@ -255,6 +285,104 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       }
     }
   }
+  record_value_uses();
+}
+
+// Lambdas bound to a name in a function body (`auto name = [&](T* p) {...};`,
+// `std::function<...> name = [...](...) {...};`): functions of their own whose calls are
+// `name(...)` and whose captures are the enclosing function's variables. A name defined twice
+// (two lambdas, or a lambda and a function) is not one function: it is left out, its calls unfollowed.
+void BufferFlow::collect_lambdas() {
+  std::map<std::string, int> count;
+  for (const FunctionDef& f : functions_) ++count[f.name];
+  std::vector<FunctionDef> found;
+  for (std::size_t fi = 0; fi < functions_.size() + found.size(); ++fi) {
+    const FunctionDef f = fi < functions_.size() ? functions_[fi] : found[fi - functions_.size()];
+    for (std::size_t k = f.body_open + 1; k + 3 < f.body_close; ++k) {
+      if (code_[k].kind != TokenKind::Identifier || code_[k + 1].text != "=" || code_[k + 2].text != "[") continue;
+      const std::size_t captures_end = match_forward(code_, k + 2, f.body_close);
+      std::size_t p = captures_end + 1, params_open = 0, params_close = 0;
+      if (p < f.body_close && code_[p].text == "(") {
+        params_open = p;
+        params_close = match_forward(code_, p, f.body_close);
+        p = params_close + 1;
+      }
+      while (p < f.body_close && code_[p].text != "{" && code_[p].text != ";") ++p;  // mutable, noexcept, -> T
+      if (p >= f.body_close || code_[p].text != "{") continue;
+      FunctionDef l;
+      l.name = code_[k].text;
+      l.name_token = k;
+      l.body_open = p;
+      l.body_close = match_forward(code_, p, f.body_close);
+      l.enclosing = f.name;
+      if (params_open)
+        for (const std::string& param : split_top(code_, params_open, params_close)) {
+          std::vector<Token> pt = code_tokens(lex(param).tokens);
+          std::string name;
+          for (const Token& w : pt)
+            if (w.kind == TokenKind::Identifier) name = w.text;
+          l.params.push_back(name == "void" ? "" : name);
+        }
+      ++count[l.name];
+      found.push_back(l);
+      k = l.body_close;
+    }
+  }
+  for (const FunctionDef& l : found)
+    if (count[l.name] == 1) functions_.push_back(l);
+}
+
+// A function whose name is used other than in a call or its definition (`&f`, `= f`, `{"x", f}`,
+// passed on) may be called through a pointer or a copy, with arguments this file does not show.
+void BufferFlow::record_value_uses() {
+  std::set<std::string> names;
+  for (const FunctionDef& f : functions_) names.insert(f.name);
+  for (const ClassBody& c : classes_) names.erase(c.name);  // a constructor: its name is the type's
+  std::set<std::size_t> name_tokens;
+  for (const FunctionDef& f : functions_) name_tokens.insert(f.name_token);
+  for (std::size_t k = 0; k + 1 < code_.size(); ++k) {
+    const Token& t = code_[k];
+    if (t.kind != TokenKind::Identifier || !names.count(t.text) || name_tokens.count(k)) continue;
+    const std::string& next = code_[k + 1].text;
+    const std::string& prev = k > 0 ? code_[k - 1].text : "";
+    if (next == "(" || next == "<" || prev == "." || prev == "->") continue;  // a call, a template call, another object's member
+    if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
+    value_uses_.emplace(t.text, t.line);
+  }
+}
+
+const FunctionDef* BufferFlow::function_named(const std::string& name) const {
+  for (const FunctionDef& f : functions_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const BufferFlow::Alias* BufferFlow::nearest_alias(const std::string& function, const std::string& root, std::size_t at) const {
+  auto it = aliases_.find(function);
+  if (it == aliases_.end()) return nullptr;
+  const Alias* best = nullptr;
+  for (const Alias& al : it->second)
+    if (al.name == root && al.token < at && at <= al.scope_end && (!best || al.token > best->token)) best = &al;
+  return best;
+}
+
+std::string BufferFlow::target_path(const std::string& path, const std::string& function, std::size_t at) const {
+  std::string p = path, fn = function;
+  for (int guard = 0; guard < 8 && !p.empty(); ++guard) {
+    const auto [root, rest] = split_root(p);
+    const Alias* al = nearest_alias(fn, root, at);
+    const FunctionDef* f = function_named(fn);
+    if (!al && f && !f->enclosing.empty() && std::find(f->params.begin(), f->params.end(), root) == f->params.end()) {
+      fn = f->enclosing;  // a lambda's capture
+      continue;
+    }
+    if (!al || !al->reference) return p;
+    const std::string base = access_path(al->init, false);
+    if (base.empty()) return p;
+    p = base + rest;
+    at = al->token;
+  }
+  return p;
 }
 
 // `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).
@@ -396,10 +524,32 @@ std::string BufferFlow::callers_reach(const std::string& function, const std::se
   return "";
 }
 
+std::set<std::string> BufferFlow::reached_between(std::size_t from, std::size_t to) const {
+  std::set<std::string> reached;
+  std::vector<std::string> pending;
+  for (const auto& [callee, sites] : calls_)
+    for (const CallSite& c : sites)
+      if (c.token > from && c.token < to) pending.push_back(callee);
+  while (!pending.empty()) {
+    const std::string f = pending.back();
+    pending.pop_back();
+    if (!reached.insert(f).second) continue;
+    for (const auto& [callee, sites] : calls_)
+      for (const CallSite& c : sites)
+        if (c.caller == f) pending.push_back(callee);
+  }
+  return reached;
+}
+
+std::pair<std::string, int> BufferFlow::reached_through_value(const std::string& function) const {
+  std::set<std::string> roots;
+  for (const auto& [name, line] : value_uses_) roots.insert(name);
+  const std::string via = callers_reach(function, roots);
+  return {via, via.empty() ? 0 : value_uses_.at(via)};
+}
+
 std::string BufferFlow::function_at(std::size_t at) const {
-  for (const FunctionDef& f : functions_)
-    if (at > f.body_open && at < f.body_close) return f.name;
-  return "";
+  return at < owner_.size() && owner_[at] >= 0 ? functions_[(std::size_t)owner_[at]].name : "";
 }
 
 BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth) const {
@@ -427,10 +577,8 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   stack.push_back(key);
   // A local alias declared before the use (the nearest one).
-  if (auto it = aliases_.find(function); it != aliases_.end()) {
-    const Alias* best = nullptr;
-    for (const Alias& al : it->second)
-      if (al.name == root && al.token < at && (!best || al.token > best->token)) best = &al;
+  {
+    const Alias* best = nearest_alias(function, root, at);
     if (best) {
       const std::string base = access_path(best->init, false);
       if (base.empty() && returning_helper(best->init)) {
@@ -456,6 +604,13 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     auto p = std::find(f.params.begin(), f.params.end(), root);
     if (p == f.params.end()) continue;
     const std::size_t index = (std::size_t)(p - f.params.begin());
+    if (auto v = value_uses_.find(function); v != value_uses_.end()) {
+      out.reason = fmt::format("`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
+                               "pointer or a copy, with arguments braid does not see)",
+                               root, function, v->second);
+      stack.pop_back();
+      return;
+    }
     auto calls = calls_.find(function);
     if (calls == calls_.end() || calls->second.empty()) {
       out.reason = fmt::format("`{}` is a parameter of {}(), which is not called in this file", root, function);
@@ -483,6 +638,12 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       if (!out.reason.empty()) break;
     }
     stack.pop_back();
+    return;
+  }
+  if (const FunctionDef* f = function_named(function); f && !f->enclosing.empty()) {
+    stack.pop_back();  // a lambda's capture: the enclosing function's variable
+    out.via.push_back(fmt::format("{} captured by {}() from {}()", root, function, f->enclosing));
+    resolve_into(expr, f->enclosing, at, depth, out, stack);
     return;
   }
   if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);

@@ -37,6 +37,7 @@ struct FunctionDef {
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
   std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
+  std::string enclosing;  // a lambda (`auto name = [&](...) {...}`): the function it is defined in
 };
 
 // The head of a function body opening at code[brace]: `name ( params ) [const|noexcept|override]*
@@ -81,7 +82,19 @@ class BufferFlow {
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
 
-  // The function whose body holds code token `at` ("" at file scope).
+  // An allocation's target `path` (written in `function` before code token `at`) named as the
+  // object it is part of: through references (`auto& L = layers[l]`, range-for
+  // `for (auto& L : layers)`), `L.shard` is `layers[].shard`. A pointer copy is its own variable.
+  std::string target_path(const std::string& path, const std::string& function, std::size_t at) const;
+
+  // The functions of this file that the calls between code tokens `from` and `to` reach, directly
+  // or through the functions they call (what runs inside an ncclGroupStart/End written there).
+  std::set<std::string> reached_between(std::size_t from, std::size_t to) const;
+  // `function` or the first of its callers whose name is also used as a value (a function pointer,
+  // a std::function, a callback), with the line of that use; "" when none is.
+  std::pair<std::string, int> reached_through_value(const std::string& function) const;
+
+  // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
   bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
@@ -89,6 +102,9 @@ class BufferFlow {
 
  private:
   void mark_conditionals();
+  void collect_lambdas();
+  void record_value_uses();
+  const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
@@ -108,7 +124,13 @@ class BufferFlow {
   struct Alias {
     std::string name, init;
     std::size_t token = 0;
+    std::size_t scope_end = SIZE_MAX;  // the block (or range-for) it is declared in ends here
+    bool reference = false;            // `T& name = ...`, `for (auto& name : ...)`
   };
+  // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
+  const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
+  std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
+  std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
   struct CallSite {
     std::string caller;

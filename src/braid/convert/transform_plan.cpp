@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 namespace braid::convert {
@@ -27,11 +26,17 @@ bool is_reduction(const std::string& name) {
   return name == "ncclAllReduce" || name == "ncclReduceScatter" || name == "ncclReduce";
 }
 
-// An NCCL enumerator as written (`ncclFloat16`, `ncclAvg`), not an expression that merely starts
-// with "nccl" (`nccl_type<T>()`, `ncclTypeOf(x)`), which is decided at run time.
+// An enumerator nccl.h declares for data types or reductions, as written (`ncclFloat16`, `ncclAvg`).
+// Anything else is decided at run time: an expression (`nccl_type<T>()`) or a program's own
+// constant that merely looks like one (llm.c's `const ncclDataType_t ncclFloatX = ...`).
 bool nccl_constant(const std::string& text) {
-  return text.size() > 4 && text.rfind("nccl", 0) == 0 && std::isupper(static_cast<unsigned char>(text[4])) &&
-         std::all_of(text.begin(), text.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); });
+  static const std::set<std::string> kEnumerators = {
+      "ncclInt8",    "ncclChar",    "ncclUint8",    "ncclInt32",      "ncclInt",        "ncclUint32",
+      "ncclInt64",   "ncclUint64",  "ncclFloat16",  "ncclHalf",       "ncclFloat32",    "ncclFloat",
+      "ncclFloat64", "ncclDouble",  "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2", "ncclNumTypes",
+      "ncclSum",     "ncclProd",    "ncclMax",      "ncclMin",        "ncclAvg",        "ncclNumOps",
+      "ncclMaxRedOp"};
+  return kEnumerators.count(text) > 0;
 }
 
 // Why a call's data type / reduction has no device rule ("" when it has one). A type or op that is
