@@ -163,10 +163,22 @@ struct StatementRange {
 };
 StatementRange statement_of(const std::vector<Token>& code, std::size_t name_token, std::size_t close_token);
 
-// Analyses `source` (named `file` in messages). Throws UserError on bad input.
+// What the compiler is told besides the file: the folders its quoted includes are searched in
+// after the file's own folder (-I), and the macros defined on its command line (-D NAME[=V]). The
+// #defines of the headers it includes with quotes (`#include "common.h"`, nested ones too) and
+// the -D macros are read with the file's own, so a collective written in a header's macro, or a
+// type named through -D, is seen at its use. System headers (`<...>`) are not read.
+struct SourceContext {
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> defines;  // NAME or NAME=VALUE
+};
+
+// Analyses `source` (named `file` in messages; its folder, when `file` names one, is searched
+// first for quoted includes). Throws UserError on bad input.
 // `require_collective` false: a program without NCCL collectives is analysed too (a rewrite whose
 // communication is all device code).
-Analysis analyze(const std::string& file, const std::string& source, bool require_collective = true);
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective = true,
+                 const SourceContext& context = {});
 
 // Evaluates an integer expression over known constants (+ - * / % << >> parentheses, sizeof of
 // the arithmetic and CUDA element types); nullopt when any part is unknown.

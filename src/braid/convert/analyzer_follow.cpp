@@ -188,6 +188,16 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
       a.single_process_why = "creates its communicators with ncclCommInitAll";
     }
     if (target < 0) continue;
+    // nccl-tests' shape: one creation per local GPU, in a loop or several in one group (`-g N`).
+    const bool several_here =
+        c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
+          return o.group == c.group && (o.name == "ncclCommInitRank" || o.name == "ncclCommInitRankConfig");
+        }) > 1;
+    if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
+      a.single_process_multi_gpu = true;
+      a.single_process_why = fmt::format("creates communicators {} (line {}): a rank per GPU of this process",
+                                         c.loop >= 0 ? "in a loop" : "together in one group", c.line);
+    }
     auto tok = token_at.find(c.call_begin);
     const std::string path = access_path(c.args[(std::size_t)target].text, true);
     if (!path.empty() && tok != token_at.end())

@@ -35,6 +35,12 @@ LexResult lex_source(const std::string& file, const std::string& source);
 // A UserError unless the tokens look like a C++/CUDA translation unit (prose, JSON or YAML do not).
 void require_translation_unit(const std::string& file, const std::string& source, const LexResult& lexed,
                               const std::vector<Token>& code);
+// The preprocessor lines the macro table reads: the -D macros first (`#define NAME VALUE`, before
+// any source), then the file's own, each quoted include preceded by its header's lines (read from
+// the including file's folder, then `context.include_dirs`; nested includes followed, each header
+// once), numbered at the include so that they are in scope after it.
+std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
+                                           const SourceContext& context);
 // `// braid:input|output x` comments into annotations.
 void read_annotations(const std::string& file, const std::vector<Token>& all, Analysis& a);
 // The code tokens with each use of a macro whose body calls NCCL or allocates or frees (MacroUse)

@@ -100,6 +100,33 @@ std::vector<Token> strip(std::vector<Token> t, bool& addr) {
   return t;
 }
 
+// `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.
+std::vector<std::string> ternary_branches(const std::string& expr) {
+  LexResult lr = lex(expr);
+  if (!lr.error.empty()) return {};
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return {};
+  int depth = 0, nested = 0;
+  std::size_t question = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::string& x = t[i].text;
+    if (x == "(" || x == "[" || x == "{") ++depth;
+    else if (x == ")" || x == "]" || x == "}") --depth;
+    else if (depth == 0 && x == "?") {
+      if (question == 0) question = i;
+      else ++nested;
+    } else if (depth == 0 && x == ":" && question > 0) {
+      if (nested > 0) {
+        --nested;
+        continue;
+      }
+      return {join(t, question + 1, i), join(t, i + 1, t.size())};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> split_root(const std::string& path) {
@@ -286,69 +313,6 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     }
   }
   record_value_uses();
-}
-
-// Lambdas bound to a name in a function body (`auto name = [&](T* p) {...};`,
-// `std::function<...> name = [...](...) {...};`): functions of their own whose calls are
-// `name(...)` and whose captures are the enclosing function's variables. A name defined twice
-// (two lambdas, or a lambda and a function) is not one function: it is left out, its calls unfollowed.
-void BufferFlow::collect_lambdas() {
-  std::map<std::string, int> count;
-  for (const FunctionDef& f : functions_) ++count[f.name];
-  std::vector<FunctionDef> found;
-  for (std::size_t fi = 0; fi < functions_.size() + found.size(); ++fi) {
-    const FunctionDef f = fi < functions_.size() ? functions_[fi] : found[fi - functions_.size()];
-    for (std::size_t k = f.body_open + 1; k + 3 < f.body_close; ++k) {
-      if (code_[k].kind != TokenKind::Identifier || code_[k + 1].text != "=" || code_[k + 2].text != "[") continue;
-      const std::size_t captures_end = match_forward(code_, k + 2, f.body_close);
-      std::size_t p = captures_end + 1, params_open = 0, params_close = 0;
-      if (p < f.body_close && code_[p].text == "(") {
-        params_open = p;
-        params_close = match_forward(code_, p, f.body_close);
-        p = params_close + 1;
-      }
-      while (p < f.body_close && code_[p].text != "{" && code_[p].text != ";") ++p;  // mutable, noexcept, -> T
-      if (p >= f.body_close || code_[p].text != "{") continue;
-      FunctionDef l;
-      l.name = code_[k].text;
-      l.name_token = k;
-      l.body_open = p;
-      l.body_close = match_forward(code_, p, f.body_close);
-      l.enclosing = f.name;
-      if (params_open)
-        for (const std::string& param : split_top(code_, params_open, params_close)) {
-          std::vector<Token> pt = code_tokens(lex(param).tokens);
-          std::string name;
-          for (const Token& w : pt)
-            if (w.kind == TokenKind::Identifier) name = w.text;
-          l.params.push_back(name == "void" ? "" : name);
-        }
-      ++count[l.name];
-      found.push_back(l);
-      k = l.body_close;
-    }
-  }
-  for (const FunctionDef& l : found)
-    if (count[l.name] == 1) functions_.push_back(l);
-}
-
-// A function whose name is used other than in a call or its definition (`&f`, `= f`, `{"x", f}`,
-// passed on) may be called through a pointer or a copy, with arguments this file does not show.
-void BufferFlow::record_value_uses() {
-  std::set<std::string> names;
-  for (const FunctionDef& f : functions_) names.insert(f.name);
-  for (const ClassBody& c : classes_) names.erase(c.name);  // a constructor: its name is the type's
-  std::set<std::size_t> name_tokens;
-  for (const FunctionDef& f : functions_) name_tokens.insert(f.name_token);
-  for (std::size_t k = 0; k + 1 < code_.size(); ++k) {
-    const Token& t = code_[k];
-    if (t.kind != TokenKind::Identifier || !names.count(t.text) || name_tokens.count(k)) continue;
-    const std::string& next = code_[k + 1].text;
-    const std::string& prev = k > 0 ? code_[k - 1].text : "";
-    if (next == "(" || next == "<" || prev == "." || prev == "->") continue;  // a call, a template call, another object's member
-    if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
-    value_uses_.emplace(t.text, t.line);
-  }
 }
 
 const FunctionDef* BufferFlow::function_named(const std::string& name) const {
@@ -564,6 +528,14 @@ BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::s
 
 void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                               std::vector<std::string>& stack) const {
+  if (const std::vector<std::string> branches = ternary_branches(expr); !branches.empty()) {
+    out.via.push_back(fmt::format("`{}` is one of `{}`, `{}`", expr, branches[0], branches[1]));
+    for (const std::string& b : branches) {  // either buffer, decided at run time
+      resolve_into(b, function, at, depth, out, stack);
+      if (!out.reason.empty()) return;
+    }
+    return;
+  }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
     out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
@@ -628,6 +600,12 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         LexResult lr = lex(c.args[index]);
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr && t.size() == 1 && t[0].kind == TokenKind::Identifier) arg_path = t[0].text;
+      }
+      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
+        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+        resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
+        if (!out.reason.empty()) break;
+        continue;
       }
       if (arg_path.empty()) {
         out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller, c.args[index], root, c.line);

@@ -104,6 +104,8 @@ class BufferFlow {
   void mark_conditionals();
   void collect_lambdas();
   void record_value_uses();
+  std::vector<std::string> struct_fields(const std::string& type) const;
+  std::string stored_field(std::size_t k) const;
   const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
