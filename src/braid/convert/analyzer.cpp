@@ -46,7 +46,8 @@ std::string no_collective_message(const Analysis& a) {
 
 }  // namespace
 
-Analysis analyze(const std::string& file, const std::string& source, bool require_collective, const SourceContext& context) {
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective,
+                 const SourceContext& context) {
   Analysis a;
   a.file = file;
   const LexResult lr = lex_source(file, source);

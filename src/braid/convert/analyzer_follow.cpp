@@ -157,9 +157,10 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
     if (function.empty()) continue;
     if (const auto [via, line] = flow.reached_through_value(function); !via.empty() && !a.groups.empty()) {
       if (c.unresolved.empty())
-        c.unresolved = fmt::format("{}() is also used as a value at line {}: called through a pointer, maybe inside an "
-                                   "NCCL group, where a converted call must not run on its own",
-                                   via, line);
+        c.unresolved = fmt::format(
+            "{}() is also used as a value at line {}: called through a pointer, maybe inside an "
+            "NCCL group, where a converted call must not run on its own",
+            via, line);
       continue;
     }
     std::vector<std::size_t> in;
@@ -167,12 +168,13 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
       if (reached[g].count(function)) in.push_back(g);
     if (in.size() > 1) {
       if (c.unresolved.empty())
-        c.unresolved = fmt::format("{}() runs inside the groups at lines {} and {}: one call site joins one group", function,
-                                   a.groups[in[0]].start_line, a.groups[in[1]].start_line);
+        c.unresolved = fmt::format("{}() runs inside the groups at lines {} and {}: one call site joins one group",
+                                   function, a.groups[in[0]].start_line, a.groups[in[1]].start_line);
     } else if (in.size() == 1) {
       c.group = (int)in[0];
       a.groups[in[0]].members.push_back(ci);
-      c.via.push_back(fmt::format("runs inside the group at line {} through {}()", a.groups[in[0]].start_line, function));
+      c.via.push_back(
+          fmt::format("runs inside the group at line {} through {}()", a.groups[in[0]].start_line, function));
     }
   }
 }
@@ -189,10 +191,10 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
     }
     if (target < 0) continue;
     // nccl-tests' shape: one creation per local GPU, in a loop or several in one group (`-g N`).
-    const bool several_here =
-        c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
-          return o.group == c.group && (o.name == "ncclCommInitRank" || o.name == "ncclCommInitRankConfig");
-        }) > 1;
+    const bool several_here = c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
+                                                return o.group == c.group && (o.name == "ncclCommInitRank" ||
+                                                                              o.name == "ncclCommInitRankConfig");
+                                              }) > 1;
     if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
       a.single_process_multi_gpu = true;
       a.single_process_why = fmt::format("creates communicators {} (line {}): a rank per GPU of this process",

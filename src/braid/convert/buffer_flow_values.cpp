@@ -123,8 +123,9 @@ std::string BufferFlow::stored_field(std::size_t k) const {
   std::size_t v = k > 0 && code_[k - 1].text == "&" ? k - 1 : k;  // &f
   if (v < 3) return "";
   if (code_[v - 1].text == "=")
-    return code_[v - 2].kind == TokenKind::Identifier && (code_[v - 3].text == "." || code_[v - 3].text == "->") ? code_[v - 2].text
-                                                                                                                : "";
+    return code_[v - 2].kind == TokenKind::Identifier && (code_[v - 3].text == "." || code_[v - 3].text == "->")
+               ? code_[v - 2].text
+               : "";
   if ((code_[v - 1].text != "{" && code_[v - 1].text != ",") || k + 1 >= code_.size() ||
       (code_[k + 1].text != "," && code_[k + 1].text != "}"))
     return "";
@@ -173,8 +174,9 @@ void BufferFlow::record_value_uses() {
     if (t.kind != TokenKind::Identifier || !names.count(t.text) || name_tokens.count(k)) continue;
     const std::string& next = code_[k + 1].text;
     const std::string& prev = k > 0 ? code_[k - 1].text : "";
-    if (next == "(" || next == "<" || prev == "." || prev == "->") continue;  // a call, a template call, another object's member
-    if (prev == "~" || next == "::") continue;                                // a destructor's name, a scope
+    if (next == "(" || next == "<" || prev == "." || prev == "->")
+      continue;                                 // a call, a template call, another object's member
+    if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
     uses[t.text].push_back(k);
   }
   // Each function's fields, or none when one of its uses is no store into a field.
@@ -201,19 +203,22 @@ void BufferFlow::record_value_uses() {
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
     const Token& t = code_[k];
     if (t.kind != TokenKind::Identifier || !stored_fields.count(t.text)) continue;
-    if (std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return k > c.open && k < c.close; })) continue;
+    if (std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return k > c.open && k < c.close; }))
+      continue;
     const bool member = code_[k - 1].text == "." || code_[k - 1].text == "->";
     if (member && code_[k + 1].text == "(") {
       const std::size_t close = match_forward(code_, k + 1, code_.size());
       through[t.text].push_back(CallSite{function_at(k), split_top(code_, k + 1, close), k, t.line});
-    } else if (!(member && code_[k + 1].text == "=" && names.count(code_[k + 2].text == "&" ? code_[k + 3].text : code_[k + 2].text))) {
+    } else if (!(member && code_[k + 1].text == "=" &&
+                 names.count(code_[k + 2].text == "&" ? code_[k + 3].text : code_[k + 2].text))) {
       unclean.insert(t.text);
     }
   }
   for (const auto& [name, tokens] : uses) {
     auto f = fields_of.find(name);
-    const bool followed = f != fields_of.end() && std::none_of(f->second.begin(), f->second.end(),
-                                                               [&](const std::string& x) { return unclean.count(x) > 0; });
+    const bool followed =
+        f != fields_of.end() &&
+        std::none_of(f->second.begin(), f->second.end(), [&](const std::string& x) { return unclean.count(x) > 0; });
     if (!followed) {
       value_uses_.emplace(name, code_[tokens.front()].line);
       continue;

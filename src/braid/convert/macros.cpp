@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <cctype>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -233,14 +233,19 @@ namespace {
 // Whether a conditional branch is compiled: known from the macros defined so far, or not.
 enum class Tri { No, Yes, Unknown };
 Tri tri_not(Tri a) { return a == Tri::Unknown ? a : a == Tri::Yes ? Tri::No : Tri::Yes; }
-Tri tri_and(Tri a, Tri b) { return a == Tri::No || b == Tri::No ? Tri::No : a == Tri::Yes && b == Tri::Yes ? Tri::Yes : Tri::Unknown; }
-Tri tri_or(Tri a, Tri b) { return a == Tri::Yes || b == Tri::Yes ? Tri::Yes : a == Tri::No && b == Tri::No ? Tri::No : Tri::Unknown; }
+Tri tri_and(Tri a, Tri b) {
+  return a == Tri::No || b == Tri::No ? Tri::No : a == Tri::Yes && b == Tri::Yes ? Tri::Yes : Tri::Unknown;
+}
+Tri tri_or(Tri a, Tri b) {
+  return a == Tri::Yes || b == Tri::Yes ? Tri::Yes : a == Tri::No && b == Tri::No ? Tri::No : Tri::Unknown;
+}
 
 // `#if`/`#elif` conditions made of defined(X), !, &&, ||, parentheses and 0/1; anything else
 // (values, comparisons, a macro of a system header) is Unknown.
 class Condition {
  public:
-  Condition(const std::vector<Token>& t, const std::function<Tri(const std::string&)>& defined) : t_(t), defined_(defined) {}
+  Condition(const std::vector<Token>& t, const std::function<Tri(const std::string&)>& defined)
+      : t_(t), defined_(defined) {}
   Tri run() {
     const Tri r = any();
     return i_ == t_.size() ? r : Tri::Unknown;

@@ -31,11 +31,10 @@ bool is_reduction(const std::string& name) {
 // constant that merely looks like one (llm.c's `const ncclDataType_t ncclFloatX = ...`).
 bool nccl_constant(const std::string& text) {
   static const std::set<std::string> kEnumerators = {
-      "ncclInt8",    "ncclChar",    "ncclUint8",    "ncclInt32",      "ncclInt",        "ncclUint32",
-      "ncclInt64",   "ncclUint64",  "ncclFloat16",  "ncclHalf",       "ncclFloat32",    "ncclFloat",
-      "ncclFloat64", "ncclDouble",  "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2", "ncclNumTypes",
-      "ncclSum",     "ncclProd",    "ncclMax",      "ncclMin",        "ncclAvg",        "ncclNumOps",
-      "ncclMaxRedOp"};
+      "ncclInt8",     "ncclChar",       "ncclUint8",      "ncclInt32",    "ncclInt",   "ncclUint32",  "ncclInt64",
+      "ncclUint64",   "ncclFloat16",    "ncclHalf",       "ncclFloat32",  "ncclFloat", "ncclFloat64", "ncclDouble",
+      "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2", "ncclNumTypes", "ncclSum",   "ncclProd",    "ncclMax",
+      "ncclMin",      "ncclAvg",        "ncclNumOps",     "ncclMaxRedOp"};
   return kEnumerators.count(text) > 0;
 }
 

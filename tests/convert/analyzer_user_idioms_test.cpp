@@ -1,0 +1,242 @@
+// The analyzer and the rules on idioms of users' programs that the corpus met (corpus_user):
+// lambdas and std::function helpers, range-for allocation, stores through a pointer, functions
+// called through a struct's function-pointer field, helpers called inside an NCCL group,
+// communicators created per local GPU, macros of the program's own headers and of -D flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/transform.hpp"
+#include "braid/util/fs.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const Call& first_call(const Analysis& a, const std::string& name) {
+  for (const Call& c : a.calls)
+    if (c.name == name) return c;
+  throw std::runtime_error("no call " + name);
+}
+
+Conversion convert_text(const std::string& src, const SourceContext& context = {}) {
+  return transform(analyze("user.cu", src, true, context), src);
+}
+
+const std::string kPrologue =
+    "#include <nccl.h>\n"
+    "#include <cuda_runtime.h>\n"
+    "#include <functional>\n"
+    "#include <vector>\n";
+
+}  // namespace
+
+// A lambda bound to a name is a function: its parameters are followed to its calls, what it
+// captures to the enclosing function's variables; range-for `auto&` allocations name the container.
+TEST(AnalyzerUserIdioms, LambdasAndRangeForAllocations) {
+  const std::string src =
+      kPrologue +
+      "struct Layer { float* shard; float* grad; };\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::vector<Layer> layers(4);\n"
+      "  for (auto& L : layers) { cudaMalloc(&L.shard, 1024); cudaMalloc(&L.grad, 1024); }\n"
+      "  float* full; cudaMalloc(&full, 4096);\n"
+      "  auto gather = [&](int l) { ncclAllGather(layers[l].shard, full, 256, ncclFloat, comm, s); };\n"
+      "  std::function<void(const Layer&)> scatter = [&](const Layer& L) {\n"
+      "    ncclAllReduce(L.grad, L.grad, 256, ncclFloat, ncclAvg, comm, s);\n"
+      "  };\n"
+      "  for (int l = 0; l < 4; ++l) { gather(l); scatter(layers[l]); }\n"
+      "  for (auto& L : layers) { cudaFree(L.shard); cudaFree(L.grad); }\n"
+      "  cudaFree(full);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_TRUE(a.buffers.count("layers[].shard"));
+  ASSERT_TRUE(a.buffers.count("layers[].grad"));
+  const Call& rs = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(rs.unresolved, "");
+  EXPECT_EQ(rs.arg_buffers.at(1), std::vector<std::string>{"layers[].grad"});
+  EXPECT_EQ(rs.comm_paths, std::vector<std::string>{"comm"});
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  // The all-reduce's windows are the layers' gradients, allocated through the range-for reference.
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&L.grad, 1024)"))
+      << c.source.substr(c.source.find("int main"));
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&L.shard, 1024)"));
+}
+
+// Two lambdas of one name are not one function: their calls stay unfollowed, host NCCL.
+TEST(AnalyzerUserIdioms, ALambdaNameDefinedTwiceIsNotFollowed) {
+  const std::string src = kPrologue +
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "void a(float* x) { auto red = [&](float* p) { ncclAllReduce(p, p, 4, ncclFloat, ncclSum, "
+                          "comm, s); }; red(x); }\n"
+                          "void b(float* y) { auto red = [&](float* q) { ncclAllReduce(q, q, 4, ncclFloat, ncclSum, "
+                          "comm, s); }; red(y); }\n"
+                          "int main() { float* g; cudaMalloc(&g, 16); a(g); b(g); }\n";
+  const Analysis a = analyze("user.cu", src);
+  for (std::size_t i : a.nccl_collectives()) EXPECT_NE(a.calls[i].unresolved, "");
+}
+
+// `*p = v;` stores through p: p still points at its allocation (llm.c's unified buffer).
+TEST(AnalyzerUserIdioms, AStoreThroughAPointerIsNoAlias) {
+  const std::string src = kPrologue +
+                          "struct Cfg { float* unified; ncclComm_t comm; cudaStream_t s; };\n"
+                          "float sum(float value, Cfg* cfg) {\n"
+                          "  float* u = cfg->unified;\n"
+                          "  *u = value;\n"
+                          "  ncclAllReduce(u, u, 1, ncclFloat, ncclSum, cfg->comm, cfg->s);\n"
+                          "  return *u;\n"
+                          "}\n"
+                          "int main() { Cfg cfg; cudaMallocManaged(&cfg.unified, 4); sum(1.0f / 3, &cfg); }\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(c.unresolved, "");
+  EXPECT_EQ(c.arg_buffers.at(0), std::vector<std::string>{"cfg.unified"});
+}
+
+// nccl-tests' shape: the collective in a function stored in a struct's function-pointer field,
+// called through it inside a group with `in_place ? recv : send`; the call joins that group.
+TEST(AnalyzerUserIdioms, FunctionPointerFieldsAreFollowedToTheirCalls) {
+  const std::string src =
+      kPrologue +
+      "int RunColl(void* sendbuff, void* recvbuff, size_t count, ncclComm_t comm, cudaStream_t s) {\n"
+      "  ncclAllReduce(sendbuff, recvbuff, count, ncclFloat, ncclSum, comm, s);\n"
+      "  return 0;\n"
+      "}\n"
+      "struct testColl { const char name[20]; int (*runColl)(void*, void*, size_t, ncclComm_t, cudaStream_t); };\n"
+      "struct testColl allReduceTest = {\"AllReduce\", RunColl};\n"
+      "struct Args { void* send; void* recv; ncclComm_t comm; cudaStream_t s; struct testColl* coll; };\n"
+      "void start(struct Args* args, int in_place) {\n"
+      "  ncclGroupStart();\n"
+      "  args->coll->runColl(in_place ? args->recv : args->send, args->recv, 256, args->comm, args->s);\n"
+      "  ncclGroupEnd();\n"
+      "}\n"
+      "int main() {\n"
+      "  struct Args args; ncclUniqueId id;\n"
+      "  args.coll = &allReduceTest;\n"
+      "  ncclCommInitRank(&args.comm, 2, id, 0);\n"
+      "  cudaMalloc(&args.send, 1024); cudaMalloc(&args.recv, 1024);\n"
+      "  start(&args, 0); start(&args, 1);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(c.unresolved, "");
+  EXPECT_EQ(c.arg_buffers.at(0), (std::vector<std::string>{"args.recv", "args.send"}));
+  ASSERT_GE(c.group, 0);
+  const Conversion conv = transform(a, src);
+  EXPECT_EQ(conv.converted_calls, 1) << conversion_to_text(conv);
+  EXPECT_TRUE(contains(conv.source, "braid_converted::group_start()"));
+}
+
+// A function used as a value in any other way (a callback, a std::function copy) may be called
+// with arguments the file does not show: its parameters are not followed.
+TEST(AnalyzerUserIdioms, AFunctionUsedAsAValueKeepsItsParametersUnfollowed) {
+  const std::string src = kPrologue +
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "void reduce(float* g) { ncclAllReduce(g, g, 4, ncclFloat, ncclSum, comm, s); }\n"
+                          "void for_each_bucket(void (*f)(float*));\n"
+                          "int main() { float* g; cudaMalloc(&g, 16); reduce(g); for_each_bucket(reduce); }\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_TRUE(contains(c.unresolved, "also used as a value at line 8")) << c.unresolved;
+}
+
+// A send in a helper (or lambda) called between ncclGroupStart/End is a member of that group:
+// the brackets convert with it, so it never launches alone. Called inside two groups, it stays.
+TEST(AnalyzerUserIdioms, HelpersCalledInsideAGroupJoinIt) {
+  const std::string body =
+      "ncclComm_t comm; cudaStream_t s;\n"
+      "void send_to(float* b, int peer) { ncclSend(b, 4, ncclFloat, peer, comm, s); }\n"
+      "void recv_from(float* b, int peer) { ncclRecv(b, 4, ncclFloat, peer, comm, s); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  float *a, *b; cudaMalloc(&a, 16); cudaMalloc(&b, 16);\n"
+      "  ncclGroupStart(); send_to(a, 1); recv_from(b, 1); ncclGroupEnd();\n";
+  const std::string one = kPrologue + body + "}\n";
+  const Conversion c = convert_text(one);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(
+      c.source, "braid_converted::group_start(); send_to(a, 1); recv_from(b, 1); braid_converted::group_end<0>();"))
+      << c.source.substr(c.source.find("int main"));
+  const std::string two = kPrologue + body + "  ncclGroupStart(); recv_from(b, 1); send_to(a, 1); ncclGroupEnd();\n}\n";
+  const Analysis a2 = analyze("user.cu", two);
+  EXPECT_TRUE(contains(first_call(a2, "ncclSend").unresolved, "runs inside the groups at lines"));
+  EXPECT_EQ(transform(a2, two).converted_calls, 0);
+}
+
+// One communicator per local GPU (nccl-tests' `-g N`): several ranks in one process, untouched.
+TEST(AnalyzerUserIdioms, CommunicatorsCreatedInALoopLeaveTheFileUntouched) {
+  const std::string src =
+      kPrologue +
+      "int main(int argc, char** argv) {\n"
+      "  int n = argc; ncclComm_t comms[8]; float* bufs[8]; ncclUniqueId id;\n"
+      "  ncclGroupStart();\n"
+      "  for (int i = 0; i < n; i++) { cudaSetDevice(i); ncclCommInitRank(comms + i, n, id, i); }\n"
+      "  ncclGroupEnd();\n"
+      "  for (int i = 0; i < n; i++) cudaMalloc(&bufs[i], 16);\n"
+      "  for (int i = 0; i < n; i++) ncclAllReduce(bufs[i], bufs[i], 4, ncclFloat, ncclSum, comms[i], 0);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  EXPECT_TRUE(a.single_process_multi_gpu);
+  EXPECT_TRUE(contains(a.single_process_why, "in a loop (line 8)")) << a.single_process_why;
+  EXPECT_EQ(transform(a, src).converted_calls, 0);
+}
+
+// A program constant named like an enumerator (llm.c's `ncclFloatX`) is decided at run time;
+// fp8 enumerators still have no device reduction.
+TEST(AnalyzerUserIdioms, OnlyNcclEnumeratorsAreLiteralTypes) {
+  const std::string src = kPrologue +
+                          "const ncclDataType_t ncclFloatX = ncclBfloat16;\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void* g; cudaMalloc(&g, 64);\n"
+                          "  ncclAllReduce(g, g, 8, ncclFloatX, ncclAvg, comm, s);\n"
+                          "  ncclAllReduce(g, g, 8, ncclFloat8e4m3, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1);
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "ncclFloat8e4m3")) << c.left[0].reason;
+}
+
+// Macros of the program's quoted headers (nested too) and of -D flags are read at their uses;
+// under -D the #ifdef'd alternative of a two-body macro is the one compiled.
+TEST(AnalyzerUserIdioms, HeaderAndCommandLineMacros) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-idioms-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "inc");
+  braid::write_file_atomic(dir / "common.h",
+                           "#pragma once\n#include \"inc/check.h\"\n"
+                           "#define AR_SUM(b, n) CHECK(ncclAllReduce(b, b, n, REAL_T, ncclSum, comm, s))\n");
+  braid::write_file_atomic(dir / "inc/check.h",
+                           "#define CHECK(x) do { if ((x) != ncclSuccess) return 1; } while (0)\n");
+  const std::string src = kPrologue +
+                          "#include \"common.h\"\n"
+                          "#ifdef USE_BF16\n#define REAL_T ncclBfloat16\n#else\n#define REAL_T ncclFloat\n#endif\n"
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* g; cudaMalloc(&g, 64);\n"
+                          "  AR_SUM(g, 16);\n"
+                          "  return 0;\n"
+                          "}\n";
+  const std::string file = (dir / "user.cu").string();
+  const Analysis without = analyze(file, src);
+  ASSERT_EQ(without.macro_uses.size(), 1u);
+  EXPECT_EQ(first_call(without, "ncclAllReduce").args[3].text, "REAL_T");  // two bodies, no -D: decided at run time
+  const Analysis with = analyze(file, src, true, SourceContext{{}, {"USE_BF16"}});
+  EXPECT_EQ(first_call(with, "ncclAllReduce").args[3].text, "ncclBfloat16");
+  const Conversion c = transform(with, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  // The use is written as its expansion; macros without NCCL calls in it stay for the compiler.
+  EXPECT_TRUE(contains(c.source, "CHECK(braid_converted::all_reduce<0>(g, g, 16, REAL_T, ncclSum, comm, s));"))
+      << c.source;
+  // -I: the header found in an include folder rather than beside the file.
+  const Analysis elsewhere = analyze("user.cu", src, true, SourceContext{{dir.string()}, {}});
+  EXPECT_EQ(elsewhere.macro_uses.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
