@@ -240,3 +240,37 @@ TEST(AnalyzerUserIdioms, HeaderAndCommandLineMacros) {
   EXPECT_EQ(elsewhere.macro_uses.size(), 1u);
   std::filesystem::remove_all(dir);
 }
+
+// A field written with what a helper returns (llm.c: `model.params_memory =
+// malloc_and_point_parameters(...)` in main, used through a parameter elsewhere) is the helper's
+// allocation; a field written with something braid cannot follow keeps the reason.
+TEST(AnalyzerUserIdioms, FieldsWrittenWithAHelpersResult) {
+  const std::string src =
+      kPrologue +
+      "struct Model { void* params; size_t n; };\n"
+      "ncclComm_t comm; cudaStream_t s;\n"
+      "void* alloc_params(size_t n) { void* p; cudaMalloc(&p, n * 4); return p; }\n"
+      "void gather(Model* m, int rank, int world) {\n"
+      "  float* params = (float*)m->params;\n"
+      "  size_t shard = m->n / world;\n"
+      "  ncclAllGather(params + shard * rank, params, shard, ncclFloat, comm, s);\n"
+      "}\n"
+      "void* external_alloc(size_t);\n"
+      "void sum(Model* m) { ncclAllReduce(m->params, m->params, m->n, ncclFloat, ncclSum, comm, s); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Model model; model.n = 1024;\n"
+      "  model.params = alloc_params(model.n);\n"
+      "  gather(&model, 0, 2);\n"
+      "  Model other; other.params = external_alloc(64);\n"
+      "  sum(&other);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& g = first_call(a, "ncclAllGather");
+  EXPECT_EQ(g.unresolved, "");
+  EXPECT_EQ(g.arg_buffers.at(1), std::vector<std::string>{"p"});
+  EXPECT_NE(first_call(a, "ncclAllReduce").unresolved, "");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "void* p; braid_converted::sym_malloc(&p, n * 4); return p;"));
+}

@@ -35,6 +35,18 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
+    // A field the file writes with another buffer (`model.params = alloc_params(n)`).
+    if (!found) {
+      const BufferFlow::Resolution w = flow.written_to(path);
+      if (!w.reason.empty() && c.unresolved.empty()) c.unresolved = w.reason;
+      for (const std::string& p : w.paths)
+        for (const auto& [key, b] : a.buffers)
+          if (path_matches(p, b.path)) {
+            keys.push_back(key);
+            found = true;
+          }
+      if (found) c.via.insert(c.via.end(), w.via.begin(), w.via.end());
+    }
     // An element of a container filled with copies of a variable whose fields were allocated.
     for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path))
       for (const auto& [key, b] : a.buffers)

@@ -305,6 +305,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_element_copy(k, f.body_close);
+      record_field_write(k, f.name, f.body_close);
       record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
         const std::size_t close = match_forward(code_, k + 1, f.body_close);
@@ -347,6 +348,45 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
     at = al->token;
   }
   return p;
+}
+
+// `a.b = v;` / `a->b.c = v;` starting at code token k (a statement of its own): a field written
+// with a value that is no allocation of it (`model.params = alloc_params(n)`).
+void BufferFlow::record_field_write(std::size_t k, const std::string& function, std::size_t end) {
+  const std::string& before = code_[k - 1].text;
+  if (before != ";" && before != "{" && before != "}") return;
+  std::size_t eq = k + 1;
+  bool field = false;
+  for (; eq < end && code_[eq].text != "=" && code_[eq].text != ";"; ++eq) {
+    const std::string& x = code_[eq].text;
+    if (x == "(" || x == "{") return;  // a call or a declaration with braces, not an access path
+    if (x == "[") eq = match_forward(code_, eq, end);
+    field = field || x == "." || x == "->";
+  }
+  if (!field || eq >= end || code_[eq].text != "=") return;
+  std::size_t e = eq + 1;
+  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
+    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{" ? 1 : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1 : 0;
+  field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
+}
+
+BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
+  Resolution out;
+  for (const FieldWrite& w : field_writes_) {
+    const Resolution lhs = resolve(w.lhs, w.function, w.token);
+    if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); })) continue;
+    out.via.push_back(fmt::format("{} = {} (line {}, in {}())", w.lhs, w.value, code_[w.token].line, w.function));
+    std::vector<std::string> stack;
+    if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
+    else resolve_into(w.value, w.function, w.token, 6, out, stack);
+    if (!out.reason.empty()) {
+      out.paths.clear();
+      return out;
+    }
+  }
+  std::sort(out.paths.begin(), out.paths.end());
+  out.paths.erase(std::unique(out.paths.begin(), out.paths.end()), out.paths.end());
+  return out;
 }
 
 // `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).

@@ -78,6 +78,12 @@ class BufferFlow {
   // copied variables (`b.grad`); empty otherwise.
   std::vector<std::string> element_origins(const std::string& path) const;
 
+  // What the file writes into a field path that has no allocation of its own
+  // (`model.params_memory = malloc_and_point(...)` in main, or through a parameter in a helper),
+  // followed like a buffer expression; no paths when nothing writes it, a reason when a value
+  // written cannot be followed.
+  Resolution written_to(const std::string& path) const;
+
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
@@ -114,6 +120,7 @@ class BufferFlow {
   bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
                      std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);
+  void record_field_write(std::size_t k, const std::string& function, std::size_t end);
   const FunctionDef* returning_helper(const std::string& expr) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
@@ -142,6 +149,11 @@ class BufferFlow {
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  struct FieldWrite {
+    std::string function, lhs, value;
+    std::size_t token = 0;
+  };
+  std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements
   struct ClassBody {
     std::string name;
     std::size_t open = 0, close = 0;
