@@ -274,3 +274,63 @@ TEST(AnalyzerUserIdioms, FieldsWrittenWithAHelpersResult) {
   EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "void* p; braid_converted::sym_malloc(&p, n * 4); return p;"));
 }
+
+// Megatron's shape: communicators in a singleton reached through an accessor (`mpu().dp_comm`,
+// created through `auto& s = mpu()`), buffers through getters (`fc->weight()`), a buffer
+// parameter given nullptr by a call that does not use it, and methods of one name in two classes.
+TEST(AnalyzerUserIdioms, AccessorsSingletonsAndGetters) {
+  const std::string src =
+      kPrologue +
+      "struct State { ncclComm_t comm; cudaStream_t s; };\n"
+      "static State& mpu() { static State state; return state; }\n"
+      "void init() { auto& s = mpu(); ncclUniqueId id; ncclCommInitRank(&s.comm, 2, id, 0); }\n"
+      "class Col {\n"
+      " public:\n"
+      "  Col() { cudaMalloc(&w_, 64); }\n"
+      "  float* weight() { return w_; }\n"
+      "  void forward(float* x, float* full, int n) { if (full) ncclAllGather(x, full, n, ncclFloat, mpu().comm, "
+      "mpu().s); }\n"
+      " private:\n"
+      "  float* w_;\n"
+      "};\n"
+      "class Row {\n"
+      " public:\n"
+      "  void forward(float* x, int n) { (void)x; (void)n; }\n"
+      "};\n"
+      "int main() {\n"
+      "  init();\n"
+      "  Col c; Row r; float *x, *full; cudaMalloc(&x, 64); cudaMalloc(&full, 128);\n"
+      "  c.forward(x, nullptr, 16); c.forward(x, full, 16); r.forward(x, 3);\n"
+      "  if (mpu().comm) ncclAllReduce(c.weight(), c.weight(), 16, ncclFloat, ncclSum, mpu().comm, mpu().s);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_EQ(a.comm_inits.size(), 1u);
+  EXPECT_EQ(a.comm_inits[0].path, "state.comm");
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_EQ(ag.arg_buffers.at(1), std::vector<std::string>{"full"});
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_EQ(ar.arg_buffers.at(0), std::vector<std::string>{"w_"});
+  EXPECT_EQ(ar.comm_paths, std::vector<std::string>{"state.comm"});
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&s.comm, 2, id, 0)"));
+}
+
+// A lambda bound to no name (a hook pushed into a vector) may be called anywhere, inside a group
+// too: in a file with groups, its calls stay host NCCL; without groups they convert.
+TEST(AnalyzerUserIdioms, UnnamedLambdasInAFileWithGroups) {
+  const std::string hooks = kPrologue +
+                            "int main() {\n"
+                            "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                            "  float* g; cudaMalloc(&g, 64);\n"
+                            "  std::vector<std::function<void()>> hooks;\n"
+                            "  hooks.push_back([&] { ncclAllReduce(g, g, 16, ncclFloat, ncclSum, comm, s); });\n"
+                            "  for (auto& h : hooks) h();\n";
+  EXPECT_EQ(convert_text(hooks + "}\n").converted_calls, 1);
+  const std::string grouped = hooks + "  ncclGroupStart(); hooks[0](); ncclGroupEnd();\n}\n";
+  const Analysis a = analyze("user.cu", grouped);
+  EXPECT_TRUE(contains(first_call(a, "ncclAllReduce").unresolved, "lambda bound to no name"));
+  EXPECT_EQ(transform(a, grouped).converted_calls, 0);
+}

@@ -165,6 +165,14 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
     Call& c = a.calls[ci];
     const std::size_t tok = token_of(ci);
     if (c.group >= 0 || tok == SIZE_MAX) continue;
+    if (const std::size_t lambda = flow.unnamed_lambda_at(tok); lambda != SIZE_MAX && !a.groups.empty()) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format(
+            "in a lambda bound to no name (line {}): whoever holds it may call it inside an NCCL "
+            "group, where a converted call must not run on its own",
+            c.line);
+      continue;
+    }
     const std::string function = flow.function_at(tok);
     if (function.empty()) continue;
     if (const auto [via, line] = flow.reached_through_value(function); !via.empty() && !a.groups.empty()) {
@@ -213,7 +221,10 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
                                          c.loop >= 0 ? "in a loop" : "together in one group", c.line);
     }
     auto tok = token_at.find(c.call_begin);
-    const std::string path = access_path(c.args[(std::size_t)target].text, true);
+    std::string path = access_path(c.args[(std::size_t)target].text, true);
+    // Through references: `auto& s = mpu(); ncclCommSplit(..., &s.tp_comm, ...)` creates `state.tp_comm`.
+    if (!path.empty() && tok != token_at.end())
+      path = flow.target_path(path, flow.function_at(tok->second), tok->second);
     if (!path.empty() && tok != token_at.end())
       a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
   }

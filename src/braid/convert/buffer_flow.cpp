@@ -342,12 +342,58 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
       continue;
     }
     if (!al || !al->reference) return p;
-    const std::string base = access_path(al->init, false);
-    if (base.empty()) return p;
+    std::string base = access_path(al->init, false);
+    if (base.empty()) {  // `auto& s = mpu();`: the one path the accessor returns a reference to
+      const FunctionDef* helper = returning_helper(al->init);
+      const std::vector<std::size_t> returns = helper ? return_statements(*helper) : std::vector<std::size_t>{};
+      if (returns.size() != 1) return p;
+      std::size_t e = returns[0] + 1;
+      while (e < helper->body_close && code_[e].text != ";") ++e;
+      base = access_path(join(code_, returns[0] + 1, e), false);
+      if (base.empty()) return p;
+      fn = helper->name;
+      at = returns[0];
+      p = base + rest;
+      continue;
+    }
     p = base + rest;
     at = al->token;
   }
   return p;
+}
+
+std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {
+  std::vector<std::size_t> out;
+  for (std::size_t k = f.body_open + 1; k < f.body_close; ++k)
+    if (code_[k].text == "return" && (owner_.empty() || owner_[k] < 0 || functions_[(std::size_t)owner_[k]].name == f.name)) out.push_back(k);
+  return out;
+}
+
+// `f() .x`, `obj.get() [i]`, `p->weight()`: what a function of this file called without arguments
+// returns, then the rest of the access (accessors, getters, a singleton's `instance()`). A member
+// function's name may belong to several classes: every one of them is followed. False when `expr`
+// has no such form.
+bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const {
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return false;
+  for (std::size_t i = 0; i + 2 < t.size(); ++i) {
+    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(" || t[i + 2].text != ")") continue;
+    const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
+    if (i > 0 && !member) return false;
+    const std::string rest = access_path("r" + join(t, i + 3, t.size()), false);
+    if (rest.empty() || rest[0] != 'r') return false;
+    bool any = false;
+    for (const FunctionDef& f : functions_) {
+      if (f.name != t[i].text || !f.enclosing.empty() || !f.params.empty() || (member && f.owner.empty())) continue;
+      any = true;
+      follow_returns(f, rest.substr(1), depth, out, stack);
+      if (!out.reason.empty()) return true;
+    }
+    return any;
+  }
+  return false;
 }
 
 // `a.b = v;` / `a->b.c = v;` starting at code token k (a statement of its own): a field written
@@ -444,15 +490,17 @@ const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
 // somewhere would make its allocations rank-dependent (window registration is collective).
 void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                                 std::vector<std::string>& stack) const {
-  if (auto calls = calls_.find(f.name); calls != calls_.end())
+  bool allocates = false;  // a getter's calls under conditions allocate nothing
+  for (std::size_t k = f.body_open + 1; k < f.body_close && !allocates; ++k)
+    allocates = code_[k].text.rfind("cudaMalloc", 0) == 0 || code_[k].text == "ncclMemAlloc";
+  if (auto calls = calls_.find(f.name); allocates && calls != calls_.end())
     for (const CallSite& c : calls->second)
       if (conditional(c.token)) {
         out.reason = fmt::format("the allocation helper {}() is called under a condition at line {}", f.name, c.line);
         return;
       }
   bool any = false;
-  for (std::size_t k = f.body_open + 1; k < f.body_close; ++k) {
-    if (code_[k].text != "return") continue;
+  for (std::size_t k : return_statements(f)) {  // its own, not those of lambdas in it
     std::size_t e = k + 1;
     while (e < f.body_close && code_[e].text != ";") ++e;
     any = true;
@@ -578,6 +626,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
+    if (follow_accessor(expr, depth - 1, out, stack)) return;
     out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
     return;
   }
@@ -629,10 +678,19 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       stack.pop_back();
       return;
     }
+    // Functions of one name in several classes (`forward`): a call with another arity is another's.
+    const bool overloaded = std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) {
+      return g.name == function && g.params.size() != f.params.size();
+    });
     for (const CallSite& c : calls->second) {
+      if (overloaded && c.args.size() != f.params.size()) continue;
       if (index >= c.args.size()) {
         out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
         break;
+      }
+      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
+        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
+        continue;
       }
       std::string arg_path = access_path(c.args[index], false);
       if (arg_path.empty()) {  // `&model` passes the struct itself: m->x is model.x

@@ -100,6 +100,10 @@ class BufferFlow {
   // a std::function, a callback), with the line of that use; "" when none is.
   std::pair<std::string, int> reached_through_value(const std::string& function) const;
 
+  // The first token of the unnamed lambda (`push_back([&] {...})`, a callback) whose body holds
+  // code token `at`, or SIZE_MAX: code that runs wherever its holder calls it.
+  std::size_t unnamed_lambda_at(std::size_t at) const;
+
   // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
@@ -122,6 +126,8 @@ class BufferFlow {
   void record_element_copy(std::size_t k, std::size_t end);
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);
   const FunctionDef* returning_helper(const std::string& expr) const;
+  std::vector<std::size_t> return_statements(const FunctionDef& f) const;
+  bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
@@ -138,6 +144,7 @@ class BufferFlow {
   };
   // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
   const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
+  std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
   std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
   std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
