@@ -334,3 +334,19 @@ TEST(AnalyzerUserIdioms, UnnamedLambdasInAFileWithGroups) {
   EXPECT_TRUE(contains(first_call(a, "ncclAllReduce").unresolved, "lambda bound to no name"));
   EXPECT_EQ(transform(a, grouped).converted_calls, 0);
 }
+
+// A buffer argument that may be a window or stream-ordered memory depending on the rank would run
+// on the device on some ranks and as host NCCL on others: it stays host NCCL.
+TEST(AnalyzerUserIdioms, AnArgumentOfMixedAllocatorsStaysHost) {
+  const std::string src =
+      kPrologue +
+      "int main(int argc, char** argv) {\n"
+      "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float *a, *b; cudaMalloc(&a, 64); cudaMallocAsync(&b, 64, s);\n"
+      "  ncclAllReduce(rank == 0 ? a : b, a, 16, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 0);
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "ranks could disagree")) << c.left[0].reason;
+}

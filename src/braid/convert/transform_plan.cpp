@@ -69,6 +69,13 @@ std::string own_reason(const Analysis& a, const Call& c) {
     auto it = c.arg_buffers.find(idx);
     if (it == c.arg_buffers.end() || it->second.empty())
       return "buffer `" + c.args[(std::size_t)idx].text + "` is not followed to an allocation in this file";
+    // One argument that may be a window on one rank and stream-ordered memory on another (`rank ? a : b`,
+    // a helper given both) would take the device path on some ranks and host NCCL on others.
+    const auto stage_a_key = [&](const std::string& key) { return stage_a_allocator(a.buffers.at(key).allocator); };
+    if (std::any_of(it->second.begin(), it->second.end(), stage_a_key) &&
+        !std::all_of(it->second.begin(), it->second.end(), stage_a_key))
+      return "buffer `" + c.args[(std::size_t)idx].text +
+             "` may be symmetric memory or stream-ordered memory: ranks could disagree on running it on the device";
     for (const std::string& key : it->second) {
       const Buffer& b = a.buffers.at(key);
       // Stream-ordered and managed allocations are never windows, on any rank: the converted
