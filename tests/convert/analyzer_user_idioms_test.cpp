@@ -350,3 +350,29 @@ TEST(AnalyzerUserIdioms, AnArgumentOfMixedAllocatorsStaysHost) {
   ASSERT_EQ(c.left.size(), 1u);
   EXPECT_TRUE(contains(c.left[0].reason, "ranks could disagree")) << c.left[0].reason;
 }
+
+// A non-blocking creation (`config.blocking = 0`) returns before the communicator exists: it does
+// not bind the runtime, so a send under a rank condition (which would make the binding a step of
+// some ranks only) stays host NCCL; the same creation with a blocking config binds.
+TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
+  const auto program = [](const std::string& config_line) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;\n" +
+           config_line +
+           "  ncclCommInitRankConfig(&comm, 2, id, rank, &config);\n"
+           "  float* b; cudaMalloc(&b, 64);\n"
+           "  if (rank == 0) ncclSend(b, 16, ncclFloat, 1, comm, s);\n"
+           "  if (rank == 1) ncclRecv(b, 16, ncclFloat, 0, comm, s);\n"
+           "}\n";
+  };
+  const std::string nonblocking = program("  config.blocking = 0;\n");
+  const Analysis a = analyze("user.cu", nonblocking);
+  ASSERT_EQ(a.comm_inits.size(), 1u);
+  EXPECT_TRUE(a.comm_inits[0].nonblocking);
+  EXPECT_EQ(transform(a, nonblocking).converted_calls, 0);
+  const Conversion blocking = convert_text(program("  config.cgaClusterSize = 2;\n"));
+  EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
+  EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_config(&comm"));
+}

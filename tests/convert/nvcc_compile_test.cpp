@@ -183,5 +183,6 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
         std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
         std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
-        std::pair<std::string, int>{"megatron_tp_parallel_state", 2}),
+        std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
+        std::pair<std::string, int>{"course_nonblocking_sweep", 2}),
     [](const auto& info) { return info.param.first; });

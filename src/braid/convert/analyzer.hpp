@@ -87,6 +87,7 @@ struct CommInit {
   std::size_t call = 0;  // index into calls
   std::string path;      // the communicator it creates
   bool conditional = false;
+  bool nonblocking = false;  // given a config while the file sets `blocking = 0`: may return ncclInProgress
 };
 
 struct Group {

@@ -199,7 +199,13 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
   }
 }
 
-void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                        Analysis& a) {
+  // A non-blocking configuration anywhere in the file (`config.blocking = 0;`, `.blocking = false`).
+  bool sets_nonblocking = false;
+  for (std::size_t k = 0; k + 2 < toks.size(); ++k)
+    sets_nonblocking = sets_nonblocking || (toks[k].text == "blocking" && toks[k + 1].text == "=" &&
+                                            (toks[k + 2].text == "0" || toks[k + 2].text == "false"));
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     const Call& c = a.calls[ci];
     int target = -1;
@@ -225,8 +231,13 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
     // Through references: `auto& s = mpu(); ncclCommSplit(..., &s.tp_comm, ...)` creates `state.tp_comm`.
     if (!path.empty() && tok != token_at.end())
       path = flow.target_path(path, flow.function_at(tok->second), tok->second);
+    const std::size_t config =
+        4;  // the config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config)
+    const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config &&
+                            c.args[config].text != "nullptr" && c.args[config].text != "NULL" &&
+                            c.args[config].text != "0";
     if (!path.empty() && tok != token_at.end())
-      a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
+      a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second), configured && sets_nonblocking});
   }
 }
 

@@ -113,8 +113,10 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
     if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
   for (const auto& [path, n] : comm_votes)
     if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
+  // A non-blocking creation returns before the communicator exists: the runtime cannot bind there,
+  // so the first converted call binds (a collective step) and send/recv convert only where every rank reaches them.
   for (const CommInit& ci : a.comm_inits)
-    if (ci.path == p.bound && !ci.conditional && !p.bound_init) p.bound_init = &ci;
+    if (ci.path == p.bound && !ci.conditional && !ci.nonblocking && !p.bound_init) p.bound_init = &ci;
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;
