@@ -26,9 +26,7 @@ Ran braid_convert(const std::vector<std::string>& args) {
   return {r.exit_code, r.stdout_text, r.stderr_text};
 }
 
-std::filesystem::path corpus(const std::string& name) {
-  return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name;
-}
+std::filesystem::path corpus(const std::string& name) { return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name; }
 
 std::filesystem::path fresh_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("braid-convert-cli-" + name + "-" + std::to_string(::getpid()));
@@ -71,9 +69,8 @@ TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
   const auto dir = fresh_dir("bad");
   braid::write_file_atomic(dir / "notes.cu", "Remember to buy milk.\n");
   braid::write_file_atomic(dir / "plain.cu", "#include <cstdio>\nint main() { return 0; }\n");
-  braid::write_file_atomic(dir / "open.cu",
-                           "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
-                           "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
+  braid::write_file_atomic(dir / "open.cu", "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
+                                            "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
   const std::map<std::string, std::string> expected = {
       {"notes.cu", "notes.cu: is not C++/CUDA source"},
       {"plain.cu", "plain.cu: has no NCCL collective or point-to-point call"},
@@ -95,11 +92,9 @@ TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
 
 TEST(ConvertCli, NothingConvertibleWithOutputExitsTwoButPrintsTheGraph) {
   const auto dir = fresh_dir("none");
-  braid::write_file_atomic(
-      dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
+  braid::write_file_atomic(dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
   const auto out = dir / "out.cu";
-  Ran r = braid_convert(
-      {(dir / "nosize.cu").string(), "-o", out.string(), "--explain", "--json", (dir / "g.json").string()});
+  Ran r = braid_convert({(dir / "nosize.cu").string(), "-o", out.string(), "--explain", "--json", (dir / "g.json").string()});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("nosize.cu: no NCCL call can be converted by rules (1 found"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -137,8 +132,8 @@ TEST(ConvertCli, VerifyWithoutMarkersRunsTheDifferentialGate) {
   // fails as a value; with one it passes; either way it is the differential gate that ran.
   const auto dir = fresh_dir("diffgate");
   const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
-  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--ranks", "1",
-                         "--json", (dir / "g.json").string()});
+  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--ranks", "1", "--json",
+                         (dir / "g.json").string()});
   ASSERT_TRUE(r.code == 0 || r.code == 1) << r.err;
   braid::json j = braid::json::parse(braid::read_file(dir / "g.json"));
   EXPECT_EQ(j["gate"]["details"]["mode"], "differential") << j["gate"].dump();
@@ -151,8 +146,7 @@ TEST(ConvertCli, VerifyWithoutMarkersRunsTheDifferentialGate) {
 TEST(ConvertCli, ProgramArgsMustParse) {
   const auto dir = fresh_dir("progargs");
   const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
-  Ran r = braid_convert(
-      {user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--program-args", "'unterminated"});
+  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--program-args", "'unterminated"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--program-args"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));

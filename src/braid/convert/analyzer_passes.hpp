@@ -89,7 +89,8 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
 void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
                                   const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
-void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);
+void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                        Analysis& a);
 // A communicator named by a bare field name in a member function (`comm`, i.e. this->comm) is
 // the one created as that field (`ncclCommInitRank(&c.comm, ...)`) when exactly one creation
 // has that field name.
