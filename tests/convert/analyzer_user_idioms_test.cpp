@@ -376,3 +376,23 @@ TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
   EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
   EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_config(&comm"));
 }
+
+// A buffer the program registers as a window itself is never registered a second time: calls
+// that need it as a window stay host NCCL; its other buffers convert.
+TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {
+  const std::string src = kPrologue +
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void *mine, *plain; ncclWindow_t win;\n"
+                          "  ncclMemAlloc(&mine, 4096); cudaMalloc(&plain, 4096);\n"
+                          "  ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC);\n"
+                          "  ncclAllReduce(mine, mine, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclAllReduce(plain, plain, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  bool told = false;
+  for (const Unconverted& u : c.left) told = told || contains(u.reason, "registered by the program itself (line 9)");
+  EXPECT_TRUE(told) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "ncclMemAlloc(&mine, 4096)"));
+}

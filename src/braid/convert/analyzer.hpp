@@ -38,6 +38,7 @@ struct Buffer {
   std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
   std::string path;                   // access path of the allocation site (buffer_flow.hpp): `layers[].w`
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
+  int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
 };
 
 struct Call {

@@ -150,6 +150,17 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
   }
 }
 
+void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+  for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
+    Call c = a.calls[ci];  // a scratch copy: resolve_sites notes how it followed the argument
+    if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister") || c.args.size() < 2) continue;
+    auto tok = token_at.find(c.call_begin);
+    if (tok == token_at.end()) continue;
+    for (const std::string& key : resolve_sites(flow, a, c.args[1].text, tok->second, c))
+      a.buffers.at(key).registered_line = c.line;
+  }
+}
+
 void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
                                   const std::vector<std::size_t>& collectives, Analysis& a) {
   const auto token_of = [&](std::size_t call) {

@@ -86,6 +86,9 @@ std::string own_reason(const Analysis& a, const Call& c) {
           (!stage_a_allocator(b.allocator) || is_p2p(c.name)))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
+      if (b.registered_line > 0)
+        return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
+               "): a second registration as a window is not made";
       if (b.conditional)
         return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
                "): ranks may allocate differently, and window registration is collective";
