@@ -419,6 +419,7 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
 BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   Resolution out;
   for (const FieldWrite& w : field_writes_) {
+    if (w.value == "NULL" || w.value == "nullptr" || w.value == "0") continue;  // a reset points at no buffer
     const Resolution lhs = resolve(w.lhs, w.function, w.token);
     if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); })) continue;
     out.via.push_back(fmt::format("{} = {} (line {}, in {}())", w.lhs, w.value, code_[w.token].line, w.function));
