@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "braid/convert/analyzer.hpp"
+#include "braid/convert/build_flags.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/util/fs.hpp"
 
@@ -395,4 +396,18 @@ TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {
   for (const Unconverted& u : c.left) told = told || contains(u.reason, "registered by the program itself (line 9)");
   EXPECT_TRUE(told) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "ncclMemAlloc(&mine, 4096)"));
+}
+
+// A program whose own header includes mpi.h (llm.c's train_gpt2.cu through llmc/zero.cuh) is an
+// MPI program: its flags and launcher are MPI's.
+TEST(AnalyzerUserIdioms, MpiIncludedThroughTheProgramsHeader) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-idioms-mpi-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "llmc");
+  braid::write_file_atomic(dir / "llmc/zero.cuh", "#pragma once\n#ifdef USE_MPI\n#include <mpi.h>\n#endif\n");
+  const std::string src = kPrologue + "#include \"llmc/zero.cuh\"\nint main() { return 0; }\n";
+  BuildFlags user;
+  user.includes = {(dir / "nowhere").string()};  // answers for MPI where no wrapper does
+  EXPECT_TRUE(resolve_build_flags((dir / "train.cu").string(), src, user).mpi);
+  EXPECT_FALSE(resolve_build_flags((dir / "train.cu").string(), kPrologue + "int main() { return 0; }\n", user).mpi);
+  std::filesystem::remove_all(dir);
 }
