@@ -411,3 +411,22 @@ TEST(AnalyzerUserIdioms, MpiIncludedThroughTheProgramsHeader) {
   EXPECT_FALSE(resolve_build_flags((dir / "train.cu").string(), kPrologue + "int main() { return 0; }\n", user).mpi);
   std::filesystem::remove_all(dir);
 }
+
+// `#if NAME` with NAME given as -DNAME (1) or -DNAME=0 picks that branch's definition; without
+// the flag both bodies stay (ambiguous, decided at run time).
+TEST(AnalyzerUserIdioms, IfOnAFlagsValue) {
+  const std::string src = kPrologue +
+                          "#if USE_HALF\n#define AR_T ncclHalf\n#else\n#define AR_T ncclFloat\n#endif\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void* g; cudaMalloc(&g, 64);\n"
+                          "  ncclAllReduce(g, g, 8, AR_T, ncclSum, comm, s);\n"
+                          "}\n";
+  const auto dtype = [&](const std::vector<std::string>& defines) {
+    const Analysis a = analyze("user.cu", src, true, SourceContext{{}, defines});
+    return first_call(a, "ncclAllReduce").args[3].text;
+  };
+  EXPECT_EQ(dtype({"USE_HALF"}), "ncclHalf");
+  EXPECT_EQ(dtype({"USE_HALF=0"}), "ncclFloat");
+  EXPECT_EQ(dtype({}), "AR_T");
+}

@@ -244,8 +244,9 @@ Tri tri_or(Tri a, Tri b) {
 // (values, comparisons, a macro of a system header) is Unknown.
 class Condition {
  public:
-  Condition(const std::vector<Token>& t, const std::function<Tri(const std::string&)>& defined)
-      : t_(t), defined_(defined) {}
+  Condition(const std::vector<Token>& t, const std::function<Tri(const std::string&)>& defined,
+            const std::function<Tri(const std::string&)>& value)
+      : t_(t), defined_(defined), value_(value) {}
   Tri run() {
     const Tri r = any();
     return i_ == t_.size() ? r : Tri::Unknown;
@@ -282,11 +283,13 @@ class Condition {
     }
     const Token& x = t_[i_++];
     if (x.kind == TokenKind::Number && (x.text == "0" || x.text == "1")) return x.text == "1" ? Tri::Yes : Tri::No;
+    if (x.kind == TokenKind::Identifier && i_ == t_.size() && i_ == 1) return value_(x.text);  // `#if MULTI_GPU`
     i_ = t_.size();
     return Tri::Unknown;
   }
   const std::vector<Token>& t_;
   const std::function<Tri(const std::string&)>& defined_;
+  const std::function<Tri(const std::string&)>& value_;  // a condition that is one macro's name: its 0/1 value
   std::size_t i_ = 0;
 };
 
@@ -311,6 +314,14 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
       if (d.name == name && d.undefined_at == SIZE_MAX) return d.uncertain ? Tri::Unknown : Tri::Yes;
     return Tri::Unknown;
   };
+  // `#if NAME` alone: NAME's value when it is known to be defined as 0 or 1 (`-DMULTI_GPU` is 1).
+  const std::function<Tri(const std::string&)> value = [&](const std::string& name) {
+    for (const MacroDefinition& d : defs_)
+      if (d.name == name && d.undefined_at == SIZE_MAX && !d.uncertain && !d.function_like && d.body.size() == 1 &&
+          (d.body[0].text == "0" || d.body[0].text == "1"))
+        return d.body[0].text == "1" ? Tri::Yes : Tri::No;
+    return Tri::Unknown;
+  };
   for (const Token& t : all) {
     if (t.kind != TokenKind::Preprocessor) continue;
     const std::string line = joined_directive(t.text);
@@ -318,14 +329,14 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
     const std::string kw = words.empty() ? "" : words[0].text;
     const std::vector<Token> cond(words.begin() + (words.empty() ? 0 : 1), words.end());
     if (kw == "if" || kw == "ifdef" || kw == "ifndef") {
-      Tri c = kw == "if" ? Condition(cond, defined).run() : cond.empty() ? Tri::Unknown : defined(cond[0].text);
+      Tri c = kw == "if" ? Condition(cond, defined, value).run() : cond.empty() ? Tri::Unknown : defined(cond[0].text);
       if (kw == "ifndef") c = tri_not(c);
       frames.push_back(Frame{c, c});
       continue;
     }
     if ((kw == "elif" || kw == "else") && !frames.empty()) {
       Frame& f = frames.back();
-      const Tri c = kw == "else" ? Tri::Yes : Condition(cond, defined).run();
+      const Tri c = kw == "else" ? Tri::Yes : Condition(cond, defined, value).run();
       f.active = tri_and(tri_not(f.taken), c);
       f.taken = tri_or(f.taken, c);
       continue;
