@@ -19,8 +19,7 @@ namespace {
 class ConvertedCompiles : public ::testing::TestWithParam<std::string> {};
 
 std::filesystem::path program_path(const std::string& name) {
-  if (name == "gemm_allgather_seed")
-    return std::filesystem::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/seed.cu";
+  if (name == "gemm_allgather_seed") return std::filesystem::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/seed.cu";
   return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / (name + ".cu");
 }
 
@@ -34,8 +33,7 @@ TEST_P(ConvertedCompiles, WithNvcc) {
   ASSERT_GT(c.converted_calls, 0);
   // -O0 keeps CI's two cores free; the cache lives in the build folder so reruns are instant.
   const auto work = std::filesystem::current_path() / "convert-nvcc" / GetParam();
-  braid::BuildResult r =
-      compile_only(c.source, work, "converted", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
+  braid::BuildResult r = compile_only(c.source, work, "converted", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
 }
 
@@ -72,8 +70,8 @@ TEST(PreludeHeader, CompilesWithNvcc) {
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc: device/include/braid/converted/*.cuh not compiled";
   const auto path = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/prelude_header.cu";
   const auto work = std::filesystem::current_path() / "convert-nvcc" / "prelude_header";
-  braid::BuildResult r = compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(),
-                                      {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
+  braid::BuildResult r =
+      compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
 }
 
@@ -83,8 +81,7 @@ TEST(PreludeHeader, IsTheInsertedText) {
   const std::string prelude = with_parts_inlined(dir);
   EXPECT_EQ(converted_prelude(3, false), preamble + prelude);
   EXPECT_EQ(converted_prelude(3, true), preamble + prelude + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
-  EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1; }\n", 0),
-            0u);
+  EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1; }\n", 0), 0u);
 }
 
 // prelude.cuh is split by concern into parts it includes; the inserted text is self-contained:
@@ -100,21 +97,18 @@ TEST(PreludeHeader, InsertsEveryPartInline) {
     const std::string file = entry.path().filename().string();
     if (file == "prelude.cuh" || file == "prelude_harness.cuh") continue;
     ++parts;
-    EXPECT_NE(umbrella.find(kPartInclude + file + "\""), std::string::npos)
-        << file << " is not included by prelude.cuh";
+    EXPECT_NE(umbrella.find(kPartInclude + file + "\""), std::string::npos) << file << " is not included by prelude.cuh";
   }
   EXPECT_GT(parts, 1);
-  for (const char* def :
-       {"struct State {", "struct Shape {", "inline void teardown(", "void __launch_bounds__(1024) broadcast_kernel(",
-        "void __launch_bounds__(1024) reduce_kernel(", "void __launch_bounds__(1024) p2p_kernel(",
-        "inline ncclResult_t all_gather(", "inline ncclResult_t flush_p2p("})
+  for (const char* def : {"struct State {", "struct Shape {", "inline void teardown(", "void __launch_bounds__(1024) broadcast_kernel(",
+                          "void __launch_bounds__(1024) reduce_kernel(", "void __launch_bounds__(1024) p2p_kernel(",
+                          "inline ncclResult_t all_gather(", "inline ncclResult_t flush_p2p("})
     EXPECT_NE(inserted.find(def), std::string::npos) << def;
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,
-                         ::testing::Values("allreduce_after_kernel", "ring_sendrecv", "alltoallv_counts",
-                                           "grouped_collectives", "two_streams", "loop_reduce_scatter",
-                                           "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
+                         ::testing::Values("allreduce_after_kernel", "ring_sendrecv", "alltoallv_counts", "grouped_collectives", "two_streams",
+                                           "loop_reduce_scatter", "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
 
 // Programs written the way ML engineers write them (tests/convert/corpus_user, listed in
 // docs/run.md): each converts by rules (the single-process ncclCommInitAll one stays untouched,
@@ -135,8 +129,7 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
   // would pass it); the analysis reads the same macros and the program's own headers.
   for (const char* define : {"MULTI_GPU", "USE_BF16"})
     if (src.find(std::string("#ifdef ") + define) != std::string::npos) flags.defines.push_back(define);
-  Conversion c = transform(
-      analyze(path.filename().string(), src, true, SourceContext{{path.parent_path().string()}, flags.defines}), src);
+  Conversion c = transform(analyze(path.filename().string(), src, true, SourceContext{{path.parent_path().string()}, flags.defines}), src);
   EXPECT_GE(c.converted_calls, min_converted) << conversion_to_text(c);
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
   try {
@@ -154,35 +147,39 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
 }
 
 // Minimum calls converted by rules, per program (docs/run.md lists what stays host NCCL and why).
-INSTANTIATE_TEST_SUITE_P(
-    UserCorpus, UserProgramCompiles,
-    ::testing::Values(
-        std::pair<std::string, int>{"mpi_dp_grads", 1}, std::pair<std::string, int>{"tp_mlp_fp16", 1},
-        std::pair<std::string, int>{"pipeline_stages", 2}, std::pair<std::string, int>{"moe_dispatch_uneven", 2},
-        std::pair<std::string, int>{"fsdp_model_struct", 2}, std::pair<std::string, int>{"dp_tp_two_comms", 1},
-        std::pair<std::string, int>{"single_process_init_all", 0}, std::pair<std::string, int>{"loss_stats_reduce", 3},
-        std::pair<std::string, int>{"broadcast_weights_array", 1},
-        std::pair<std::string, int>{"workspace_cast_alias", 2}, std::pair<std::string, int>{"grad_buckets_bf16_avg", 1},
-        std::pair<std::string, int>{"ring_attention_fp16", 2},
-        std::pair<std::string, int>{"embedding_allgather_types", 3},
-        std::pair<std::string, int>{"collective_dispatch_fnptr", 1},
-        std::pair<std::string, int>{"decode_gather_to_root", 2},
-        std::pair<std::string, int>{"sequence_parallel_rs_ag", 2},
-        std::pair<std::string, int>{"expert_alltoall_ncclmem", 3}, std::pair<std::string, int>{"llmc_style_trainer", 1},
-        std::pair<std::string, int>{"template_allreduce_fp16", 1},
-        std::pair<std::string, int>{"zero1_bucket_shards", 2},
-        std::pair<std::string, int>{"graph_captured_tp_decode", 1},
-        std::pair<std::string, int>{"alloc_helpers_member_dp", 3},
-        std::pair<std::string, int>{"thread_per_gpu_ranks", 0},
-        std::pair<std::string, int>{"communicator_class_members", 2},
-        std::pair<std::string, int>{"macro_wrapped_collectives", 3},
-        std::pair<std::string, int>{"trainer_initlist_comm", 2},
-        std::pair<std::string, int>{"nccl_example_one_device_per_process", 2},
-        std::pair<std::string, int>{"nccl_tests_style_perf", 1}, std::pair<std::string, int>{"llmc_zero1_floatx", 2},
-        std::pair<std::string, int>{"fsdp_prefetch_lambdas", 2},
-        std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
-        std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
-        std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
-        std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
-        std::pair<std::string, int>{"course_nonblocking_sweep", 2}),
-    [](const auto& info) { return info.param.first; });
+INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
+                         ::testing::Values(std::pair<std::string, int>{"mpi_dp_grads", 1}, std::pair<std::string, int>{"tp_mlp_fp16", 1},
+                                           std::pair<std::string, int>{"pipeline_stages", 2},
+                                           std::pair<std::string, int>{"moe_dispatch_uneven", 2},
+                                           std::pair<std::string, int>{"fsdp_model_struct", 2},
+                                           std::pair<std::string, int>{"dp_tp_two_comms", 1},
+                                           std::pair<std::string, int>{"single_process_init_all", 0},
+                                           std::pair<std::string, int>{"loss_stats_reduce", 3},
+                                           std::pair<std::string, int>{"broadcast_weights_array", 1},
+                                           std::pair<std::string, int>{"workspace_cast_alias", 2},
+                                           std::pair<std::string, int>{"grad_buckets_bf16_avg", 1},
+                                           std::pair<std::string, int>{"ring_attention_fp16", 2},
+                                           std::pair<std::string, int>{"embedding_allgather_types", 3},
+                                           std::pair<std::string, int>{"collective_dispatch_fnptr", 1},
+                                           std::pair<std::string, int>{"decode_gather_to_root", 2},
+                                           std::pair<std::string, int>{"sequence_parallel_rs_ag", 2},
+                                           std::pair<std::string, int>{"expert_alltoall_ncclmem", 3},
+                                           std::pair<std::string, int>{"llmc_style_trainer", 1},
+                                           std::pair<std::string, int>{"template_allreduce_fp16", 1},
+                                           std::pair<std::string, int>{"zero1_bucket_shards", 2},
+                                           std::pair<std::string, int>{"graph_captured_tp_decode", 1},
+                                           std::pair<std::string, int>{"alloc_helpers_member_dp", 3},
+                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 0},
+                                           std::pair<std::string, int>{"communicator_class_members", 2},
+                                           std::pair<std::string, int>{"macro_wrapped_collectives", 3},
+                                           std::pair<std::string, int>{"trainer_initlist_comm", 2},
+                                           std::pair<std::string, int>{"nccl_example_one_device_per_process", 2},
+                                           std::pair<std::string, int>{"nccl_tests_style_perf", 1},
+                                           std::pair<std::string, int>{"llmc_zero1_floatx", 2},
+                                           std::pair<std::string, int>{"fsdp_prefetch_lambdas", 2},
+                                           std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
+                                           std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
+                                           std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
+                                           std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
+                                           std::pair<std::string, int>{"course_nonblocking_sweep", 2}),
+                         [](const auto& info) { return info.param.first; });
