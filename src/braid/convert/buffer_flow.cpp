@@ -249,11 +249,16 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
   // The block each token sits in ends at this token (the matching '}' of the innermost '{').
   std::vector<std::size_t> block_end(code.size(), code.size());
   {
-    std::vector<std::size_t> open;
+    std::vector<std::size_t> open, close_of(code.size(), code.size());
+    for (std::size_t k = 0; k < code.size(); ++k) {  // each '{' -> its '}'
+      if (code[k].text == "{") open.push_back(k);
+      else if (code[k].text == "}" && !open.empty()) close_of[open.back()] = k, open.pop_back();
+    }
+    open.clear();
     for (std::size_t k = 0; k < code.size(); ++k) {
       if (code[k].text == "{") open.push_back(k);
       else if (code[k].text == "}" && !open.empty()) open.pop_back();
-      if (!open.empty()) block_end[k] = match_forward(code, open.back(), code.size());
+      if (!open.empty()) block_end[k] = close_of[open.back()];
     }
   }
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
