@@ -527,8 +527,8 @@ cmd_check() {
 # or the harness's median candidate time). With a summary file, a failure adds an rc=1 line to it.
 # The corpus (annotated), the gemm_allgather seed (harness) and the user corpus (no annotations:
 # the differential gate, under mpirun for MPI programs); a program built with a macro that enables
-# its NCCL path (`#ifdef MULTI_GPU`) gets it. Programs the converter leaves untouched on purpose
-# (several ranks in one process) are listed as such.
+# its NCCL path (`#ifdef MULTI_GPU`) or picks its type (`#ifdef USE_BF16`) gets it. Programs the
+# converter leaves untouched on purpose (several ranks in one process) are listed as such.
 convert_gate_programs() {  # with-user-corpus
   ls "$root"/tests/convert/corpus/*.cu "$root"/workloads/gemm_allgather/seed.cu
   [ "$1" = 1 ] && ls "$root"/tests/convert/corpus_user/*.cu
@@ -547,6 +547,7 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     n=$(basename "$f" .cu)
     flags=()
     grep -q '^#ifdef MULTI_GPU' "$f" && flags=(-DMULTI_GPU)
+    grep -q '^#ifdef USE_BF16' "$f" && flags+=(-DUSE_BF16)
     if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --work "$cv_out/$n.work"; continue; fi
     (
       run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --work "$cv_out/$n.work"

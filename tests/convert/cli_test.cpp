@@ -152,3 +152,22 @@ TEST(ConvertCli, ProgramArgsMustParse) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));
   std::filesystem::remove_all(dir);
 }
+
+// The program's own headers and the build's -D macros reach the analysis: a collective written in
+// a header's macro is converted, and -DUSE_BF16 picks the bf16 body of an #ifdef'd type macro.
+TEST(ConvertCli, HeaderMacrosAndDefinesAreRead) {
+  const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user";
+  const auto d = fresh_dir("headers");
+  const Ran r =
+      braid_convert({(user / "nccl_example_one_device_per_process.cu").string(), "--json", (d / "a.json").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const braid::json j = braid::json::parse(braid::read_file(d / "a.json"));
+  EXPECT_EQ(j["conversion"]["converted_calls"].get<int>(), 2) << j["conversion"].dump(2);
+  const Ran bf16 =
+      braid_convert({(user / "c_style_globals_use_bf16.cu").string(), "-DUSE_BF16", "--json", (d / "b.json").string()});
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  const std::string calls = braid::json::parse(braid::read_file(d / "b.json"))["calls"].dump();
+  EXPECT_NE(calls.find("ncclBfloat16"), std::string::npos);
+  EXPECT_EQ(calls.find("NCCL_REAL"), std::string::npos);
+  std::filesystem::remove_all(d);
+}

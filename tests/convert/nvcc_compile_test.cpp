@@ -124,12 +124,14 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
   const auto [name, min_converted] = GetParam();
   const auto path = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user" / (name + ".cu");
   const std::string src = braid::read_file(path);
-  Conversion c = transform(analyze(path.filename().string(), src), src);
+  BuildFlags flags;
+  // A program built with a macro that enables its NCCL path or picks its type (as its makefile
+  // would pass it); the analysis reads the same macros and the program's own headers.
+  for (const char* define : {"MULTI_GPU", "USE_BF16"})
+    if (src.find(std::string("#ifdef ") + define) != std::string::npos) flags.defines.push_back(define);
+  Conversion c = transform(analyze(path.filename().string(), src, true, SourceContext{{path.parent_path().string()}, flags.defines}), src);
   EXPECT_GE(c.converted_calls, min_converted) << conversion_to_text(c);
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
-  BuildFlags flags;
-  // A program built with a macro that enables its NCCL path (as its makefile would pass it).
-  if (src.find("#ifdef MULTI_GPU") != std::string::npos) flags.defines.push_back("MULTI_GPU");
   try {
     flags = resolve_build_flags(path.string(), src, flags);
   } catch (const braid::UserError& e) {
@@ -170,5 +172,14 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"thread_per_gpu_ranks", 0},
                                            std::pair<std::string, int>{"communicator_class_members", 2},
                                            std::pair<std::string, int>{"macro_wrapped_collectives", 3},
-                                           std::pair<std::string, int>{"trainer_initlist_comm", 2}),
+                                           std::pair<std::string, int>{"trainer_initlist_comm", 2},
+                                           std::pair<std::string, int>{"nccl_example_one_device_per_process", 2},
+                                           std::pair<std::string, int>{"nccl_tests_style_perf", 1},
+                                           std::pair<std::string, int>{"llmc_zero1_floatx", 2},
+                                           std::pair<std::string, int>{"fsdp_prefetch_lambdas", 2},
+                                           std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
+                                           std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
+                                           std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
+                                           std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
+                                           std::pair<std::string, int>{"course_nonblocking_sweep", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -37,7 +37,7 @@ int do_convert(const ConvertArgs& o) {
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
   const std::string source = read_file(o.input);
   const BuildFlags user = to_build_flags(o.flags);
-  const Analysis analysis = analyze(o.input.string(), source);
+  const Analysis analysis = analyze(o.input.string(), source, true, SourceContext{user.includes, user.defines});
   const Conversion conversion = transform(analysis, source);
   // nvcc runs in its own folder: every path it gets is absolute.
   const std::filesystem::path output = o.output.empty() ? o.output : std::filesystem::absolute(o.output);

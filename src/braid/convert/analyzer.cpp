@@ -46,13 +46,14 @@ std::string no_collective_message(const Analysis& a) {
 
 }  // namespace
 
-Analysis analyze(const std::string& file, const std::string& source, bool require_collective) {
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective,
+                 const SourceContext& context) {
   Analysis a;
   a.file = file;
   const LexResult lr = lex_source(file, source);
   require_translation_unit(file, source, lr, code_tokens(lr.tokens));
   // Uses of macros that call NCCL or allocate are read as their expansions, at the use.
-  const MacroTable macros(lr.tokens);
+  const MacroTable macros(with_context_directives(file, lr.tokens, context));
   const std::vector<Token> toks = splice_macro_uses(code_tokens(lr.tokens), macros, source.size(), a);
   const BufferFlow flow(toks);
   // What the whole file says before calls are read in order.
@@ -70,7 +71,9 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   const TokenIndex token_at = index_tokens(toks);
   mark_conditional_calls(flow, token_at, a);
   follow_collective_arguments(flow, token_at, collectives, a);
-  collect_comm_inits(flow, token_at, a);
+  attach_reached_group_members(flow, token_at, collectives, a);
+  mark_program_registered_buffers(flow, token_at, a);
+  collect_comm_inits(flow, toks, token_at, a);
   match_member_communicators(a);
   detect_threaded_ranks(toks, lr.tokens, flow, token_at, a);
   list_address_taken(toks, a);

@@ -38,6 +38,7 @@ struct Buffer {
   std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
   std::string path;                   // access path of the allocation site (buffer_flow.hpp): `layers[].w`
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
+  int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
 };
 
 struct Call {
@@ -87,6 +88,7 @@ struct CommInit {
   std::size_t call = 0;  // index into calls
   std::string path;      // the communicator it creates
   bool conditional = false;
+  bool nonblocking = false;  // given a config while the file sets `blocking = 0`: may return ncclInProgress
 };
 
 struct Group {
@@ -163,10 +165,22 @@ struct StatementRange {
 };
 StatementRange statement_of(const std::vector<Token>& code, std::size_t name_token, std::size_t close_token);
 
-// Analyses `source` (named `file` in messages). Throws UserError on bad input.
+// What the compiler is told besides the file: the folders its quoted includes are searched in
+// after the file's own folder (-I), and the macros defined on its command line (-D NAME[=V]). The
+// #defines of the headers it includes with quotes (`#include "common.h"`, nested ones too) and
+// the -D macros are read with the file's own, so a collective written in a header's macro, or a
+// type named through -D, is seen at its use. System headers (`<...>`) are not read.
+struct SourceContext {
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> defines;  // NAME or NAME=VALUE
+};
+
+// Analyses `source` (named `file` in messages; its folder, when `file` names one, is searched
+// first for quoted includes). Throws UserError on bad input.
 // `require_collective` false: a program without NCCL collectives is analysed too (a rewrite whose
 // communication is all device code).
-Analysis analyze(const std::string& file, const std::string& source, bool require_collective = true);
+Analysis analyze(const std::string& file, const std::string& source, bool require_collective = true,
+                 const SourceContext& context = {});
 
 // Evaluates an integer expression over known constants (+ - * / % << >> parentheses, sizeof of
 // the arithmetic and CUDA element types); nullopt when any part is unknown.

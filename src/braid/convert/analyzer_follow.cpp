@@ -35,6 +35,18 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
+    // A field the file writes with another buffer (`model.params = alloc_params(n)`).
+    if (!found) {
+      const BufferFlow::Resolution w = flow.written_to(path);
+      if (!w.reason.empty() && c.unresolved.empty()) c.unresolved = w.reason;
+      for (const std::string& p : w.paths)
+        for (const auto& [key, b] : a.buffers)
+          if (path_matches(p, b.path)) {
+            keys.push_back(key);
+            found = true;
+          }
+      if (found) c.via.insert(c.via.end(), w.via.begin(), w.via.end());
+    }
     // An element of a container filled with copies of a variable whose fields were allocated.
     for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path))
       for (const auto& [key, b] : a.buffers)
@@ -138,7 +150,73 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
   }
 }
 
-void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
+  for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
+    Call c = a.calls[ci];  // a scratch copy: resolve_sites notes how it followed the argument
+    if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister") || c.args.size() < 2) continue;
+    auto tok = token_at.find(c.call_begin);
+    if (tok == token_at.end()) continue;
+    for (const std::string& key : resolve_sites(flow, a, c.args[1].text, tok->second, c))
+      a.buffers.at(key).registered_line = c.line;
+  }
+}
+
+void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
+                                  const std::vector<std::size_t>& collectives, Analysis& a) {
+  const auto token_of = [&](std::size_t call) {
+    auto t = token_at.find(a.calls[call].call_begin);
+    return t == token_at.end() ? SIZE_MAX : t->second;
+  };
+  std::vector<std::set<std::string>> reached(a.groups.size());
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    const std::size_t from = token_of(a.groups[g].start_call), to = token_of(a.groups[g].end_call);
+    if (from != SIZE_MAX && to != SIZE_MAX) reached[g] = flow.reached_between(from, to);
+  }
+  for (std::size_t ci : collectives) {
+    Call& c = a.calls[ci];
+    const std::size_t tok = token_of(ci);
+    if (c.group >= 0 || tok == SIZE_MAX) continue;
+    if (const std::size_t lambda = flow.unnamed_lambda_at(tok); lambda != SIZE_MAX && !a.groups.empty()) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format(
+            "in a lambda bound to no name (line {}): whoever holds it may call it inside an NCCL "
+            "group, where a converted call must not run on its own",
+            c.line);
+      continue;
+    }
+    const std::string function = flow.function_at(tok);
+    if (function.empty()) continue;
+    if (const auto [via, line] = flow.reached_through_value(function); !via.empty() && !a.groups.empty()) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format(
+            "{}() is also used as a value at line {}: called through a pointer, maybe inside an "
+            "NCCL group, where a converted call must not run on its own",
+            via, line);
+      continue;
+    }
+    std::vector<std::size_t> in;
+    for (std::size_t g = 0; g < a.groups.size(); ++g)
+      if (reached[g].count(function)) in.push_back(g);
+    if (in.size() > 1) {
+      if (c.unresolved.empty())
+        c.unresolved = fmt::format("{}() runs inside the groups at lines {} and {}: one call site joins one group",
+                                   function, a.groups[in[0]].start_line, a.groups[in[1]].start_line);
+    } else if (in.size() == 1) {
+      c.group = (int)in[0];
+      a.groups[in[0]].members.push_back(ci);
+      c.via.push_back(
+          fmt::format("runs inside the group at line {} through {}()", a.groups[in[0]].start_line, function));
+    }
+  }
+}
+
+void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                        Analysis& a) {
+  // A non-blocking configuration anywhere in the file (`config.blocking = 0;`, `.blocking = false`).
+  bool sets_nonblocking = false;
+  for (std::size_t k = 0; k + 2 < toks.size(); ++k)
+    sets_nonblocking = sets_nonblocking || (toks[k].text == "blocking" && toks[k + 1].text == "=" &&
+                                            (toks[k + 2].text == "0" || toks[k + 2].text == "false"));
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     const Call& c = a.calls[ci];
     int target = -1;
@@ -149,10 +227,28 @@ void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Anal
       a.single_process_why = "creates its communicators with ncclCommInitAll";
     }
     if (target < 0) continue;
+    // nccl-tests' shape: one creation per local GPU, in a loop or several in one group (`-g N`).
+    const bool several_here = c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
+                                                return o.group == c.group && (o.name == "ncclCommInitRank" ||
+                                                                              o.name == "ncclCommInitRankConfig");
+                                              }) > 1;
+    if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
+      a.single_process_multi_gpu = true;
+      a.single_process_why = fmt::format("creates communicators {} (line {}): a rank per GPU of this process",
+                                         c.loop >= 0 ? "in a loop" : "together in one group", c.line);
+    }
     auto tok = token_at.find(c.call_begin);
-    const std::string path = access_path(c.args[(std::size_t)target].text, true);
+    std::string path = access_path(c.args[(std::size_t)target].text, true);
+    // Through references: `auto& s = mpu(); ncclCommSplit(..., &s.tp_comm, ...)` creates `state.tp_comm`.
     if (!path.empty() && tok != token_at.end())
-      a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second)});
+      path = flow.target_path(path, flow.function_at(tok->second), tok->second);
+    const std::size_t config =
+        4;  // the config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config)
+    const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config &&
+                            c.args[config].text != "nullptr" && c.args[config].text != "NULL" &&
+                            c.args[config].text != "0";
+    if (!path.empty() && tok != token_at.end())
+      a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second), configured && sets_nonblocking});
   }
 }
 

@@ -35,6 +35,12 @@ LexResult lex_source(const std::string& file, const std::string& source);
 // A UserError unless the tokens look like a C++/CUDA translation unit (prose, JSON or YAML do not).
 void require_translation_unit(const std::string& file, const std::string& source, const LexResult& lexed,
                               const std::vector<Token>& code);
+// The preprocessor lines the macro table reads: the -D macros first (`#define NAME VALUE`, before
+// any source), then the file's own, each quoted include preceded by its header's lines (read from
+// the including file's folder, then `context.include_dirs`; nested includes followed, each header
+// once), numbered at the include so that they are in scope after it.
+std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
+                                           const SourceContext& context);
 // `// braid:input|output x` comments into annotations.
 void read_annotations(const std::string& file, const std::vector<Token>& all, Analysis& a);
 // The code tokens with each use of a macro whose body calls NCCL or allocates or frees (MacroUse)
@@ -76,8 +82,18 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
+// Buffer::registered_line, so that the rules never register them a second time.
+void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
+// lambda holding the ncclSend) are members of that group, as if written in it; one reached from
+// several groups, or through a function also used as a value (called through a pointer, maybe
+// inside a group), keeps the reason and stays host NCCL.
+void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
+                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
-void collect_comm_inits(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                        Analysis& a);
 // A communicator named by a bare field name in a member function (`comm`, i.e. this->comm) is
 // the one created as that field (`ncclCommInitRank(&c.comm, ...)`) when exactly one creation
 // has that field name.

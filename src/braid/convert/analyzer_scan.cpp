@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
 #include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
 
 namespace braid::convert {
 namespace {
@@ -28,7 +31,80 @@ void read_annotation(const std::string& file, const Token& t, const char* kind, 
   a.annotations.push_back(Annotation{kind, name, t.line, t.offset, t.end});
 }
 
+// `#include "name"` -> name; "" for any other line (system includes are not read).
+std::string quoted_include(const std::string& directive) {
+  const std::size_t hash = directive.find('#');
+  const std::size_t kw = directive.find_first_not_of(" \t", hash + 1);
+  if (hash == std::string::npos || kw == std::string::npos || directive.compare(kw, 7, "include") != 0) return "";
+  const std::size_t open = directive.find_first_not_of(" \t", kw + 7);
+  if (open == std::string::npos || directive[open] != '"') return "";
+  const std::size_t close = directive.find('"', open + 1);
+  return close == std::string::npos ? "" : directive.substr(open + 1, close - open - 1);
+}
+
+std::filesystem::path find_header(const std::string& name, const std::filesystem::path& from,
+                                  const std::vector<std::string>& dirs) {
+  std::error_code ec;
+  if (!from.empty() && std::filesystem::is_regular_file(from / name, ec)) return from / name;
+  for (const std::string& d : dirs)
+    if (std::filesystem::is_regular_file(std::filesystem::path(d) / name, ec)) return std::filesystem::path(d) / name;
+  return {};
+}
+
+// A header's preprocessor lines, its own quoted includes' first, numbered at `at` (the include in
+// the analysed file). A header that cannot be read or lexed adds nothing (the compiler will say).
+void header_directives(const std::filesystem::path& header, const Token& at, const std::vector<std::string>& dirs,
+                       std::set<std::string>& seen, std::vector<Token>& out) {
+  std::error_code ec;
+  const std::string key = std::filesystem::weakly_canonical(header, ec).string();
+  if (!seen.insert(key).second || seen.size() > 64) return;
+  std::string text;
+  try {
+    text = read_file(header);
+  } catch (const std::exception&) {
+    return;
+  }
+  const LexResult lr = lex(text);
+  if (!lr.error.empty()) return;
+  for (const Token& t : lr.tokens) {
+    if (t.kind != TokenKind::Preprocessor) continue;
+    if (const std::string name = quoted_include(t.text); !name.empty()) {
+      if (const auto nested = find_header(name, header.parent_path(), dirs); !nested.empty())
+        header_directives(nested, at, dirs, seen, out);
+      continue;
+    }
+    Token d = t;
+    d.offset = at.offset;
+    d.end = at.offset;
+    d.line = at.line;
+    out.push_back(d);
+  }
+}
+
 }  // namespace
+
+std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
+                                           const SourceContext& context) {
+  std::vector<Token> out;
+  for (const std::string& d : context.defines) {
+    const std::size_t eq = d.find('=');
+    Token t;
+    t.kind = TokenKind::Preprocessor;
+    t.text = "#define " + (eq == std::string::npos ? d + " 1" : d.substr(0, eq) + " " + d.substr(eq + 1));
+    out.push_back(t);
+  }
+  const std::filesystem::path own = std::filesystem::path(file).parent_path();
+  std::set<std::string> seen;
+  for (const Token& t : all) {
+    if (t.kind == TokenKind::Preprocessor)
+      if (const std::string name = quoted_include(t.text); !name.empty())
+        if (const auto header = find_header(name, own.empty() ? std::filesystem::path(".") : own, context.include_dirs);
+            !header.empty())
+          header_directives(header, t, context.include_dirs, seen, out);
+    out.push_back(t);
+  }
+  return out;
+}
 
 LexResult lex_source(const std::string& file, const std::string& source) {
   if (source.find('\0') != std::string::npos) throw UserError(file, "is not C++/CUDA source (binary data)");

@@ -292,7 +292,8 @@ class CallWalker {
 
   // A buffer keyed by allocation site: the access path of the target, `path@line` for a second site.
   void record_allocation(const Call& c, std::size_t i) {
-    const std::string path = access_path(c.args[0].text, true);
+    // Through references: `cudaMalloc(&L.w, ...)` in `for (auto& L : layers)` allocates `layers[].w`.
+    const std::string path = flow_.target_path(access_path(c.args[0].text, true), flow_.function_at(i), i);
     if (path.empty()) return;
     Buffer b;
     b.path = path;

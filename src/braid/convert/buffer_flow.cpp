@@ -100,6 +100,33 @@ std::vector<Token> strip(std::vector<Token> t, bool& addr) {
   return t;
 }
 
+// `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.
+std::vector<std::string> ternary_branches(const std::string& expr) {
+  LexResult lr = lex(expr);
+  if (!lr.error.empty()) return {};
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return {};
+  int depth = 0, nested = 0;
+  std::size_t question = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::string& x = t[i].text;
+    if (x == "(" || x == "[" || x == "{") ++depth;
+    else if (x == ")" || x == "]" || x == "}") --depth;
+    else if (depth == 0 && x == "?") {
+      if (question == 0) question = i;
+      else ++nested;
+    } else if (depth == 0 && x == ":" && question > 0) {
+      if (nested > 0) {
+        --nested;
+        continue;
+      }
+      return {join(t, question + 1, i), join(t, i + 1, t.size())};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> split_root(const std::string& path) {
@@ -213,17 +240,45 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     functions_.push_back(f);
     record_member_writes(functions_.back(), h.init_colon);
   }
+  collect_lambdas();
   mark_conditionals();
+  // Each token belongs to its innermost function: lambdas come after the function they are in.
+  owner_.assign(code.size(), -1);
+  for (std::size_t fi = 0; fi < functions_.size(); ++fi)
+    for (std::size_t k = functions_[fi].body_open + 1; k < functions_[fi].body_close; ++k) owner_[k] = (int)fi;
+  // The block each token sits in ends at this token (the matching '}' of the innermost '{').
+  std::vector<std::size_t> block_end(code.size(), code.size());
+  {
+    std::vector<std::size_t> open, close_of(code.size(), code.size());
+    for (std::size_t k = 0; k < code.size(); ++k) {  // each '{' -> its '}'
+      if (code[k].text == "{") open.push_back(k);
+      else if (code[k].text == "}" && !open.empty()) close_of[open.back()] = k, open.pop_back();
+    }
+    open.clear();
+    for (std::size_t k = 0; k < code.size(); ++k) {
+      if (code[k].text == "{") open.push_back(k);
+      else if (code[k].text == "}" && !open.empty()) open.pop_back();
+      if (!open.empty()) block_end[k] = close_of[open.back()];
+    }
+  }
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
   std::set<std::string> defined;
   for (const FunctionDef& f : functions_) defined.insert(f.name);
-  for (const FunctionDef& f : functions_) {
+  for (std::size_t fi = 0; fi < functions_.size(); ++fi) {
+    const FunctionDef& f = functions_[fi];
     for (std::size_t k = f.body_open + 1; k + 1 < f.body_close; ++k) {
+      if (owner_[k] != (int)fi) continue;  // a lambda's own tokens are its own
       const Token& t = code_[k];
       if (t.kind != TokenKind::Identifier) continue;
       const Token& prev = code_[k - 1];
-      const bool declared = prev.text == "*" || prev.text == "&" ||
-                            (prev.kind == TokenKind::Identifier && prev.text != "return" && prev.text != "else" && prev.text != "case");
+      const auto type_word = [](const Token& w) {
+        return w.kind == TokenKind::Identifier && w.text != "return" && w.text != "else" && w.text != "case" && w.text != "do";
+      };
+      // `float* p = v` declares p; `*p = v;` (after `;`, `{`, `)`) stores through it and aliases nothing.
+      const Token& before = code_[k - 2];
+      const bool declared = ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" ||
+                                                                         before.text == "&" || before.text == ">" || before.text == ",")) ||
+                            type_word(prev);
       if (declared && code_[k + 1].text == "=" && code_[k + 1].text != "==") {
         std::size_t e = k + 2;
         int depth = 0;
@@ -238,16 +293,24 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         // `float* p = nullptr;` declares a variable an allocator fills later (`cudaMalloc(&p, ...)`):
         // not an alias, the variable itself is the allocation's path.
         const std::string init = join(code_, k + 2, e);
-        if (init != "nullptr" && init != "NULL" && init != "0") aliases_[f.name].push_back(Alias{t.text, init, k});
+        if (init != "nullptr" && init != "NULL" && init != "0")
+          aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&"});
       } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
         std::size_t open = k;
         while (open > f.body_open && code_[open].text != "(") --open;
         if (open > 0 && code_[open - 1].text == "for") {
           const std::size_t close = match_forward(code_, open, f.body_close);
-          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k});
+          // In scope for the loop's body: a block, or one statement.
+          std::size_t end = close + 1;
+          if (end < f.body_close && code_[end].text == "{") end = match_forward(code_, end, f.body_close);
+          else
+            for (int depth = 0; end < f.body_close && !(code_[end].text == ";" && depth == 0); ++end)
+              depth += code_[end].text == "(" || code_[end].text == "{" ? 1 : code_[end].text == ")" || code_[end].text == "}" ? -1 : 0;
+          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k, end, prev.text == "&"});
         }
       }
       record_element_copy(k, f.body_close);
+      record_field_write(k, f.name, f.body_close);
       record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
         const std::size_t close = match_forward(code_, k + 1, f.body_close);
@@ -255,6 +318,127 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       }
     }
   }
+  record_value_uses();
+}
+
+const FunctionDef* BufferFlow::function_named(const std::string& name) const {
+  for (const FunctionDef& f : functions_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const BufferFlow::Alias* BufferFlow::nearest_alias(const std::string& function, const std::string& root, std::size_t at) const {
+  auto it = aliases_.find(function);
+  if (it == aliases_.end()) return nullptr;
+  const Alias* best = nullptr;
+  for (const Alias& al : it->second)
+    if (al.name == root && al.token < at && at <= al.scope_end && (!best || al.token > best->token)) best = &al;
+  return best;
+}
+
+std::string BufferFlow::target_path(const std::string& path, const std::string& function, std::size_t at) const {
+  std::string p = path, fn = function;
+  for (int guard = 0; guard < 8 && !p.empty(); ++guard) {
+    const auto [root, rest] = split_root(p);
+    const Alias* al = nearest_alias(fn, root, at);
+    const FunctionDef* f = function_named(fn);
+    if (!al && f && !f->enclosing.empty() && std::find(f->params.begin(), f->params.end(), root) == f->params.end()) {
+      fn = f->enclosing;  // a lambda's capture
+      continue;
+    }
+    if (!al || !al->reference) return p;
+    std::string base = access_path(al->init, false);
+    if (base.empty()) {  // `auto& s = mpu();`: the one path the accessor returns a reference to
+      const FunctionDef* helper = returning_helper(al->init);
+      const std::vector<std::size_t> returns = helper ? return_statements(*helper) : std::vector<std::size_t>{};
+      if (returns.size() != 1) return p;
+      std::size_t e = returns[0] + 1;
+      while (e < helper->body_close && code_[e].text != ";") ++e;
+      base = access_path(join(code_, returns[0] + 1, e), false);
+      if (base.empty()) return p;
+      fn = helper->name;
+      at = returns[0];
+      p = base + rest;
+      continue;
+    }
+    p = base + rest;
+    at = al->token;
+  }
+  return p;
+}
+
+std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {
+  std::vector<std::size_t> out;
+  for (std::size_t k = f.body_open + 1; k < f.body_close; ++k)
+    if (code_[k].text == "return" && (owner_.empty() || owner_[k] < 0 || functions_[(std::size_t)owner_[k]].name == f.name)) out.push_back(k);
+  return out;
+}
+
+// `f() .x`, `obj.get() [i]`, `p->weight()`: what a function of this file called without arguments
+// returns, then the rest of the access (accessors, getters, a singleton's `instance()`). A member
+// function's name may belong to several classes: every one of them is followed. False when `expr`
+// has no such form.
+bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const {
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return false;
+  for (std::size_t i = 0; i + 2 < t.size(); ++i) {
+    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(" || t[i + 2].text != ")") continue;
+    const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
+    if (i > 0 && !member) return false;
+    const std::string rest = access_path("r" + join(t, i + 3, t.size()), false);
+    if (rest.empty() || rest[0] != 'r') return false;
+    bool any = false;
+    for (const FunctionDef& f : functions_) {
+      if (f.name != t[i].text || !f.enclosing.empty() || !f.params.empty() || (member && f.owner.empty())) continue;
+      any = true;
+      follow_returns(f, rest.substr(1), depth, out, stack);
+      if (!out.reason.empty()) return true;
+    }
+    return any;
+  }
+  return false;
+}
+
+// `a.b = v;` / `a->b.c = v;` starting at code token k (a statement of its own): a field written
+// with a value that is no allocation of it (`model.params = alloc_params(n)`).
+void BufferFlow::record_field_write(std::size_t k, const std::string& function, std::size_t end) {
+  const std::string& before = code_[k - 1].text;
+  if (before != ";" && before != "{" && before != "}") return;
+  std::size_t eq = k + 1;
+  bool field = false;
+  for (; eq < end && code_[eq].text != "=" && code_[eq].text != ";"; ++eq) {
+    const std::string& x = code_[eq].text;
+    if (x == "(" || x == "{") return;  // a call or a declaration with braces, not an access path
+    if (x == "[") eq = match_forward(code_, eq, end);
+    field = field || x == "." || x == "->";
+  }
+  if (!field || eq >= end || code_[eq].text != "=") return;
+  std::size_t e = eq + 1;
+  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
+    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{" ? 1 : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1 : 0;
+  field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
+}
+
+BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
+  Resolution out;
+  for (const FieldWrite& w : field_writes_) {
+    if (w.value == "NULL" || w.value == "nullptr" || w.value == "0") continue;  // a reset points at no buffer
+    const Resolution lhs = resolve(w.lhs, w.function, w.token);
+    if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); })) continue;
+    out.via.push_back(fmt::format("{} = {} (line {}, in {}())", w.lhs, w.value, code_[w.token].line, w.function));
+    std::vector<std::string> stack;
+    if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
+    else resolve_into(w.value, w.function, w.token, 6, out, stack);
+    if (!out.reason.empty()) {
+      out.paths.clear();
+      return out;
+    }
+  }
+  std::sort(out.paths.begin(), out.paths.end());
+  out.paths.erase(std::unique(out.paths.begin(), out.paths.end()), out.paths.end());
+  return out;
 }
 
 // `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).
@@ -312,15 +496,17 @@ const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
 // somewhere would make its allocations rank-dependent (window registration is collective).
 void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                                 std::vector<std::string>& stack) const {
-  if (auto calls = calls_.find(f.name); calls != calls_.end())
+  bool allocates = false;  // a getter's calls under conditions allocate nothing
+  for (std::size_t k = f.body_open + 1; k < f.body_close && !allocates; ++k)
+    allocates = code_[k].text.rfind("cudaMalloc", 0) == 0 || code_[k].text == "ncclMemAlloc";
+  if (auto calls = calls_.find(f.name); allocates && calls != calls_.end())
     for (const CallSite& c : calls->second)
       if (conditional(c.token)) {
         out.reason = fmt::format("the allocation helper {}() is called under a condition at line {}", f.name, c.line);
         return;
       }
   bool any = false;
-  for (std::size_t k = f.body_open + 1; k < f.body_close; ++k) {
-    if (code_[k].text != "return") continue;
+  for (std::size_t k : return_statements(f)) {  // its own, not those of lambdas in it
     std::size_t e = k + 1;
     while (e < f.body_close && code_[e].text != ";") ++e;
     any = true;
@@ -396,10 +582,32 @@ std::string BufferFlow::callers_reach(const std::string& function, const std::se
   return "";
 }
 
+std::set<std::string> BufferFlow::reached_between(std::size_t from, std::size_t to) const {
+  std::set<std::string> reached;
+  std::vector<std::string> pending;
+  for (const auto& [callee, sites] : calls_)
+    for (const CallSite& c : sites)
+      if (c.token > from && c.token < to) pending.push_back(callee);
+  while (!pending.empty()) {
+    const std::string f = pending.back();
+    pending.pop_back();
+    if (!reached.insert(f).second) continue;
+    for (const auto& [callee, sites] : calls_)
+      for (const CallSite& c : sites)
+        if (c.caller == f) pending.push_back(callee);
+  }
+  return reached;
+}
+
+std::pair<std::string, int> BufferFlow::reached_through_value(const std::string& function) const {
+  std::set<std::string> roots;
+  for (const auto& [name, line] : value_uses_) roots.insert(name);
+  const std::string via = callers_reach(function, roots);
+  return {via, via.empty() ? 0 : value_uses_.at(via)};
+}
+
 std::string BufferFlow::function_at(std::size_t at) const {
-  for (const FunctionDef& f : functions_)
-    if (at > f.body_open && at < f.body_close) return f.name;
-  return "";
+  return at < owner_.size() && owner_[at] >= 0 ? functions_[(std::size_t)owner_[at]].name : "";
 }
 
 BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth) const {
@@ -414,8 +622,17 @@ BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::s
 
 void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                               std::vector<std::string>& stack) const {
+  if (const std::vector<std::string> branches = ternary_branches(expr); !branches.empty()) {
+    out.via.push_back(fmt::format("`{}` is one of `{}`, `{}`", expr, branches[0], branches[1]));
+    for (const std::string& b : branches) {  // either buffer, decided at run time
+      resolve_into(b, function, at, depth, out, stack);
+      if (!out.reason.empty()) return;
+    }
+    return;
+  }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
+    if (follow_accessor(expr, depth - 1, out, stack)) return;
     out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
     return;
   }
@@ -427,10 +644,8 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   stack.push_back(key);
   // A local alias declared before the use (the nearest one).
-  if (auto it = aliases_.find(function); it != aliases_.end()) {
-    const Alias* best = nullptr;
-    for (const Alias& al : it->second)
-      if (al.name == root && al.token < at && (!best || al.token > best->token)) best = &al;
+  {
+    const Alias* best = nearest_alias(function, root, at);
     if (best) {
       const std::string base = access_path(best->init, false);
       if (base.empty() && returning_helper(best->init)) {
@@ -456,16 +671,32 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     auto p = std::find(f.params.begin(), f.params.end(), root);
     if (p == f.params.end()) continue;
     const std::size_t index = (std::size_t)(p - f.params.begin());
+    if (auto v = value_uses_.find(function); v != value_uses_.end()) {
+      out.reason = fmt::format("`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
+                               "pointer or a copy, with arguments braid does not see)",
+                               root, function, v->second);
+      stack.pop_back();
+      return;
+    }
     auto calls = calls_.find(function);
     if (calls == calls_.end() || calls->second.empty()) {
       out.reason = fmt::format("`{}` is a parameter of {}(), which is not called in this file", root, function);
       stack.pop_back();
       return;
     }
+    // Functions of one name in several classes (`forward`): a call with another arity is another's.
+    const bool overloaded = std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) {
+      return g.name == function && g.params.size() != f.params.size();
+    });
     for (const CallSite& c : calls->second) {
+      if (overloaded && c.args.size() != f.params.size()) continue;
       if (index >= c.args.size()) {
         out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
         break;
+      }
+      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
+        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
+        continue;
       }
       std::string arg_path = access_path(c.args[index], false);
       if (arg_path.empty()) {  // `&model` passes the struct itself: m->x is model.x
@@ -473,6 +704,12 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         LexResult lr = lex(c.args[index]);
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr && t.size() == 1 && t[0].kind == TokenKind::Identifier) arg_path = t[0].text;
+      }
+      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
+        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+        resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
+        if (!out.reason.empty()) break;
+        continue;
       }
       if (arg_path.empty()) {
         out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller, c.args[index], root, c.line);
@@ -483,6 +720,12 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       if (!out.reason.empty()) break;
     }
     stack.pop_back();
+    return;
+  }
+  if (const FunctionDef* f = function_named(function); f && !f->enclosing.empty()) {
+    stack.pop_back();  // a lambda's capture: the enclosing function's variable
+    out.via.push_back(fmt::format("{} captured by {}() from {}()", root, function, f->enclosing));
+    resolve_into(expr, f->enclosing, at, depth, out, stack);
     return;
   }
   if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);

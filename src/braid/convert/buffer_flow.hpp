@@ -37,6 +37,7 @@ struct FunctionDef {
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
   std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
+  std::string enclosing;  // a lambda (`auto name = [&](...) {...}`): the function it is defined in
 };
 
 // The head of a function body opening at code[brace]: `name ( params ) [const|noexcept|override]*
@@ -77,11 +78,33 @@ class BufferFlow {
   // copied variables (`b.grad`); empty otherwise.
   std::vector<std::string> element_origins(const std::string& path) const;
 
+  // What the file writes into a field path that has no allocation of its own
+  // (`model.params_memory = malloc_and_point(...)` in main, or through a parameter in a helper),
+  // followed like a buffer expression; no paths when nothing writes it, a reason when a value
+  // written cannot be followed.
+  Resolution written_to(const std::string& path) const;
+
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
 
-  // The function whose body holds code token `at` ("" at file scope).
+  // An allocation's target `path` (written in `function` before code token `at`) named as the
+  // object it is part of: through references (`auto& L = layers[l]`, range-for
+  // `for (auto& L : layers)`), `L.shard` is `layers[].shard`. A pointer copy is its own variable.
+  std::string target_path(const std::string& path, const std::string& function, std::size_t at) const;
+
+  // The functions of this file that the calls between code tokens `from` and `to` reach, directly
+  // or through the functions they call (what runs inside an ncclGroupStart/End written there).
+  std::set<std::string> reached_between(std::size_t from, std::size_t to) const;
+  // `function` or the first of its callers whose name is also used as a value (a function pointer,
+  // a std::function, a callback), with the line of that use; "" when none is.
+  std::pair<std::string, int> reached_through_value(const std::string& function) const;
+
+  // The first token of the unnamed lambda (`push_back([&] {...})`, a callback) whose body holds
+  // code token `at`, or SIZE_MAX: code that runs wherever its holder calls it.
+  std::size_t unnamed_lambda_at(std::size_t at) const;
+
+  // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
   bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
@@ -89,6 +112,11 @@ class BufferFlow {
 
  private:
   void mark_conditionals();
+  void collect_lambdas();
+  void record_value_uses();
+  std::vector<std::string> struct_fields(const std::string& type) const;
+  std::string stored_field(std::size_t k) const;
+  const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
@@ -96,7 +124,10 @@ class BufferFlow {
   bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
                      std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);
+  void record_field_write(std::size_t k, const std::string& function, std::size_t end);
   const FunctionDef* returning_helper(const std::string& expr) const;
+  std::vector<std::size_t> return_statements(const FunctionDef& f) const;
+  bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
@@ -108,7 +139,14 @@ class BufferFlow {
   struct Alias {
     std::string name, init;
     std::size_t token = 0;
+    std::size_t scope_end = SIZE_MAX;  // the block (or range-for) it is declared in ends here
+    bool reference = false;            // `T& name = ...`, `for (auto& name : ...)`
   };
+  // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
+  const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
+  std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
+  std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
+  std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
   struct CallSite {
     std::string caller;
@@ -118,6 +156,11 @@ class BufferFlow {
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  struct FieldWrite {
+    std::string function, lhs, value;
+    std::size_t token = 0;
+  };
+  std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements
   struct ClassBody {
     std::string name;
     std::size_t open = 0, close = 0;

@@ -70,7 +70,10 @@ void BufferFlow::collect_classes() {
     if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier || (k > 0 && code_[k - 1].text == "enum"))
       continue;
     std::size_t j = k + 2;
-    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=") ++j;
+    // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=" &&
+           code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
+      ++j;
     if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
 }

@@ -1,9 +1,12 @@
 #include "braid/convert/build_flags.hpp"
 
+#include <filesystem>
 #include <regex>
+#include <set>
 
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/util/error.hpp"
+#include "braid/util/fs.hpp"
 #include "braid/util/subprocess.hpp"
 
 namespace braid::convert {
@@ -62,11 +65,36 @@ std::vector<std::string> ask_mpi(const std::string& what) {
   return {};
 }
 
+// Whether `source` includes mpi.h, itself or through the headers it includes with quotes (llm.c's
+// train_gpt2.cu through llmc/zero.cuh), found beside the including file or in `dirs`.
+bool includes_mpi(const std::filesystem::path& from, const std::string& source, const std::vector<std::string>& dirs,
+                  std::set<std::string>& seen) {
+  static const std::regex kMpiInclude(R"(#\s*include\s*[<"]mpi\.h[>"])");
+  static const std::regex kQuoted(R"re(#\s*include\s*"([^"]+)")re");
+  if (std::regex_search(source, kMpiInclude)) return true;
+  for (std::sregex_iterator it(source.begin(), source.end(), kQuoted), end; it != end; ++it) {
+    std::vector<std::filesystem::path> candidates = {from / (*it)[1].str()};
+    for (const std::string& d : dirs) candidates.push_back(std::filesystem::path(d) / (*it)[1].str());
+    for (const auto& c : candidates) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(c, ec) ||
+          !seen.insert(std::filesystem::weakly_canonical(c, ec).string()).second)
+        continue;
+      try {
+        if (includes_mpi(c.parent_path(), read_file(c), dirs, seen)) return true;
+      } catch (const std::exception&) {
+      }
+      break;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 BuildFlags resolve_build_flags(const std::string& file, const std::string& source, BuildFlags user) {
-  static const std::regex kMpiInclude(R"(#\s*include\s*[<"]mpi\.h[>"])");
-  if (!std::regex_search(source, kMpiInclude)) return user;
+  std::set<std::string> seen;
+  if (!includes_mpi(std::filesystem::path(file).parent_path(), source, user.includes, seen)) return user;
   user.mpi = true;
   const std::vector<std::string> compile = ask_mpi("compile");
   if (compile.empty()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -227,10 +228,126 @@ class Expander {
 
 }  // namespace
 
+namespace {
+
+// Whether a conditional branch is compiled: known from the macros defined so far, or not.
+enum class Tri { No, Yes, Unknown };
+Tri tri_not(Tri a) { return a == Tri::Unknown ? a : a == Tri::Yes ? Tri::No : Tri::Yes; }
+Tri tri_and(Tri a, Tri b) {
+  return a == Tri::No || b == Tri::No ? Tri::No : a == Tri::Yes && b == Tri::Yes ? Tri::Yes : Tri::Unknown;
+}
+Tri tri_or(Tri a, Tri b) {
+  return a == Tri::Yes || b == Tri::Yes ? Tri::Yes : a == Tri::No && b == Tri::No ? Tri::No : Tri::Unknown;
+}
+
+// `#if`/`#elif` conditions made of defined(X), !, &&, ||, parentheses and 0/1; anything else
+// (values, comparisons, a macro of a system header) is Unknown.
+class Condition {
+ public:
+  Condition(const std::vector<Token>& t, const std::function<Tri(const std::string&)>& defined,
+            const std::function<Tri(const std::string&)>& value)
+      : t_(t), defined_(defined), value_(value) {}
+  Tri run() {
+    const Tri r = any();
+    return i_ == t_.size() ? r : Tri::Unknown;
+  }
+
+ private:
+  bool take(const char* x) {
+    if (i_ < t_.size() && t_[i_].text == x) return ++i_, true;
+    return false;
+  }
+  Tri any() {
+    Tri r = all();
+    while (take("||")) r = tri_or(r, all());
+    return r;
+  }
+  Tri all() {
+    Tri r = one();
+    while (take("&&")) r = tri_and(r, one());
+    return r;
+  }
+  Tri one() {
+    if (i_ >= t_.size()) return Tri::Unknown;
+    if (take("!")) return tri_not(one());
+    if (take("(")) {
+      const Tri r = any();
+      return take(")") ? r : (i_ = t_.size(), Tri::Unknown);
+    }
+    if (take("defined")) {
+      const bool paren = take("(");
+      if (i_ >= t_.size() || t_[i_].kind != TokenKind::Identifier) return i_ = t_.size(), Tri::Unknown;
+      const Tri r = defined_(t_[i_++].text);
+      if (paren && !take(")")) i_ = t_.size();
+      return r;
+    }
+    const Token& x = t_[i_++];
+    if (x.kind == TokenKind::Number && (x.text == "0" || x.text == "1")) return x.text == "1" ? Tri::Yes : Tri::No;
+    if (x.kind == TokenKind::Identifier && i_ == t_.size() && i_ == 1) return value_(x.text);  // `#if MULTI_GPU`
+    i_ = t_.size();
+    return Tri::Unknown;
+  }
+  const std::vector<Token>& t_;
+  const std::function<Tri(const std::string&)>& defined_;
+  const std::function<Tri(const std::string&)>& value_;  // a condition that is one macro's name: its 0/1 value
+  std::size_t i_ = 0;
+};
+
+}  // namespace
+
 MacroTable::MacroTable(const std::vector<Token>& all) {
+  // #if/#ifdef/#elif/#else/#endif: a definition in a branch known not to be compiled is no
+  // definition (`#ifdef USE_BF16 ... #else ... #endif` under -DUSE_BF16 keeps one body). A name
+  // is known defined by a definition made outside unknown branches; an undefined name is unknown
+  // (a system header may define it), so without the build's -D both bodies stay (ambiguous).
+  struct Frame {
+    Tri active, taken;
+  };
+  std::vector<Frame> frames;
+  const auto compiled = [&] {
+    Tri r = Tri::Yes;
+    for (const Frame& f : frames) r = tri_and(r, f.active);
+    return r;
+  };
+  const std::function<Tri(const std::string&)> defined = [&](const std::string& name) {
+    for (const MacroDefinition& d : defs_)
+      if (d.name == name && d.undefined_at == SIZE_MAX) return d.uncertain ? Tri::Unknown : Tri::Yes;
+    return Tri::Unknown;
+  };
+  // `#if NAME` alone: NAME's value when it is known to be defined as 0 or 1 (`-DMULTI_GPU` is 1).
+  const std::function<Tri(const std::string&)> value = [&](const std::string& name) {
+    for (const MacroDefinition& d : defs_)
+      if (d.name == name && d.undefined_at == SIZE_MAX && !d.uncertain && !d.function_like && d.body.size() == 1 &&
+          (d.body[0].text == "0" || d.body[0].text == "1"))
+        return d.body[0].text == "1" ? Tri::Yes : Tri::No;
+    return Tri::Unknown;
+  };
   for (const Token& t : all) {
     if (t.kind != TokenKind::Preprocessor) continue;
-    const auto [keyword, rest] = directive_keyword(joined_directive(t.text));
+    const std::string line = joined_directive(t.text);
+    const std::vector<Token> words = code_tokens(lex(line.substr(line.find('#') + 1)).tokens);
+    const std::string kw = words.empty() ? "" : words[0].text;
+    const std::vector<Token> cond(words.begin() + (words.empty() ? 0 : 1), words.end());
+    if (kw == "if" || kw == "ifdef" || kw == "ifndef") {
+      Tri c = kw == "if" ? Condition(cond, defined, value).run() : cond.empty() ? Tri::Unknown : defined(cond[0].text);
+      if (kw == "ifndef") c = tri_not(c);
+      frames.push_back(Frame{c, c});
+      continue;
+    }
+    if ((kw == "elif" || kw == "else") && !frames.empty()) {
+      Frame& f = frames.back();
+      const Tri c = kw == "else" ? Tri::Yes : Condition(cond, defined, value).run();
+      f.active = tri_and(tri_not(f.taken), c);
+      f.taken = tri_or(f.taken, c);
+      continue;
+    }
+    if (kw == "endif" && !frames.empty()) {
+      frames.pop_back();
+      continue;
+    }
+    const Tri here = compiled();
+    if (here == Tri::No) continue;
+    const auto [keyword, rest] = directive_keyword(line);
     if (keyword == "undef") {
       std::string name = rest.substr(std::min(rest.size(), rest.find_first_not_of(" \t")));
       name =
@@ -243,6 +360,7 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
     if (keyword != "define" || !parse_definition(rest, m)) continue;
     m.line = t.line;
     m.defined_at = t.offset;
+    m.uncertain = here == Tri::Unknown;
     bool repeated = false;  // an identical redefinition is allowed and changes nothing
     for (MacroDefinition& d : defs_) {
       if (d.name != m.name || d.undefined_at != SIZE_MAX) continue;

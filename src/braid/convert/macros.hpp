@@ -4,6 +4,8 @@
 // so that calls written inside a macro's body are seen at each use. Definitions are in scope from
 // their #define to an #undef; a name defined twice with no #undef between (alternatives under
 // #if/#else) is ambiguous: which body applies depends on the build, so it is never expanded.
+// Branches whose condition is known from the macros defined so far (the build's -D ones first,
+// see SourceContext in analyzer.hpp) are followed: a definition in a branch not compiled is none.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +28,7 @@ struct MacroDefinition {
   std::size_t defined_at = 0;           // byte offset of the #define
   std::size_t undefined_at = SIZE_MAX;  // byte offset of the #undef that ends it
   bool ambiguous = false;               // another definition of the name is in scope at the same time
+  bool uncertain = false;               // made in an #if branch that may or may not be compiled
 };
 
 // The text of a macro's expansion, or why it could not be made.

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 namespace braid::convert {
@@ -27,11 +26,16 @@ bool is_reduction(const std::string& name) {
   return name == "ncclAllReduce" || name == "ncclReduceScatter" || name == "ncclReduce";
 }
 
-// An NCCL enumerator as written (`ncclFloat16`, `ncclAvg`), not an expression that merely starts
-// with "nccl" (`nccl_type<T>()`, `ncclTypeOf(x)`), which is decided at run time.
+// An enumerator nccl.h declares for data types or reductions, as written (`ncclFloat16`, `ncclAvg`).
+// Anything else is decided at run time: an expression (`nccl_type<T>()`) or a program's own
+// constant that merely looks like one (llm.c's `const ncclDataType_t ncclFloatX = ...`).
 bool nccl_constant(const std::string& text) {
-  return text.size() > 4 && text.rfind("nccl", 0) == 0 && std::isupper(static_cast<unsigned char>(text[4])) &&
-         std::all_of(text.begin(), text.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); });
+  static const std::set<std::string> kEnumerators = {
+      "ncclInt8",     "ncclChar",       "ncclUint8",      "ncclInt32",    "ncclInt",   "ncclUint32",  "ncclInt64",
+      "ncclUint64",   "ncclFloat16",    "ncclHalf",       "ncclFloat32",  "ncclFloat", "ncclFloat64", "ncclDouble",
+      "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2", "ncclNumTypes", "ncclSum",   "ncclProd",    "ncclMax",
+      "ncclMin",      "ncclAvg",        "ncclNumOps",     "ncclMaxRedOp"};
+  return kEnumerators.count(text) > 0;
 }
 
 // Why a call's data type / reduction has no device rule ("" when it has one). A type or op that is
@@ -65,6 +69,13 @@ std::string own_reason(const Analysis& a, const Call& c) {
     auto it = c.arg_buffers.find(idx);
     if (it == c.arg_buffers.end() || it->second.empty())
       return "buffer `" + c.args[(std::size_t)idx].text + "` is not followed to an allocation in this file";
+    // One argument that may be a window on one rank and stream-ordered memory on another (`rank ? a : b`,
+    // a helper given both) would take the device path on some ranks and host NCCL on others.
+    const auto stage_a_key = [&](const std::string& key) { return stage_a_allocator(a.buffers.at(key).allocator); };
+    if (std::any_of(it->second.begin(), it->second.end(), stage_a_key) &&
+        !std::all_of(it->second.begin(), it->second.end(), stage_a_key))
+      return "buffer `" + c.args[(std::size_t)idx].text +
+             "` may be symmetric memory or stream-ordered memory: ranks could disagree on running it on the device";
     for (const std::string& key : it->second) {
       const Buffer& b = a.buffers.at(key);
       // Stream-ordered and managed allocations are never windows, on any rank: the converted
@@ -75,6 +86,9 @@ std::string own_reason(const Analysis& a, const Call& c) {
           (!stage_a_allocator(b.allocator) || is_p2p(c.name)))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
+      if (b.registered_line > 0)
+        return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
+               "): a second registration as a window is not made";
       if (b.conditional)
         return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
                "): ranks may allocate differently, and window registration is collective";
@@ -102,8 +116,10 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
     if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
   for (const auto& [path, n] : comm_votes)
     if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
+  // A non-blocking creation returns before the communicator exists: the runtime cannot bind there,
+  // so the first converted call binds (a collective step) and send/recv convert only where every rank reaches them.
   for (const CommInit& ci : a.comm_inits)
-    if (ci.path == p.bound && !ci.conditional && !p.bound_init) p.bound_init = &ci;
+    if (ci.path == p.bound && !ci.conditional && !ci.nonblocking && !p.bound_init) p.bound_init = &ci;
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;

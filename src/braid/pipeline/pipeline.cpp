@@ -48,7 +48,8 @@ void Pipeline::read_input() {
   if (!fs::is_regular_file(o_.input)) throw UserError(o_.input.string(), "no such file");
   original_ = read_file(o_.input);
   flags_ = convert::resolve_build_flags(o_.input.string(), original_, to_build_flags(o_.flags));
-  analysis_ = convert::analyze(o_.input.string(), original_);
+  analysis_ =
+      convert::analyze(o_.input.string(), original_, true, convert::SourceContext{flags_.includes, flags_.defines});
   rules_ = convert::transform(analysis_, original_);
   if (rules_.converted_calls == 0 && !wants_llm(o_.llm))
     throw UserError(o_.input.string(),

@@ -1,0 +1,252 @@
+// BufferFlow (buffer_flow.hpp) on functions used other than by a direct call: lambdas bound to a
+// name (functions of their own, capturing the enclosing function's variables), and functions
+// whose name is used as a value. A value stored in a struct's function-pointer field (`{"x", f}`,
+// `.run = f`, `t.run = f`) is followed to the calls through that field (`args->test->run(...)`),
+// which become f's call sites; any other use leaves f's parameters unfollowed.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+// Lambdas bound to a name in a function body (`auto name = [&](T* p) {...};`,
+// `std::function<...> name = [...](...) {...};`): functions of their own whose calls are
+// `name(...)` and whose captures are the enclosing function's variables. A name defined twice
+// (two lambdas, or a lambda and a function) is not one function: it is left out, its calls unfollowed.
+void BufferFlow::collect_lambdas() {
+  std::map<std::string, int> count;
+  for (const FunctionDef& f : functions_) ++count[f.name];
+  std::vector<FunctionDef> found;
+  for (std::size_t fi = 0; fi < functions_.size() + found.size(); ++fi) {
+    const FunctionDef f = fi < functions_.size() ? functions_[fi] : found[fi - functions_.size()];
+    for (std::size_t k = f.body_open + 1; k + 3 < f.body_close; ++k) {
+      if (code_[k].kind != TokenKind::Identifier || code_[k + 1].text != "=" || code_[k + 2].text != "[") continue;
+      const std::size_t captures_end = match_forward(code_, k + 2, f.body_close);
+      std::size_t p = captures_end + 1, params_open = 0, params_close = 0;
+      if (p < f.body_close && code_[p].text == "(") {
+        params_open = p;
+        params_close = match_forward(code_, p, f.body_close);
+        p = params_close + 1;
+      }
+      while (p < f.body_close && code_[p].text != "{" && code_[p].text != ";") ++p;  // mutable, noexcept, -> T
+      if (p >= f.body_close || code_[p].text != "{") continue;
+      FunctionDef l;
+      l.name = code_[k].text;
+      l.name_token = k;
+      l.body_open = p;
+      l.body_close = match_forward(code_, p, f.body_close);
+      l.enclosing = f.name;
+      if (params_open)
+        for (const std::string& param : split_top(code_, params_open, params_close)) {
+          std::vector<Token> pt = code_tokens(lex(param).tokens);
+          std::string name;
+          for (const Token& w : pt)
+            if (w.kind == TokenKind::Identifier) name = w.text;
+          l.params.push_back(name == "void" ? "" : name);
+        }
+      ++count[l.name];
+      found.push_back(l);
+      k = l.body_close;
+    }
+  }
+  for (const FunctionDef& l : found)
+    if (count[l.name] == 1) functions_.push_back(l);
+  // Lambdas bound to no name (`hooks.push_back([&] {...})`, a callback argument): run whenever
+  // whoever holds them calls them.
+  for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
+    const std::string& prev = code_[k - 1].text;
+    if (code_[k].text != "[" || code_[k + 1].text == "[" || code_[k - 1].kind == TokenKind::Identifier || prev == "]" ||
+        prev == ")" || prev == "[" || prev == ">" || prev == "=")
+      continue;
+    std::size_t p = match_forward(code_, k, code_.size()) + 1;
+    if (p < code_.size() && code_[p].text == "(") p = match_forward(code_, p, code_.size()) + 1;
+    while (p < code_.size() && (code_[p].text == "mutable" || code_[p].text == "noexcept")) ++p;
+    if (p < code_.size() && code_[p].text == "->")
+      while (p < code_.size() && code_[p].text != "{" && code_[p].text != ";") ++p;
+    if (p < code_.size() && code_[p].text == "{")
+      unnamed_lambdas_.emplace_back(k, match_forward(code_, p, code_.size()));
+  }
+}
+
+std::size_t BufferFlow::unnamed_lambda_at(std::size_t at) const {
+  for (const auto& [begin, end] : unnamed_lambdas_)
+    if (at > begin && at < end) return begin;
+  return SIZE_MAX;
+}
+
+namespace {
+
+// The '{' enclosing code token k (SIZE_MAX at file scope), skipping balanced brackets.
+std::size_t enclosing_brace(const std::vector<Token>& code, std::size_t k) {
+  int depth = 0;
+  for (std::size_t j = k; j-- > 0;) {
+    const std::string& x = code[j].text;
+    if (x == ")" || x == "]" || x == "}") ++depth;
+    else if (x == "(" || x == "[" || x == "{") {
+      if (depth == 0) return x == "{" ? j : SIZE_MAX;
+      --depth;
+    }
+  }
+  return SIZE_MAX;
+}
+
+}  // namespace
+
+// The fields of a plain struct in declaration order (a function-pointer field `R (*name)(...)`
+// by its name); empty when the body holds more than field declarations (member functions,
+// nested types), whose aggregate initialisation would not be positional.
+std::vector<std::string> BufferFlow::struct_fields(const std::string& type) const {
+  const ClassBody* body = nullptr;
+  for (const ClassBody& c : classes_)
+    if (c.name == type) body = body ? nullptr : &c;  // two types of one name: not followed
+  std::vector<std::string> fields;
+  if (!body) return fields;
+  std::size_t start = body->open + 1;
+  for (std::size_t k = start; k <= body->close; ++k) {
+    if (code_[k].text == "{") return {};
+    if (code_[k].text == ":" && k > start && (code_[k - 1].text == "public" || code_[k - 1].text == "private")) {
+      start = k + 1;
+      continue;
+    }
+    if (code_[k].text != ";" && k != body->close) continue;
+    if (k == start) continue;
+    for (const std::string& piece : split_top(code_, start - 1, k)) {
+      const std::vector<Token> t = code_tokens(lex(piece).tokens);
+      std::string name;
+      int depth = 0;
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t[i].text == "(" && i + 3 < t.size() && t[i + 1].text == "*" && t[i + 2].kind == TokenKind::Identifier &&
+            t[i + 3].text == ")") {
+          name = t[i + 2].text;  // R (*name)(params)
+          break;
+        }
+        if (t[i].text == "(" || t[i].text == "[") ++depth;
+        else if (t[i].text == ")" || t[i].text == "]") --depth;
+        else if (depth == 0 && t[i].kind == TokenKind::Identifier) name = t[i].text;
+      }
+      if (!name.empty()) fields.push_back(name);
+    }
+    start = k + 1;
+  }
+  return fields;
+}
+
+// The function-pointer field that a value use of a function at code token k stores it into:
+// `.run = f` / `x.run = f` / `x->run = f`, or the position of f in an aggregate initialiser of a
+// struct variable (`struct T v = {"name", f};`, arrays of them too). "" for any other use.
+std::string BufferFlow::stored_field(std::size_t k) const {
+  std::size_t v = k > 0 && code_[k - 1].text == "&" ? k - 1 : k;  // &f
+  if (v < 3) return "";
+  if (code_[v - 1].text == "=")
+    return code_[v - 2].kind == TokenKind::Identifier && (code_[v - 3].text == "." || code_[v - 3].text == "->")
+               ? code_[v - 2].text
+               : "";
+  if ((code_[v - 1].text != "{" && code_[v - 1].text != ",") || k + 1 >= code_.size() ||
+      (code_[k + 1].text != "," && code_[k + 1].text != "}"))
+    return "";
+  // Position among the initialiser's elements, then the variable's type before `v = {` / `v{` / `v[N] = {`.
+  const std::size_t brace = enclosing_brace(code_, v);
+  if (brace == SIZE_MAX) return "";
+  std::size_t index = 0;
+  for (std::size_t j = brace + 1; j < v; ++j) {
+    const std::string& x = code_[j].text;
+    if (x == "(" || x == "[" || x == "{") j = match_forward(code_, j, v);
+    else if (x == ",") ++index;
+  }
+  std::size_t b = brace;
+  for (int level = 0; level < 3 && b > 0 && (code_[b - 1].text == "{" || code_[b - 1].text == ","); ++level) {
+    b = enclosing_brace(code_, b);  // an element of an array's initialiser
+    if (b == SIZE_MAX) return "";
+  }
+  std::size_t t = b - 1;
+  if (code_[t].text == "=") --t;
+  while (t > 0 && code_[t].text == "]") {
+    int depth = 0;
+    for (; t > 0; --t) {
+      if (code_[t].text == "]") ++depth;
+      else if (code_[t].text == "[" && --depth == 0) break;
+    }
+    --t;
+  }
+  if (t == 0 || code_[t].kind != TokenKind::Identifier || code_[t - 1].kind != TokenKind::Identifier) return "";
+  const std::vector<std::string> fields = struct_fields(code_[t - 1].text);
+  return index < fields.size() ? fields[index] : "";
+}
+
+// A function whose name is used other than in a call or its definition may be called through a
+// pointer or a copy. Where every such use stores it into a function-pointer field, and the field
+// is used nowhere but in its struct, in such stores and in calls through it (`p->run(...)`),
+// those calls are its call sites; otherwise its parameters stay unfollowed (value_uses_).
+void BufferFlow::record_value_uses() {
+  std::set<std::string> names;
+  for (const FunctionDef& f : functions_) names.insert(f.name);
+  for (const ClassBody& c : classes_) names.erase(c.name);  // a constructor: its name is the type's
+  std::set<std::size_t> name_tokens;
+  for (const FunctionDef& f : functions_) name_tokens.insert(f.name_token);
+  std::map<std::string, std::vector<std::size_t>> uses;
+  for (std::size_t k = 0; k + 1 < code_.size(); ++k) {
+    const Token& t = code_[k];
+    if (t.kind != TokenKind::Identifier || !names.count(t.text) || name_tokens.count(k)) continue;
+    const std::string& next = code_[k + 1].text;
+    const std::string& prev = k > 0 ? code_[k - 1].text : "";
+    if (next == "(" || next == "<" || prev == "." || prev == "->")
+      continue;                                 // a call, a template call, another object's member
+    if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
+    uses[t.text].push_back(k);
+  }
+  // Each function's fields, or none when one of its uses is no store into a field.
+  std::map<std::string, std::set<std::string>> fields_of;
+  std::set<std::string> stored_fields;
+  for (const auto& [name, tokens] : uses) {
+    std::set<std::string> fields;
+    for (std::size_t k : tokens) {
+      const std::string field = stored_field(k);
+      if (field.empty()) {
+        fields.clear();
+        break;
+      }
+      fields.insert(field);
+    }
+    if (!fields.empty()) {
+      fields_of[name] = fields;
+      stored_fields.insert(fields.begin(), fields.end());
+    }
+  }
+  // A field is followed when every use of its name is in a struct, a store found above, or a call.
+  std::map<std::string, std::vector<CallSite>> through;
+  std::set<std::string> unclean;
+  for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
+    const Token& t = code_[k];
+    if (t.kind != TokenKind::Identifier || !stored_fields.count(t.text)) continue;
+    if (std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return k > c.open && k < c.close; }))
+      continue;
+    const bool member = code_[k - 1].text == "." || code_[k - 1].text == "->";
+    if (member && code_[k + 1].text == "(") {
+      const std::size_t close = match_forward(code_, k + 1, code_.size());
+      through[t.text].push_back(CallSite{function_at(k), split_top(code_, k + 1, close), k, t.line});
+    } else if (!(member && code_[k + 1].text == "=" &&
+                 names.count(code_[k + 2].text == "&" ? code_[k + 3].text : code_[k + 2].text))) {
+      unclean.insert(t.text);
+    }
+  }
+  for (const auto& [name, tokens] : uses) {
+    auto f = fields_of.find(name);
+    const bool followed =
+        f != fields_of.end() &&
+        std::none_of(f->second.begin(), f->second.end(), [&](const std::string& x) { return unclean.count(x) > 0; });
+    if (!followed) {
+      value_uses_.emplace(name, code_[tokens.front()].line);
+      continue;
+    }
+    for (const std::string& field : f->second)
+      for (const CallSite& c : through[field]) calls_[name].push_back(c);
+  }
+}
+
+}  // namespace braid::convert

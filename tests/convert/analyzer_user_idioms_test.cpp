@@ -1,0 +1,432 @@
+// The analyzer and the rules on idioms of users' programs that the corpus met (corpus_user):
+// lambdas and std::function helpers, range-for allocation, stores through a pointer, functions
+// called through a struct's function-pointer field, helpers called inside an NCCL group,
+// communicators created per local GPU, macros of the program's own headers and of -D flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/build_flags.hpp"
+#include "braid/convert/transform.hpp"
+#include "braid/util/fs.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const Call& first_call(const Analysis& a, const std::string& name) {
+  for (const Call& c : a.calls)
+    if (c.name == name) return c;
+  throw std::runtime_error("no call " + name);
+}
+
+Conversion convert_text(const std::string& src, const SourceContext& context = {}) {
+  return transform(analyze("user.cu", src, true, context), src);
+}
+
+const std::string kPrologue =
+    "#include <nccl.h>\n"
+    "#include <cuda_runtime.h>\n"
+    "#include <functional>\n"
+    "#include <vector>\n";
+
+}  // namespace
+
+// A lambda bound to a name is a function: its parameters are followed to its calls, what it
+// captures to the enclosing function's variables; range-for `auto&` allocations name the container.
+TEST(AnalyzerUserIdioms, LambdasAndRangeForAllocations) {
+  const std::string src =
+      kPrologue +
+      "struct Layer { float* shard; float* grad; };\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::vector<Layer> layers(4);\n"
+      "  for (auto& L : layers) { cudaMalloc(&L.shard, 1024); cudaMalloc(&L.grad, 1024); }\n"
+      "  float* full; cudaMalloc(&full, 4096);\n"
+      "  auto gather = [&](int l) { ncclAllGather(layers[l].shard, full, 256, ncclFloat, comm, s); };\n"
+      "  std::function<void(const Layer&)> scatter = [&](const Layer& L) {\n"
+      "    ncclAllReduce(L.grad, L.grad, 256, ncclFloat, ncclAvg, comm, s);\n"
+      "  };\n"
+      "  for (int l = 0; l < 4; ++l) { gather(l); scatter(layers[l]); }\n"
+      "  for (auto& L : layers) { cudaFree(L.shard); cudaFree(L.grad); }\n"
+      "  cudaFree(full);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_TRUE(a.buffers.count("layers[].shard"));
+  ASSERT_TRUE(a.buffers.count("layers[].grad"));
+  const Call& rs = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(rs.unresolved, "");
+  EXPECT_EQ(rs.arg_buffers.at(1), std::vector<std::string>{"layers[].grad"});
+  EXPECT_EQ(rs.comm_paths, std::vector<std::string>{"comm"});
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  // The all-reduce's windows are the layers' gradients, allocated through the range-for reference.
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&L.grad, 1024)"))
+      << c.source.substr(c.source.find("int main"));
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&L.shard, 1024)"));
+}
+
+// Two lambdas of one name are not one function: their calls stay unfollowed, host NCCL.
+TEST(AnalyzerUserIdioms, ALambdaNameDefinedTwiceIsNotFollowed) {
+  const std::string src = kPrologue +
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "void a(float* x) { auto red = [&](float* p) { ncclAllReduce(p, p, 4, ncclFloat, ncclSum, "
+                          "comm, s); }; red(x); }\n"
+                          "void b(float* y) { auto red = [&](float* q) { ncclAllReduce(q, q, 4, ncclFloat, ncclSum, "
+                          "comm, s); }; red(y); }\n"
+                          "int main() { float* g; cudaMalloc(&g, 16); a(g); b(g); }\n";
+  const Analysis a = analyze("user.cu", src);
+  for (std::size_t i : a.nccl_collectives()) EXPECT_NE(a.calls[i].unresolved, "");
+}
+
+// `*p = v;` stores through p: p still points at its allocation (llm.c's unified buffer).
+TEST(AnalyzerUserIdioms, AStoreThroughAPointerIsNoAlias) {
+  const std::string src = kPrologue +
+                          "struct Cfg { float* unified; ncclComm_t comm; cudaStream_t s; };\n"
+                          "float sum(float value, Cfg* cfg) {\n"
+                          "  float* u = cfg->unified;\n"
+                          "  *u = value;\n"
+                          "  ncclAllReduce(u, u, 1, ncclFloat, ncclSum, cfg->comm, cfg->s);\n"
+                          "  return *u;\n"
+                          "}\n"
+                          "int main() { Cfg cfg; cudaMallocManaged(&cfg.unified, 4); sum(1.0f / 3, &cfg); }\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(c.unresolved, "");
+  EXPECT_EQ(c.arg_buffers.at(0), std::vector<std::string>{"cfg.unified"});
+}
+
+// nccl-tests' shape: the collective in a function stored in a struct's function-pointer field,
+// called through it inside a group with `in_place ? recv : send`; the call joins that group.
+TEST(AnalyzerUserIdioms, FunctionPointerFieldsAreFollowedToTheirCalls) {
+  const std::string src =
+      kPrologue +
+      "int RunColl(void* sendbuff, void* recvbuff, size_t count, ncclComm_t comm, cudaStream_t s) {\n"
+      "  ncclAllReduce(sendbuff, recvbuff, count, ncclFloat, ncclSum, comm, s);\n"
+      "  return 0;\n"
+      "}\n"
+      "struct testColl { const char name[20]; int (*runColl)(void*, void*, size_t, ncclComm_t, cudaStream_t); };\n"
+      "struct testColl allReduceTest = {\"AllReduce\", RunColl};\n"
+      "struct Args { void* send; void* recv; ncclComm_t comm; cudaStream_t s; struct testColl* coll; };\n"
+      "void start(struct Args* args, int in_place) {\n"
+      "  ncclGroupStart();\n"
+      "  args->coll->runColl(in_place ? args->recv : args->send, args->recv, 256, args->comm, args->s);\n"
+      "  ncclGroupEnd();\n"
+      "}\n"
+      "int main() {\n"
+      "  struct Args args; ncclUniqueId id;\n"
+      "  args.coll = &allReduceTest;\n"
+      "  ncclCommInitRank(&args.comm, 2, id, 0);\n"
+      "  cudaMalloc(&args.send, 1024); cudaMalloc(&args.recv, 1024);\n"
+      "  start(&args, 0); start(&args, 1);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(c.unresolved, "");
+  EXPECT_EQ(c.arg_buffers.at(0), (std::vector<std::string>{"args.recv", "args.send"}));
+  ASSERT_GE(c.group, 0);
+  const Conversion conv = transform(a, src);
+  EXPECT_EQ(conv.converted_calls, 1) << conversion_to_text(conv);
+  EXPECT_TRUE(contains(conv.source, "braid_converted::group_start()"));
+}
+
+// A function used as a value in any other way (a callback, a std::function copy) may be called
+// with arguments the file does not show: its parameters are not followed.
+TEST(AnalyzerUserIdioms, AFunctionUsedAsAValueKeepsItsParametersUnfollowed) {
+  const std::string src = kPrologue +
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "void reduce(float* g) { ncclAllReduce(g, g, 4, ncclFloat, ncclSum, comm, s); }\n"
+                          "void for_each_bucket(void (*f)(float*));\n"
+                          "int main() { float* g; cudaMalloc(&g, 16); reduce(g); for_each_bucket(reduce); }\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& c = first_call(a, "ncclAllReduce");
+  EXPECT_TRUE(contains(c.unresolved, "also used as a value at line 8")) << c.unresolved;
+}
+
+// A send in a helper (or lambda) called between ncclGroupStart/End is a member of that group:
+// the brackets convert with it, so it never launches alone. Called inside two groups, it stays.
+TEST(AnalyzerUserIdioms, HelpersCalledInsideAGroupJoinIt) {
+  const std::string body =
+      "ncclComm_t comm; cudaStream_t s;\n"
+      "void send_to(float* b, int peer) { ncclSend(b, 4, ncclFloat, peer, comm, s); }\n"
+      "void recv_from(float* b, int peer) { ncclRecv(b, 4, ncclFloat, peer, comm, s); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  float *a, *b; cudaMalloc(&a, 16); cudaMalloc(&b, 16);\n"
+      "  ncclGroupStart(); send_to(a, 1); recv_from(b, 1); ncclGroupEnd();\n";
+  const std::string one = kPrologue + body + "}\n";
+  const Conversion c = convert_text(one);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(
+      c.source, "braid_converted::group_start(); send_to(a, 1); recv_from(b, 1); braid_converted::group_end<0>();"))
+      << c.source.substr(c.source.find("int main"));
+  const std::string two = kPrologue + body + "  ncclGroupStart(); recv_from(b, 1); send_to(a, 1); ncclGroupEnd();\n}\n";
+  const Analysis a2 = analyze("user.cu", two);
+  EXPECT_TRUE(contains(first_call(a2, "ncclSend").unresolved, "runs inside the groups at lines"));
+  EXPECT_EQ(transform(a2, two).converted_calls, 0);
+}
+
+// One communicator per local GPU (nccl-tests' `-g N`): several ranks in one process, untouched.
+TEST(AnalyzerUserIdioms, CommunicatorsCreatedInALoopLeaveTheFileUntouched) {
+  const std::string src =
+      kPrologue +
+      "int main(int argc, char** argv) {\n"
+      "  int n = argc; ncclComm_t comms[8]; float* bufs[8]; ncclUniqueId id;\n"
+      "  ncclGroupStart();\n"
+      "  for (int i = 0; i < n; i++) { cudaSetDevice(i); ncclCommInitRank(comms + i, n, id, i); }\n"
+      "  ncclGroupEnd();\n"
+      "  for (int i = 0; i < n; i++) cudaMalloc(&bufs[i], 16);\n"
+      "  for (int i = 0; i < n; i++) ncclAllReduce(bufs[i], bufs[i], 4, ncclFloat, ncclSum, comms[i], 0);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  EXPECT_TRUE(a.single_process_multi_gpu);
+  EXPECT_TRUE(contains(a.single_process_why, "in a loop (line 8)")) << a.single_process_why;
+  EXPECT_EQ(transform(a, src).converted_calls, 0);
+}
+
+// A program constant named like an enumerator (llm.c's `ncclFloatX`) is decided at run time;
+// fp8 enumerators still have no device reduction.
+TEST(AnalyzerUserIdioms, OnlyNcclEnumeratorsAreLiteralTypes) {
+  const std::string src = kPrologue +
+                          "const ncclDataType_t ncclFloatX = ncclBfloat16;\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void* g; cudaMalloc(&g, 64);\n"
+                          "  ncclAllReduce(g, g, 8, ncclFloatX, ncclAvg, comm, s);\n"
+                          "  ncclAllReduce(g, g, 8, ncclFloat8e4m3, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1);
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "ncclFloat8e4m3")) << c.left[0].reason;
+}
+
+// Macros of the program's quoted headers (nested too) and of -D flags are read at their uses;
+// under -D the #ifdef'd alternative of a two-body macro is the one compiled.
+TEST(AnalyzerUserIdioms, HeaderAndCommandLineMacros) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-idioms-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "inc");
+  braid::write_file_atomic(dir / "common.h",
+                           "#pragma once\n#include \"inc/check.h\"\n"
+                           "#define AR_SUM(b, n) CHECK(ncclAllReduce(b, b, n, REAL_T, ncclSum, comm, s))\n");
+  braid::write_file_atomic(dir / "inc/check.h",
+                           "#define CHECK(x) do { if ((x) != ncclSuccess) return 1; } while (0)\n");
+  const std::string src = kPrologue +
+                          "#include \"common.h\"\n"
+                          "#ifdef USE_BF16\n#define REAL_T ncclBfloat16\n#else\n#define REAL_T ncclFloat\n#endif\n"
+                          "ncclComm_t comm; cudaStream_t s;\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* g; cudaMalloc(&g, 64);\n"
+                          "  AR_SUM(g, 16);\n"
+                          "  return 0;\n"
+                          "}\n";
+  const std::string file = (dir / "user.cu").string();
+  const Analysis without = analyze(file, src);
+  ASSERT_EQ(without.macro_uses.size(), 1u);
+  EXPECT_EQ(first_call(without, "ncclAllReduce").args[3].text, "REAL_T");  // two bodies, no -D: decided at run time
+  const Analysis with = analyze(file, src, true, SourceContext{{}, {"USE_BF16"}});
+  EXPECT_EQ(first_call(with, "ncclAllReduce").args[3].text, "ncclBfloat16");
+  const Conversion c = transform(with, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  // The use is written as its expansion; macros without NCCL calls in it stay for the compiler.
+  EXPECT_TRUE(contains(c.source, "CHECK(braid_converted::all_reduce<0>(g, g, 16, REAL_T, ncclSum, comm, s));"))
+      << c.source;
+  // -I: the header found in an include folder rather than beside the file.
+  const Analysis elsewhere = analyze("user.cu", src, true, SourceContext{{dir.string()}, {}});
+  EXPECT_EQ(elsewhere.macro_uses.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+// A field written with what a helper returns (llm.c: `model.params_memory =
+// malloc_and_point_parameters(...)` in main, used through a parameter elsewhere) is the helper's
+// allocation; a field written with something braid cannot follow keeps the reason.
+TEST(AnalyzerUserIdioms, FieldsWrittenWithAHelpersResult) {
+  const std::string src =
+      kPrologue +
+      "struct Model { void* params; size_t n; };\n"
+      "ncclComm_t comm; cudaStream_t s;\n"
+      "void* alloc_params(size_t n) { void* p; cudaMalloc(&p, n * 4); return p; }\n"
+      "void gather(Model* m, int rank, int world) {\n"
+      "  float* params = (float*)m->params;\n"
+      "  size_t shard = m->n / world;\n"
+      "  ncclAllGather(params + shard * rank, params, shard, ncclFloat, comm, s);\n"
+      "}\n"
+      "void* external_alloc(size_t);\n"
+      "void sum(Model* m) { ncclAllReduce(m->params, m->params, m->n, ncclFloat, ncclSum, comm, s); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Model model; model.n = 1024;\n"
+      "  model.params = alloc_params(model.n);\n"
+      "  gather(&model, 0, 2);\n"
+      "  Model other; other.params = external_alloc(64);\n"
+      "  sum(&other);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& g = first_call(a, "ncclAllGather");
+  EXPECT_EQ(g.unresolved, "");
+  EXPECT_EQ(g.arg_buffers.at(1), std::vector<std::string>{"p"});
+  EXPECT_NE(first_call(a, "ncclAllReduce").unresolved, "");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "void* p; braid_converted::sym_malloc(&p, n * 4); return p;"));
+}
+
+// Megatron's shape: communicators in a singleton reached through an accessor (`mpu().dp_comm`,
+// created through `auto& s = mpu()`), buffers through getters (`fc->weight()`), a buffer
+// parameter given nullptr by a call that does not use it, and methods of one name in two classes.
+TEST(AnalyzerUserIdioms, AccessorsSingletonsAndGetters) {
+  const std::string src =
+      kPrologue +
+      "struct State { ncclComm_t comm; cudaStream_t s; };\n"
+      "static State& mpu() { static State state; return state; }\n"
+      "void init() { auto& s = mpu(); ncclUniqueId id; ncclCommInitRank(&s.comm, 2, id, 0); }\n"
+      "class Col {\n"
+      " public:\n"
+      "  Col() { cudaMalloc(&w_, 64); }\n"
+      "  float* weight() { return w_; }\n"
+      "  void forward(float* x, float* full, int n) { if (full) ncclAllGather(x, full, n, ncclFloat, mpu().comm, "
+      "mpu().s); }\n"
+      " private:\n"
+      "  float* w_;\n"
+      "};\n"
+      "class Row {\n"
+      " public:\n"
+      "  void forward(float* x, int n) { (void)x; (void)n; }\n"
+      "};\n"
+      "int main() {\n"
+      "  init();\n"
+      "  Col c; Row r; float *x, *full; cudaMalloc(&x, 64); cudaMalloc(&full, 128);\n"
+      "  c.forward(x, nullptr, 16); c.forward(x, full, 16); r.forward(x, 3);\n"
+      "  if (mpu().comm) ncclAllReduce(c.weight(), c.weight(), 16, ncclFloat, ncclSum, mpu().comm, mpu().s);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_EQ(a.comm_inits.size(), 1u);
+  EXPECT_EQ(a.comm_inits[0].path, "state.comm");
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_EQ(ag.arg_buffers.at(1), std::vector<std::string>{"full"});
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_EQ(ar.arg_buffers.at(0), std::vector<std::string>{"w_"});
+  EXPECT_EQ(ar.comm_paths, std::vector<std::string>{"state.comm"});
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&s.comm, 2, id, 0)"));
+}
+
+// A lambda bound to no name (a hook pushed into a vector) may be called anywhere, inside a group
+// too: in a file with groups, its calls stay host NCCL; without groups they convert.
+TEST(AnalyzerUserIdioms, UnnamedLambdasInAFileWithGroups) {
+  const std::string hooks = kPrologue +
+                            "int main() {\n"
+                            "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                            "  float* g; cudaMalloc(&g, 64);\n"
+                            "  std::vector<std::function<void()>> hooks;\n"
+                            "  hooks.push_back([&] { ncclAllReduce(g, g, 16, ncclFloat, ncclSum, comm, s); });\n"
+                            "  for (auto& h : hooks) h();\n";
+  EXPECT_EQ(convert_text(hooks + "}\n").converted_calls, 1);
+  const std::string grouped = hooks + "  ncclGroupStart(); hooks[0](); ncclGroupEnd();\n}\n";
+  const Analysis a = analyze("user.cu", grouped);
+  EXPECT_TRUE(contains(first_call(a, "ncclAllReduce").unresolved, "lambda bound to no name"));
+  EXPECT_EQ(transform(a, grouped).converted_calls, 0);
+}
+
+// A buffer argument that may be a window or stream-ordered memory depending on the rank would run
+// on the device on some ranks and as host NCCL on others: it stays host NCCL.
+TEST(AnalyzerUserIdioms, AnArgumentOfMixedAllocatorsStaysHost) {
+  const std::string src =
+      kPrologue +
+      "int main(int argc, char** argv) {\n"
+      "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float *a, *b; cudaMalloc(&a, 64); cudaMallocAsync(&b, 64, s);\n"
+      "  ncclAllReduce(rank == 0 ? a : b, a, 16, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 0);
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "ranks could disagree")) << c.left[0].reason;
+}
+
+// A non-blocking creation (`config.blocking = 0`) returns before the communicator exists: it does
+// not bind the runtime, so a send under a rank condition (which would make the binding a step of
+// some ranks only) stays host NCCL; the same creation with a blocking config binds.
+TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
+  const auto program = [](const std::string& config_line) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;\n" +
+           config_line +
+           "  ncclCommInitRankConfig(&comm, 2, id, rank, &config);\n"
+           "  float* b; cudaMalloc(&b, 64);\n"
+           "  if (rank == 0) ncclSend(b, 16, ncclFloat, 1, comm, s);\n"
+           "  if (rank == 1) ncclRecv(b, 16, ncclFloat, 0, comm, s);\n"
+           "}\n";
+  };
+  const std::string nonblocking = program("  config.blocking = 0;\n");
+  const Analysis a = analyze("user.cu", nonblocking);
+  ASSERT_EQ(a.comm_inits.size(), 1u);
+  EXPECT_TRUE(a.comm_inits[0].nonblocking);
+  EXPECT_EQ(transform(a, nonblocking).converted_calls, 0);
+  const Conversion blocking = convert_text(program("  config.cgaClusterSize = 2;\n"));
+  EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
+  EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_config(&comm"));
+}
+
+// A buffer the program registers as a window itself is never registered a second time: calls
+// that need it as a window stay host NCCL; its other buffers convert.
+TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {
+  const std::string src = kPrologue +
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void *mine, *plain; ncclWindow_t win;\n"
+                          "  ncclMemAlloc(&mine, 4096); cudaMalloc(&plain, 4096);\n"
+                          "  ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC);\n"
+                          "  ncclAllReduce(mine, mine, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclAllReduce(plain, plain, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  bool told = false;
+  for (const Unconverted& u : c.left) told = told || contains(u.reason, "registered by the program itself (line 9)");
+  EXPECT_TRUE(told) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "ncclMemAlloc(&mine, 4096)"));
+}
+
+// A program whose own header includes mpi.h (llm.c's train_gpt2.cu through llmc/zero.cuh) is an
+// MPI program: its flags and launcher are MPI's.
+TEST(AnalyzerUserIdioms, MpiIncludedThroughTheProgramsHeader) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-idioms-mpi-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "llmc");
+  braid::write_file_atomic(dir / "llmc/zero.cuh", "#pragma once\n#ifdef USE_MPI\n#include <mpi.h>\n#endif\n");
+  const std::string src = kPrologue + "#include \"llmc/zero.cuh\"\nint main() { return 0; }\n";
+  BuildFlags user;
+  user.includes = {(dir / "nowhere").string()};  // answers for MPI where no wrapper does
+  EXPECT_TRUE(resolve_build_flags((dir / "train.cu").string(), src, user).mpi);
+  EXPECT_FALSE(resolve_build_flags((dir / "train.cu").string(), kPrologue + "int main() { return 0; }\n", user).mpi);
+  std::filesystem::remove_all(dir);
+}
+
+// `#if NAME` with NAME given as -DNAME (1) or -DNAME=0 picks that branch's definition; without
+// the flag both bodies stay (ambiguous, decided at run time).
+TEST(AnalyzerUserIdioms, IfOnAFlagsValue) {
+  const std::string src = kPrologue +
+                          "#if USE_HALF\n#define AR_T ncclHalf\n#else\n#define AR_T ncclFloat\n#endif\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  void* g; cudaMalloc(&g, 64);\n"
+                          "  ncclAllReduce(g, g, 8, AR_T, ncclSum, comm, s);\n"
+                          "}\n";
+  const auto dtype = [&](const std::vector<std::string>& defines) {
+    const Analysis a = analyze("user.cu", src, true, SourceContext{{}, defines});
+    return first_call(a, "ncclAllReduce").args[3].text;
+  };
+  EXPECT_EQ(dtype({"USE_HALF"}), "ncclHalf");
+  EXPECT_EQ(dtype({"USE_HALF=0"}), "ncclFloat");
+  EXPECT_EQ(dtype({}), "AR_T");
+}
