@@ -52,8 +52,8 @@ namespace {
 
 using namespace flow_tokens;
 
-const std::set<std::string> kTypeWords = {"const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*",
-                                          "::", "<", ">", "&"};
+const std::set<std::string> kTypeWords = {
+    "const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*", "::", "<", ">", "&"};
 
 // Removes casts, outer parentheses and `&`; returns whether an `&` was removed.
 std::vector<Token> strip(std::vector<Token> t, bool& addr) {
@@ -186,7 +186,7 @@ std::string access_path(const std::string& expr, bool target) {
     return addr ? path : "";
   }
   if (addr) {
-    if (!last_index) return "";  // &x: the address of a pointer variable, not a buffer
+    if (!last_index) return "";   // &x: the address of a pointer variable, not a buffer
     path.erase(path.rfind('['));  // &buf[i] == buf + i
   }
   return path;
@@ -272,13 +272,15 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       if (t.kind != TokenKind::Identifier) continue;
       const Token& prev = code_[k - 1];
       const auto type_word = [](const Token& w) {
-        return w.kind == TokenKind::Identifier && w.text != "return" && w.text != "else" && w.text != "case" && w.text != "do";
+        return w.kind == TokenKind::Identifier && w.text != "return" && w.text != "else" && w.text != "case" &&
+               w.text != "do";
       };
       // `float* p = v` declares p; `*p = v;` (after `;`, `{`, `)`) stores through it and aliases nothing.
       const Token& before = code_[k - 2];
-      const bool declared = ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" ||
-                                                                         before.text == "&" || before.text == ">" || before.text == ",")) ||
-                            type_word(prev);
+      const bool declared =
+          ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" || before.text == "&" ||
+                                                      before.text == ">" || before.text == ",")) ||
+          type_word(prev);
       if (declared && code_[k + 1].text == "=" && code_[k + 1].text != "==") {
         std::size_t e = k + 2;
         int depth = 0;
@@ -305,7 +307,9 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
           if (end < f.body_close && code_[end].text == "{") end = match_forward(code_, end, f.body_close);
           else
             for (int depth = 0; end < f.body_close && !(code_[end].text == ";" && depth == 0); ++end)
-              depth += code_[end].text == "(" || code_[end].text == "{" ? 1 : code_[end].text == ")" || code_[end].text == "}" ? -1 : 0;
+              depth += code_[end].text == "(" || code_[end].text == "{"   ? 1
+                       : code_[end].text == ")" || code_[end].text == "}" ? -1
+                                                                          : 0;
           aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k, end, prev.text == "&"});
         }
       }
@@ -327,7 +331,8 @@ const FunctionDef* BufferFlow::function_named(const std::string& name) const {
   return nullptr;
 }
 
-const BufferFlow::Alias* BufferFlow::nearest_alias(const std::string& function, const std::string& root, std::size_t at) const {
+const BufferFlow::Alias* BufferFlow::nearest_alias(const std::string& function, const std::string& root,
+                                                   std::size_t at) const {
   auto it = aliases_.find(function);
   if (it == aliases_.end()) return nullptr;
   const Alias* best = nullptr;
@@ -370,7 +375,9 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
 std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {
   std::vector<std::size_t> out;
   for (std::size_t k = f.body_open + 1; k < f.body_close; ++k)
-    if (code_[k].text == "return" && (owner_.empty() || owner_[k] < 0 || functions_[(std::size_t)owner_[k]].name == f.name)) out.push_back(k);
+    if (code_[k].text == "return" &&
+        (owner_.empty() || owner_[k] < 0 || functions_[(std::size_t)owner_[k]].name == f.name))
+      out.push_back(k);
   return out;
 }
 
@@ -378,7 +385,8 @@ std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) con
 // returns, then the rest of the access (accessors, getters, a singleton's `instance()`). A member
 // function's name may belong to several classes: every one of them is followed. False when `expr`
 // has no such form.
-bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const {
+bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution& out,
+                                 std::vector<std::string>& stack) const {
   LexResult lr = lex(expr);
   bool addr = false;
   const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
@@ -401,216 +409,8 @@ bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution&
   return false;
 }
 
-// `a.b = v;` / `a->b.c = v;` starting at code token k (a statement of its own): a field written
-// with a value that is no allocation of it (`model.params = alloc_params(n)`).
-void BufferFlow::record_field_write(std::size_t k, const std::string& function, std::size_t end) {
-  const std::string& before = code_[k - 1].text;
-  if (before != ";" && before != "{" && before != "}") return;
-  std::size_t eq = k + 1;
-  bool field = false;
-  for (; eq < end && code_[eq].text != "=" && code_[eq].text != ";"; ++eq) {
-    const std::string& x = code_[eq].text;
-    if (x == "(" || x == "{") return;  // a call or a declaration with braces, not an access path
-    if (x == "[") eq = match_forward(code_, eq, end);
-    field = field || x == "." || x == "->";
-  }
-  if (!field || eq >= end || code_[eq].text != "=") return;
-  std::size_t e = eq + 1;
-  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
-    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{" ? 1 : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1 : 0;
-  field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
-}
-
-BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
-  Resolution out;
-  for (const FieldWrite& w : field_writes_) {
-    if (w.value == "NULL" || w.value == "nullptr" || w.value == "0") continue;  // a reset points at no buffer
-    const Resolution lhs = resolve(w.lhs, w.function, w.token);
-    if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); })) continue;
-    out.via.push_back(fmt::format("{} = {} (line {}, in {}())", w.lhs, w.value, code_[w.token].line, w.function));
-    std::vector<std::string> stack;
-    if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
-    else resolve_into(w.value, w.function, w.token, 6, out, stack);
-    if (!out.reason.empty()) {
-      out.paths.clear();
-      return out;
-    }
-  }
-  std::sort(out.paths.begin(), out.paths.end());
-  out.paths.erase(std::unique(out.paths.begin(), out.paths.end()), out.paths.end());
-  return out;
-}
-
-// `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).
-void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
-  const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
-  std::size_t v = 0;
-  if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
-      is(k + 3, "(")) {
-    v = k + 4;
-    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) v += 4;
-  } else if (is(k + 1, "[") && (k == 0 || (code_[k - 1].text != "." && code_[k - 1].text != "->"))) {
-    const std::size_t close = match_forward(code_, k + 1, end);
-    if (close + 3 < end && code_[close + 1].text == "=" && code_[close + 3].text == ";") v = close + 2;
-  }
-  if (v == 0 || v >= end || code_[v].kind != TokenKind::Identifier || code_[v].text == code_[k].text) return;
-  const std::string& next = v + 1 < end ? code_[v + 1].text : "";
-  if (next != ")" && next != ";") return;  // a whole variable, not an expression
-  auto& vars = element_copies_[code_[k].text];
-  if (std::find(vars.begin(), vars.end(), code_[v].text) == vars.end()) vars.push_back(code_[v].text);
-}
-
-std::vector<std::string> BufferFlow::element_origins(const std::string& path) const {
-  const auto [root, rest] = split_root(path);
-  auto it = element_copies_.find(root);
-  if (it == element_copies_.end() || rest.empty() || rest[0] != '[') return {};
-  const std::size_t close = rest.find(']');
-  if (close == std::string::npos) return {};
-  std::vector<std::string> out;
-  for (const std::string& var : it->second) out.push_back(var + rest.substr(close + 1));
-  return out;
-}
-
-// The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`), if any.
-const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
-  LexResult lr = lex(expr);
-  const std::vector<Token> t = code_tokens(lr.tokens);
-  if (t.size() < 3 || t[0].kind != TokenKind::Identifier) return nullptr;
-  std::size_t open = 1;
-  if (t[1].text == "<") {
-    int depth = 0;
-    for (; open < t.size(); ++open) {
-      if (t[open].text == "<") ++depth;
-      else if (t[open].text == ">" && --depth == 0) break;
-      else if (t[open].text == ">>" && (depth -= 2) <= 0) break;
-    }
-    ++open;
-  }
-  if (open >= t.size() || t[open].text != "(" || match_forward(t, open, t.size()) + 1 != t.size()) return nullptr;
-  for (const FunctionDef& f : functions_)
-    if (f.name == t[0].text) return &f;
-  return nullptr;
-}
-
-// Every `return X;` of helper `f`, followed in f's terms. A helper called under a condition
-// somewhere would make its allocations rank-dependent (window registration is collective).
-void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
-                                std::vector<std::string>& stack) const {
-  bool allocates = false;  // a getter's calls under conditions allocate nothing
-  for (std::size_t k = f.body_open + 1; k < f.body_close && !allocates; ++k)
-    allocates = code_[k].text.rfind("cudaMalloc", 0) == 0 || code_[k].text == "ncclMemAlloc";
-  if (auto calls = calls_.find(f.name); allocates && calls != calls_.end())
-    for (const CallSite& c : calls->second)
-      if (conditional(c.token)) {
-        out.reason = fmt::format("the allocation helper {}() is called under a condition at line {}", f.name, c.line);
-        return;
-      }
-  bool any = false;
-  for (std::size_t k : return_statements(f)) {  // its own, not those of lambdas in it
-    std::size_t e = k + 1;
-    while (e < f.body_close && code_[e].text != ";") ++e;
-    any = true;
-    out.via.push_back(fmt::format("{}() returns {} (line {})", f.name, join(code_, k + 1, e), code_[k].line));
-    resolve_into(join(code_, k + 1, e) + rest, f.name, k, depth - 1, out, stack);
-    if (!out.reason.empty()) return;
-  }
-  if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);
-}
-
-// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands.
-void BufferFlow::mark_conditionals() {
-  const std::vector<Token>& code = code_;
-  std::size_t i = 0;
-  std::vector<bool> brace_conditional;  // per open '{'
-  int cond_depth = 0;
-  std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
-  // An if/switch's own parenthesised condition runs whenever the statement does
-  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
-  std::size_t condition_until = 0;
-  bool condition_in = false;
-  for (i = 0; i < code.size(); ++i) {
-    const std::string& x = code[i].text;
-    bool in = cond_depth > 0 || !unbraced_end_depth.empty();
-    if (i > 0 && i <= condition_until) in = condition_in;
-    if (x == "{") {
-      bool c = false;
-      if (i > 0 && code[i - 1].text == "else") c = true;
-      if (i > 0 && code[i - 1].text == ")") {
-        int d = 0;
-        std::size_t q = i - 1;
-        for (;; --q) {
-          if (code[q].text == ")") ++d;
-          else if (code[q].text == "(" && --d == 0) break;
-          if (q == 0) break;
-        }
-        if (q > 0 && (code[q - 1].text == "if" || code[q - 1].text == "switch")) c = true;
-      }
-      brace_conditional.push_back(c);
-      if (c) ++cond_depth;
-    } else if (x == "}") {
-      if (!brace_conditional.empty()) {
-        if (brace_conditional.back()) --cond_depth;
-        brace_conditional.pop_back();
-      }
-    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
-      const std::size_t close = match_forward(code, i + 1, code.size());
-      condition_until = close;
-      condition_in = in;
-      if (close + 1 < code.size() && code[close + 1].text != "{") unbraced_end_depth.push_back(brace_conditional.size());
-    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced_end_depth.push_back(brace_conditional.size());
-      in = true;
-    } else if (x == "?") {
-      in = true;
-    }
-    conditional_[i] = in;
-    if (x == ";" && !unbraced_end_depth.empty() && unbraced_end_depth.back() == brace_conditional.size()) unbraced_end_depth.pop_back();
-  }
-}
-
-std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {
-  std::set<std::string> seen;
-  std::vector<std::string> pending = {function};
-  while (!pending.empty()) {
-    const std::string f = pending.back();
-    pending.pop_back();
-    if (f.empty() || !seen.insert(f).second) continue;
-    if (roots.count(f)) return f;
-    if (auto it = calls_.find(f); it != calls_.end())
-      for (const CallSite& c : it->second) pending.push_back(c.caller);
-  }
-  return "";
-}
-
-std::set<std::string> BufferFlow::reached_between(std::size_t from, std::size_t to) const {
-  std::set<std::string> reached;
-  std::vector<std::string> pending;
-  for (const auto& [callee, sites] : calls_)
-    for (const CallSite& c : sites)
-      if (c.token > from && c.token < to) pending.push_back(callee);
-  while (!pending.empty()) {
-    const std::string f = pending.back();
-    pending.pop_back();
-    if (!reached.insert(f).second) continue;
-    for (const auto& [callee, sites] : calls_)
-      for (const CallSite& c : sites)
-        if (c.caller == f) pending.push_back(callee);
-  }
-  return reached;
-}
-
-std::pair<std::string, int> BufferFlow::reached_through_value(const std::string& function) const {
-  std::set<std::string> roots;
-  for (const auto& [name, line] : value_uses_) roots.insert(name);
-  const std::string via = callers_reach(function, roots);
-  return {via, via.empty() ? 0 : value_uses_.at(via)};
-}
-
-std::string BufferFlow::function_at(std::size_t at) const {
-  return at < owner_.size() && owner_[at] >= 0 ? functions_[(std::size_t)owner_[at]].name : "";
-}
-
-BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth) const {
+BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at,
+                                           int max_depth) const {
   Resolution r;
   std::vector<std::string> stack;
   resolve_into(expr, function, at, max_depth, r, stack);
@@ -620,8 +420,8 @@ BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::s
   return r;
 }
 
-void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
-                              std::vector<std::string>& stack) const {
+void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth,
+                              Resolution& out, std::vector<std::string>& stack) const {
   if (const std::vector<std::string> branches = ternary_branches(expr); !branches.empty()) {
     out.via.push_back(fmt::format("`{}` is one of `{}`, `{}`", expr, branches[0], branches[1]));
     for (const std::string& b : branches) {  // either buffer, decided at run time
@@ -672,9 +472,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     if (p == f.params.end()) continue;
     const std::size_t index = (std::size_t)(p - f.params.begin());
     if (auto v = value_uses_.find(function); v != value_uses_.end()) {
-      out.reason = fmt::format("`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
-                               "pointer or a copy, with arguments braid does not see)",
-                               root, function, v->second);
+      out.reason = fmt::format(
+          "`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
+          "pointer or a copy, with arguments braid does not see)",
+          root, function, v->second);
       stack.pop_back();
       return;
     }
@@ -706,16 +507,19 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         if (addr && t.size() == 1 && t[0].kind == TokenKind::Identifier) arg_path = t[0].text;
       }
       if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
-        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+        out.via.push_back(
+            fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
         resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
         if (!out.reason.empty()) break;
         continue;
       }
       if (arg_path.empty()) {
-        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller, c.args[index], root, c.line);
+        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller,
+                                 c.args[index], root, c.line);
         break;
       }
-      out.via.push_back(fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+      out.via.push_back(
+          fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
       resolve_into(arg_path + rest, c.caller, c.token, depth - 1, out, stack);
       if (!out.reason.empty()) break;
     }
