@@ -1012,6 +1012,7 @@ goal_spec() {  # default-out
   opt --ranks ranks BRAID_GOAL_RANKS "" "ranks (default: workload.yaml's 2)"
   opt --evals evals BRAID_GOAL_EVALS 60 "at most this many evaluations per seed"
   opt --braid braid_bin BRAID_BIN "" "the braid binary (default .device-carry/bin/braid, build/braid)"
+  switch --resume resume BRAID_GOAL_RESUME "continue a seed's run cut by its time limit (OUT/seed<N> kept) with braid resume; a fresh run where none is"
   limit seed 560
 }
 spec_goal_gemm_allgather() { goal_spec gemm-allgather-goal-out; }
@@ -1034,11 +1035,19 @@ goal_run() {  # workload target sizes [SEED...]
   export LD_LIBRARY_PATH
   for seed in $seeds; do
     dir=$out/seed$seed
-    [ "$dry" = 1 ] || rm -rf "$dir"
     start=$(date +%s)
-    run_to "$out/seed$seed.log" "$(limit_of seed)" "$braid" evolve "workloads/$wl" --llm none -g "$evals" -s "$seed" \
-      -r "$dir" ${ranks:+--ranks "$ranks"} -c "workloads/$wl/bench/goal.yaml"
-    rc=$?
+    # A run longer than one call of a lent machine (4+ ranks: ~15 s an evaluation) goes on where
+    # the last call's time limit cut it: every evaluated candidate is in its database.
+    if [ "$resume" = 1 ] && { [ "$dry" = 1 ] || [ -f "$dir/evolution.db" ]; }; then
+      run_to "$out/seed$seed.resume.log" "$(limit_of seed)" "$braid" resume "$dir" -g "$evals"
+      rc=$?
+      [ "$dry" = 1 ] || cat "$out/seed$seed.resume.log" >>"$out/seed$seed.log"
+    else
+      [ "$dry" = 1 ] || rm -rf "$dir"
+      run_to "$out/seed$seed.log" "$(limit_of seed)" "$braid" evolve "workloads/$wl" --llm none -g "$evals" -s "$seed" \
+        -r "$dir" ${ranks:+--ranks "$ranks"} -c "workloads/$wl/bench/goal.yaml"
+      rc=$?
+    fi
     [ "$dry" = 1 ] && { x python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target "$target" --sizes "$sizes"; continue; }
     echo "seed $seed: rc=$rc in $(since "$start"); $(grep -o 'target reached[^]]*' "$out/seed$seed.log" | tail -1)"
     python3 workloads/gemm_allgather/bench/evolve_summary.py "$dir" --target "$target" --sizes "$sizes" >"$out/seed$seed.md" 2>&1

@@ -75,6 +75,8 @@ args=(bench serving-kernels --dry-run --verify --samples 2 --build "$tmp/b")
 expect "serving-kernels --verify: seed, gen0 and 2 samples of 4 ops" "$(run | count '--mode verify')" 16
 args=(goal gemm-allgather --dry-run --ranks 4 --braid /bin/true 4 5)
 expect "goal: one evolve per seed" "$(run | count 'evolve workloads/gemm_allgather .*--ranks 4 -c')" 2
+args=(goal ring-attention --dry-run --ranks 4 --braid /bin/true --resume 3)
+expect "goal --resume: braid resume of the seed's run" "$(run | count 'true resume .*/seed3 -g 60')" 1
 args=(convert-gate --dry-run --braid /bin/true --out "$tmp/cg")
 expect "convert-gate: the user corpus too (differential gate)" "$(run | count 'corpus_user/mpi_dp_grads.cu -o')" 1
 expect "convert-gate: MULTI_GPU programs built with it" "$(run | count 'llmc_style_trainer.cu -DMULTI_GPU')" 1
