@@ -104,6 +104,8 @@ bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std
 
 // The record of a generation: its accepted candidate, or a rejected one with every reason.
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed);
+// What accepted_record would return now, leaving p as it is.
+ProgramRecord candidate_record(const PreparedProposal& p, std::uint64_t run_seed);
 ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s);
 
 // The parent's one-knob changes ("kName = value", valid under its constraints) whose knob vector

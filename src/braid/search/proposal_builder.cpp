@@ -119,8 +119,11 @@ void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string&
   if (!p.parent) return;
   const std::int64_t g = p.generation;
   if (turn) {
-    p.ctx.taken_knob_changes =
-        taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    // Every vector taken before g, then what else was named (changes that broke the program).
+    auto named = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    for (auto& change : p.ctx.taken_knob_changes)
+      if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(std::move(change));
+    p.ctx.taken_knob_changes = std::move(named);
     return;
   }
   auto& named = p.ctx.taken_knob_changes;
@@ -186,6 +189,20 @@ std::vector<SettledProposal> ProposalBuilder::settle_answered() {
     }
   }
   return out;
+}
+
+// After settle_answered(), the answered proposals left are knob-only edits waiting for their turn.
+std::optional<ProgramRecord> ProposalBuilder::waiting_candidate(
+    const std::function<bool(std::int64_t g, const ProgramRecord& rec)>& skip) const {
+  for (std::int64_t g : asked_) {
+    auto it = proposing_.find(g);
+    if (it == proposing_.end()) continue;
+    const PreparedProposal& p = *it->second;
+    if (!p.candidate || !p.knob_only || p.exhausted || p.cancelled || p.error) continue;
+    ProgramRecord rec = candidate_record(p, ctx_.run_seed);
+    if (!skip(g, rec)) return rec;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::int64_t> ProposalBuilder::drop_all() {

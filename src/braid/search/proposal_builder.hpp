@@ -84,6 +84,11 @@ class ProposalBuilder {
   std::vector<std::int64_t> drop_all();
   // Generation g was indexed or dropped: its accepted knob vector is no longer pending here.
   void forget(std::int64_t g);
+  // The lowest answered knob-only candidate waiting for its turn (its vector not taken yet) that
+  // `skip` passes over, as it would be accepted: an idle evaluation slot may evaluate it ahead
+  // (search/runner.cpp). Its turn may still find the vector taken: the result is then unused.
+  std::optional<ProgramRecord> waiting_candidate(
+      const std::function<bool(std::int64_t g, const ProgramRecord& rec)>& skip) const;
   // Whether a candidate of a generation before g (indexed, or accepted and not yet indexed)
   // brought knob vector `key`.
   bool knob_key_taken(const std::string& key, std::int64_t g) const;
