@@ -2,7 +2,7 @@
 // a loopback model that answers after a delay, with several proposals in flight. A replay repeats
 // the run exactly; kill -9 while proposals are in flight loses no evaluated candidate; a 429
 // storm slows the pool instead of failing candidates; a slow meta summary does not stall the
-// search.
+// search; candidates waiting for their turn are evaluated ahead.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -54,18 +54,19 @@ long count(const std::filesystem::path& db_file, const std::string& sql) {
 struct SlowModel {
   std::atomic<int> now{0}, most{0}, served{0};
   void attach(LoopbackLlmServer& server, double lo, double hi) {
-    server.set_responder([this, lo, hi](const std::string&, const std::vector<std::pair<std::string, std::string>>& m)
-                             -> std::optional<std::string> {
-      const bool mutation = !m.empty() && m.front().second.find("EVOLVE-BLOCK") != std::string::npos;
-      if (!mutation) return std::nullopt;
-      int n = ++now;
-      for (int seen = most.load(); n > seen && !most.compare_exchange_weak(seen, n);) {
-      }
-      const int k = served++;
-      std::this_thread::sleep_for(std::chrono::duration<double>(lo + (hi - lo) * double((k * 7) % 10) / 10.0));
-      --now;
-      return std::nullopt;  // the server's own prompt-driven answer, after the delay
-    });
+    server.set_responder(
+        [this, lo, hi](const std::string&,
+                       const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
+          const bool mutation = !m.empty() && m.front().second.find("EVOLVE-BLOCK") != std::string::npos;
+          if (!mutation) return std::nullopt;
+          int n = ++now;
+          for (int seen = most.load(); n > seen && !most.compare_exchange_weak(seen, n);) {
+          }
+          const int k = served++;
+          std::this_thread::sleep_for(std::chrono::duration<double>(lo + (hi - lo) * double((k * 7) % 10) / 10.0));
+          --now;
+          return std::nullopt;  // the server's own prompt-driven answer, after the delay
+        });
   }
 };
 
@@ -99,8 +100,8 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   auto config = write_config(root, 10, "");
   const auto run1 = root / "run1", run2 = root / "run2";
   ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
-  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(), "--seed",
-                                "5", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(),
+                                "--seed", "5", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
   ASSERT_EQ(first.code, 0) << first.output;
   EXPECT_GE(model.most.load(), 2) << "proposals were never in flight together";
   EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 10);
@@ -119,15 +120,50 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 
+// The first mutation answer comes late: the later generations' knob-only candidates wait for its
+// turn, and the idle evaluation slots evaluate them ahead meanwhile (kept out of the database
+// until their turn). The run still ends with every generation once, and a replay repeats it.
+TEST(ConcurrentProposals, CandidatesWaitingForTheirTurnAreEvaluatedAheadAndReplayIdentically) {
+  LoopbackLlmServer server;
+  std::atomic<int> mutations{0};
+  server.set_responder(
+      [&](const std::string&, const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
+        if (m.empty() || m.front().second.find("EVOLVE-BLOCK") == std::string::npos) return std::nullopt;
+        std::this_thread::sleep_for(std::chrono::duration<double>(mutations++ == 0 ? 4.0 : 0.2));
+        return std::nullopt;
+      });
+  auto root = test::fresh_dir("proposals_ahead");
+  auto config = write_config(root, 6, "");
+  const auto run1 = root / "run1", run2 = root / "run2";
+  ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
+  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(),
+                                "--seed", "3", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  ASSERT_EQ(first.code, 0) << first.output;
+  EXPECT_NE(first.output.find("evaluated ahead of its turn"), std::string::npos) << first.output;
+  EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(*) " + kChildren), 6);
+  EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 6);
+
+  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
+                                 "--seed", "3", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  ::unsetenv("OPENAI_API_KEY");
+  ASSERT_EQ(second.code, 0) << second.output;
+  const std::string sql =
+      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
+  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
+}
+
 // Holds the first meta-summary answer until `wanted` more evaluated children are stored (or
 // `cap_s` has passed) and records how many were stored meanwhile: a search that waited for the
 // summary would store at most the max_parallel_jobs evaluations already running.
 struct SlowMeta {
   std::atomic<int> asked{0}, stored_meanwhile{-1};
   void attach(LoopbackLlmServer& server, std::filesystem::path db, int wanted, double cap_s) {
-    server.set_responder([this, db, wanted, cap_s](const std::string& system,
-                                                   const std::vector<std::pair<std::string, std::string>>&)
-                             -> std::optional<std::string> {
+    server.set_responder([this, db, wanted, cap_s](
+                             const std::string& system,
+                             const std::vector<std::pair<std::string, std::string>>&) -> std::optional<std::string> {
       if (system.find("You guide an evolutionary search") == std::string::npos || ++asked > 1) return std::nullopt;
       const std::string evaluated = "SELECT COUNT(*) " + kChildren + " AND failure_kind != 'rejected'";
       const long before = count(db, evaluated);
@@ -154,8 +190,8 @@ TEST(ConcurrentProposals, ASlowMetaSummaryDoesNotStallTheSearchAndReplaysIdentic
   SlowMeta model;
   model.attach(server, run1 / "evolution.db", 3, 20.0);
   ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
-  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(), "--seed",
-                                "6", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  auto first = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run1.string(),
+                                "--seed", "6", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
   ASSERT_EQ(first.code, 0) << first.output;
   EXPECT_EQ(model.asked.load(), 2);
   EXPECT_GE(model.stored_meanwhile.load(), 3) << "the search waited for the meta summary";
@@ -186,8 +222,8 @@ TEST(ConcurrentProposals, KillDuringProposalsLosesNoEvaluatedCandidate) {
   auto config = write_config(root, 8, "");
   const auto run = root / "run", db = run / "evolution.db";
   ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
-  test::Proc p = test::start_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(),
-                                    "--seed", "9", "--llm", "openai:gpt-4.1-mini@" + server.base_url()},
+  test::Proc p = test::start_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results",
+                                    run.string(), "--seed", "9", "--llm", "openai:gpt-4.1-mini@" + server.base_url()},
                                    root / "first.log");
   // Killed once an evaluated child is stored while the model is answering other proposals (a
   // child rejected before evaluation, e.g. a duplicate knob vector, does not count: it is the
@@ -229,8 +265,9 @@ TEST(ConcurrentProposals, PerModelLimitCapsTheRequestsInFlight) {
   // Four proposals may be asked at once, but the model takes two.
   auto config = write_config(root, 8, "max_requests_per_model: 2\n");
   ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
-  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", (root / "run").string(),
-                            "--seed", "4", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  auto r =
+      test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", (root / "run").string(),
+                       "--seed", "4", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
   ::unsetenv("OPENAI_API_KEY");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(model.most.load(), 2);
@@ -248,8 +285,8 @@ TEST(ConcurrentProposals, RateLimitStormSlowsThePoolInsteadOfFailingCandidates) 
   auto config = write_config(root, 6, "max_retries: 0\nmax_patch_attempts: 2\n");
   const auto run = root / "run", db = run / "evolution.db";
   ::setenv("OPENAI_API_KEY", "sk-loopback", 1);
-  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(), "--seed",
-                            "3", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
+  auto r = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run.string(),
+                            "--seed", "3", "--llm", "openai:gpt-4.1-mini@" + server.base_url()});
   ::unsetenv("OPENAI_API_KEY");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_GE(server.faults_injected()["rate_limit"], 12);

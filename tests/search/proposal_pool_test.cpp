@@ -1,4 +1,5 @@
-// ProposalPool: concurrency limit, lowest generation first, rate-limit pause and shrink, cancel.
+// ProposalPool: concurrency limit, lowest generation first, a first ask waiting for earlier first
+// asks, rate-limit pause and shrink, cancel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,6 +75,30 @@ TEST(ProposalPool, RunsAtMostTheLimitLowestGenerationFirst) {
   EXPECT_EQ(sorted, (std::vector<std::int64_t>{1, 3, 5, 7, 9}));
   EXPECT_GE(wakes.load(), 5);
   EXPECT_EQ(pool.stats().asking, 0);
+}
+
+// Generation 3's first ask names the first answers up to generation 1: it waits for generation
+// 1's first ask (though a thread is free), while an ask again (generation 4) waits for nothing.
+TEST(ProposalPool, AFirstAskWaitsForTheFirstAsksItNames) {
+  ProposalPool pool(4, nullptr);
+  Gate gate;
+  pool.submit(1, gate.work(1), true, 0);
+  pool.submit(2, gate.work(2), true, 0);
+  pool.submit(3, gate.work(3), true, 1);
+  pool.submit(4, gate.work(4));
+  std::this_thread::sleep_for(100ms);
+  {
+    std::lock_guard lock(gate.mu);
+    std::vector<std::int64_t> sorted = gate.started;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<std::int64_t>{1, 2, 4}));
+  }
+  EXPECT_EQ(pool.stats().queued, 1);
+  gate.release();
+  EXPECT_EQ(wait_finished(pool, 4).size(), 4u);
+  std::lock_guard lock(gate.mu);
+  ASSERT_EQ(gate.started.size(), 4u);
+  EXPECT_EQ(gate.started.back(), 3);
 }
 
 TEST(ProposalPool, RateLimitPausesNewAsksAndShrinksTheLimit) {

@@ -36,8 +36,10 @@ struct MutationContext {
   std::string meta_recommendations;
   std::string previous_error;             // why the last attempt at this generation failed
   // Single-knob changes of the parent ("kName = value") already evaluated when the proposal was
-  // prepared: a knob-only edit that repeats one is rejected and asked again, so the prompt names
-  // them (fixed at preparation, so a replayed run shows the same list).
+  // prepared, brought by the first answers of earlier concurrent proposals, or that broke the
+  // program in an earlier answer of this one: a knob-only edit that repeats one is rejected and
+  // asked again, so the prompt names them (each a function of recorded answers, so a replayed
+  // run shows the same list).
   std::vector<std::string> taken_knob_changes;
   std::mt19937_64* rng = nullptr;         // never null
 };

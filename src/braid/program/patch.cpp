@@ -211,7 +211,10 @@ PatchOutcome apply_full(const Program& parent, std::string_view patch) {
   }
   out.text = std::move(text);
   validate_child(parent, out);
-  if (!out.ok()) out.text.clear();
+  if (!out.ok()) {
+    out.rejected_text = std::move(out.text);
+    out.text.clear();
+  }
   return out;
 }
 

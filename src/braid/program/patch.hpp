@@ -33,9 +33,10 @@ std::string_view to_string(PatchType t);           // "diff", "full", "cross"
 std::optional<PatchType> patch_type_from(std::string_view s);
 
 struct PatchOutcome {
-  std::string text;   // child's full program text, when ok
-  std::string error;  // one readable paragraph for the next prompt, when not ok
-  int edits = 0;      // diff: number of SEARCH/REPLACE edits applied
+  std::string text;           // child's full program text, when ok
+  std::string error;          // one readable paragraph for the next prompt, when not ok
+  std::string rejected_text;  // when not ok: the patched text that failed validation, if it got that far
+  int edits = 0;              // diff: number of SEARCH/REPLACE edits applied
   bool ok() const { return error.empty(); }
 };
 

@@ -354,7 +354,10 @@ PatchOutcome apply_diff(const Program& parent, std::string_view patch) {
   out.text = std::move(text);
   out.edits = static_cast<int>(parsed.edits.size());
   validate_child(parent, out);
-  if (!out.ok()) out.text.clear();
+  if (!out.ok()) {
+    out.rejected_text = std::move(out.text);
+    out.text.clear();
+  }
   return out;
 }
 

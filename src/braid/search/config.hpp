@@ -44,6 +44,8 @@ struct SearchConfig {
   // LLM proposals asked at once (search/proposal_pool.hpp); 1 = one at a time. A proposal for
   // generation g is prepared once generation g - proposal_lag is indexed, so what its prompt
   // shows does not depend on timing; 0 = derived: max_parallel_jobs + 2 * max_parallel_proposals.
+  // Its first ask also waits for the first answers up to g - 2 * max_parallel_proposals, whose
+  // one-knob changes its prompt names as taken (search/proposal_builder.hpp).
   int max_parallel_proposals = 1;
   int proposal_lag = 0;
   int num_islands = 4;

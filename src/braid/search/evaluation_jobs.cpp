@@ -7,11 +7,11 @@
 namespace braid {
 
 void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
-                            std::function<void(ProgramRecord&)> follow_up) {
+                            std::function<void(ProgramRecord&)> follow_up, bool store) {
   ++evaluating_;
-  threads_[generation] = std::thread([this, evaluate = std::move(evaluate), follow_up = std::move(follow_up)] {
+  threads_[generation] = std::thread([this, evaluate = std::move(evaluate), follow_up = std::move(follow_up), store] {
     ProgramRecord rec = evaluate();
-    if (!discard_) db_.insert(rec);
+    if (store && !discard_) db_.insert(rec);
     {
       std::lock_guard lock(mutex_);
       --evaluating_;

@@ -33,8 +33,9 @@ class EvaluationJobs {
   // Runs `evaluate` on a thread of its own; the record it returns is stored (unless stopped),
   // its slot freed, then `follow_up` (when given, and not stopped) may add to it, and it is
   // handed back by wait().
+  // `store` false: an evaluation ahead of its candidate's turn, stored (or not) by the search.
   void launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
-              std::function<void(ProgramRecord&)> follow_up = {});
+              std::function<void(ProgramRecord&)> follow_up = {}, bool store = true);
   // Waits up to `timeout` for finished evaluations, a freed slot, or for `also` to hold; joins
   // the finished threads and returns their records in the order they finished.
   std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);

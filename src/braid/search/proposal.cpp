@@ -50,6 +50,17 @@ Proposal answer(PreparedProposal& p, const ProposalSteps& s) {
   }
 }
 
+// The parent's one-knob change ("kName = value") that turns it into `text`, if that is all it does.
+std::optional<std::string> one_knob_change(const Program& parent, const std::string& text) {
+  for (const auto& k : parent.knobs())
+    for (const auto& v : k.domain) {
+      if (v == k.value) continue;
+      EditResult e = with_knobs(parent, {{k.name, v}});
+      if (e.ok() && e.text == text) return k.name + " = " + v;
+    }
+  return std::nullopt;
+}
+
 }  // namespace
 
 namespace {
@@ -225,6 +236,13 @@ void ask(PreparedProposal& p, const ProposalSteps& s) {
     } else {
       out = apply_patch(*p.parent, prop.patch_type, prop.patch);
       if (!out.ok()) error = out.error;
+      // A one-knob change that broke the program (a braid:require) is named with the taken ones:
+      // asked the same again, a model would likely repeat it.
+      if (!out.ok() && !out.rejected_text.empty())
+        if (auto change = one_knob_change(*p.parent, out.rejected_text))
+          if (std::find(p.ctx.taken_knob_changes.begin(), p.ctx.taken_knob_changes.end(), *change) ==
+              p.ctx.taken_knob_changes.end())
+            p.ctx.taken_knob_changes.push_back(*change);
     }
     if (error.empty()) {
       Program child = Program::parse(out.text, "candidate");
@@ -267,8 +285,13 @@ bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std
 }
 
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed) {
-  ProgramRecord rec = std::move(*p.candidate);
+  ProgramRecord rec = candidate_record(p, run_seed);
   p.candidate.reset();
+  return rec;
+}
+
+ProgramRecord candidate_record(const PreparedProposal& p, std::uint64_t run_seed) {
+  ProgramRecord rec = *p.candidate;
   rec.patch_type = std::string(to_string(origin_of(p.last.patch_type)));
   rec.code_diff = p.last.patch;
   rec.parent_id = p.parent_rec.id;

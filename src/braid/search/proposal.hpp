@@ -1,7 +1,9 @@
 // One generation's proposal, in named steps:
 //   prepare (search thread, proposal_builder.cpp): plan, parent, inspirations, copied into a
 //       PreparedProposal at the moment generation g - lag is indexed;
-//   ask (any thread, proposal_pool.hpp): the mutator's answer -> patch applied -> novelty against
+//   ask (any thread, proposal_pool.hpp): [the first ask: the one-knob changes that the first
+//       answers of generations <= g - sibling_lag brought are named as taken, proposal_builder.hpp]
+//       the mutator's answer -> patch applied -> novelty against
 //       the population as it was when prepared (embedding similarity, the judge); patch and
 //       novelty failures are asked again here, 429s wait in the pool uncounted;
 //   settle (search thread, in generation order, proposal_builder.cpp): a knob-only edit is
@@ -102,6 +104,8 @@ bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std
 
 // The record of a generation: its accepted candidate, or a rejected one with every reason.
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed);
+// What accepted_record would return now, leaving p as it is.
+ProgramRecord candidate_record(const PreparedProposal& p, std::uint64_t run_seed);
 ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s);
 
 // The parent's one-knob changes ("kName = value", valid under its constraints) whose knob vector

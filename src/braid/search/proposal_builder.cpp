@@ -5,7 +5,8 @@
 
 namespace braid {
 
-ProposalBuilder::ProposalBuilder(ProposalContext ctx) : ctx_(std::move(ctx)) {
+ProposalBuilder::ProposalBuilder(ProposalContext ctx)
+    : ctx_(std::move(ctx)), sibling_lag_(2 * std::int64_t(std::max(1, ctx_.cfg.max_parallel_proposals))) {
   if (ctx_.mutator.remote()) pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
   steps_ = make_steps();
   // The mutator steers away from knob vectors already evaluated or in flight.
@@ -58,7 +59,7 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
                       ctx_.meta_recommendations};
   PreparedProposal& p = *(proposing_[g] = prepare_proposal(src, g));
   if (pool_) {
-    submit_ask(p);
+    submit_ask(p, true);
     return {};
   }
   std::optional<SettledProposal> out;
@@ -68,15 +69,44 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
   return {std::move(*out)};
 }
 
-void ProposalBuilder::submit_ask(PreparedProposal& p) {
+void ProposalBuilder::submit_ask(PreparedProposal& p, bool first) {
   PreparedProposal* raw = &p;  // lives in proposing_ (or dropped_) until the pool is gone
-  pool_->submit(p.generation, [this, raw] {
-    try {
-      ask(*raw, steps_);
-    } catch (...) {
-      raw->error = std::current_exception();
-    }
-  });
+  pool_->submit(
+      p.generation,
+      [this, raw, first] {
+        try {
+          if (first) name_sibling_changes(*raw);
+          ask(*raw, steps_);
+          if (first) note_first_answer(*raw);
+        } catch (...) {
+          raw->error = std::current_exception();
+        }
+      },
+      first, p.generation - sibling_lag_);
+}
+
+// Every first ask up to g - sibling_lag has returned (the pool's gate), so the names are the same
+// in a replay. Those already named (evaluated when prepared) are not repeated.
+void ProposalBuilder::name_sibling_changes(PreparedProposal& p) {
+  if (!p.parent) return;
+  std::set<std::string> keys;
+  {
+    std::lock_guard lock(first_mu_);
+    for (auto it = first_keys_.begin(); it != first_keys_.end() && it->first <= p.generation - sibling_lag_; ++it)
+      keys.insert(it->second);
+  }
+  if (keys.empty()) return;
+  auto& named = p.ctx.taken_knob_changes;
+  for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return keys.count(k) > 0; }))
+    if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(change);
+}
+
+// A knob-only first answer's vector is taken by the time a later generation settles: by this
+// one, or by an earlier one it repeated.
+void ProposalBuilder::note_first_answer(const PreparedProposal& p) {
+  if (p.cancelled || !p.candidate || !p.knob_only) return;
+  std::lock_guard lock(first_mu_);
+  first_keys_[p.generation] = p.candidate->knob_key;
 }
 
 // The search-thread step of an answered proposal: a knob-only edit must bring a knob vector
@@ -89,8 +119,11 @@ void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string&
   if (!p.parent) return;
   const std::int64_t g = p.generation;
   if (turn) {
-    p.ctx.taken_knob_changes =
-        taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    // Every vector taken before g, then what else was named (changes that broke the program).
+    auto named = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    for (auto& change : p.ctx.taken_knob_changes)
+      if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(std::move(change));
+    p.ctx.taken_knob_changes = std::move(named);
     return;
   }
   auto& named = p.ctx.taken_knob_changes;
@@ -156,6 +189,20 @@ std::vector<SettledProposal> ProposalBuilder::settle_answered() {
     }
   }
   return out;
+}
+
+// After settle_answered(), the answered proposals left are knob-only edits waiting for their turn.
+std::optional<ProgramRecord> ProposalBuilder::waiting_candidate(
+    const std::function<bool(std::int64_t g, const ProgramRecord& rec)>& skip) const {
+  for (std::int64_t g : asked_) {
+    auto it = proposing_.find(g);
+    if (it == proposing_.end()) continue;
+    const PreparedProposal& p = *it->second;
+    if (!p.candidate || !p.knob_only || p.exhausted || p.cancelled || p.error) continue;
+    ProgramRecord rec = candidate_record(p, ctx_.run_seed);
+    if (!skip(g, rec)) return rec;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::int64_t> ProposalBuilder::drop_all() {

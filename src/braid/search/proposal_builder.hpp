@@ -7,12 +7,18 @@
 // vector is already taken before its turn is asked again at once (those vectors only grow: it
 // would be taken at its turn too), so a duplicate does not wait for the generations before it.
 // The mutator's own `seen` test (Mutator::set_seen) asks the same gate.
+// Concurrent proposals from one parent would often bring the same change (their prompts see
+// the same population), so generation g's first ask waits for the first answers of the
+// generations up to g - sibling_lag (2 x max_parallel_proposals: by then they have nearly always
+// come) and its prompt names the parent's one-knob changes they brought as taken: a function of
+// answers a replay repeats, whatever their timing.
 // Search thread only; ask() runs on the pool's threads through thread-safe ProposalSteps.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -78,6 +84,11 @@ class ProposalBuilder {
   std::vector<std::int64_t> drop_all();
   // Generation g was indexed or dropped: its accepted knob vector is no longer pending here.
   void forget(std::int64_t g);
+  // The lowest answered knob-only candidate waiting for its turn (its vector not taken yet) that
+  // `skip` passes over, as it would be accepted: an idle evaluation slot may evaluate it ahead
+  // (search/runner.cpp). Its turn may still find the vector taken: the result is then unused.
+  std::optional<ProgramRecord> waiting_candidate(
+      const std::function<bool(std::int64_t g, const ProgramRecord& rec)>& skip) const;
   // Whether a candidate of a generation before g (indexed, or accepted and not yet indexed)
   // brought knob vector `key`.
   bool knob_key_taken(const std::string& key, std::int64_t g) const;
@@ -91,7 +102,11 @@ class ProposalBuilder {
 
  private:
   ProposalSteps make_steps();
-  void submit_ask(PreparedProposal& p);
+  void submit_ask(PreparedProposal& p, bool first = false);
+  // Pool threads: the one-knob changes of p's parent that the first answers of generations up to
+  // p.generation - sibling_lag_ brought are named in its prompt; p's own first answer is noted.
+  void name_sibling_changes(PreparedProposal& p);
+  void note_first_answer(const PreparedProposal& p);
   // `turn`: every generation before p's is settled. A knob-only edit out of turn is settled only
   // when its vector is already taken (it is then asked again at once: the vectors before it only
   // grow, so it would be taken at its turn too); otherwise `*waits` is set and nothing happens.
@@ -101,6 +116,9 @@ class ProposalBuilder {
   ProposalContext ctx_;
   ProposalSteps steps_;
   std::map<std::int64_t, std::string> pending_knob_keys_;  // accepted, not yet indexed: generation -> knob key
+  std::int64_t sibling_lag_ = 0;
+  std::mutex first_mu_;
+  std::map<std::int64_t, std::string> first_keys_;  // knob vector of a knob-only first answer, by generation
   std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing_;
   std::set<std::int64_t> asked_;                            // generations of proposing_ whose ask has returned
   std::vector<std::unique_ptr<PreparedProposal>> dropped_;  // may still be read by a pool thread

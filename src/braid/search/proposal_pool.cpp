@@ -23,25 +23,34 @@ ProposalPool::~ProposalPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ProposalPool::submit(std::int64_t generation, std::function<void()> work) {
+void ProposalPool::submit(std::int64_t generation, std::function<void()> work, bool first, std::int64_t after) {
   {
     std::lock_guard lock(mu_);
     if (cancelled_) return;
-    queue_[generation] = std::move(work);
+    queue_[generation] = Queued{std::move(work), first, after};
+    if (first) first_open_.insert(generation);
     submitted_[generation] = Clock::now();
   }
   cv_.notify_all();
 }
 
+// Lowest generation first: the search indexes in generation order, so it waits on those. A first
+// ask whose earlier first asks are still out waits (the lowest first ask out never does).
+std::map<std::int64_t, ProposalPool::Queued>::iterator ProposalPool::startable() {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it)
+    if (!it->second.first || first_open_.empty() || *first_open_.begin() > it->second.after) return it;
+  return queue_.end();
+}
+
 void ProposalPool::worker() {
   std::unique_lock lock(mu_);
   while (true) {
-    // Lowest generation first: the search indexes in generation order, so it waits on those.
-    cv_.wait(lock, [&] { return cancelled_ || (!queue_.empty() && running_ < limit_); });
+    cv_.wait(lock, [&] { return cancelled_ || (running_ < limit_ && startable() != queue_.end()); });
     if (cancelled_) return;
-    auto it = queue_.begin();
+    auto it = startable();
     const std::int64_t g = it->first;
-    auto work = std::move(it->second);
+    const bool first = it->second.first;
+    auto work = std::move(it->second.work);
     queue_.erase(it);
     ++running_;
     lock.unlock();
@@ -49,6 +58,7 @@ void ProposalPool::worker() {
     lock.lock();
     --running_;
     submitted_.erase(g);
+    if (first) first_open_.erase(g);  // later first asks may start
     if (!cancelled_) finished_.insert(g);
     cv_.notify_all();  // a slot is free
     if (wake_) {
@@ -76,6 +86,7 @@ void ProposalPool::cancel() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
     queue_.clear();
+    first_open_.clear();
     finished_.clear();
   }
   cv_.notify_all();

@@ -3,6 +3,8 @@
 //
 //   submit(g, work) -> a free thread runs work (lowest generation first, at most `limit` at once)
 //   -> finished(): the generations whose work returned, for the search thread to take up.
+// A generation's first work may wait for the first work of the generations up to `after` to
+// return (its prompt names their answers: search/proposal_builder.hpp).
 //
 // Rate limits: work that met a 429 calls rate_limited(); the pool then lets fewer asks run at
 // once (halved, regrown by one per answer) and holds every new ask until the server's
@@ -37,7 +39,10 @@ class ProposalPool {
   ProposalPool(const ProposalPool&) = delete;
   ProposalPool& operator=(const ProposalPool&) = delete;
 
-  void submit(std::int64_t generation, std::function<void()> work);
+  // `first`: generation's first work (its first ask); it starts only once the first work of
+  // every generation <= `after` submitted before it has returned. Later work (an ask again)
+  // waits for nothing.
+  void submit(std::int64_t generation, std::function<void()> work, bool first = false, std::int64_t after = 0);
   // Generations whose work has returned since the last call, ascending.
   std::vector<std::int64_t> take_finished();
   bool has_finished() const;
@@ -56,13 +61,21 @@ class ProposalPool {
 
  private:
   using Clock = std::chrono::steady_clock;
+  struct Queued {
+    std::function<void()> work;
+    bool first = false;
+    std::int64_t after = 0;
+  };
   void worker();
+  // The lowest queued work free to start (queue_.end() if none); mu_ held.
+  std::map<std::int64_t, Queued>::iterator startable();
 
   const int max_parallel_;
   std::function<void()> wake_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::int64_t, std::function<void()>> queue_;  // by generation
+  std::map<std::int64_t, Queued> queue_;                 // by generation
+  std::set<std::int64_t> first_open_;                    // generations whose first work has not returned
   std::map<std::int64_t, Clock::time_point> submitted_;   // queued or running
   std::set<std::int64_t> finished_;
   int running_ = 0;

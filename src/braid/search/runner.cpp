@@ -84,7 +84,13 @@ struct EvolutionRunner::Impl {
   std::set<std::int64_t> in_flight;
   std::map<std::int64_t, ProgramRecord> ready;      // accepted, waiting for an evaluation slot
   std::map<std::int64_t, ProgramRecord> completed;  // stored in the database, not yet indexed
-  std::int64_t next_generation = 1;                 // the lowest generation perhaps not proposed yet
+  // Knob-only candidates waiting for their turn are evaluated ahead by otherwise idle slots, so
+  // that the generations after a slow one are ready to index when it settles. Such a result is
+  // kept here, not stored, until its candidate is accepted at its turn (a kill -9 meanwhile loses
+  // only what a proposal not yet settled loses); a candidate asked again at its turn drops it.
+  std::set<std::int64_t> ahead_running;              // evaluations ahead of turn still running
+  std::map<std::int64_t, ProgramRecord> ahead_done;  // their results, by generation
+  std::int64_t next_generation = 1;                  // the lowest generation perhaps not proposed yet
   std::int64_t last_migration_at = 0;
 
   MetaJournal meta;
@@ -204,6 +210,7 @@ struct EvolutionRunner::Impl {
       switch (s.kind) {
         case SettledProposal::Kind::Dropped: forget_pending(g); continue;
         case SettledProposal::Kind::Rejected:
+          drop_ahead(g);
           db.insert(s.record);
           completed.emplace(g, std::move(s.record));
           break;
@@ -223,6 +230,7 @@ struct EvolutionRunner::Impl {
 
   void forget_pending(std::int64_t g) {
     in_flight.erase(g);
+    drop_ahead(g);
     if (proposals) proposals->forget(g);
   }
 
@@ -237,6 +245,12 @@ struct EvolutionRunner::Impl {
 
   void collect(ProgramRecord rec) {
     const std::int64_t g = rec.generation;
+    if (ahead_running.erase(g)) {
+      if (!jobs.stopped() && in_flight.count(g)) ahead_done[g] = std::move(rec);
+      else remove_work_dir(g);
+      launch_ready();
+      return;
+    }
     if (jobs.stopped()) {  // we killed it on stop: not a result
       forget_pending(g);
       return;
@@ -458,12 +472,28 @@ struct EvolutionRunner::Impl {
   }
 
   // Accepted candidates start their evaluation, lowest generation first, while fewer than
-  // max_parallel_jobs run.
+  // max_parallel_jobs run; one evaluated ahead of its turn is stored at once (then its feedback
+  // is asked), one whose evaluation ahead still runs waits for it. Slots left idle evaluate
+  // waiting knob-only candidates ahead.
   void launch_ready() {
-    while (!ready.empty() && std::int64_t(jobs.running()) < cfg.max_parallel_jobs) {
-      ProgramRecord candidate = std::move(ready.begin()->second);
-      ready.erase(ready.begin());
-      const std::int64_t g = candidate.generation;
+    for (auto it = ready.begin(); it != ready.end();) {
+      const std::int64_t g = it->first;
+      auto ahead = ahead_done.find(g);
+      const bool evaluated = ahead != ahead_done.end() && ahead->second.code == it->second.code;
+      if (ahead_running.count(g) || (!evaluated && std::int64_t(jobs.running()) >= cfg.max_parallel_jobs)) {
+        ++it;
+        continue;
+      }
+      ProgramRecord candidate = std::move(evaluated ? ahead->second : it->second);
+      if (ahead != ahead_done.end()) ahead_done.erase(ahead);
+      it = ready.erase(it);
+      if (evaluated) {
+        log::info("gen {} was evaluated ahead of its turn", g);
+        jobs.launch(
+            g, [rec = std::move(candidate)]() mutable { return std::move(rec); },
+            [this](ProgramRecord& rec) { add_feedback(rec); });
+        continue;
+      }
       auto dir = work_dir_for(g, candidate.island_idx, false);
       jobs.launch(
           g,
@@ -472,6 +502,38 @@ struct EvolutionRunner::Impl {
             return std::move(rec);
           },
           [this](ProgramRecord& rec) { add_feedback(rec); });
+    }
+    evaluate_ahead();
+  }
+
+  // An evaluation ahead whose generation was rejected or dropped: its folder goes too.
+  void drop_ahead(std::int64_t g) {
+    if (ahead_done.erase(g)) remove_work_dir(g);
+  }
+
+  void remove_work_dir(std::int64_t g) {
+    std::error_code ec;
+    std::filesystem::remove_all(results / fmt::format("gen_{}", g), ec);
+  }
+
+  void evaluate_ahead() {
+    if (!proposals || stopping()) return;
+    while (ready.empty() && std::int64_t(jobs.running()) < cfg.max_parallel_jobs) {
+      auto candidate = proposals->waiting_candidate([this](std::int64_t g, const ProgramRecord& rec) {
+        auto done = ahead_done.find(g);
+        return ahead_running.count(g) > 0 || (done != ahead_done.end() && done->second.code == rec.code);
+      });
+      if (!candidate) return;
+      const std::int64_t g = candidate->generation;
+      ahead_running.insert(g);
+      auto dir = work_dir_for(g, candidate->island_idx, false);
+      jobs.launch(
+          g,
+          [this, rec = std::move(*candidate), dir]() mutable {
+            evaluate_into(rec, dir);
+            return std::move(rec);
+          },
+          {}, false);
     }
   }
 
