@@ -11,6 +11,7 @@
 #include "braid/program/origin.hpp"
 #include "braid/program/program.hpp"
 #include "braid/search/activity_file.hpp"
+#include "braid/search/ahead_evaluations.hpp"
 #include "braid/search/archive.hpp"
 #include "braid/search/confirmation.hpp"
 #include "braid/search/evaluation_jobs.hpp"
@@ -23,6 +24,7 @@
 #include "braid/search/proposal_builder.hpp"
 #include "braid/search/remeasure.hpp"
 #include "braid/search/schedule.hpp"
+#include "braid/search/seed_programs.hpp"
 #include "braid/search/selection.hpp"
 #include "braid/search/shared_database.hpp"
 #include "braid/util/clock.hpp"
@@ -84,13 +86,8 @@ struct EvolutionRunner::Impl {
   std::set<std::int64_t> in_flight;
   std::map<std::int64_t, ProgramRecord> ready;      // accepted, waiting for an evaluation slot
   std::map<std::int64_t, ProgramRecord> completed;  // stored in the database, not yet indexed
-  // Knob-only candidates waiting for their turn are evaluated ahead by otherwise idle slots, so
-  // that the generations after a slow one are ready to index when it settles. Such a result is
-  // kept here, not stored, until its candidate is accepted at its turn (a kill -9 meanwhile loses
-  // only what a proposal not yet settled loses); a candidate asked again at its turn drops it.
-  std::set<std::int64_t> ahead_running;              // evaluations ahead of turn still running
-  std::map<std::int64_t, ProgramRecord> ahead_done;  // their results, by generation
-  std::int64_t next_generation = 1;                  // the lowest generation perhaps not proposed yet
+  AheadEvaluations ahead{results};                  // knob-only candidates evaluated before their turn
+  std::int64_t next_generation = 1;                 // the lowest generation perhaps not proposed yet
   std::int64_t last_migration_at = 0;
 
   MetaJournal meta;
@@ -210,7 +207,7 @@ struct EvolutionRunner::Impl {
       switch (s.kind) {
         case SettledProposal::Kind::Dropped: forget_pending(g); continue;
         case SettledProposal::Kind::Rejected:
-          drop_ahead(g);
+          ahead.drop(g);
           db.insert(s.record);
           completed.emplace(g, std::move(s.record));
           break;
@@ -230,7 +227,7 @@ struct EvolutionRunner::Impl {
 
   void forget_pending(std::int64_t g) {
     in_flight.erase(g);
-    drop_ahead(g);
+    ahead.drop(g);
     if (proposals) proposals->forget(g);
   }
 
@@ -245,9 +242,7 @@ struct EvolutionRunner::Impl {
 
   void collect(ProgramRecord rec) {
     const std::int64_t g = rec.generation;
-    if (ahead_running.erase(g)) {
-      if (!jobs.stopped() && in_flight.count(g)) ahead_done[g] = std::move(rec);
-      else remove_work_dir(g);
+    if (ahead.finish(g, rec, !jobs.stopped() && in_flight.count(g))) {
       launch_ready();
       return;
     }
@@ -478,27 +473,20 @@ struct EvolutionRunner::Impl {
   void launch_ready() {
     for (auto it = ready.begin(); it != ready.end();) {
       const std::int64_t g = it->first;
-      auto ahead = ahead_done.find(g);
-      const bool evaluated = ahead != ahead_done.end() && ahead->second.code == it->second.code;
-      if (ahead_running.count(g) || (!evaluated && std::int64_t(jobs.running()) >= cfg.max_parallel_jobs)) {
+      const bool evaluated = ahead.has_result(g, it->second.code);
+      if (ahead.running(g) || (!evaluated && std::int64_t(jobs.running()) >= cfg.max_parallel_jobs)) {
         ++it;
         continue;
       }
-      ProgramRecord candidate = std::move(evaluated ? ahead->second : it->second);
-      if (ahead != ahead_done.end()) ahead_done.erase(ahead);
+      std::optional<ProgramRecord> early = ahead.take(g, it->second.code);
+      ProgramRecord candidate = std::move(early ? *early : it->second);
       it = ready.erase(it);
-      if (evaluated) {
-        log::info("gen {} was evaluated ahead of its turn", g);
-        jobs.launch(
-            g, [rec = std::move(candidate)]() mutable { return std::move(rec); },
-            [this](ProgramRecord& rec) { add_feedback(rec); });
-        continue;
-      }
-      auto dir = work_dir_for(g, candidate.island_idx, false);
+      if (evaluated) log::info("gen {} was evaluated ahead of its turn", g);
+      auto dir = evaluated ? std::filesystem::path() : work_dir_for(g, candidate.island_idx, false);
       jobs.launch(
           g,
-          [this, rec = std::move(candidate), dir]() mutable {
-            evaluate_into(rec, dir);
+          [this, rec = std::move(candidate), dir, evaluated]() mutable {
+            if (!evaluated) evaluate_into(rec, dir);
             return std::move(rec);
           },
           [this](ProgramRecord& rec) { add_feedback(rec); });
@@ -506,26 +494,14 @@ struct EvolutionRunner::Impl {
     evaluate_ahead();
   }
 
-  // An evaluation ahead whose generation was rejected or dropped: its folder goes too.
-  void drop_ahead(std::int64_t g) {
-    if (ahead_done.erase(g)) remove_work_dir(g);
-  }
-
-  void remove_work_dir(std::int64_t g) {
-    std::error_code ec;
-    std::filesystem::remove_all(results / fmt::format("gen_{}", g), ec);
-  }
-
   void evaluate_ahead() {
     if (!proposals || stopping()) return;
     while (ready.empty() && std::int64_t(jobs.running()) < cfg.max_parallel_jobs) {
-      auto candidate = proposals->waiting_candidate([this](std::int64_t g, const ProgramRecord& rec) {
-        auto done = ahead_done.find(g);
-        return ahead_running.count(g) > 0 || (done != ahead_done.end() && done->second.code == rec.code);
-      });
+      auto candidate = proposals->waiting_candidate(
+          [this](std::int64_t g, const ProgramRecord& rec) { return ahead.covers(g, rec.code); });
       if (!candidate) return;
       const std::int64_t g = candidate->generation;
-      ahead_running.insert(g);
+      ahead.start(g);
       auto dir = work_dir_for(g, candidate->island_idx, false);
       jobs.launch(
           g,
@@ -539,20 +515,8 @@ struct EvolutionRunner::Impl {
 
   // ---- seeds ----
   void ensure_seeds() {
-    std::map<std::string, std::pair<std::string, std::vector<int>>> by_text;  // text -> (origin, islands)
-    for (int i : runnable_islands) {
-      if (!seed_ids[std::size_t(i)].empty()) continue;
-      std::filesystem::path path = parts.workload.program;
-      if (!cfg.init_program_paths_per_island.empty())
-        path = parts.workload.dir / cfg.init_program_paths_per_island[std::size_t(i)];
-      auto text = try_read_file(path);
-      if (!text) throw UserError(path.string(), "cannot read seed program");
-      auto& entry = by_text[*text];
-      entry.first = path.string();
-      entry.second.push_back(i);
-    }
-    for (auto& [text, v] : by_text) {
-      auto& [origin, islands] = v;
+    for (auto& [text, seed] : seed_programs(cfg, parts.workload, runnable_islands, seed_ids)) {
+      const auto& [origin, islands] = seed;
       ProgramRecord rec = base_record(text, 0, islands.front());
       rec.patch_type = std::string(to_string(Origin::Seed));
       rec.model = "seed";
@@ -567,23 +531,12 @@ struct EvolutionRunner::Impl {
         store(copy);
         seed_ids[std::size_t(island)] = copy.id;
       }
-      if (!rec.correct) throw_seed_failed(origin, rec);
+      if (!rec.correct) throw_seed_failed(origin, rec, results);
     }
     // A resumed run whose seed failed has nothing to evolve either.
     for (const auto& id : seed_ids)
       if (const auto* s = id.empty() ? nullptr : pop.find(id); s && !s->correct)
-        if (auto r = db.get(id)) throw_seed_failed(parts.workload.program.string(), *r);
-  }
-
-  // A seed that fails leaves nothing to evolve: the run stops at once with the seed's own error.
-  [[noreturn]] void throw_seed_failed(const std::string& origin, const ProgramRecord& rec) {
-    std::string error = rec.error_text;
-    if (error.size() > 2000) error = error.substr(0, 2000) + "\n...";
-    throw UserError(
-        origin, fmt::format("the seed program failed its evaluation ({}): {}\n(work folder: {}; fix the program and "
-                            "start a new run)",
-                            to_string(rec.failure), error.empty() ? "no diagnostics" : error,
-                            (results / fmt::format("gen_0_island_{}", rec.island_idx)).string()));
+        if (auto r = db.get(id)) throw_seed_failed(parts.workload.program.string(), *r, results);
   }
 
   // ---- proposals (search/proposal_builder.hpp) ----
@@ -624,21 +577,7 @@ struct EvolutionRunner::Impl {
     db.set_meta("last_migration_at", std::to_string(done));
   }
 
-  void find_runnable_islands() {
-    runnable_islands.clear();
-    std::string skipped;
-    for (int i = 0; i < cfg.num_islands; ++i) {
-      std::string why;
-      if (!parts.island_runnable || parts.island_runnable(i, &why)) {
-        runnable_islands.push_back(i);
-      } else {
-        log::warn("island {} skipped: {}", i, why);
-        skipped += fmt::format("{}island {} skipped ({})", skipped.empty() ? "" : "; ", i, why);
-      }
-    }
-    if (runnable_islands.empty()) throw UserError("", "no island can run on this machine: " + skipped);
-    islands_note = skipped;
-  }
+  void find_runnable_islands() { runnable_islands = braid::runnable_islands(cfg, parts.island_runnable, islands_note); }
 };
 
 EvolutionRunner::EvolutionRunner(std::filesystem::path results_dir, ProgramDatabase& db, RunnerParts parts)
