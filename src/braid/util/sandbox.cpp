@@ -173,16 +173,11 @@ void plan_mounts(PlanData& d, const SandboxPolicy& policy, const std::filesystem
 void plan_limits(PlanData& d, const SandboxPolicy& policy, const SandboxSupport& support) {
   d.memory_bytes = policy.memory_bytes;
   static std::atomic<unsigned> sequence{0};
+  auto group_name = [] { return fmt::format("braid-{}-{}", ::getpid(), sequence++); };
   if (policy.resident_bytes > 0 && ::geteuid() == 0 && support.memory_cgroup) {
-    d.memory_cgroup_dir = memory_cgroup_parent() + fmt::format("/braid-{}-{}", ::getpid(), sequence++);
-    if (::mkdir(d.memory_cgroup_dir.c_str(), 0755) == 0 &&
-        write_proc_file(memory_limit_file(d.memory_cgroup_dir).c_str(),
-                        std::to_string(policy.resident_bytes).c_str())) {
-      d.memory_cgroup_procs = d.memory_cgroup_dir + "/cgroup.procs";
-    } else {
-      ::rmdir(d.memory_cgroup_dir.c_str());
-      d.memory_cgroup_dir.clear();
-    }
+    d.memory_cgroup_dir =
+        make_limited_cgroup(memory_cgroup_parent(), "memory", group_name(), std::to_string(policy.resident_bytes));
+    if (!d.memory_cgroup_dir.empty()) d.memory_cgroup_procs = d.memory_cgroup_dir + "/cgroup.procs";
   }
   // Files in the private /tmp are memory: bounded like the candidate's address space.
   d.tmp_options =
@@ -195,14 +190,8 @@ void plan_limits(PlanData& d, const SandboxPolicy& policy, const SandboxSupport&
   d.nproc_rlimit = ::geteuid() != 0;
   if (d.nproc_rlimit && !d.namespaces) d.max_processes += static_cast<rlim_t>(tasks_of_this_user());
   if (::geteuid() != 0 || !support.pids_cgroup) return;
-  d.cgroup_dir = pids_cgroup_parent() + fmt::format("/braid-{}-{}", ::getpid(), sequence++);
-  if (::mkdir(d.cgroup_dir.c_str(), 0755) == 0 &&
-      write_proc_file((d.cgroup_dir + "/pids.max").c_str(), std::to_string(policy.max_processes).c_str())) {
-    d.cgroup_procs = d.cgroup_dir + "/cgroup.procs";
-  } else {
-    ::rmdir(d.cgroup_dir.c_str());
-    d.cgroup_dir.clear();
-  }
+  d.cgroup_dir = make_limited_cgroup(pids_cgroup_parent(), "pids", group_name(), std::to_string(policy.max_processes));
+  if (!d.cgroup_dir.empty()) d.cgroup_procs = d.cgroup_dir + "/cgroup.procs";
 }
 
 // The level in force, with the reason for every layer left out.

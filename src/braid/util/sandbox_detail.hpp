@@ -115,8 +115,10 @@ bool write_proc_file(const char* path, const char* text);
 // ("" if none).
 std::string& pids_cgroup_parent();
 std::string& memory_cgroup_parent();
-// The file of a memory cgroup that holds its limit: cgroup v2's memory.max, else v1's.
-std::string memory_limit_file(const std::string& group);
+// A new group `name` under `parent` in the `controller` ("pids" or "memory") hierarchy, holding
+// `limit`; "" (nothing left behind, errno kept) when it cannot be made.
+std::string make_limited_cgroup(const std::string& parent, const std::string& controller, const std::string& name,
+                                const std::string& limit);
 
 }  // namespace sandbox_detail
 

@@ -34,8 +34,19 @@ std::string& memory_cgroup_parent() {
   static std::string parent;
   return parent;
 }
-std::string memory_limit_file(const std::string& group) {
-  return group + (std::filesystem::exists(group + "/memory.max") ? "/memory.max" : "/memory.limit_in_bytes");
+std::string make_limited_cgroup(const std::string& parent, const std::string& controller, const std::string& name,
+                                const std::string& limit) {
+  const std::string group = parent + "/" + name;
+  if (::mkdir(group.c_str(), 0755) != 0) return {};
+  // pids.max in v1 and v2; memory.max in v2, memory.limit_in_bytes in v1.
+  std::string file = group + "/pids.max";
+  if (controller == "memory")
+    file = group + (std::filesystem::exists(group + "/memory.max") ? "/memory.max" : "/memory.limit_in_bytes");
+  if (write_proc_file(file.c_str(), limit.c_str())) return group;
+  const int saved = errno;
+  ::rmdir(group.c_str());
+  errno = saved;
+  return {};
 }
 
 }  // namespace sandbox_detail
@@ -158,48 +169,25 @@ std::string find_cgroup_parent(const std::string& controller) {
   return {};
 }
 
-void probe_pids_cgroup(SandboxSupport& s) {
-  if (::geteuid() != 0) return;  // RLIMIT_NPROC in the user namespace binds non-root users
-  std::string parent = find_cgroup_parent("pids");
-  if (parent.empty()) {
-    s.notes += "no pids cgroup; ";
-    return;
-  }
-  const std::string dir = parent + fmt::format("/braid-probe-{}", ::getpid());
-  if (::mkdir(dir.c_str(), 0755) != 0) {
-    s.notes += fmt::format("pids cgroup not writable ({}); ", std::strerror(errno));
-    return;
-  }
-  bool ok = write_proc_file((dir + "/pids.max").c_str(), "64");
-  ::rmdir(dir.c_str());
-  if (!ok) {
-    s.notes += "pids cgroup has no pids.max; ";
-    return;
-  }
-  s.pids_cgroup = true;
-  pids_cgroup_parent() = parent;
-}
-
-void probe_memory_cgroup(SandboxSupport& s) {
+// A pids or memory cgroup braid (as root) may make groups in: one made and removed again. For
+// pids, RLIMIT_NPROC in the user namespace binds non-root users instead.
+void probe_cgroup(const std::string& controller, const char* probe_limit, bool& supported, std::string& parent_out,
+                  SandboxSupport& s) {
   if (::geteuid() != 0) return;
-  std::string parent = find_cgroup_parent("memory");
+  const std::string parent = find_cgroup_parent(controller);
   if (parent.empty()) {
-    s.notes += "no memory cgroup; ";
+    s.notes += "no " + controller + " cgroup; ";
     return;
   }
-  const std::string dir = parent + fmt::format("/braid-probe-mem-{}", ::getpid());
-  if (::mkdir(dir.c_str(), 0755) != 0) {
-    s.notes += fmt::format("memory cgroup not writable ({}); ", std::strerror(errno));
+  const std::string dir =
+      make_limited_cgroup(parent, controller, fmt::format("braid-probe-{}-{}", controller, ::getpid()), probe_limit);
+  if (dir.empty()) {
+    s.notes += fmt::format("{} cgroup not writable or takes no limit ({}); ", controller, std::strerror(errno));
     return;
   }
-  bool ok = write_proc_file(memory_limit_file(dir).c_str(), "1073741824");
   ::rmdir(dir.c_str());
-  if (!ok) {
-    s.notes += "memory cgroup takes no limit; ";
-    return;
-  }
-  s.memory_cgroup = true;
-  memory_cgroup_parent() = parent;
+  supported = true;
+  parent_out = parent;
 }
 
 }  // namespace
@@ -210,8 +198,8 @@ const SandboxSupport& sandbox_support() {
     s.landlock_abi = landlock_abi_now();
     if (s.landlock_abi == 0) s.notes += "no Landlock (kernel without it, or not in the lsm= list); ";
     probe_namespaces(s);
-    probe_pids_cgroup(s);
-    probe_memory_cgroup(s);
+    probe_cgroup("pids", "64", s.pids_cgroup, pids_cgroup_parent(), s);
+    probe_cgroup("memory", "1073741824", s.memory_cgroup, memory_cgroup_parent(), s);
     while (!s.notes.empty() && (s.notes.back() == ' ' || s.notes.back() == ';')) s.notes.pop_back();
     return s;
   }();
