@@ -92,6 +92,20 @@ std::filesystem::path write_config(const std::filesystem::path& root, int genera
 
 const std::filesystem::path kWorkload = std::filesystem::path(BRAID_SOURCE_DIR) / "examples" / "matmul_cpu";
 
+// Replays `run1` (its answers and evaluations) into `run2` and expects every stored program again,
+// field for field.
+void expect_replay_identical(const std::filesystem::path& config, const std::filesystem::path& run1,
+                             const std::filesystem::path& run2, const std::string& seed) {
+  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
+                                 "--seed", seed, "--llm", "replay:" + run1.string(), "--replay-evals"});
+  ASSERT_EQ(second.code, 0) << second.output;
+  const std::string sql =
+      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
+  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
+}
+
 TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   LoopbackLlmServer server;
   SlowModel model;
@@ -107,16 +121,9 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 10);
 
   const std::size_t served = server.request_count();
-  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
-                                 "--seed", "5", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  expect_replay_identical(config, run1, run2, "5");
   ::unsetenv("OPENAI_API_KEY");
-  ASSERT_EQ(second.code, 0) << second.output;
   EXPECT_EQ(server.request_count(), served);  // no network
-  const std::string sql =
-      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
-  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 
@@ -143,15 +150,8 @@ TEST(ConcurrentProposals, CandidatesWaitingForTheirTurnAreEvaluatedAheadAndRepla
   EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(*) " + kChildren), 6);
   EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 6);
 
-  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
-                                 "--seed", "3", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  expect_replay_identical(config, run1, run2, "3");
   ::unsetenv("OPENAI_API_KEY");
-  ASSERT_EQ(second.code, 0) << second.output;
-  const std::string sql =
-      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
-  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
 
@@ -200,16 +200,9 @@ TEST(ConcurrentProposals, ASlowMetaSummaryDoesNotStallTheSearchAndReplaysIdentic
   EXPECT_TRUE(std::filesystem::exists(run1 / "meta_8.txt"));  // the last, still out at the end, is written too
 
   const std::size_t served = server.request_count();
-  auto second = test::run_braid({"evolve", kWorkload.string(), "--config", config.string(), "--results", run2.string(),
-                                 "--seed", "6", "--llm", "replay:" + run1.string(), "--replay-evals"});
+  expect_replay_identical(config, run1, run2, "6");
   ::unsetenv("OPENAI_API_KEY");
-  ASSERT_EQ(second.code, 0) << second.output;
   EXPECT_EQ(server.request_count(), served);  // no network
-  const std::string sql =
-      "SELECT id, code, patch_type, failure_kind, combined_score, parent_id FROM programs ORDER BY generation, id";
-  auto a = rows(run1 / "evolution.db", sql), b = rows(run2 / "evolution.db", sql);
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
   EXPECT_EQ(read_file(run1 / "meta_memory.json"), read_file(run2 / "meta_memory.json"));
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root);
 }
