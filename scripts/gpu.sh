@@ -1085,6 +1085,7 @@ cmd_scale() {
   export LD_LIBRARY_PATH
   [ -f "$scale_wl/workload.yaml" ] || die "--workload $scale_wl: no workload.yaml there"
   case $excl in true | false) ;; *) die "--exclusive $excl: true or false" ;; esac
+  for g in $gpu_counts $ranks $secs $jpl; do [[ $g =~ ^[1-9][0-9]*$ ]] || die "scale: '$g' is not a positive whole number (--gpu-counts, --ranks, --seconds, --jobs-per-lease)"; done
   # The workload's parent is copied whole: includes such as ../common stay valid.
   wl_parent=$(cd "$scale_wl/.." && pwd) wl_name=$(basename "$scale_wl")
   fresh_dir "$out/workload"

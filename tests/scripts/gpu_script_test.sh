@@ -89,6 +89,8 @@ scale=$(run)
 expect "scale: one run per GPU count that takes whole leases" "$(echo "$scale" | grep -cE 'CUDA_VISIBLE_DEVICES=(0.,1|0.,1.,2.,3) /bin/true evolve .*/workload/gemm_allgather')" 2
 expect "scale: G=1 skipped at 2 ranks, 8 beyond the machine" "$(echo "$scale" | grep -cE 'G=(1|8): skipped')" 2
 expect "scale: jobs per lease times leases" "$(echo "$scale" | grep -cE 'run-g2 --ranks 2 -j 3|run-g4 --ranks 2 -j 6')" 2
+gpu bash "$src/scripts/gpu.sh" scale --dry-run --gpu-counts "1 two" --braid /bin/true --out "$out" >/dev/null 2>&1
+expect "scale: a count that is no number: exit 2" $? 2
 # The table from stored runs: two databases as braid writes them (only the columns read).
 mkdir -p "$tmp/s1" "$tmp/s2"
 for d in s1 s2; do
