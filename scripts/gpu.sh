@@ -44,7 +44,7 @@ limit() { limit_names+=("$1"); limit_defaults+=("$2"); }
 common_opts() {  # default output folder
   opt --out out OUT "$1" "logs and results"
   switch --dry-run dry BRAID_GPU_DRY_RUN "print what would run; run nothing"
-  opt --gpus dry_gpus BRAID_GPU_DRY_GPUS 2 "GPUs a dry run assumes (a real run counts nvidia-smi -L)"
+  opt --gpus dry_gpus BRAID_GPU_DRY_GPUS 2 "GPUs a dry run assumes (a real run counts CUDA_VISIBLE_DEVICES, else nvidia-smi -L)"
   list --timeout timeouts BRAID_GPU_TIMEOUTS "NAME=SECONDS (repeat, or comma-separated): the time limits below"
 }
 
@@ -164,7 +164,16 @@ make_dir() { [ "$dry" = 1 ] || mkdir -p "$@"; }
 fresh_dir() { [ "$dry" = 1 ] || { rm -rf "$1" && mkdir -p "$1"; }; }
 since() { echo "$(($(date +%s) - $1))s"; }
 
-gpu_count() { if [ "$dry" = 1 ]; then echo "$dry_gpus"; else nvidia-smi -L 2>/dev/null | grep -c '^GPU'; fi; }
+# The GPUs this run may use: CUDA_VISIBLE_DEVICES's entries where it is set (a machine shared out by
+# GPU), else every GPU nvidia-smi lists (nvidia-smi itself ignores CUDA_VISIBLE_DEVICES).
+gpu_count() {
+  if [ "$dry" = 1 ]; then echo "$dry_gpus"; return; fi
+  local all; all=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    local -a names; IFS=, read -r -a names <<<"$CUDA_VISIBLE_DEVICES"
+    echo $((${#names[@]} < all ? ${#names[@]} : all))
+  else echo "$all"; fi
+}
 # Ranks for one rank per GPU: rounded down to 2, 4 or 8 (the gemm_allgather sizes split evenly over
 # those only; 8 is the LSA limit of the primitives).
 ranks_for() { echo $(($1 >= 8 ? 8 : $1 >= 4 ? 4 : 2)); }
