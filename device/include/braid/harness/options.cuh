@@ -2,6 +2,7 @@
 // Part of braid/harness.cuh, whose contract applies.
 #pragma once
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,10 +38,22 @@ inline Options parse_options(int argc, char** argv) {
     if (i + 1 >= argc) fail(std::string(flag) + " needs a value");
     return argv[++i];
   };
+  // Out of range is an error, not a clamp: a clamped --seed would give every large seed the same
+  // inputs (and a record whose seed is not the one braid passed).
   auto to_int = [&](const std::string& v, const char* flag) -> long long {
     char* end = nullptr;
+    errno = 0;
     const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0') fail(std::string(flag) + " expects an integer, got '" + v + "'");
+    if (v.empty() || *end != '\0' || errno == ERANGE) fail(std::string(flag) + " expects an integer, got '" + v + "'");
+    return x;
+  };
+  // Seeds are any uint64 (braid draws them over the whole range).
+  auto to_seed = [&](const std::string& v) -> uint64_t {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] == '-' || *end != '\0' || errno == ERANGE)
+      fail("--seed expects an integer in [0, 2^64), got '" + v + "'");
     return x;
   };
   auto to_double = [&](const std::string& v, const char* flag) -> double {
@@ -55,8 +68,9 @@ inline Options parse_options(int argc, char** argv) {
     if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = a.substr(eq + 1);
       a = a.substr(0, eq);
-    } else if (a == "--mode" || a == "--size" || a == "--sizes" || a == "--seed" || a == "--rtol" || a == "--atol" || a == "--warmup" ||
-               a == "--iters" || a == "--input_sets" || a == "--results_dir" || a == "--program_path") {
+    } else if (a == "--mode" || a == "--size" || a == "--sizes" || a == "--seed" || a == "--rtol" || a == "--atol" ||
+               a == "--warmup" || a == "--iters" || a == "--input_sets" || a == "--results_dir" ||
+               a == "--program_path") {
       value = need(i, a.c_str());
     }
     if (a == "--mode") {
@@ -75,7 +89,7 @@ inline Options parse_options(int argc, char** argv) {
         p = c + 1;
       }
     } else if (a == "--seed") {
-      o.seed = (uint64_t)to_int(value, "--seed");
+      o.seed = to_seed(value);
     } else if (a == "--rtol" || a == "--atol") {
       // A non-finite or negative tolerance would let anything (or nothing) pass.
       const double x = to_double(value, a.c_str());
