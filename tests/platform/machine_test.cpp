@@ -176,5 +176,27 @@ TEST(DeviceHeaders, HostToDeviceCopiesAreStreamOrdered) {
   EXPECT_GT(headers, 10);
 }
 
+// Converted programs may make their communicator non-blocking (ncclConfig_t.blocking = 0): each
+// call the converted runtime makes on it must wait for ncclInProgress to end (settled()), or the
+// next call is refused (seen on a GPU: ncclCommWindowRegister "invalid argument").
+TEST(DeviceHeaders, ConvertedRuntimeWaitsOnNonBlockingCommunicators) {
+  const fs::path converted = fs::path(BRAID_SOURCE_DIR) / "device" / "include" / "braid" / "converted";
+  int calls = 0;
+  for (const auto& e : fs::directory_iterator(converted)) {
+    if (e.path().extension() != ".cuh") continue;
+    std::istringstream in(read_file(e.path()));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      for (const char* call :
+           {"ncclCommWindowRegister(", "ncclCommWindowDeregister(", "ncclDevCommCreate(", "ncclDevCommDestroy("}) {
+        if (line.find(call) == std::string::npos || line.find("release_harness") != std::string::npos) continue;
+        if (e.path().filename() == "prelude_harness.cuh") continue;  // the harness's blocking communicator
+        ++calls;
+        EXPECT_NE(line.find("settled("), std::string::npos) << e.path().filename().string() << ":" << n << ": " << line;
+      }
+  }
+  EXPECT_GE(calls, 7);
+}
+
 }  // namespace
 }  // namespace braid

@@ -234,6 +234,12 @@ int main(int argc, char** argv) {
     const size_t nelem[] = {model.param_elements[0], model.param_elements[1], model.param_elements[2], model.param_elements[3]};
     multi_gpu_async_reduce_gradient(pointers, nelem, &multi_gpu_config, main_stream);
     adamw_kernel<<<128, 256, 0, main_stream>>>((floatX*)model.params_memory, (floatX*)model.grads_memory, model.num_parameters, 1e-3f);
+    // The gather reads the updated shards on nccl_stream: it waits for the update (without this
+    // wait the program races, and its output depends on which stream runs first).
+#ifdef MULTI_GPU
+    cudaCheck(cudaEventRecord(multi_gpu_config.compute_nccl_sync, main_stream));
+    cudaCheck(cudaStreamWaitEvent(multi_gpu_config.nccl_stream, multi_gpu_config.compute_nccl_sync));
+#endif
     gpt2_multi_gpu_param_gather(&model, &multi_gpu_config);
     float loss = multi_gpu_cpu_float_sum(1.0f / (step + 1), &multi_gpu_config) / multi_gpu_config.num_processes;
     if (multi_gpu_config.process_rank == 0) printf("step %d: loss %f\n", step, loss);

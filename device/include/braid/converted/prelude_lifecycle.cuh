@@ -7,14 +7,14 @@
 inline void teardown(ncclComm_t comm) {
   State& s = state();
   if (s.comm != comm) return;
-  if (s.dc_made) ncclDevCommDestroy(comm, &s.dc);
+  if (s.dc_made) settled(comm, ncclDevCommDestroy(comm, &s.dc));
   s.dc_made = false;
   for (Allocation& a : s.allocations)
     if (a.win != nullptr && !a.external) {
-      ncclCommWindowDeregister(comm, a.win);
+      settled(comm, ncclCommWindowDeregister(comm, a.win));
       a.win = nullptr;
     }
-  if (s.mailbox_win != nullptr) ncclCommWindowDeregister(comm, s.mailbox_win);
+  if (s.mailbox_win != nullptr) settled(comm, ncclCommWindowDeregister(comm, s.mailbox_win));
   if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
   if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
   if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
