@@ -23,10 +23,9 @@
 //                  phase). PerBlock: one cublasGemmEx per block. Auto (the seed's): grouped for
 //                  small blocks, per block for large ones (moe::ExpertGemm::Path::Auto).
 //   kExpertGroups  PerExpertGroup: the number of expert groups (at most the local experts).
-//   kPipelineMinTokens  PerSource, PerExpertGroup: calls with fewer tokens per rank run the seed's
-//                  path (Serial, Permute: decode-sized calls are weight-bound, and the pipeline's
-//                  extra launches and Direct's per-block operations cost more than they hide;
-//                  measured on 2 x H100).
+//   kPipelineMinTokens  PerSource, PerExpertGroup: calls with fewer tokens per rank run the Serial
+//                  schedule (decode-sized calls are weight-bound, and the pipeline's extra
+//                  launches cost more than the exchange it hides; measured on 2 x H100).
 //   kReturnEarly   PerSource: each source's results go back as soon as its GEMMs are done
 //                  (combine overlapped with the remaining expert compute) instead of after all.
 //                  (PerExpertGroup always returns each group as soon as it is computed.)
@@ -181,13 +180,12 @@ int64_t rows_in(const std::vector<int32_t>& counts, int p, int El, Experts x) {
 // Dispatch of experts x, one step or all: my picks for rank `to`'s experts x, and rank `from`'s
 // picks for my experts x. Permute: source-major, where a rank's rows of a run of experts are
 // contiguous on both sides (one op each way); Direct: one op per (rank, expert) block.
-template <Layout L = kLayout>
 void dispatch_ops(Context& c, const Plan& pl, int to, int from, Experts x, cudaStream_t q) {
   State& s = st(c);
   const int El = moe::shape_of(c).experts_per_rank();
   const int64_t H = moe::shape_of(c).hidden;
   if (x.first >= x.last) return;
-  if constexpr (L == Layout::Permute) {
+  if constexpr (kLayout == Layout::Permute) {
     const int64_t n_send = rows_in(pl.k.send, to, El, x), n_recv = rows_in(pl.k.recv, from, El, x);
     if (n_send > 0)
       BRAID_NCCL(ncclSend(s.send + pl.send_row[(size_t)(to * El + x.first)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
@@ -204,13 +202,12 @@ void dispatch_ops(Context& c, const Plan& pl, int to, int from, Experts x, cudaS
 
 // Return of experts x, one step or all: results for rank `to` (its picks of my experts x), and my
 // picks' results from rank `from`'s experts x.
-template <Layout L = kLayout>
 void return_ops(Context& c, const Plan& pl, int to, int from, Experts x, cudaStream_t q) {
   State& s = st(c);
   const int El = moe::shape_of(c).experts_per_rank();
   const int64_t H = moe::shape_of(c).hidden;
   if (x.first >= x.last) return;
-  if constexpr (L == Layout::Permute) {
+  if constexpr (kLayout == Layout::Permute) {
     const int64_t n_send = rows_in(pl.k.recv, to, El, x), n_recv = rows_in(pl.k.send, from, El, x);
     if (n_send > 0)
       BRAID_NCCL(ncclSend(s.ret_send + pl.sm_row[(size_t)(to * El + x.first)] * H, (size_t)(n_send * H), ncclBfloat16, to, c.comm, q));
@@ -289,20 +286,18 @@ Plan plan_call(Context& c, cudaStream_t stream) {
   return make_plan(k, c.world, El);
 }
 
-// Serial: everything there, every expert, everything back, on the timed stream. L is kLayout,
-// or Permute (the seed's path) for calls under kPipelineMinTokens.
-template <Layout L = kLayout>
+// Serial: everything there, every expert, everything back, on the timed stream.
 void run_serial(Call& k, cudaStream_t stream) {
   State& s = k.s;
   BRAID_NCCL(ncclGroupStart());
-  for (int p = 0; p < k.P; ++p) dispatch_ops<L>(k.c, k.pl, p, p, k.all(), stream);
+  for (int p = 0; p < k.P; ++p) dispatch_ops(k.c, k.pl, p, p, k.all(), stream);
   BRAID_NCCL(ncclGroupEnd());
   const std::vector<moe::RowMove> m = moves_of(k.pl, k.P, k.El, -1, k.all());
-  if constexpr (L == Layout::Permute) k.move(m, s.recv, s.expert_in, stream);
+  if constexpr (kLayout == Layout::Permute) k.move(m, s.recv, s.expert_in, stream);
   k.experts(s.tail_gemm, stream, blocks_of(k.pl, k.El, -1, k.all()));
-  if constexpr (L == Layout::Permute) k.move(moe::inverse(m), s.expert_out, s.ret_send, stream);
+  if constexpr (kLayout == Layout::Permute) k.move(moe::inverse(m), s.expert_out, s.ret_send, stream);
   BRAID_NCCL(ncclGroupStart());
-  for (int p = 0; p < k.P; ++p) return_ops<L>(k.c, k.pl, p, p, k.all(), stream);
+  for (int p = 0; p < k.P; ++p) return_ops(k.c, k.pl, p, p, k.all(), stream);
   BRAID_NCCL(ncclGroupEnd());
 }
 
@@ -384,10 +379,7 @@ void run_per_group(Call& k, cudaStream_t stream) {
 void run(Context& c, cudaStream_t stream) {
   const moe::Shape sh = moe::shape_of(c);
   Call k{c, st(c), plan_call(c, stream), c.world, sh.experts_per_rank(), sh.hidden, sh.inter};
-  // Small calls take the seed's path whole (Permute too): Direct's per-block p2p operations cost
-  // more than its permutes save at decode sizes (2 x H100: 1.15 ms against 0.88 at T = 128).
-  if (kSchedule == Schedule::Serial) run_serial(k, stream);
-  else if (sh.tokens < kPipelineMinTokens) run_serial<Layout::Permute>(k, stream);
+  if (kSchedule == Schedule::Serial || sh.tokens < kPipelineMinTokens) run_serial(k, stream);
   else if (kSchedule == Schedule::PerSource) run_per_source(k, stream);
   else run_per_group(k, stream);
   moe::launch_combine(stream, k.s.ret_recv, k.s.slot, c.buffer("topk_weights").as<float>(), sh.tokens, sh.hidden, c.buffer("y").as<bf16>());
