@@ -805,7 +805,15 @@ spec_bench_ring_attention() {
   opt --extra extra BRAID_RING_EXTRA "" "(ranks >= 2) more programs, NAME=PATH.cu ... (goal ring-attention's seed<N>-best.cu)"
   opt --iters iters BRAID_RING_ITERS 10 "timed iterations"
   opt --warmup warmup BRAID_RING_WARMUP 3 "warm-up iterations"
+  opt --steps steps_ranks BRAID_RING_STEPS "" "(ranks 1) also block_bench steps for these P (e.g. \"2,4\"): the bound's one call vs a ring's per-step calls"
+  opt --steps-seqs steps_seqs BRAID_RING_STEPS_SEQS 8192,16384 "(--steps) sequence lengths"
   limit kernel 180; limit run 400
+}
+# block_bench steps' "steps_makespan" lines as a table.
+steps_table() {  # steps.log
+  echo "| S | Hkv | causal | P | one call ms | per-step ms | per-step, masked skipped ms | per-step / one | skipped / one | swap copy ms (1-GPU proxy) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  awk '$1 == "steps_makespan" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, ($4 ? "yes" : "no"), $5, $6, $7, $8, $9, $10, $11 }' "$1"
 }
 flags_ring_attention() {
   echo "-I$root/workloads/ring_attention"
@@ -851,10 +859,24 @@ cmd_bench_ring_attention() {
     start=$(date +%s)
     run_to "$out/torch.log" "$(limit_of kernel)" python3 "$wl/bench/torch_sdpa.py" "${args[@]}"
     local trc=$?
-    [ "$dry" = 1 ] && { x python3 "$wl/bench/kernel_table.py" "$out/kernel.log" "$out/torch.log"; return 0; }
-    log "torch: rc=$trc in $(since "$start") $(head -1 "$out/torch.log")"
-    python3 "$wl/bench/kernel_table.py" "$out/kernel.log" "$out/torch.log" | tee "$out/table.md"
-    exit "${PIPESTATUS[0]}"
+    local krc=0
+    if [ "$dry" = 1 ]; then
+      x python3 "$wl/bench/kernel_table.py" "$out/kernel.log" "$out/torch.log"
+    else
+      log "torch: rc=$trc in $(since "$start") $(head -1 "$out/torch.log")"
+      python3 "$wl/bench/kernel_table.py" "$out/kernel.log" "$out/torch.log" | tee "$out/table.md"
+      krc=${PIPESTATUS[0]}
+    fi
+    if [ -n "$steps_ranks" ]; then
+      start=$(date +%s)
+      run_to "$out/steps.log" "$(limit_of kernel)" "$build/block_bench" steps --seqs "$steps_seqs" --hkv "$hkv" --causal "$causal" \
+        --ranks "$steps_ranks" --iters "$iters" --warmup "$warmup"
+      local src=$?
+      [ "$dry" = 1 ] || { log "steps: rc=$src in $(since "$start")"; steps_table "$out/steps.log" | tee "$out/steps.md"; }
+      [ $src = 0 ] || krc=$src
+    fi
+    [ "$dry" = 1 ] && return 0
+    exit "$krc"
   fi
   # ranks >= 2: programs under the frozen harness, every rank's output against the unsplit reference.
   names=(seed gen0_default)

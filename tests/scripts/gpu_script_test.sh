@@ -71,6 +71,8 @@ args=(bench kv-transfer --dry-run --gpus 1 --variants none --build "$tmp/b")
 expect "kv-transfer on one GPU: one rank" "$(run | count '^+ ranks 0\.\.0: ')" 1
 args=(bench ring-attention --dry-run --gpus 1 --build "$tmp/b")
 expect "ring-attention on one GPU: both kernel forms verified" "$(run | grep -cE 'block_bench(_rt2)? verify')" 2
+args=(bench ring-attention --dry-run --gpus 1 --build "$tmp/b" --steps 2,4)
+expect "ring-attention --steps: the one call vs per-step calls at P 2 and 4" "$(run | count 'block_bench steps --seqs 8192.*16384 .*--ranks 2.*4')" 1
 args=(bench serving-kernels --dry-run --verify --samples 2 --build "$tmp/b")
 expect "serving-kernels --verify: seed, gen0 and 2 samples of 4 ops" "$(run | count '--mode verify')" 16
 args=(goal gemm-allgather --dry-run --ranks 4 --braid /bin/true 4 5)

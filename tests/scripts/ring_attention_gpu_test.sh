@@ -3,7 +3,8 @@
 #  1. The block kernel (bench/block_bench.cu verify) against the fp32 reference at small shapes,
 #     causal and not, Hkv 8 and 32: the whole sequence in one call, and split the ring's way on one
 #     GPU (P = 2 and 4, contiguous and zig-zag, state carried between calls, finalize inline and as
-#     its own kernel); both forms of the kernel (RING_ATTENTION_ROW_TILES 1, the workload's, and 2).
+#     its own kernel); both forms of the kernel (RING_ATTENTION_ROW_TILES 1, the workload's, and 2);
+#     `block_bench steps`: the bound's one call and the ring's per-step calls give the same output.
 #  2. The seed, gen0 and every bench/variants.txt program under the frozen harness (--mode verify:
 #     every rank's output against the unsplit reference) at S = 2048, Hkv 8 and 32, causal and not,
 #     on P = 1 and, with 2 or more GPUs, P = 2.
@@ -46,6 +47,9 @@ fi
 # --- 1. the kernel
 "$work/block_bench" verify || { echo "FAIL: block kernel against the reference"; exit 1; }
 "$work/block_bench_rt2" verify || { echo "FAIL: block kernel (two row tiles) against the reference"; exit 1; }
+# The bound's one call and a ring's per-step calls do the same work (outputs compared per rank).
+"$work/block_bench" steps --seqs 2048 --hkv 8 --causal 0,1 --ranks 2,4 --iters 2 --warmup 1 ||
+  { echo "FAIL: block_bench steps: per-step output differs from the one call's"; exit 1; }
 
 # --- 2. the programs under the harness
 gpus=$(nvidia-smi -L | grep -c '^GPU')

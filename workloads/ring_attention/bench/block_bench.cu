@@ -9,11 +9,22 @@
 //                                 CUDA events per call, median. Prints
 //                                 "kernel S Hkv causal median_ms TFLOP/s" per shape ("kernel_rt2"
 //                                 when built with -DRING_ATTENTION_ROW_TILES=2).
+//   block_bench steps [--seqs 8192,16384] [--hkv 8,32] [--causal 0,1] [--ranks 2,4] [--iters 10]
+//                     [--warmup 3]
+//                                 the bound's "compute alone" (one call over all S keys for rank r's
+//                                 queries, zig-zag when causal) against the same work as a ring
+//                                 program does it (P calls over S/P-key blocks in ring order, the
+//                                 state carried), and against that with the fully masked steps
+//                                 skipped (gen0's kSkipMasked); outputs compared first. Also the
+//                                 zig-zag swap's bytes, and a device-to-device copy of them (a proxy
+//                                 on one GPU for the NVLink transfer). One "steps" line per rank,
+//                                 one "steps_makespan" line (the slowest rank) per shape and P.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,7 +41,10 @@ struct DeviceBuf {
   void* p = nullptr;
   explicit DeviceBuf(size_t bytes) { BRAID_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
   ~DeviceBuf() { cudaFree(p); }
-  template <typename T> T* as() const { return static_cast<T*>(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 void fill(bf16* p, size_t n, uint64_t seed) {
@@ -59,21 +73,21 @@ void gather_rows(bf16* block, const bf16* whole, const Positions& pos, int len, 
   const int len0 = std::min(pos.len0, len);
   BRAID_CUDA(cudaMemcpy(block, whole + (size_t)pos.start0 * width, (size_t)len0 * width * 2, cudaMemcpyDeviceToDevice));
   if (len > len0)
-    BRAID_CUDA(cudaMemcpy(block + (size_t)len0 * width, whole + (size_t)pos.start1 * width, (size_t)(len - len0) * width * 2,
-                          cudaMemcpyDeviceToDevice));
+    BRAID_CUDA(cudaMemcpy(block + (size_t)len0 * width, whole + (size_t)pos.start1 * width,
+                          (size_t)(len - len0) * width * 2, cudaMemcpyDeviceToDevice));
 }
 void scatter_rows(bf16* whole, const bf16* block, const Positions& pos, int len, size_t width) {
   const int len0 = std::min(pos.len0, len);
   BRAID_CUDA(cudaMemcpy(whole + (size_t)pos.start0 * width, block, (size_t)len0 * width * 2, cudaMemcpyDeviceToDevice));
   if (len > len0)
-    BRAID_CUDA(cudaMemcpy(whole + (size_t)pos.start1 * width, block + (size_t)len0 * width, (size_t)(len - len0) * width * 2,
-                          cudaMemcpyDeviceToDevice));
+    BRAID_CUDA(cudaMemcpy(whole + (size_t)pos.start1 * width, block + (size_t)len0 * width,
+                          (size_t)(len - len0) * width * 2, cudaMemcpyDeviceToDevice));
 }
 
 struct Case {
   int S, hkv;
   bool causal;
-  int P;            // 1: the whole sequence in one call
+  int P;  // 1: the whole sequence in one call
   bool zigzag;
   bool inline_finalize;
 };
@@ -84,11 +98,13 @@ struct Case {
 bool run_case(const Case& c) {
   const int S = c.S, L = S / c.P;
   const size_t qw = (size_t)kHq * kHeadDim, kw = (size_t)c.hkv * kHeadDim;
-  DeviceBuf q((size_t)S * qw * 2), k((size_t)S * kw * 2), v((size_t)S * kw * 2), ref((size_t)S * qw * 2), out((size_t)S * qw * 2);
+  DeviceBuf q((size_t)S * qw * 2), k((size_t)S * kw * 2), v((size_t)S * kw * 2), ref((size_t)S * qw * 2),
+      out((size_t)S * qw * 2);
   fill(q.as<bf16>(), (size_t)S * qw, 11 + S);
   fill(k.as<bf16>(), (size_t)S * kw, 12 + S);
   fill(v.as<bf16>(), (size_t)S * kw, 13 + S);
-  launch_reference(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), ref.as<bf16>(), S, S, kHq, c.hkv, contiguous_positions(0, S), c.causal, nullptr);
+  launch_reference(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), ref.as<bf16>(), S, S, kHq, c.hkv,
+                   contiguous_positions(0, S), c.causal, nullptr);
   BRAID_CUDA(cudaMemset(out.p, 0xFF, (size_t)S * qw * 2));
 
   DeviceBuf ql((size_t)L * qw * 2), kl((size_t)L * kw * 2), vl((size_t)L * kw * 2), ol((size_t)L * qw * 2);
@@ -131,8 +147,9 @@ bool run_case(const Case& c) {
   }
   const double rel_l2 = std::sqrt(err2 / std::max(ref2, 1e-30));
   const bool ok = bad == 0 && rel_l2 < 1e-2;
-  std::printf("%s S=%d Hkv=%d causal=%d P=%d %s finalize=%s: max_abs_err %.3g rel_l2 %.3g bad %zu", ok ? "PASS" : "FAIL", S, c.hkv, (int)c.causal,
-              c.P, c.zigzag ? "zigzag" : "contiguous", c.inline_finalize ? "inline" : "kernel", max_err, rel_l2, bad);
+  std::printf("%s S=%d Hkv=%d causal=%d P=%d %s finalize=%s: max_abs_err %.3g rel_l2 %.3g bad %zu",
+              ok ? "PASS" : "FAIL", S, c.hkv, (int)c.causal, c.P, c.zigzag ? "zigzag" : "contiguous",
+              c.inline_finalize ? "inline" : "kernel", max_err, rel_l2, bad);
   if (bad) std::printf(" (first at %zu: expected %.6g got %.6g)", first_bad, exp[first_bad], got[first_bad]);
   std::printf("\n");
   return ok;
@@ -150,8 +167,8 @@ int verify() {
     }
   int failed = 0;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
-  std::printf("%s: %zu cases, %d failed (block kernel with %d row tile(s) per warp, %d-key tiles)\n", failed ? "FAIL" : "PASS", cases.size(),
-              failed, kRowTiles, kBlockN);
+  std::printf("%s: %zu cases, %d failed (block kernel with %d row tile(s) per warp, %d-key tiles)\n",
+              failed ? "FAIL" : "PASS", cases.size(), failed, kRowTiles, kBlockN);
   return failed ? 1 : 0;
 }
 
@@ -215,6 +232,168 @@ int bench(int argc, char** argv) {
   return 0;
 }
 
+// Median of `iters` timed runs of `work` (after `warmup`), CUDA events on the default stream.
+double median_ms(const std::function<void()>& work, int warmup, int iters) {
+  cudaEvent_t e0, e1;
+  BRAID_CUDA(cudaEventCreate(&e0));
+  BRAID_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int it = 0; it < warmup + iters; ++it) {
+    BRAID_CUDA(cudaEventRecord(e0));
+    work();
+    BRAID_CUDA(cudaEventRecord(e1));
+    BRAID_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    BRAID_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= warmup) ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Rank r's queries the way the workload places them (zig-zag when causal, as the bound does),
+// against all S keys in one call and against the P ring blocks one call each.
+struct StepsCase {
+  Shape sh;
+  int r = 0;
+};
+struct StepsTimes {
+  double one_call = 0, per_step = 0, per_step_skip = 0, swap_copy = 0;
+  int steps_run = 0, steps_skipped = 0;
+  size_t swap_bytes = 0;
+  bool same_output = false;
+};
+
+StepsTimes time_steps(const StepsCase& c, const DeviceBuf& q, const DeviceBuf& k, const DeviceBuf& v, int warmup,
+                      int iters) {
+  const Shape& sh = c.sh;
+  const int S = sh.seq, L = sh.local(), P = sh.world;
+  const size_t qw = (size_t)kHq * kHeadDim, kw = (size_t)sh.hkv * kHeadDim;
+  const Positions qp = sh.causal ? zigzag_positions(c.r, sh) : block_positions(c.r, sh);
+  DeviceBuf ql((size_t)L * qw * 2), out_one((size_t)L * qw * 2), out_steps((size_t)L * qw * 2);
+  DeviceBuf oacc((size_t)L * qw * 4), m((size_t)kHq * L * 4), l((size_t)kHq * L * 4);
+  gather_rows(ql.as<bf16>(), q.as<bf16>(), qp, L, qw);
+
+  auto one_call = [&] {
+    BlockArgs a;
+    a.q = ql.as<bf16>(), a.k = k.as<bf16>(), a.v = v.as<bf16>(), a.out = out_one.as<bf16>();
+    a.q_len = L, a.kv_len = S, a.hq = kHq, a.hkv = sh.hkv, a.q_pos = qp, a.k_pos = contiguous_positions(0, S);
+    launch_attention_block(a, sh.causal, nullptr);
+  };
+  // The ring's steps: own block first, then the left neighbour's; a step every query is masked from
+  // (its first key after the rank's last query) is left out when `skip`.
+  const int q_last = std::max(qp.global(L - 1), qp.global(qp.len0 - 1));
+  auto owners = [&](bool skip) {
+    std::vector<int> o;
+    for (int step = 0; step < P; ++step) {
+      const int owner = (c.r - step + P) % P;
+      if (!(skip && sh.causal && owner * L > q_last)) o.push_back(owner);
+    }
+    return o;
+  };
+  auto ring_steps = [&](bool skip) {
+    const std::vector<int> run = owners(skip);
+    for (size_t i = 0; i < run.size(); ++i) {
+      BlockArgs a;
+      a.q = ql.as<bf16>(), a.k = k.as<bf16>() + (size_t)run[i] * L * kw, a.v = v.as<bf16>() + (size_t)run[i] * L * kw;
+      a.o_acc = oacc.as<float>(), a.m = m.as<float>(), a.l = l.as<float>(), a.out = out_steps.as<bf16>();
+      a.q_len = L, a.kv_len = L, a.hq = kHq, a.hkv = sh.hkv, a.q_pos = qp, a.k_pos = block_positions(run[i], sh);
+      a.first = i == 0;
+      a.finalize = i + 1 == run.size();
+      launch_attention_block(a, sh.causal, nullptr);
+    }
+  };
+
+  StepsTimes t;
+  t.steps_run = (int)owners(true).size();
+  t.steps_skipped = P - t.steps_run;
+  // Equal work first: both forms' outputs within the workload's tolerance (bf16 out).
+  BRAID_CUDA(cudaMemset(out_one.p, 0xFF, (size_t)L * qw * 2));
+  BRAID_CUDA(cudaMemset(out_steps.p, 0xFF, (size_t)L * qw * 2));
+  one_call();
+  ring_steps(true);
+  BRAID_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> a = to_host(out_one.as<bf16>(), (size_t)L * qw),
+                           b = to_host(out_steps.as<bf16>(), (size_t)L * qw);
+  t.same_output = true;
+  for (size_t i = 0; i < a.size() && t.same_output; ++i)
+    t.same_output = std::fabs((double)a[i] - b[i]) <= 4e-3 + 2e-2 * std::fabs((double)a[i]);
+
+  t.one_call = median_ms(one_call, warmup, iters);
+  t.per_step = median_ms([&] { ring_steps(false); }, warmup, iters);
+  t.per_step_skip = median_ms([&] { ring_steps(true); }, warmup, iters);
+  // The zig-zag swap: the second half of the queries to the mirror and its output back (none for a
+  // rank that is its own mirror).
+  if (sh.causal && mirror_of(c.r, P) != c.r) {
+    t.swap_bytes = 2 * ((size_t)L / 2) * qw * 2;
+    DeviceBuf src(t.swap_bytes), dst(t.swap_bytes);
+    t.swap_copy =
+        median_ms([&] { BRAID_CUDA(cudaMemcpyAsync(dst.p, src.p, t.swap_bytes, cudaMemcpyDeviceToDevice, nullptr)); },
+                  warmup, iters);
+  }
+  return t;
+}
+
+int steps(int argc, char** argv) {
+  std::vector<int> seqs = {8192, 16384}, hkvs = {8, 32}, causals = {0, 1}, ranks = {2, 4};
+  int iters = 10, warmup = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], x = argv[i + 1];
+    if (f == "--seqs") seqs = int_list(x);
+    else if (f == "--hkv") hkvs = int_list(x);
+    else if (f == "--causal") causals = int_list(x);
+    else if (f == "--ranks") ranks = int_list(x);
+    else if (f == "--iters") iters = std::atoi(x.c_str());
+    else if (f == "--warmup") warmup = std::atoi(x.c_str());
+    else {
+      std::fprintf(stderr, "block_bench steps: unknown flag %s\n", f.c_str());
+      return 2;
+    }
+  }
+  if (iters < 1) {
+    std::fprintf(stderr, "block_bench steps: --iters must be at least 1\n");
+    return 2;
+  }
+  std::printf(
+      "# steps S Hkv causal P rank one_call_ms per_step_ms per_step_skip_ms per_step/one steps_run swap_bytes "
+      "swap_copy_ms "
+      "(swap_copy: a device-to-device copy on one GPU, a proxy for the NVLink transfer)\n");
+  int mismatches = 0;
+  for (int S : seqs)
+    for (int hkv : hkvs) {
+      const size_t qn = (size_t)S * kHq * kHeadDim, kn = (size_t)S * hkv * kHeadDim;
+      DeviceBuf q(qn * 2), k(kn * 2), v(kn * 2);
+      fill(q.as<bf16>(), qn, 1), fill(k.as<bf16>(), kn, 2), fill(v.as<bf16>(), kn, 3);
+      for (int causal : causals)
+        for (int P : ranks) {
+          if (P < 1 || S % (256 * P) != 0) continue;
+          Shape sh;
+          sh.seq = S, sh.hkv = hkv, sh.world = P, sh.causal = causal != 0;
+          StepsTimes worst;
+          for (int r = 0; r < P; ++r) {
+            const StepsTimes t = time_steps(StepsCase{sh, r}, q, k, v, warmup, iters);
+            if (!t.same_output) ++mismatches;
+            std::printf("steps %d %d %d %d %d %.4f %.4f %.4f %.3f %d %zu %.4f%s\n", S, hkv, causal, P, r, t.one_call,
+                        t.per_step, t.per_step_skip, t.per_step / t.one_call, t.steps_run, t.swap_bytes, t.swap_copy,
+                        t.same_output ? "" : " OUTPUTS DIFFER");
+            std::fflush(stdout);
+            worst.one_call = std::max(worst.one_call, t.one_call);
+            worst.per_step = std::max(worst.per_step, t.per_step);
+            worst.per_step_skip = std::max(worst.per_step_skip, t.per_step_skip);
+            worst.swap_copy = std::max(worst.swap_copy, t.swap_copy);
+          }
+          std::printf("steps_makespan %d %d %d %d %.4f %.4f %.4f %.3f %.3f %.4f\n", S, hkv, causal, P, worst.one_call,
+                      worst.per_step, worst.per_step_skip, worst.per_step / worst.one_call,
+                      worst.per_step_skip / worst.one_call, worst.swap_copy);
+          std::fflush(stdout);
+        }
+    }
+  if (mismatches) std::printf("FAIL: %d rank(s) where the per-step output differs from the one call's\n", mismatches);
+  return mismatches ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,10 +401,13 @@ int main(int argc, char** argv) {
   try {
     if (mode == "verify") return verify();
     if (mode == "bench") return bench(argc, argv);
+    if (mode == "steps") return steps(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "block_bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: block_bench verify | bench [--seqs a,b] [--hkv a,b] [--causal 0,1] [--iters N] [--warmup N]\n");
+  std::fprintf(stderr,
+               "usage: block_bench verify | bench [--seqs a,b] [--hkv a,b] [--causal 0,1] [--iters N] [--warmup N]\n"
+               "       | steps [--seqs a,b] [--hkv a,b] [--causal 0,1] [--ranks 2,4] [--iters N] [--warmup N]\n");
   return 2;
 }
