@@ -24,10 +24,6 @@
 //   kStreamingStores probabilities written with st.global.cs (evict-first).
 //   kMinBlocksPerSm  __launch_bounds__ minimum CTAs per SM: caps registers so more CTAs overlap
 //                    their load, reduce and store phases (too low a cap spills).
-//   kPersistent      as many clusters as fit on the GPU at once, each looping over rows: the
-//                    next row's slice is copied into shared memory (cp.async, two stages) while
-//                    this row is reduced and written, so DRAM reads and writes overlap instead of
-//                    every CTA on an SM moving through load, reduce and store together.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,7 +47,6 @@ constexpr bool kFastExp = true;  // braid:knob
 constexpr int kUnroll = 2;  // braid:knob 1|2|4
 constexpr bool kStreamingStores = false;  // braid:knob
 constexpr int kMinBlocksPerSm = 1;  // braid:knob 1|2|3|4
-constexpr bool kPersistent = false;  // braid:knob
 // kRegVectors only matters with the slice in registers; the cached slice (packed bf16) takes at
 // most half of the register file.
 // braid:require kRowInRegisters || kRegVectors == 4
@@ -60,11 +55,6 @@ constexpr bool kPersistent = false;  // braid:knob
 // braid:require kThreads * kRegVectors * kVec / 2 <= 32768
 // At most 2048 resident threads per SM.
 // braid:require kThreads * kMinBlocksPerSm <= 2048
-// Persistent: the CTA's slice of a 128256-entry row fits its stage (kThreads * kRegVectors vectors;
-// run() falls back to the one-row kernel for a wider row), two stages in at most 192 KiB of shared
-// memory, and the knobs of the streamed path (kRowInRegisters false, kUnroll) stay at their defaults.
-// braid:require kPersistent == false || (kRowInRegisters && kUnroll == 2 && kClusterCtas * kThreads * kRegVectors * kVec >= 128256)
-// braid:require kPersistent == false || 2 * kThreads * kRegVectors * kVec * 2 <= 196608
 
 namespace cand {
 
@@ -188,63 +178,6 @@ __device__ __forceinline__ Vec probabilities(const Vec& v, float m, float inv) {
   return o;
 }
 
-// A CTA's slice of one row, held in `cache` (vectors v0 + i * kThreads + threadIdx.x below v1):
-// (max, sum) over the cluster, then the probabilities written to `orow`. Every thread of every CTA
-// of the cluster calls it (reduce() synchronises the cluster).
-__device__ __forceinline__ void row_from_cache(const Vec (&cache)[kRegVectors], int v0, int v1, __nv_bfloat16* orow, Shared& sh) {
-  const float2 none = make_float2(-INFINITY, 0.f);
-  float m = -INFINITY, s = 0.f;
-  float kept[kKeepExp ? kRegVectors : 1][kKeepExp ? kVec : 1];
-#pragma unroll
-  for (int i = 0; i < kRegVectors; ++i) {
-    const int v = v0 + i * kThreads + (int)threadIdx.x;
-    if (v < v1) {
-#pragma unroll
-      for (int j = 0; j < kVec / 2; ++j) {
-        const float2 f = cache[i].get(j);
-        m = fmaxf(m, fmaxf(f.x, f.y) * kScale);
-      }
-    }
-  }
-  if constexpr (kStats == Stats::MaxThenSum) m = reduce(make_float2(m, 0.f), MaxOp{}, none, sh).x;
-#pragma unroll
-  for (int i = 0; i < kRegVectors; ++i) {
-    const int v = v0 + i * kThreads + (int)threadIdx.x;
-    if (v < v1) {
-#pragma unroll
-      for (int j = 0; j < kVec / 2; ++j) {
-        const float2 f = cache[i].get(j);
-        const float e0 = ex(f.x * kScale - m), e1 = ex(f.y * kScale - m);
-        s += e0 + e1;
-        if constexpr (kKeepExp) {
-          kept[i][2 * j] = e0;
-          kept[i][2 * j + 1] = e1;
-        }
-      }
-    }
-  }
-  float2 total;
-  if constexpr (kStats == Stats::MaxThenSum) total = make_float2(m, reduce(make_float2(s, 0.f), SumOp{}, make_float2(0.f, 0.f), sh).x);
-  else total = reduce(make_float2(m, s), PairOp{}, none, sh);
-  const float inv = 1.0f / total.y;
-  // kept[] is relative to this thread's m (the row max after MaxThenSum): rescale once.
-  const float factor = kKeepExp && m != -INFINITY ? ex(m - total.x) * inv : 0.f;
-#pragma unroll
-  for (int i = 0; i < kRegVectors; ++i) {
-    const int v = v0 + i * kThreads + (int)threadIdx.x;
-    if (v < v1) {
-      if constexpr (kKeepExp) {
-        Vec o;
-#pragma unroll
-        for (int j = 0; j < kVec / 2; ++j) o.set(j, kept[i][2 * j] * factor, kept[i][2 * j + 1] * factor);
-        store_vec(orow + (int64_t)v * kVec, o);
-      } else {
-        store_vec(orow + (int64_t)v * kVec, probabilities(cache[i], total.x, inv));
-      }
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, int width) {
   __shared__ Shared sh;
   int rank = 0;
@@ -266,7 +199,56 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
       const int v = v0 + i * kThreads + (int)threadIdx.x;
       if (v < v1) cache[i] = load_vec(xr + (int64_t)v * kVec);
     }
-    row_from_cache(cache, v0, v1, orow, sh);
+    float m = -INFINITY, s = 0.f;
+    float kept[kKeepExp ? kRegVectors : 1][kKeepExp ? kVec : 1];
+#pragma unroll
+    for (int i = 0; i < kRegVectors; ++i) {
+      const int v = v0 + i * kThreads + (int)threadIdx.x;
+      if (v < v1) {
+#pragma unroll
+        for (int j = 0; j < kVec / 2; ++j) {
+          const float2 f = cache[i].get(j);
+          m = fmaxf(m, fmaxf(f.x, f.y) * kScale);
+        }
+      }
+    }
+    if constexpr (kStats == Stats::MaxThenSum) m = reduce(make_float2(m, 0.f), MaxOp{}, none, sh).x;
+#pragma unroll
+    for (int i = 0; i < kRegVectors; ++i) {
+      const int v = v0 + i * kThreads + (int)threadIdx.x;
+      if (v < v1) {
+#pragma unroll
+        for (int j = 0; j < kVec / 2; ++j) {
+          const float2 f = cache[i].get(j);
+          const float e0 = ex(f.x * kScale - m), e1 = ex(f.y * kScale - m);
+          s += e0 + e1;
+          if constexpr (kKeepExp) {
+            kept[i][2 * j] = e0;
+            kept[i][2 * j + 1] = e1;
+          }
+        }
+      }
+    }
+    float2 total;
+    if constexpr (kStats == Stats::MaxThenSum) total = make_float2(m, reduce(make_float2(s, 0.f), SumOp{}, make_float2(0.f, 0.f), sh).x);
+    else total = reduce(make_float2(m, s), PairOp{}, none, sh);
+    const float inv = 1.0f / total.y;
+    // kept[] is relative to this thread's m (the row max after MaxThenSum): rescale once.
+    const float factor = kKeepExp && m != -INFINITY ? ex(m - total.x) * inv : 0.f;
+#pragma unroll
+    for (int i = 0; i < kRegVectors; ++i) {
+      const int v = v0 + i * kThreads + (int)threadIdx.x;
+      if (v < v1) {
+        if constexpr (kKeepExp) {
+          Vec o;
+#pragma unroll
+          for (int j = 0; j < kVec / 2; ++j) o.set(j, kept[i][2 * j] * factor, kept[i][2 * j + 1] * factor);
+          store_vec(orow + (int64_t)v * kVec, o);
+        } else {
+          store_vec(orow + (int64_t)v * kVec, probabilities(cache[i], total.x, inv));
+        }
+      }
+    }
   } else {
     float2 total;
     if constexpr (kStats == Stats::MaxThenSum) {
@@ -305,56 +287,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
   }
 }
 
-// cp.async of one vector into shared memory: 16 bytes bypass L1 (.cg), 8 bytes only go through it.
-__device__ __forceinline__ void copy_async(Raw* dst, const __nv_bfloat16* src) {
-  const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-  if constexpr (sizeof(Raw) == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
-}
-
-// Persistent: cluster c takes rows c, c + clusters, ...; each thread copies its own vectors of the
-// next row into the other stage before this row is reduced and written, and reads back only what
-// it copied itself, so cp.async.wait_group alone orders a stage's copies before their use (no CTA
-// barrier), and a stage is refilled only after its thread has read it, one row later.
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_persistent(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out,
-                                                                                int width, int rows) {
-  extern __shared__ __align__(16) unsigned char stage_bytes[];
-  Raw* stage = reinterpret_cast<Raw*>(stage_bytes);  // [2][kRegVectors][kThreads]
-  constexpr int kStage = kRegVectors * kThreads;
-  __shared__ Shared sh;
-  int rank = 0;
-  if constexpr (kClusterCtas > 1) rank = (int)cg::this_cluster().block_rank();
-  const int cluster = blockIdx.x / kClusterCtas, clusters = gridDim.x / kClusterCtas;
-  const int nvec = width / kVec;
-  const int per = (nvec + kClusterCtas - 1) / kClusterCtas;
-  const int v0 = rank * per < nvec ? rank * per : nvec;
-  const int v1 = v0 + per < nvec ? v0 + per : nvec;
-  auto prefetch = [&](int64_t row, int b) {
-    const __nv_bfloat16* xr = x + row * (int64_t)width;
-#pragma unroll
-    for (int i = 0; i < kRegVectors; ++i) {
-      const int v = v0 + i * kThreads + (int)threadIdx.x;
-      if (v < v1) copy_async(stage + b * kStage + i * kThreads + threadIdx.x, xr + (int64_t)v * kVec);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  };
-  int b = 0;
-  if (cluster < rows) prefetch(cluster, 0);
-  for (int64_t row = cluster; row < rows; row += clusters, b ^= 1) {
-    if (row + clusters < rows) {
-      prefetch(row + clusters, b ^ 1);
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this row's copies landed
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    }
-    Vec cache[kRegVectors];
-#pragma unroll
-    for (int i = 0; i < kRegVectors; ++i)
-      if (v0 + i * kThreads + (int)threadIdx.x < v1) cache[i].raw = stage[b * kStage + i * kThreads + threadIdx.x];
-    row_from_cache(cache, v0, v1, out + row * (int64_t)width, sh);
-  }
-}
-
 }  // namespace cand
 
 Requirements requirements(const Problem&) { return {}; }
@@ -366,34 +298,22 @@ void run(Context& c, cudaStream_t stream) {
   const __nv_bfloat16* x = serving::in_bf16(c, "logits");
   __nv_bfloat16* out = serving::out_bf16(c, "probs");
   const int width = (int)s.width;
-  // Persistent only where a CTA's slice fits its stage; a wider row takes the one-row kernel.
-  const int per = ((width / kVec) + kClusterCtas - 1) / kClusterCtas;
-  const bool persistent = kPersistent && per <= kThreads * kRegVectors;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((unsigned)(s.rows * kClusterCtas));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kClusterCtas;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  if (persistent) {
-    // As many clusters as can be resident at once (asked once: the answer does not change).
-    static int resident = 0;
-    config.dynamicSmemBytes = 2 * (size_t)kRegVectors * kThreads * sizeof(cand::Raw);
-    if (resident == 0) {
-      BRAID_CUDA(cudaFuncSetAttribute(cand::softmax_persistent, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)config.dynamicSmemBytes));
-      BRAID_CUDA(cudaOccupancyMaxActiveClusters(&resident, cand::softmax_persistent, &config));
-      if (resident < 1) resident = 1;
-    }
-    config.gridDim = dim3((unsigned)((s.rows < resident ? s.rows : resident) * kClusterCtas));
-    BRAID_CUDA(cudaLaunchKernelEx(&config, cand::softmax_persistent, x, out, width, (int)s.rows));
-  } else if constexpr (kClusterCtas == 1) {
-    cand::softmax_kernel<<<config.gridDim, kThreads, 0, stream>>>(x, out, width);
+  const unsigned blocks = (unsigned)(s.rows * kClusterCtas);
+  if constexpr (kClusterCtas == 1) {
+    cand::softmax_kernel<<<blocks, kThreads, 0, stream>>>(x, out, width);
   } else {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = kClusterCtas;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
     BRAID_CUDA(cudaLaunchKernelEx(&config, cand::softmax_kernel, x, out, width));
   }
   BRAID_LAUNCHED();
