@@ -6,15 +6,16 @@
 // communicator; memory is freed by the program's own (converted) frees.
 inline void teardown(ncclComm_t comm) {
   State& s = state();
+  s.nonblocking.erase(comm);  // a later communicator may reuse the handle
   if (s.comm != comm) return;
-  if (s.dc_made) settled(comm, ncclDevCommDestroy(comm, &s.dc));
+  if (s.dc_made) ncclDevCommDestroy(comm, &s.dc);
   s.dc_made = false;
   for (Allocation& a : s.allocations)
     if (a.win != nullptr && !a.external) {
-      settled(comm, ncclCommWindowDeregister(comm, a.win));
+      ncclCommWindowDeregister(comm, a.win);
       a.win = nullptr;
     }
-  if (s.mailbox_win != nullptr) settled(comm, ncclCommWindowDeregister(comm, s.mailbox_win));
+  if (s.mailbox_win != nullptr) ncclCommWindowDeregister(comm, s.mailbox_win);
   if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
   if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
   if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
@@ -24,6 +25,19 @@ inline void teardown(ncclComm_t comm) {
   s.mailbox_win = nullptr;
   s.comm = nullptr;
   s.bound_at_creation = false;
+}
+// A communicator made non-blocking is remembered and never bound (State::nonblocking): its config
+// says blocking = 0, or it leaves blocking unset and NCCL_COMM_BLOCKING=0 is set. A split without a
+// config inherits its parent's mode.
+inline bool nonblocking_config(const ncclConfig_t* config) {
+  if (config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT) return config->blocking == 0;
+  const char* env = std::getenv("NCCL_COMM_BLOCKING");
+  return env != nullptr && std::strcmp(env, "0") == 0;
+}
+inline bool made_nonblocking(ncclResult_t r, ncclComm_t comm, bool nonblocking) {
+  if (!nonblocking || comm == nullptr || (r != ncclSuccess && r != ncclInProgress)) return false;
+  state().nonblocking.insert(comm);
+  return true;
 }
 // Creation of the converted communicator: every rank passes here, so the runtime binds to it now
 // (windows of the symmetric allocations so far, the mailbox, the device communicator), and later
@@ -39,14 +53,18 @@ inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
 }
 inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (made_nonblocking(r, *comm, nonblocking_config(nullptr))) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommInitRankConfig(comm, nranks, id, rank, config);
+  if (made_nonblocking(r, *comm, nonblocking_config(config))) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
+  const bool nonblocking = config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT ? config->blocking == 0 : state().nonblocking.count(parent) > 0;
+  if (made_nonblocking(r, *comm, nonblocking)) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_destroy(ncclComm_t comm) {

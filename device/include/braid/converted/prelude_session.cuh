@@ -55,6 +55,10 @@ struct State {
   int group_depth = 0;
   std::vector<PendingP2p> pending;
   std::set<int> warned;
+  // Made non-blocking (ncclConfig_t.blocking = 0, or split from such a one): never bound, so its
+  // converted calls run as host NCCL on every rank. NCCL 2.28 refused window registration on one
+  // ("invalid argument", 2 x H100, also with every earlier call waited out).
+  std::set<ncclComm_t> nonblocking;
 };
 inline State& state() {
   static State s;
@@ -79,14 +83,6 @@ inline void fell_back(int site, const char* what, const char* why) {
   std::fprintf(stderr, "braid_converted: site %d: %s cannot run: %s (a host fallback on this rank alone would hang its peer)\n", site,
                what, why);
   std::abort();
-}
-// A non-blocking communicator (ncclConfig_t.blocking = 0) may answer a call with ncclInProgress
-// and then refuses the next one until it has finished. Every call the runtime makes on the
-// program's communicator waits here for its end, and returns how it ended.
-inline ncclResult_t settled(ncclComm_t comm, ncclResult_t r) {
-  while (r == ncclInProgress)
-    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
-  return r;
 }
 inline void register_window(Allocation& a);
 
@@ -121,8 +117,7 @@ inline bool sym_release(void* ptr, ncclResult_t* result) {
   State& s = state();
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     if (s.allocations[i].base != ptr || s.allocations[i].external) continue;
-    if (s.allocations[i].win != nullptr && s.comm != nullptr)
-      settled(s.comm, ncclCommWindowDeregister(s.comm, s.allocations[i].win));
+    if (s.allocations[i].win != nullptr && s.comm != nullptr) ncclCommWindowDeregister(s.comm, s.allocations[i].win);
     s.allocations.erase(s.allocations.begin() + (long)i);
     *result = ncclMemFree(ptr);
     return true;
@@ -153,7 +148,7 @@ inline ncclResult_t sym_nccl_free(void* ptr) {
 inline void register_window(Allocation& a) {
   State& s = state();
   if (a.win != nullptr || s.comm == nullptr) return;
-  BRAID_NCCL(settled(s.comm, ncclCommWindowRegister(s.comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC)));
+  BRAID_NCCL(ncclCommWindowRegister(s.comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
   const size_t index = (size_t)(&a - s.allocations.data());
   if (s.dev_windows != nullptr && index < (size_t)kMaxWindows) {
     // Waited for: a pageable cudaMemcpy may return before its DMA lands, and the program's
@@ -169,9 +164,9 @@ inline void register_window(Allocation& a) {
 // mailbox, and one device communicator with barriers for every site.
 inline bool ensure(ncclComm_t comm) {
   State& s = state();
+  if (s.nonblocking.count(comm)) return false;
   if (s.comm != nullptr && s.comm != comm) return false;  // one communicator is converted
   if (s.comm == nullptr) {
-    BRAID_NCCL(settled(comm, ncclInProgress));  // a non-blocking communicator may still be starting
     s.comm = comm;
     ncclCommUserRank(comm, &s.rank);
     ncclCommCount(comm, &s.nranks);
@@ -183,7 +178,7 @@ inline bool ensure(ncclComm_t comm) {
     snapshot_next(-1);
     BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&s.mailbox), mail_bytes));
     BRAID_CUDA(cudaMemset(s.mailbox, 0, mail_bytes));
-    BRAID_NCCL(settled(comm, ncclCommWindowRegister(comm, s.mailbox, mail_bytes, &s.mailbox_win, NCCL_WIN_COLL_SYMMETRIC)));
+    BRAID_NCCL(ncclCommWindowRegister(comm, s.mailbox, mail_bytes, &s.mailbox_win, NCCL_WIN_COLL_SYMMETRIC));
     snapshot_next(-1);
     BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
     BRAID_CUDA(cudaMemset(s.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
@@ -196,7 +191,7 @@ inline bool ensure(ncclComm_t comm) {
     std::memset(&r, 0, sizeof(r));
     r.lsaBarrierCount = (int)(kBarriersPerSite * (uint32_t)kCallSites);
     r.lsaMultimem = false;
-    BRAID_NCCL(settled(comm, ncclDevCommCreate(comm, &r, &s.dc)));
+    BRAID_NCCL(ncclDevCommCreate(comm, &r, &s.dc));
     s.dc_made = true;
   }
   return s.dc.lsaSize == s.nranks && s.nranks <= kMaxLsaPeers;
