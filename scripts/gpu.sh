@@ -557,9 +557,9 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     flags=()
     grep -q '^#ifdef MULTI_GPU' "$f" && flags=(-DMULTI_GPU)
     grep -q '^#ifdef USE_BF16' "$f" && flags+=(-DUSE_BF16)
-    if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --work "$cv_out/$n.work"; continue; fi
+    if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"; continue; fi
     (
-      run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --work "$cv_out/$n.work"
+      run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"
       echo "$n $?" >>"$cv_out/rc.txt"
     ) &
     pids+=($!)
@@ -592,7 +592,8 @@ spec_convert_gate() {
   opt --braid braid_bin BRAID_CONVERT_BIN "" "braid with \`convert\` (default .device-carry/bin/braid, build/braid, build-convert/braid)"
   opt --ranks ranks BRAID_CONVERT_RANKS 2 "local ranks of every program"
   switch --no-user no_user BRAID_CONVERT_NO_USER "only the annotated corpus and the seed (gpu.sh check runs it so), not the user corpus"
-  limit convert 200
+  opt --gate-timeout gate_timeout BRAID_CONVERT_GATE_TIMEOUT 300 "seconds each side of a program may run in its gate (every program's gate runs at once, so a run waits for the GPUs)"
+  limit convert 700
 }
 cmd_convert_gate() {
   gpu_env

@@ -153,6 +153,20 @@ TEST(ConvertCli, ProgramArgsMustParse) {
   std::filesystem::remove_all(dir);
 }
 
+// The gate's time limit per side is the user's to raise (a program that trains for minutes), and
+// a limit that is no positive number of seconds stops before anything is written.
+TEST(ConvertCli, GateTimeoutMustBePositive) {
+  const auto dir = fresh_dir("gatetimeout");
+  const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
+  for (const char* bad : {"0", "-5"}) {
+    Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--gate-timeout", bad});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--gate-timeout"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The program's own headers and the build's -D macros reach the analysis: a collective written in
 // a header's macro is converted, and -DUSE_BF16 picks the bf16 body of an #ifdef'd type macro.
 TEST(ConvertCli, HeaderMacrosAndDefinesAreRead) {

@@ -121,13 +121,14 @@ TEST(PipelineState, StoredOptionsComeBackForAContinuation) {
   TempFolder t;
   PipelineState s(t.dir);
   s.root()["input"] = "/x/seed.cu";
-  s.root()["options"] = {{"ranks", 4}, {"gate", false},      {"build", true},
-                         {"llm", "m"}, {"includes", {"/i"}}, {"nvcc_flags", "-g"}};
+  s.root()["options"] = {{"ranks", 4},         {"gate", false},      {"build", true},          {"llm", "m"},
+                         {"includes", {"/i"}}, {"nvcc_flags", "-g"}, {"gate_timeout_s", 300.0}};
   s.save();
   const PipelineOptions o = stored_pipeline_options(t.dir);
   EXPECT_EQ(o.input, "/x/seed.cu");
   EXPECT_EQ(o.results, t.dir);
   EXPECT_EQ(o.ranks, 4);
+  EXPECT_DOUBLE_EQ(o.gate_timeout_s, 300.0);
   EXPECT_TRUE(o.no_gate);
   EXPECT_FALSE(o.no_build);
   EXPECT_EQ(o.llm, "m");

@@ -26,6 +26,7 @@ struct ConvertArgs {
   std::filesystem::path input, output, json_path, work_dir;
   bool explain = false, verify = false, no_build = false;
   int ranks = 2;
+  double gate_timeout_s = 120.0;  // each side's run in the gate
   unsigned long long seed = 1;
   std::string harness_args, program_args;
   UserFlags flags;  // -I -D -L -l --nvcc-flags
@@ -33,6 +34,7 @@ struct ConvertArgs {
 
 int do_convert(const ConvertArgs& o) {
   using namespace braid::convert;
+  if (!(o.gate_timeout_s > 0)) throw UserError("--gate-timeout", "must be a number of seconds > 0");
   if (std::filesystem::is_directory(o.input)) throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
   const std::string source = read_file(o.input);
@@ -78,6 +80,7 @@ int do_convert(const ConvertArgs& o) {
     g.work_dir = work / "gate";
     g.source_dir = std::filesystem::absolute(o.input).parent_path();
     g.ranks = o.ranks;
+    g.run_timeout_s = o.gate_timeout_s;
     g.seed = o.seed;
     g.flags = flags.compile_flags();
     g.libs = flags.libs;
@@ -134,6 +137,8 @@ Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   cmd->add_flag("--verify", args.verify, "Run the gate on local GPUs before accepting (original vs converted, every rank)");
   cmd->add_flag("--no-build", args.no_build, "Do not compile the converted program before writing it");
   cmd->add_option("--ranks", args.ranks, "Ranks for --verify")->default_val(2);
+  cmd->add_option("--gate-timeout", args.gate_timeout_s, "Seconds each side (original, converted) may run in the gate before it counts as a hang")
+      ->default_val(120);
   cmd->add_option("--seed", args.seed, "Seed of the gate's random inputs")->default_val(1);
   cmd->add_option("--work", args.work_dir, "Folder for builds and gate runs (default: OUTPUT.work)");
   cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");

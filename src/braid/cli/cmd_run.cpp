@@ -49,6 +49,9 @@ Registrar run_reg(12, [](CLI::App& app, Action& action) {
   cmd->add_option("--parallel,-j", a.parallel, "Evaluations in flight");
   cmd->add_option("--seed,-s", a.seed, "RNG seed of the search (default: random, stored)");
   cmd->add_option("--ranks", a.ranks, "Ranks (GPUs) of the gate and the workload")->default_val(2);
+  cmd->add_option("--gate-timeout", a.gate_timeout_s,
+                  "Seconds each side (original, converted) may run in the gate before it counts as a hang")
+      ->default_val(120);
   cmd->add_flag("--no-gate", a.no_gate, "Do not run the gate: the conversion is recorded as unverified");
   cmd->add_flag("--no-build", a.no_build,
                 "Do not compile the conversion before annotating it (the evolve builds gen0)");

@@ -59,6 +59,7 @@ void Pipeline::read_input() {
 
 void Pipeline::check_options() {
   if (o_.ranks < 2) throw UserError("--ranks", "needs at least 2 ranks");
+  if (!(o_.gate_timeout_s > 0)) throw UserError("--gate-timeout", "must be a number of seconds > 0");
   const auto& steps = pipeline_steps();
   if (!o_.until.empty() && std::find(steps.begin(), steps.end(), o_.until) == steps.end())
     throw UserError("--until", "unknown step '" + o_.until + "' (convert, gate, annotate, workload, record, evolve)");
@@ -107,6 +108,7 @@ void Pipeline::record_options() {
   r["input_hash"] = hash_hex(original_);
   const UserFlags& f = o_.flags;
   r["options"] = {{"ranks", o_.ranks},
+                  {"gate_timeout_s", o_.gate_timeout_s},
                   {"gate", !o_.no_gate},
                   {"build", !o_.no_build},
                   {"llm", o_.llm},
@@ -225,6 +227,7 @@ PipelineOptions stored_pipeline_options(const std::filesystem::path& results) {
   o.input = r.value("input", std::string());
   o.results = results;
   o.ranks = opts.value("ranks", 2);
+  o.gate_timeout_s = opts.value("gate_timeout_s", 120.0);
   o.no_gate = !opts.value("gate", true);
   o.no_build = !opts.value("build", true);
   o.llm = opts.value("llm", std::string());

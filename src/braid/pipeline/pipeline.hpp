@@ -34,6 +34,7 @@ struct PipelineOptions {
   int parallel = -1;              // <= 0: the config's
   std::int64_t seed = -1;         // < 0: drawn and stored
   int ranks = 2;
+  double gate_timeout_s = 120.0;  // each side's run in the gate
   bool no_gate = false;
   bool no_build = false;  // skip nvcc -c of the conversion (the evolve builds gen0 anyway)
   std::string until;      // stop after this step ("" = run them all)

@@ -97,6 +97,7 @@ StepResult Pipeline::step_gate() {
     g.work_dir = results_ / "convert/gate";
     g.source_dir = seed_dir();
     g.ranks = o_.ranks;
+    g.run_timeout_s = o_.gate_timeout_s;
     g.flags = flags_.compile_flags();
     g.libs = flags_.libs;
     // The rules' conversion is gated as `braid convert --verify` does; a rewrite by the LLM is
