@@ -180,25 +180,35 @@ std::vector<int> int_list(const std::string& s) {
   return out;
 }
 
-int bench(int argc, char** argv) {
-  std::vector<int> seqs = {8192, 16384, 32768, 65536}, hkvs = {8, 32}, causals = {0, 1};
+// The flags of `bench` and `steps` (--ranks: steps only). false: a bad flag, said on stderr.
+struct Flags {
+  std::vector<int> seqs, hkvs = {8, 32}, causals = {0, 1}, ranks = {2, 4};
   int iters = 10, warmup = 3;
+};
+bool parse_flags(int argc, char** argv, const char* mode, Flags& f) {
   for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string f = argv[i], x = argv[i + 1];
-    if (f == "--seqs") seqs = int_list(x);
-    else if (f == "--hkv") hkvs = int_list(x);
-    else if (f == "--causal") causals = int_list(x);
-    else if (f == "--iters") iters = std::atoi(x.c_str());
-    else if (f == "--warmup") warmup = std::atoi(x.c_str());
+    const std::string flag = argv[i], x = argv[i + 1];
+    if (flag == "--seqs") f.seqs = int_list(x);
+    else if (flag == "--hkv") f.hkvs = int_list(x);
+    else if (flag == "--causal") f.causals = int_list(x);
+    else if (flag == "--ranks" && std::string(mode) == "steps") f.ranks = int_list(x);
+    else if (flag == "--iters") f.iters = std::atoi(x.c_str());
+    else if (flag == "--warmup") f.warmup = std::atoi(x.c_str());
     else {
-      std::fprintf(stderr, "block_bench bench: unknown flag %s\n", f.c_str());
-      return 2;
+      std::fprintf(stderr, "block_bench %s: unknown flag %s\n", mode, flag.c_str());
+      return false;
     }
   }
-  if (iters < 1) {
-    std::fprintf(stderr, "block_bench bench: --iters must be at least 1\n");
-    return 2;
-  }
+  if (f.iters < 1) std::fprintf(stderr, "block_bench %s: --iters must be at least 1\n", mode);
+  return f.iters >= 1;
+}
+
+int bench(int argc, char** argv) {
+  Flags flags;
+  flags.seqs = {8192, 16384, 32768, 65536};
+  if (!parse_flags(argc, argv, "bench", flags)) return 2;
+  const std::vector<int>&seqs = flags.seqs, &hkvs = flags.hkvs, &causals = flags.causals;
+  const int iters = flags.iters, warmup = flags.warmup;
   cudaEvent_t e0, e1;
   BRAID_CUDA(cudaEventCreate(&e0));
   BRAID_CUDA(cudaEventCreate(&e1));
@@ -342,25 +352,11 @@ StepsTimes time_steps(const StepsCase& c, const DeviceBuf& q, const DeviceBuf& k
 }
 
 int steps(int argc, char** argv) {
-  std::vector<int> seqs = {8192, 16384}, hkvs = {8, 32}, causals = {0, 1}, ranks = {2, 4};
-  int iters = 10, warmup = 3;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string f = argv[i], x = argv[i + 1];
-    if (f == "--seqs") seqs = int_list(x);
-    else if (f == "--hkv") hkvs = int_list(x);
-    else if (f == "--causal") causals = int_list(x);
-    else if (f == "--ranks") ranks = int_list(x);
-    else if (f == "--iters") iters = std::atoi(x.c_str());
-    else if (f == "--warmup") warmup = std::atoi(x.c_str());
-    else {
-      std::fprintf(stderr, "block_bench steps: unknown flag %s\n", f.c_str());
-      return 2;
-    }
-  }
-  if (iters < 1) {
-    std::fprintf(stderr, "block_bench steps: --iters must be at least 1\n");
-    return 2;
-  }
+  Flags flags;
+  flags.seqs = {8192, 16384};
+  if (!parse_flags(argc, argv, "steps", flags)) return 2;
+  const std::vector<int>&seqs = flags.seqs, &hkvs = flags.hkvs, &causals = flags.causals, &ranks = flags.ranks;
+  const int iters = flags.iters, warmup = flags.warmup;
   std::printf(
       "# steps S Hkv causal P rank one_call_ms per_step_ms per_step_skip_ms per_step/one steps_run swap_bytes "
       "swap_copy_ms "
