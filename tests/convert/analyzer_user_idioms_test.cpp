@@ -430,3 +430,41 @@ TEST(AnalyzerUserIdioms, IfOnAFlagsValue) {
   EXPECT_EQ(dtype({"USE_HALF=0"}), "ncclFloat");
   EXPECT_EQ(dtype({}), "AR_T");
 }
+
+// Megatron style: a second communicator made by its own ncclCommInitRank beside the data-parallel
+// one (class 1 of the idioms left host). The runtime binds one communicator per process, the one
+// most convertible calls use; the tensor-parallel call stays host NCCL with that reason, and the
+// creation of the other communicator is not the bind point (its windows would sit on the wrong one).
+TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
+  const std::string src = kPrologue +
+                          "#include <cuda_bf16.h>\n"
+                          "struct Groups { ncclComm_t tp_comm; ncclComm_t dp_comm; };\n"
+                          "int main() {\n"
+                          "  Groups g; ncclUniqueId dp_id, tp_id; cudaStream_t s;\n"
+                          "  ncclCommInitRank(&g.dp_comm, 2, dp_id, 0);\n"
+                          "  ncclCommInitRank(&g.tp_comm, 2, tp_id, 0);\n"
+                          "  __nv_bfloat16 *out, *grad; float* loss;\n"
+                          "  cudaMalloc(&out, 1024 * sizeof(__nv_bfloat16));\n"
+                          "  cudaMalloc(&grad, 4096 * sizeof(__nv_bfloat16));\n"
+                          "  cudaMalloc(&loss, sizeof(float));\n"
+                          "  for (int step = 0; step < 3; ++step) {\n"
+                          "    ncclAllReduce(out, out, 1024, ncclBfloat16, ncclSum, g.tp_comm, s);\n"
+                          "    ncclAllReduce(grad, grad, 4096, ncclBfloat16, ncclAvg, g.dp_comm, s);\n"
+                          "    ncclAllReduce(loss, loss, 1, ncclFloat, ncclAvg, g.dp_comm, s);\n"
+                          "  }\n"
+                          "  cudaFree(out); cudaFree(grad); cudaFree(loss);\n"
+                          "  ncclCommDestroy(g.tp_comm); ncclCommDestroy(g.dp_comm);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  bool tp_left = false;
+  for (const Unconverted& u : c.left)
+    tp_left = tp_left ||
+              (u.line == 16 && contains(u.reason, "one communicator per process") && contains(u.reason, "g.tp_comm"));
+  EXPECT_TRUE(tp_left) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "ncclAllReduce(out, out, 1024, ncclBfloat16, ncclSum, g.tp_comm, s)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&g.dp_comm, 2, dp_id, 0);")) << c.source;
+  EXPECT_TRUE(contains(c.source, "\n  ncclCommInitRank(&g.tp_comm, 2, tp_id, 0);")) << c.source;
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&out, 1024 * sizeof(__nv_bfloat16));"))
+      << c.source;  // host-only buffer: no window
+}
