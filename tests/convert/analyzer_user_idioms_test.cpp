@@ -468,3 +468,28 @@ TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
   EXPECT_TRUE(contains(c.source, "cudaMalloc(&out, 1024 * sizeof(__nv_bfloat16));"))
       << c.source;  // host-only buffer: no window
 }
+
+// A struct filled through a pointer parameter (`alloc_layer(&layer, n)` doing `cudaMalloc(&l->out,
+// ..)`) allocates `layer.out` where the helper has one unconditional call; a helper called for two
+// structs allocates neither by name (one allocation site, two buffers), so those calls stay host.
+TEST(AnalyzerUserIdioms, StructFilledThroughAPointerParameter) {
+  const auto program = [](const std::string& calls) {
+    return kPrologue +
+           "struct Layer { float* out; size_t n; };\n"
+           "static void alloc_layer(Layer* l, size_t n) { l->n = n; cudaMalloc(&l->out, n * sizeof(float)); }\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  Layer a, b;\n" +
+           calls +
+           "  ncclAllReduce(a.out, a.out, a.n, ncclFloat, ncclSum, comm, s);\n"
+           "  cudaFree(a.out);\n"
+           "}\n";
+  };
+  const Analysis once = analyze("user.cu", program("  alloc_layer(&a, 256);\n"));
+  EXPECT_TRUE(once.buffers.count("a.out"));
+  EXPECT_EQ(convert_text(program("  alloc_layer(&a, 256);\n")).converted_calls, 1);
+  const Analysis twice = analyze("user.cu", program("  alloc_layer(&a, 256);\n  alloc_layer(&b, 64);\n"));
+  EXPECT_FALSE(twice.buffers.count("a.out"));
+  EXPECT_EQ(convert_text(program("  alloc_layer(&a, 256);\n  alloc_layer(&b, 64);\n")).converted_calls, 0);
+  EXPECT_EQ(convert_text(program("  if (s) alloc_layer(&a, 256);\n")).converted_calls, 0);  // not on every path
+}

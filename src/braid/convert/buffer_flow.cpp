@@ -351,6 +351,13 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
       fn = f->enclosing;  // a lambda's capture
       continue;
     }
+    if (!al && f && !rest.empty()) {  // `cudaMalloc(&l->out, ..)` in a helper given `&layer`: `layer.out`
+      const std::string through = through_struct_pointer(*f, root);
+      if (through.empty()) return p;
+      const CallSite& c = calls_.at(fn).front();
+      p = through + rest, fn = c.caller, at = c.token;
+      continue;
+    }
     if (!al || !al->reference) return p;
     std::string base = access_path(al->init, false);
     if (base.empty()) {  // `auto& s = mpu();`: the one path the accessor returns a reference to
@@ -370,6 +377,20 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
     at = al->token;
   }
   return p;
+}
+
+// The caller's struct behind a pointer parameter, where the helper has one call in this file, on
+// every path (not under a condition), given `&x` (so `p->f` is `x.f`); "" otherwise.
+std::string BufferFlow::through_struct_pointer(const FunctionDef& f, const std::string& param) const {
+  const auto p = std::find(f.params.begin(), f.params.end(), param);
+  const auto calls = calls_.find(f.name);
+  if (p == f.params.end() || value_uses_.count(f.name) || calls == calls_.end() || calls->second.size() != 1) return "";
+  const CallSite& c = calls->second.front();
+  const std::size_t index = (std::size_t)(p - f.params.begin());
+  if (index >= c.args.size() || c.args.size() != f.params.size() || conditional(c.token)) return "";
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lex(c.args[index]).tokens), addr);
+  return addr && t.size() == 1 && t[0].kind == TokenKind::Identifier ? t[0].text : "";
 }
 
 std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {

@@ -155,6 +155,7 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+  std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
   struct FieldWrite {
     std::string function, lhs, value;
