@@ -5,7 +5,9 @@ Each argument is G=START=RESULTS: the GPU count, the run's start (epoch seconds)
 folder. Counted: the run's own evaluations (programs that are not migrant copies), stored within
 --seconds of the start. Two rates, both honest, named apart:
   - whole run: evaluations / --seconds (start-up included: the seed's build and bench come first);
-  - steady: (n - 1) / (last - first) over the evaluations after the seed.
+  - steady: (n - 1) / (last - first) over the evaluations after the seed; none (nan) for a burst,
+    evaluations after the seed spread over less than a tenth of the run's time after the seed (a
+    short run where parallel builds finish together: the rate would be that of the burst).
 The ideal line is the one-lease run's steady rate times the leases (G / ranks). Mean build and GPU
 seconds per evaluation (the cascade's timings) say which side limits: builds run on the CPU and
 hold no GPU.
@@ -47,9 +49,12 @@ def main():
             print(f"G={g}: {results}: {e}", file=sys.stderr)
             continue
         after_seed = [r for r in rows if r[0] > 0]
+        seed_end = max((r[1] for r in rows if r[0] == 0), default=start)
         steady = float("nan")
-        if len(after_seed) >= 3 and after_seed[-1][1] > after_seed[0][1]:
-            steady = (len(after_seed) - 1) / (after_seed[-1][1] - after_seed[0][1]) * 3600
+        if len(after_seed) >= 3:
+            span = after_seed[-1][1] - after_seed[0][1]
+            if span > 0 and span >= 0.1 * (start + args.seconds - seed_end):
+                steady = (len(after_seed) - 1) / span * 3600
         table.append(dict(g=g, leases=g // args.ranks, n=len(rows), correct=sum(1 for r in rows if r[2]),
                           whole=len(rows) / args.seconds * 3600, steady=steady,
                           build=mean_of(timings, "build"), gpu=mean_of(timings, "run", "bench")))

@@ -108,6 +108,17 @@ PY
 done
 table=$(python3 "$src/bench/search_scaling.py" --seconds 120 1=90="$tmp/s1" 2=90="$tmp/s2")
 expect "scaling table: steady rates and the ideal line" "$(echo "$table" | grep -cE '^\| 1 \| 1 \| 11 \| 11 \| 330 \| 360 \| 360 \| 1.00 \| 20.0 \| 2.0 \|$|^\| 2 \| 2 \| 11 \| 11 \| 330 \| 720 \| 720 \| 1.00 ')" 2
+# A burst (every evaluation after the seed stored within a second of the 120 s run) has no steady rate.
+mkdir -p "$tmp/s3"
+python3 - "$tmp/s3/evolution.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("CREATE TABLE programs (generation INT, created_at REAL, correct INT, timings TEXT, migrated_from TEXT)")
+for i in range(11):
+    db.execute("INSERT INTO programs VALUES (?, ?, 1, '{}', '')", (i, 100 if i == 0 else 200 + i * 0.05))
+db.commit()
+PY
+expect "scaling table: a burst has no steady rate" "$(python3 "$src/bench/search_scaling.py" --seconds 120 4=90="$tmp/s3" | grep -c '^| 4 | 4 | 11 | 11 | 330 | nan |')" 1
 expect "writes nothing in dry runs" "$([ -e "$out" ] || [ -e "$tmp/b" ] && echo wrote || echo none)" none
 
 [ $fails = 0 ] && echo "all passed" || echo "$fails failed"
