@@ -223,6 +223,26 @@ TEST_F(LauncherTest, MpirunFailureNamesTheRank) {
   EXPECT_NE(r.describe_failure("run").find("boom on rank 1"), std::string::npos) << r.describe_failure("run");
 }
 
+// mpirun's messages carry no times: when it also reports the rank it ended with SIGTERM after
+// another rank's failure, the rank that failed on its own is named, whatever their order.
+TEST(LaunchResultTest, FirstFailedRankPrefersTheRootCauseOverRanksTheLauncherEnded) {
+  LaunchResult r;
+  r.started = true;
+  for (int i = 0; i < 3; ++i) r.ranks.push_back(RankOutcome{i, true, 0, 0, false, false, 5.0});
+  r.ranks[0].term_signal = SIGTERM;
+  r.ranks[2].exit_code = 3;
+  EXPECT_EQ(r.first_failed_rank(), 2);
+  r.ranks[2].exit_code = 0;
+  r.ranks[2].term_signal = SIGSEGV;
+  EXPECT_EQ(r.first_failed_rank(), 2);
+  r.ranks[2].term_signal = 0;  // only the ended rank failed: it is the one named
+  EXPECT_EQ(r.first_failed_rank(), 0);
+  r.ranks[1].exit_code = 1;  // an earlier end still comes first
+  r.ranks[1].end_s = 4.0;
+  r.ranks[2].exit_code = 3;
+  EXPECT_EQ(r.first_failed_rank(), 1);
+}
+
 TEST_F(LauncherTest, MpirunHangTimesOutAndLeavesNoRank) {
   TempDir work("mpi_hang");
   std::vector<long> groups;

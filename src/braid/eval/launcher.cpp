@@ -400,10 +400,20 @@ std::vector<int> LaunchResult::ranks_still_running() const {
 }
 
 std::optional<int> LaunchResult::first_failed_rank() const {
+  // mpirun/srun messages carry no times (every rank ends at the launch's end): among ranks that
+  // ended together, one that failed on its own (an exit code, a crash) comes before one the
+  // launcher ended with SIGTERM or SIGKILL after that failure.
+  auto ended_by_launcher = [](const RankOutcome& r) {
+    return r.exit_code <= 0 && (r.term_signal == SIGTERM || r.term_signal == SIGKILL);
+  };
+  auto before = [&](const RankOutcome& a, const RankOutcome& b) {
+    if (a.end_s != b.end_s) return a.end_s < b.end_s;
+    return !ended_by_launcher(a) && ended_by_launcher(b);
+  };
   std::optional<int> first;
   for (const auto& r : ranks) {
     if (!r.failed()) continue;
-    if (!first || r.end_s < ranks[static_cast<std::size_t>(*first)].end_s) first = r.rank;
+    if (!first || before(r, ranks[static_cast<std::size_t>(*first)])) first = r.rank;
   }
   return first;
 }
