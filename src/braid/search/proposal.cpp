@@ -131,6 +131,10 @@ std::vector<ProgramRecord> cross_partners(const ProposalSources& src, const Prep
 
 }  // namespace
 
+void name_change(std::vector<std::string>& named, std::string change) {
+  if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(std::move(change));
+}
+
 std::vector<std::string> taken_knob_changes(const Program& parent,
                                             const std::function<bool(const std::string& key)>& taken) {
   std::vector<std::string> out;
@@ -239,10 +243,7 @@ void ask(PreparedProposal& p, const ProposalSteps& s) {
       // A one-knob change that broke the program (a braid:require) is named with the taken ones:
       // asked the same again, a model would likely repeat it.
       if (!out.ok() && !out.rejected_text.empty())
-        if (auto change = one_knob_change(*p.parent, out.rejected_text))
-          if (std::find(p.ctx.taken_knob_changes.begin(), p.ctx.taken_knob_changes.end(), *change) ==
-              p.ctx.taken_knob_changes.end())
-            p.ctx.taken_knob_changes.push_back(*change);
+        if (auto change = one_knob_change(*p.parent, out.rejected_text)) name_change(p.ctx.taken_knob_changes, *change);
     }
     if (error.empty()) {
       Program child = Program::parse(out.text, "candidate");

@@ -41,8 +41,8 @@ struct PreparedProposal {
   std::optional<Program> parent;
   std::vector<ProgramRecord> cross_parents, archive, top_k, failed;
   std::optional<ProgramRecord> best;
-  MutationContext ctx;               // points into the members above: never moved once made
-  std::size_t similarity_rows = 0;   // population rows with an embedding when prepared
+  MutationContext ctx;              // points into the members above: never moved once made
+  std::size_t similarity_rows = 0;  // population rows with an embedding when prepared
 
   // Attempts so far.
   int patch_failures = 0, novelty_failures = 0, rate_limits = 0;
@@ -100,7 +100,8 @@ void ask(PreparedProposal& p, const ProposalSteps& s);
 
 // Records a failed attempt (attempts table, reasons, the next prompt's previous_error); true when
 // this generation has no attempt of that kind left.
-bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std::string& reason, const std::string& error);
+bool count_failed_attempt(PreparedProposal& p, const ProposalSteps& s, const std::string& reason,
+                          const std::string& error);
 
 // The record of a generation: its accepted candidate, or a rejected one with every reason.
 ProgramRecord accepted_record(PreparedProposal& p, std::uint64_t run_seed);
@@ -110,7 +111,10 @@ ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s);
 
 // The parent's one-knob changes ("kName = value", valid under its constraints) whose knob vector
 // `taken` names: shown in the mutation prompt (MutationContext::taken_knob_changes).
-std::vector<std::string> taken_knob_changes(const Program& parent, const std::function<bool(const std::string& key)>& taken);
+std::vector<std::string> taken_knob_changes(const Program& parent,
+                                            const std::function<bool(const std::string& key)>& taken);
+// Adds `change` to a list of named changes unless it is there already (the order is the prompt's).
+void name_change(std::vector<std::string>& named, std::string change);
 
 // The id of generation g's child (stable across resume and replay).
 std::string child_id(std::uint64_t run_seed, std::int64_t generation);

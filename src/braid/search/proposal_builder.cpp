@@ -96,9 +96,8 @@ void ProposalBuilder::name_sibling_changes(PreparedProposal& p) {
       keys.insert(it->second);
   }
   if (keys.empty()) return;
-  auto& named = p.ctx.taken_knob_changes;
-  for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return keys.count(k) > 0; }))
-    if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(change);
+  for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return keys.count(k) > 0; }))
+    name_change(p.ctx.taken_knob_changes, std::move(change));
 }
 
 // A knob-only first answer's vector is taken by the time a later generation settles: by this
@@ -121,14 +120,12 @@ void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string&
   if (turn) {
     // Every vector taken before g, then what else was named (changes that broke the program).
     auto named = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
-    for (auto& change : p.ctx.taken_knob_changes)
-      if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(std::move(change));
+    for (auto& change : p.ctx.taken_knob_changes) name_change(named, std::move(change));
     p.ctx.taken_knob_changes = std::move(named);
     return;
   }
-  auto& named = p.ctx.taken_knob_changes;
-  for (const auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
-    if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(change);
+  for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
+    name_change(p.ctx.taken_knob_changes, std::move(change));
 }
 
 std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p, bool turn, bool* waits) {

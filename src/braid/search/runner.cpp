@@ -482,16 +482,25 @@ struct EvolutionRunner::Impl {
       ProgramRecord candidate = std::move(early ? *early : it->second);
       it = ready.erase(it);
       if (evaluated) log::info("gen {} was evaluated ahead of its turn", g);
-      auto dir = evaluated ? std::filesystem::path() : work_dir_for(g, candidate.island_idx, false);
-      jobs.launch(
-          g,
-          [this, rec = std::move(candidate), dir, evaluated]() mutable {
-            if (!evaluated) evaluate_into(rec, dir);
-            return std::move(rec);
-          },
-          [this](ProgramRecord& rec) { add_feedback(rec); });
+      launch_evaluation(std::move(candidate), !evaluated, true);
     }
     evaluate_ahead();
+  }
+
+  // One job: the candidate evaluated in its work folder (unless it was already), then stored with
+  // its feedback asked (at its turn), or kept aside (ahead of its turn: AheadEvaluations).
+  void launch_evaluation(ProgramRecord candidate, bool evaluate, bool at_turn) {
+    const std::int64_t g = candidate.generation;
+    auto dir = evaluate ? work_dir_for(g, candidate.island_idx, false) : std::filesystem::path();
+    std::function<void(ProgramRecord&)> feedback;
+    if (at_turn) feedback = [this](ProgramRecord& rec) { add_feedback(rec); };
+    jobs.launch(
+        g,
+        [this, rec = std::move(candidate), dir, evaluate]() mutable {
+          if (evaluate) evaluate_into(rec, dir);
+          return std::move(rec);
+        },
+        std::move(feedback), at_turn);
   }
 
   void evaluate_ahead() {
@@ -500,16 +509,8 @@ struct EvolutionRunner::Impl {
       auto candidate = proposals->waiting_candidate(
           [this](std::int64_t g, const ProgramRecord& rec) { return ahead.covers(g, rec.code); });
       if (!candidate) return;
-      const std::int64_t g = candidate->generation;
-      ahead.start(g);
-      auto dir = work_dir_for(g, candidate->island_idx, false);
-      jobs.launch(
-          g,
-          [this, rec = std::move(*candidate), dir]() mutable {
-            evaluate_into(rec, dir);
-            return std::move(rec);
-          },
-          {}, false);
+      ahead.start(candidate->generation);
+      launch_evaluation(std::move(*candidate), true, false);
     }
   }
 

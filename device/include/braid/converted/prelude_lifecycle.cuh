@@ -27,12 +27,14 @@ inline void teardown(ncclComm_t comm) {
   s.bound_at_creation = false;
 }
 // A communicator made non-blocking is remembered and never bound (State::nonblocking): its config
-// says blocking = 0, or it leaves blocking unset and NCCL_COMM_BLOCKING=0 is set. A split without a
-// config inherits its parent's mode.
-inline bool nonblocking_config(const ncclConfig_t* config) {
-  if (config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT) return config->blocking == 0;
+// says blocking = 0, or it leaves blocking unset and `unset` says non-blocking (for a new
+// communicator NCCL_COMM_BLOCKING=0; for a split, its parent's mode).
+inline bool env_nonblocking() {
   const char* env = std::getenv("NCCL_COMM_BLOCKING");
   return env != nullptr && std::strcmp(env, "0") == 0;
+}
+inline bool nonblocking_config(const ncclConfig_t* config, bool unset) {
+  return config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT ? config->blocking == 0 : unset;
 }
 inline bool made_nonblocking(ncclResult_t r, ncclComm_t comm, bool nonblocking) {
   if (!nonblocking || comm == nullptr || (r != ncclSuccess && r != ncclInProgress)) return false;
@@ -53,18 +55,17 @@ inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
 }
 inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   const ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
-  if (made_nonblocking(r, *comm, nonblocking_config(nullptr))) return r;
+  if (made_nonblocking(r, *comm, env_nonblocking())) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommInitRankConfig(comm, nranks, id, rank, config);
-  if (made_nonblocking(r, *comm, nonblocking_config(config))) return r;
+  if (made_nonblocking(r, *comm, nonblocking_config(config, env_nonblocking()))) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
-  const bool nonblocking = config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT ? config->blocking == 0 : state().nonblocking.count(parent) > 0;
-  if (made_nonblocking(r, *comm, nonblocking)) return r;
+  if (made_nonblocking(r, *comm, nonblocking_config(config, state().nonblocking.count(parent) > 0))) return r;
   return bind_created(r, *comm);
 }
 inline ncclResult_t comm_destroy(ncclComm_t comm) {
