@@ -352,9 +352,9 @@ TEST(AnalyzerUserIdioms, AnArgumentOfMixedAllocatorsStaysHost) {
   EXPECT_TRUE(contains(c.left[0].reason, "ranks could disagree")) << c.left[0].reason;
 }
 
-// A non-blocking creation (`config.blocking = 0`) returns before the communicator exists: it does
-// not bind the runtime, so a send under a rank condition (which would make the binding a step of
-// some ranks only) stays host NCCL; the same creation with a blocking config binds.
+// A non-blocking creation (`config.blocking = 0`): NCCL registers no symmetric window on such a
+// communicator, so nothing on it converts (each call says why); the same creation with a
+// blocking config binds and its sends convert.
 TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
   const auto program = [](const std::string& config_line) {
     return kPrologue +
@@ -372,7 +372,10 @@ TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
   const Analysis a = analyze("user.cu", nonblocking);
   ASSERT_EQ(a.comm_inits.size(), 1u);
   EXPECT_TRUE(a.comm_inits[0].nonblocking);
-  EXPECT_EQ(transform(a, nonblocking).converted_calls, 0);
+  const Conversion none = transform(a, nonblocking);
+  EXPECT_EQ(none.converted_calls, 0);
+  ASSERT_EQ(none.left.size(), 2u);
+  for (const Unconverted& u : none.left) EXPECT_TRUE(contains(u.reason, "created non-blocking (line")) << u.reason;
   const Conversion blocking = convert_text(program("  config.cgaClusterSize = 2;\n"));
   EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
   EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_config(&comm"));

@@ -181,6 +181,6 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
                                            std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
                                            std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
-                                           std::pair<std::string, int>{"course_nonblocking_sweep", 2},
+                                           std::pair<std::string, int>{"course_nonblocking_sweep", 0},
                                            std::pair<std::string, int>{"megatron_two_initrank_bf16", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -195,7 +195,9 @@ TEST(DeviceHeaders, ConvertedRuntimeNeverBindsNonBlockingCommunicators) {
   const std::string session = read_file(converted / "prelude_session.cuh");
   const auto ensure = session.find("inline bool ensure(ncclComm_t comm) {");
   ASSERT_NE(ensure, std::string::npos);
-  EXPECT_NE(session.substr(ensure, 200).find("nonblocking.count(comm)) return false;"), std::string::npos);
+  EXPECT_NE(session.substr(ensure, 300).find("nonblocking.count(comm)) return false;"), std::string::npos);
+  // A communicator bound at its first converted call (its creation not seen) under NCCL_COMM_BLOCKING=0.
+  EXPECT_NE(session.substr(ensure, 300).find("!s.bound_at_creation && env_nonblocking()"), std::string::npos);
 }
 
 }  // namespace

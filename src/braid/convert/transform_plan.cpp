@@ -116,14 +116,22 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
     if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
   for (const auto& [path, n] : comm_votes)
     if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
-  // A non-blocking creation returns before the communicator exists: the runtime cannot bind there,
-  // so the first converted call binds (a collective step) and send/recv convert only where every rank reaches them.
-  for (const CommInit& ci : a.comm_inits)
+  // NCCL (2.28) registers no symmetric window on a non-blocking communicator ("invalid argument",
+  // seen on GPUs even with every call waited out of ncclInProgress), so nothing on one converts.
+  const CommInit* nonblocking = nullptr;
+  for (const CommInit& ci : a.comm_inits) {
+    if (ci.path == p.bound && ci.nonblocking && !nonblocking) nonblocking = &ci;
     if (ci.path == p.bound && !ci.conditional && !ci.nonblocking && !p.bound_init) p.bound_init = &ci;
+  }
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;
-    if (c.comm_paths.front() != p.bound)
+    if (nonblocking && c.comm_paths.front() == p.bound)
+      p.reason[ci] = fmt::format(
+          "on `{}`, created non-blocking (line {}, with `blocking = 0` in its config): NCCL registers no symmetric "
+          "window on a non-blocking communicator: host NCCL",
+          p.bound, a.calls[nonblocking->call].line);
+    else if (c.comm_paths.front() != p.bound)
       p.reason[ci] = "on communicator `" + c.comm_paths.front() +
                      "`; the converted runtime serves one communicator per process (`" + p.bound +
                      "`, used by most convertible calls): host NCCL";

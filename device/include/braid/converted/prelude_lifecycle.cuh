@@ -29,10 +29,6 @@ inline void teardown(ncclComm_t comm) {
 // A communicator made non-blocking is remembered and never bound (State::nonblocking): its config
 // says blocking = 0, or it leaves blocking unset and `unset` says non-blocking (for a new
 // communicator NCCL_COMM_BLOCKING=0; for a split, its parent's mode).
-inline bool env_nonblocking() {
-  const char* env = std::getenv("NCCL_COMM_BLOCKING");
-  return env != nullptr && std::strcmp(env, "0") == 0;
-}
 inline bool nonblocking_config(const ncclConfig_t* config, bool unset) {
   return config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT ? config->blocking == 0 : unset;
 }
@@ -49,8 +45,8 @@ inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
   if (r != ncclSuccess || comm == nullptr) return r;  // NCCL_SPLIT_NOCOLOR: this rank has no communicator
   State& s = state();
   if (s.comm != nullptr) return r;
+  s.bound_at_creation = true;  // before ensure: its creation's own mode was checked by the caller
   ensure(comm);
-  s.bound_at_creation = true;
   return r;
 }
 inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {

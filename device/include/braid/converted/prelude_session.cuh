@@ -159,11 +159,19 @@ inline void register_window(Allocation& a) {
   }
 }
 
+// NCCL_COMM_BLOCKING=0 makes every communicator created without a config non-blocking.
+inline bool env_nonblocking() {
+  const char* env = std::getenv("NCCL_COMM_BLOCKING");
+  return env != nullptr && std::strcmp(env, "0") == 0;
+}
+
 // Binding to a communicator (a collective step: at its creation, or at the first converted
 // collective): windows for every symmetric allocation so far (allocation order), the p2p
-// mailbox, and one device communicator with barriers for every site.
+// mailbox, and one device communicator with barriers for every site. A communicator whose
+// creation braid did not see may be non-blocking through the environment: it is not bound.
 inline bool ensure(ncclComm_t comm) {
   State& s = state();
+  if (s.comm == nullptr && !s.bound_at_creation && env_nonblocking()) s.nonblocking.insert(comm);
   if (s.nonblocking.count(comm)) return false;
   if (s.comm != nullptr && s.comm != comm) return false;  // one communicator is converted
   if (s.comm == nullptr) {
