@@ -3,10 +3,13 @@
 // stops the run with its error; `braid init`'s skeleton verifies; ids may be given by prefix.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "../e2e/e2e_support.hpp"
 #include "braid/db/database.hpp"
@@ -144,6 +147,37 @@ TEST(Trust, LuckyMeasurementIsNotReportedAsTheBest) {
     EXPECT_EQ(ambiguous.code, 2);
     EXPECT_NE(ambiguous.output.find("is ambiguous"), std::string::npos) << ambiguous.output;
   }
+}
+
+// A stop (SIGTERM from `timeout` or Slurm, with a few seconds' grace) during a re-measurement ends
+// braid at once: the re-run is killed rather than waited for (GPU goal runs were SIGKILLed 10 s
+// after SIGTERM while a best was being confirmed), and the run can be resumed.
+TEST(Trust, AStopDuringAReRunEndsBraidAtOnce) {
+  LuckyChild run("stop_rerun");
+  std::ofstream(run.wl / "slow_remeasure") << "1";
+  const auto log = run.results.string() + ".log";
+  std::filesystem::remove(log);
+  Proc p = start_braid({"evolve", run.wl.string(), "--results", run.results.string(), "--generations", "4", "--seed", "3",
+                        "--llm", "none", "-c", run.cfg.string()},
+                       log);
+  // Wait for the seed's first re-timing to be running (its evaluator sleeps).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const std::string rerun = (run.results / "remeasure").string();
+  while (processes_mentioning(rerun).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(processes_mentioning(rerun).empty()) << "no re-run started";
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(p.pid, SIGTERM);
+  const int code = wait_exit(p);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(code, 130) << output;
+  EXPECT_LT(took, 5.0) << output;
+  EXPECT_NE(output.find("braid resume"), std::string::npos) << output;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(processes_mentioning(run.wl.string()).empty()) << "the re-run's evaluator outlived braid";
+  std::filesystem::remove(log);
 }
 
 TEST(Trust, SeedThatFailsStopsTheRunWithItsError) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <set>
 #include <shared_mutex>
@@ -101,6 +102,7 @@ struct EvolutionRunner::Impl {
   ActivityFile activity{results / "activity.json"};
   std::string last_failure_id;          // whose diagnostics status.last_failure holds
   std::string islands_note, stop_note;  // parts of status.note
+  bool interrupted = false;             // a stop's bookkeeping is done (its jobs may be halted before)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::int64_t done_at_start = 0;
   std::unique_ptr<ProposalBuilder> proposals;  // declared last: its pool's threads read the above
@@ -116,7 +118,7 @@ struct EvolutionRunner::Impl {
         goals(GoalTrackerParts{
                   cfg, results, parts.workload.program, db, confirmation_log(),
                   [this](const std::string& code, const std::string& label, const std::filesystem::path& folder) {
-                    return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer());
+                    return remeasure_watched(code, label, folder);
                   },
                   [this] { return stopping(); }},
               pop),
@@ -148,7 +150,7 @@ struct EvolutionRunner::Impl {
       if (in_flight.size() == completed.size() && !stop.load() && !halted && !meta.blocks(*in_flight.begin())) continue;
       std::vector<ProgramRecord> finished =
           jobs.wait(std::chrono::milliseconds(200), [this] { return proposals->has_answers() || meta.answered(); });
-      if (stop.load() && !jobs.stopped()) stop_evaluations();
+      if (stop.load() && !interrupted) stop_evaluations();
       for (auto& rec : finished) collect(std::move(rec));
       launch_ready();  // a slot freed before its candidate's follow-up ended
       emit();
@@ -233,11 +235,30 @@ struct EvolutionRunner::Impl {
 
   // A stop (Ctrl-C): running evaluations are killed and their results discarded.
   void stop_evaluations() {
-    stop_note = "stopping: interrupted";
-    jobs.stop(*parts.evaluator);
+    interrupted = true;
+    halt_jobs();
     // Finished results are already in the database; `resume` indexes them.
     for (auto& [g, rec] : completed) forget_pending(g);
     completed.clear();
+  }
+  void halt_jobs() {
+    stop_note = "stopping: interrupted";
+    if (!jobs.stopped()) jobs.stop(*parts.evaluator);
+  }
+
+  // A re-measurement (the seed's noise runs, a best's confirmation) blocks the search thread for
+  // a whole evaluation: it runs on a thread of its own while this one keeps the status line
+  // going and, on a stop, kills it at once (a SIGTERM with a short grace, such as Slurm's or
+  // timeout's, must not wait for a re-run to end). The bookkeeping of the stop waits for the loop.
+  EvalResult remeasure_watched(const std::string& code, const std::string& label, const std::filesystem::path& folder) {
+    auto pending = std::async(std::launch::async, [&] {
+      return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer());
+    });
+    for (int ticks = 1; pending.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready; ++ticks) {
+      if (stop_flag != nullptr && stop_flag->load()) halt_jobs();
+      if (ticks % 5 == 0) emit("re-measuring " + label);  // once a second
+    }
+    return pending.get();
   }
 
   void collect(ProgramRecord rec) {
