@@ -496,3 +496,151 @@ TEST(AnalyzerUserIdioms, StructFilledThroughAPointerParameter) {
   EXPECT_EQ(convert_text(program("  alloc_layer(&a, 256);\n  alloc_layer(&b, 64);\n")).converted_calls, 0);
   EXPECT_EQ(convert_text(program("  if (s) alloc_layer(&a, 256);\n")).converted_calls, 0);  // not on every path
 }
+
+// The same helper called in a loop over an array of structs (`for (l ...) alloc_layer(&layers[l])`,
+// or `layers + l`) allocates one site per field for every element: `layers[].grad`, as
+// `cudaMalloc(&bufs[i], ..)` in a loop is `bufs[]`. Given a pointer variable, or under a condition in
+// the loop, the helper's allocations stay unnamed and the calls host NCCL.
+TEST(AnalyzerUserIdioms, StructHelperCalledInALoopOverLayers) {
+  const auto program = [](const std::string& loop) {
+    return kPrologue +
+           "struct Layer { float* w; float* grad; size_t n; };\n"
+           "static void alloc_layer(Layer* l, size_t n) {\n"
+           "  l->n = n; cudaMalloc(&l->w, n * sizeof(float)); cudaMalloc(&l->grad, n * sizeof(float));\n"
+           "}\n"
+           "static void free_layer(Layer* l) { cudaFree(l->w); cudaFree(l->grad); }\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  Layer layers[4];\n" +
+           loop +
+           "  for (int l = 3; l >= 0; --l)\n"
+           "    ncclAllReduce(layers[l].grad, layers[l].grad, layers[l].n, ncclFloat, ncclAvg, comm, s);\n"
+           "  ncclBroadcast(layers[0].w, layers[0].w, layers[0].n, ncclFloat, 0, comm, s);\n"
+           "  for (int l = 0; l < 4; ++l) free_layer(&layers[l]);\n"
+           "}\n";
+  };
+  const std::string by_address = "  for (int l = 0; l < 4; ++l) alloc_layer(&layers[l], 1024);\n";
+  const Analysis a = analyze("user.cu", program(by_address));
+  EXPECT_TRUE(a.buffers.count("layers[].grad"));
+  EXPECT_TRUE(a.buffers.count("layers[].w"));
+  EXPECT_EQ(first_call(a, "ncclAllReduce").arg_buffers.at(0), std::vector<std::string>{"layers[].grad"});
+  const Conversion c = convert_text(program(by_address));
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&l->grad, n * sizeof(float))"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(l->grad)"));
+  EXPECT_EQ(convert_text(program("  for (int l = 0; l < 4; ++l) alloc_layer(layers + l, 1024);\n")).converted_calls, 2);
+  // A pointer variable is not followed to the element it points at; a conditional call may skip one.
+  const Conversion through_pointer =
+      convert_text(program("  for (int l = 0; l < 4; ++l) { Layer* p = &layers[l]; alloc_layer(p, 1024); }\n"));
+  EXPECT_EQ(through_pointer.converted_calls, 0);
+  ASSERT_FALSE(through_pointer.left.empty());
+  EXPECT_TRUE(contains(through_pointer.left[0].reason, "has no cudaMalloc/ncclMemAlloc allocation in this file"))
+      << through_pointer.left[0].reason;
+  EXPECT_EQ(convert_text(program("  for (int l = 0; l < 4; ++l) if (l != 2) alloc_layer(&layers[l], 1024);\n"))
+                .converted_calls,
+            0);
+}
+
+// Stream-ordered per-step buffers (cudaMallocAsync in a helper filling a struct, cudaFreeAsync on the
+// same stream): the sends and receives on them stay host NCCL with the reason (making them symmetric
+// would register a window collectively at every step, with sizes not proven equal on every rank);
+// a collective on one converts and falls back to host NCCL at run time on every rank; the frees go
+// to sym_free_async, which frees each pointer with the allocator that made it.
+TEST(AnalyzerUserIdioms, StreamOrderedStepBuffers) {
+  const std::string src = kPrologue +
+                          "struct Step { float* send; float* recv; float* load; };\n"
+                          "static void alloc_step(Step* s, size_t n, cudaStream_t st) {\n"
+                          "  cudaMallocAsync(&s->send, n * 4, st); cudaMallocAsync(&s->recv, n * 4, st);\n"
+                          "  cudaMallocAsync(&s->load, 64, st);\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t st; int world = 2, rank = 0;\n"
+                          "  ncclCommInitRank(&comm, world, id, rank);\n"
+                          "  float* grad; cudaMalloc(&grad, 1024);\n"
+                          "  for (int step = 0; step < 4; ++step) {\n"
+                          "    Step sb; alloc_step(&sb, 4096, st);\n"
+                          "    ncclGroupStart();\n"
+                          "    for (int p = 0; p < world; ++p) {\n"
+                          "      ncclSend(sb.send + p * 1024, 1024, ncclFloat, p, comm, st);\n"
+                          "      ncclRecv(sb.recv + p * 1024, 1024, ncclFloat, p, comm, st);\n"
+                          "    }\n"
+                          "    ncclGroupEnd();\n"
+                          "    ncclAllReduce(sb.load, sb.load, 16, ncclFloat, ncclAvg, comm, st);\n"
+                          "    cudaFreeAsync(sb.send, st); cudaFreeAsync(sb.recv, st); cudaFreeAsync(sb.load, st);\n"
+                          "  }\n"
+                          "  ncclAllReduce(grad, grad, 256, ncclFloat, ncclSum, comm, st);\n"
+                          "  cudaFree(grad);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_TRUE(a.buffers.count("sb.send"));
+  EXPECT_EQ(a.buffers.at("sb.send").allocator, "cudaMallocAsync");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  bool send_left = false;
+  for (const Unconverted& u : c.left)
+    if (u.construct == "ncclSend") {
+      send_left = true;
+      EXPECT_TRUE(contains(u.reason, "comes from cudaMallocAsync (line 7): stream-ordered memory is never an NCCL window"))
+          << u.reason;
+      EXPECT_TRUE(contains(u.reason, "sizes braid cannot prove equal on every rank")) << u.reason;
+    }
+  EXPECT_TRUE(send_left) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "cudaMallocAsync(&s->send, n * 4, st)"));  // never made symmetric
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free_async(sb.load, st)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grad, 1024)"));
+  EXPECT_TRUE(contains(c.source, "  ncclGroupStart();"));  // the group stays host NCCL whole
+}
+
+// llm.c's pointer arrays: parameters carved from one allocation by `*(ptrs[i]) = iterator` over the
+// fields' addresses, gradients reduced through the struct seen as an array (`(float**)&model->grads`),
+// activations allocated one by one in a loop and used as `*(acts + i)` / `acts[i]`. A struct with a
+// member that is no pointer is no array of pointers: its element stays unfollowed.
+TEST(AnalyzerUserIdioms, LlmcPointerArrays) {
+  const auto program = [](const std::string& extra_field) {
+    return kPrologue +
+           "typedef struct { float* wte; float* ln1w; float* fcw;" + extra_field +
+           " } ParameterTensors;\n"
+           "typedef struct { ParameterTensors params; ParameterTensors grads; size_t sizes[3]; float* params_memory;\n"
+           "  float* grads_memory; float* acts[3]; } GPT2;\n"
+           "float* malloc_and_point(ParameterTensors* params, size_t* sizes) {\n"
+           "  float* memory; cudaMalloc((void**)&memory, 4096 * sizeof(float));\n"
+           "  float** ptrs[] = {&params->wte, &params->ln1w, &params->fcw};\n"
+           "  float* it = memory;\n"
+           "  for (int i = 0; i < 3; i++) { *(ptrs[i]) = it; it += sizes[i]; }\n"
+           "  return memory;\n"
+           "}\n"
+           "void build(GPT2* model) {\n"
+           "  model->params_memory = malloc_and_point(&model->params, model->sizes);\n"
+           "  model->grads_memory = malloc_and_point(&model->grads, model->sizes);\n"
+           "  for (int i = 0; i < 3; i++) cudaMalloc((void**)&model->acts[i], 1024);\n"
+           "}\n"
+           "void reduce(GPT2* model, ncclComm_t comm, cudaStream_t s) {\n"
+           "  float** grads = (float**)&model->grads;\n"
+           "  for (int i = 0; i < 3; i++) ncclAllReduce(grads[i], grads[i], model->sizes[i], ncclFloat, ncclAvg, comm, s);\n"
+           "  float** acts = model->acts;\n"
+           "  ncclAllReduce(*(acts + 2), *(acts + 2), 256, ncclFloat, ncclSum, comm, s);\n"
+           "  ncclAllReduce(model->acts[1], model->acts[1], 256, ncclFloat, ncclSum, comm, s);\n"
+           "}\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  GPT2 model; build(&model);\n"
+           "  reduce(&model, comm, s);\n"
+           "  cudaFree(model.params_memory); cudaFree(model.grads_memory);\n"
+           "  for (int i = 0; i < 3; i++) cudaFree(model.acts[i]);\n"
+           "}\n";
+  };
+  const Analysis a = analyze("user.cu", program(""));
+  EXPECT_TRUE(a.buffers.count("memory"));
+  EXPECT_TRUE(a.buffers.count("model.acts[]"));
+  const Call& grads = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(grads.unresolved, "");
+  EXPECT_EQ(grads.arg_buffers.at(0), std::vector<std::string>{"memory"});
+  const Conversion c = convert_text(program(""));
+  EXPECT_EQ(c.converted_calls, 3) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc((void**)&memory, 4096 * sizeof(float))"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc((void**)&model->acts[i], 1024)"));
+  // `int layers;` in the struct: `grads[i]` may be it, so the gradients stay host NCCL.
+  const Conversion mixed = convert_text(program(" int layers;"));
+  EXPECT_EQ(mixed.converted_calls, 2) << conversion_to_text(mixed);
+}

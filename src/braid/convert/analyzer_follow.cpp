@@ -59,6 +59,16 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
       c.unresolved = fmt::format(
           "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
   }
+  // Several paths into one allocation (llm.c's tensors carved from one block) name it once, and
+  // each step of the way is said once (`--explain` stays readable).
+  const auto once = [](std::vector<std::string>& v) {
+    std::vector<std::string> kept;
+    for (std::string& x : v)
+      if (std::find(kept.begin(), kept.end(), x) == kept.end()) kept.push_back(std::move(x));
+    v = std::move(kept);
+  };
+  once(keys);
+  once(c.via);
   return keys;
 }
 

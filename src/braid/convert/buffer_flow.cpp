@@ -140,6 +140,15 @@ std::string access_path(const std::string& expr, bool target) {
   if (!lr.error.empty()) return "";
   bool addr = false;
   std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  // A dereference is an element: `*(ptrs + i)` is `ptrs[i]`, `*ptrs` is `ptrs[0]`.
+  if (!target && !addr && t.size() > 1 && t[0].text == "*") {
+    if (std::any_of(t.begin(), t.end(), [](const Token& x) { return x.text == "&"; })) return "";
+    const std::string inner = join(t, 1, t.size());
+    const std::string element = access_path(inner, true);
+    if (!element.empty()) return element.size() > 2 && element.substr(element.size() - 2) == "[]" ? element : "";
+    const std::string base = access_path(inner, false);
+    return base.empty() ? "" : base + "[0]";
+  }
   // Pointer arithmetic: the left operand names the allocation (`p + i`; as a target, &p[i]).
   bool arithmetic = false;
   {
@@ -315,6 +324,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       }
       record_element_copy(k, f.body_close);
       record_field_write(k, f.name, f.body_close);
+      record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
         const std::size_t close = match_forward(code_, k + 1, f.body_close);
@@ -380,7 +390,10 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
 }
 
 // The caller's struct behind a pointer parameter, where the helper has one call in this file, on
-// every path (not under a condition), given `&x` (so `p->f` is `x.f`); "" otherwise.
+// every path (not under a condition), given `&x` (so `p->f` is `x.f`), an element `&layers[l]` or
+// `layers + l` (called in a loop over the layers: `p->f` is `layers[].f`, one allocation site for
+// every element, as `cudaMalloc(&bufs[i], ..)` in a loop is `bufs[]`) or a field `&model->enc`;
+// "" otherwise.
 std::string BufferFlow::through_struct_pointer(const FunctionDef& f, const std::string& param) const {
   const auto p = std::find(f.params.begin(), f.params.end(), param);
   const auto calls = calls_.find(f.name);
@@ -388,9 +401,7 @@ std::string BufferFlow::through_struct_pointer(const FunctionDef& f, const std::
   const CallSite& c = calls->second.front();
   const std::size_t index = (std::size_t)(p - f.params.begin());
   if (index >= c.args.size() || c.args.size() != f.params.size() || conditional(c.token)) return "";
-  bool addr = false;
-  const std::vector<Token> t = strip(code_tokens(lex(c.args[index]).tokens), addr);
-  return addr && t.size() == 1 && t[0].kind == TokenKind::Identifier ? t[0].text : "";
+  return access_path(c.args[index], true);
 }
 
 std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {
@@ -473,6 +484,16 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
         out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
         follow_returns(*returning_helper(best->init), rest, depth, out, stack);
+      } else if (const std::vector<std::string> fields = base.empty() ? fields_as_array(best->init, rest)
+                                                                         : std::vector<std::string>{};
+                 !fields.empty()) {
+        // llm.c's `float** grads = (float**)&model->grads; grads[i]`: any pointer field of the struct.
+        out.via.push_back(fmt::format("{} = {} (line {}): an element is any of {} fields", root, best->init,
+                                      code_[best->token].line, fields.size()));
+        for (const std::string& field : fields) {
+          resolve_into(field, function, best->token, depth, out, stack);
+          if (!out.reason.empty()) break;
+        }
       } else if (base.empty()) {
         // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
         // itself is what the program names; an allocation through it must still be found by path.
@@ -521,11 +542,11 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         continue;
       }
       std::string arg_path = access_path(c.args[index], false);
-      if (arg_path.empty()) {  // `&model` passes the struct itself: m->x is model.x
+      if (arg_path.empty()) {  // `&model` (`&model->grads`) passes the struct itself: m->x is model.x
         bool addr = false;
         LexResult lr = lex(c.args[index]);
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
-        if (addr && t.size() == 1 && t[0].kind == TokenKind::Identifier) arg_path = t[0].text;
+        if (addr) arg_path = access_path(join(t, 0, t.size()), false);
       }
       if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
         out.via.push_back(
@@ -555,6 +576,22 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);
   stack.pop_back();
+}
+
+// `(float**)&model->grads` indexed as `[i]...`: the paths of every field of the struct
+// (`model.grads.wte...`, the rest after the index appended) when each is a pointer; empty otherwise.
+std::vector<std::string> BufferFlow::fields_as_array(const std::string& init, const std::string& rest) const {
+  if (rest.empty() || rest[0] != '[') return {};
+  const std::vector<Token> all = code_tokens(lex(init).tokens);
+  bool pointer_cast = false;  // `(T**)` or `reinterpret_cast<T**>` before the `&`
+  for (std::size_t i = 1; i < all.size() && all[i].text != "&"; ++i) pointer_cast = pointer_cast || (all[i].text == "*" && all[i - 1].text == "*");
+  bool addr = false;
+  const std::vector<Token> t = strip(all, addr);
+  const std::string object = addr && pointer_cast ? access_path(join(t, 0, t.size()), false) : "";
+  std::vector<std::string> paths;
+  if (object.empty() || object.find('[') != std::string::npos) return paths;
+  for (const std::string& field : pointer_fields(object)) paths.push_back(object + "." + field + rest.substr(rest.find(']') + 1));
+  return paths;
 }
 
 // `class|struct Name [: bases] {`: the bodies whose functions are members of Name.

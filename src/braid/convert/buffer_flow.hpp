@@ -125,6 +125,9 @@ class BufferFlow {
                      std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);
+  void record_pointer_array_store(std::size_t k, const std::string& function, std::size_t body_open, std::size_t end);
+  std::vector<std::string> pointer_fields(const std::string& path) const;
+  std::vector<std::string> fields_as_array(const std::string& init, const std::string& rest) const;
   const FunctionDef* returning_helper(const std::string& expr) const;
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
   bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;

@@ -36,6 +36,44 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
   field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
 }
 
+// llm.c's `T** ptrs[] = {&p->wte, &p->ln1w, ...}; for (i) { *(ptrs[i]) = it; it += n[i]; }` (or
+// `*ptrs[i] = v;`) at code token k (ptrs): every field the array holds the address of is written
+// with v (a pointer into one allocation, whatever the element). Not recorded under a condition
+// (some fields might keep another value on some ranks) or when an element is no `&field`.
+void BufferFlow::record_pointer_array_store(std::size_t k, const std::string& function, std::size_t body_open,
+                                            std::size_t end) {
+  if (k < 2 || k + 1 >= end || code_[k + 1].text != "[" || conditional(k)) return;
+  const bool parenthesised = code_[k - 1].text == "(" && code_[k - 2].text == "*";
+  const std::size_t star = parenthesised ? k - 2 : k - 1;
+  if (code_[star].text != "*" || star == 0) return;
+  const std::string& before = code_[star - 1].text;
+  if (before != ";" && before != "{" && before != "}" && before != ")") return;
+  std::size_t eq = match_forward(code_, k + 1, end) + 1;
+  if (parenthesised) eq = eq < end && code_[eq].text == ")" ? eq + 1 : end;
+  if (eq >= end || code_[eq].text != "=") return;
+  // The array's declaration in this function: `T* * name [ N? ] = { ... }`.
+  std::size_t open = SIZE_MAX;
+  for (std::size_t d = body_open + 1; d < star; ++d)
+    if (code_[d].text == code_[k].text && code_[d - 1].text == "*" && code_[d + 1].text == "[") {
+      const std::size_t close = match_forward(code_, d + 1, star);
+      if (close + 2 < star && code_[close + 1].text == "=" && code_[close + 2].text == "{") open = close + 2;
+    }
+  if (open == SIZE_MAX) return;
+  std::vector<std::string> fields;
+  for (const std::string& element : split_top(code_, open, match_forward(code_, open, star))) {
+    const std::vector<Token> t = code_tokens(lex(element).tokens);
+    const std::string lhs = t.size() > 1 && t[0].text == "&" ? join(t, 1, t.size()) : "";
+    if (access_path(lhs, false).find('.') == std::string::npos) return;  // `&p->f` (or `&(p->f)`) only
+    fields.push_back(lhs);
+  }
+  std::size_t e = eq + 1;
+  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
+    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{"   ? 1
+             : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1
+                                                                                    : 0;
+  for (const std::string& lhs : fields) field_writes_.push_back(FieldWrite{function, lhs, join(code_, eq + 1, e), k});
+}
+
 BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   Resolution out;
   for (const FieldWrite& w : field_writes_) {
@@ -226,6 +264,57 @@ std::pair<std::string, int> BufferFlow::reached_through_value(const std::string&
 
 std::string BufferFlow::function_at(std::size_t at) const {
   return at < owner_.size() && owner_[at] >= 0 ? functions_[(std::size_t)owner_[at]].name : "";
+}
+
+}  // namespace braid::convert
+
+namespace braid::convert {
+
+// The fields of the struct that path's last name is declared with, when every member is a pointer
+// (`ParameterTensors grads;` of `typedef struct { float* wte; float *ln1w, *fcw; } ParameterTensors;`):
+// what `(float**)&model->grads` indexes as an array. Empty when the name is declared with more than
+// one such type, the type's body is not found once, or it has any other member.
+std::vector<std::string> BufferFlow::pointer_fields(const std::string& path) const {
+  const std::size_t dot = path.find_last_of('.');
+  const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+  if (name.empty() || name.find('[') != std::string::npos) return {};
+  // The type's body: `struct|class T {` or `typedef struct [tag] { ... } T ;`.
+  const auto body_of = [&](const std::string& type) -> std::pair<std::size_t, std::size_t> {
+    std::set<std::pair<std::size_t, std::size_t>> found;
+    for (const ClassBody& c : classes_)
+      if (c.name == type) found.emplace(c.open, c.close);
+    for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
+      if (code_[k].text != "struct" || code_[k - 1].text != "typedef") continue;
+      const std::size_t open = code_[k + 1].text == "{" ? k + 1 : k + 2;
+      if (open >= code_.size() || code_[open].text != "{") continue;
+      const std::size_t close = match_forward(code_, open, code_.size());
+      if (close + 2 < code_.size() && code_[close + 1].text == type && code_[close + 2].text == ";")
+        found.emplace(open, close);
+    }
+    return found.size() == 1 ? *found.begin() : std::pair<std::size_t, std::size_t>{0, 0};
+  };
+  std::set<std::string> types;
+  for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
+    const std::string& next = code_[k + 1].text;
+    if (code_[k].text == name && code_[k - 1].kind == TokenKind::Identifier &&
+        (next == ";" || next == "=" || next == "," || next == ")") && body_of(code_[k - 1].text).second > 0)
+      types.insert(code_[k - 1].text);
+  }
+  if (types.size() != 1) return {};
+  const auto [open, close] = body_of(*types.begin());
+  std::vector<std::string> fields;
+  std::size_t start = open;
+  for (std::size_t k = open + 1; k < close; ++k) {
+    if (code_[k].text == "(" || code_[k].text == "[" || code_[k].text == "{" || code_[k].text == ":") return {};
+    if (code_[k].text != ";") continue;
+    for (const std::string& piece : split_top(code_, start, k)) {
+      const std::vector<Token> t = code_tokens(lex(piece).tokens);
+      if (t.size() < 2 || t.back().kind != TokenKind::Identifier || t[t.size() - 2].text != "*") return {};
+      fields.push_back(t.back().text);
+    }
+    start = k;
+  }
+  return start + 1 == close ? fields : std::vector<std::string>{};
 }
 
 }  // namespace braid::convert

@@ -82,8 +82,20 @@ std::string own_reason(const Analysis& a, const Call& c) {
       // call falls back to host NCCL at run time everywhere, and stage A (below) hands their
       // allocation sites to the LLM loop.
       // Not for send/recv, which have no run-time fallback per pair (the receive must be a window).
+      // Nor is a send/recv's stream-ordered buffer moved to symmetric memory by rule (cudaMallocAsync
+      // -> sym_malloc, cudaFreeAsync -> sym_free_async, which waits for the stream before ncclMemFree):
+      // each allocation would become a collective window registration, at every step of a loop
+      // (MoE's per-step token buffers), with sizes that follow per-rank token counts, while NCCL
+      // requires every rank to register at once with equal sizes. braid cannot prove either, so the
+      // pair stays host NCCL, which never deadlocks and frees with the program's own allocator.
+      if (stage_a_allocator(b.allocator) && is_p2p(c.name))
+        return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
+               "): " + (b.allocator == "cudaMallocAsync" ? "stream-ordered" : "managed") +
+               " memory is never an NCCL window, a send/recv has no host fallback per pair, "
+               "and making it symmetric would register a window collectively at every allocation, with sizes "
+               "braid cannot prove equal on every rank";
       if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" &&
-          (!stage_a_allocator(b.allocator) || is_p2p(c.name)))
+          !stage_a_allocator(b.allocator))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
       if (b.registered_line > 0)
