@@ -580,7 +580,8 @@ TEST(AnalyzerUserIdioms, StreamOrderedStepBuffers) {
   for (const Unconverted& u : c.left)
     if (u.construct == "ncclSend") {
       send_left = true;
-      EXPECT_TRUE(contains(u.reason, "comes from cudaMallocAsync (line 7): stream-ordered memory is never an NCCL window"))
+      EXPECT_TRUE(
+          contains(u.reason, "comes from cudaMallocAsync (line 7): stream-ordered memory is never an NCCL window"))
           << u.reason;
       EXPECT_TRUE(contains(u.reason, "sizes braid cannot prove equal on every rank")) << u.reason;
     }
@@ -598,8 +599,7 @@ TEST(AnalyzerUserIdioms, StreamOrderedStepBuffers) {
 // member that is no pointer is no array of pointers: its element stays unfollowed.
 TEST(AnalyzerUserIdioms, LlmcPointerArrays) {
   const auto program = [](const std::string& extra_field) {
-    return kPrologue +
-           "typedef struct { float* wte; float* ln1w; float* fcw;" + extra_field +
+    return kPrologue + "typedef struct { float* wte; float* ln1w; float* fcw;" + extra_field +
            " } ParameterTensors;\n"
            "typedef struct { ParameterTensors params; ParameterTensors grads; size_t sizes[3]; float* params_memory;\n"
            "  float* grads_memory; float* acts[3]; } GPT2;\n"
@@ -617,7 +617,8 @@ TEST(AnalyzerUserIdioms, LlmcPointerArrays) {
            "}\n"
            "void reduce(GPT2* model, ncclComm_t comm, cudaStream_t s) {\n"
            "  float** grads = (float**)&model->grads;\n"
-           "  for (int i = 0; i < 3; i++) ncclAllReduce(grads[i], grads[i], model->sizes[i], ncclFloat, ncclAvg, comm, s);\n"
+           "  for (int i = 0; i < 3; i++) ncclAllReduce(grads[i], grads[i], model->sizes[i], ncclFloat, ncclAvg, comm, "
+           "s);\n"
            "  float** acts = model->acts;\n"
            "  ncclAllReduce(*(acts + 2), *(acts + 2), 256, ncclFloat, ncclSum, comm, s);\n"
            "  ncclAllReduce(model->acts[1], model->acts[1], 256, ncclFloat, ncclSum, comm, s);\n"
@@ -643,4 +644,46 @@ TEST(AnalyzerUserIdioms, LlmcPointerArrays) {
   // `int layers;` in the struct: `grads[i]` may be it, so the gradients stay host NCCL.
   const Conversion mixed = convert_text(program(" int layers;"));
   EXPECT_EQ(mixed.converted_calls, 2) << conversion_to_text(mixed);
+}
+
+// llm.c's gradient reduction: `floatX* const pointers[] = {grads.wte, grads.fcw}` (a copy of the
+// struct) handed to a template taking `floatX* const (&pointers)[N]`: an element is any of the
+// listed fields, followed to the allocation they point into. An array whose elements the function
+// also stores into (or that starts as null pointers) is not read from its initialiser.
+TEST(AnalyzerUserIdioms, BraceInitialisedPointerArrays) {
+  const auto program = [](const std::string& declaration, const std::string& after) {
+    return kPrologue +
+           "typedef struct { float* wte; float* fcw; } ParameterTensors;\n"
+           "ParameterTensors grads_of; float* grads_memory; float* other;\n"
+           "void point(ParameterTensors* p) {\n"
+           "  cudaMalloc((void**)&grads_memory, 4096);\n"
+           "  float** ptrs[] = {&p->wte, &p->fcw};\n"
+           "  char* it = (char*)grads_memory;\n"
+           "  for (int i = 0; i < 2; i++) { *ptrs[i] = (float*)it; it += 2048; }\n"
+           "}\n"
+           "template <int N>\n"
+           "void reduce(float* const (&pointers)[N], ncclComm_t comm, cudaStream_t s) {\n"
+           "  for (int i = 0; i < N; ++i) ncclAllReduce(pointers[i], pointers[i], 512, ncclFloat, ncclAvg, comm, s);\n"
+           "}\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  cudaMalloc(&other, 64);\n"
+           "  point(&grads_of);\n"
+           "  ParameterTensors grads = grads_of;\n" +
+           declaration + after +
+           "  reduce(pointers, comm, s);\n"
+           "  cudaFree(grads_memory); cudaFree(other);\n"
+           "}\n";
+  };
+  const std::string src = program("  float* const pointers[] = {grads.wte, grads.fcw};\n", "");
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_EQ(ar.arg_buffers.at(0), std::vector<std::string>{"grads_memory"});
+  EXPECT_EQ(convert_text(src).converted_calls, 1) << conversion_to_text(convert_text(src));
+  // Not const and stored into: its elements may be anything by the call.
+  EXPECT_EQ(convert_text(program("  float* pointers[] = {grads.wte, grads.fcw};\n", "  pointers[1] = other + 4;\n"))
+                .converted_calls,
+            0);
+  EXPECT_EQ(convert_text(program("  float* pointers[] = {nullptr, grads.fcw};\n", "")).converted_calls, 0);
 }

@@ -237,8 +237,11 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       std::vector<Token> pt = code_tokens(lr.tokens);
       auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
       std::string name;
-      for (auto it = pt.begin(); it != eq; ++it)
-        if (it->kind == TokenKind::Identifier) name = it->text;
+      int bracket = 0;  // `T (&name)[N]`: N is the array's extent, not the name
+      for (auto it = pt.begin(); it != eq; ++it) {
+        bracket += it->text == "[" ? 1 : it->text == "]" ? -1 : 0;
+        if (it->kind == TokenKind::Identifier && bracket == 0) name = it->text;
+      }
       f.params.push_back(name == "void" ? "" : name);
     }
     if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].kind == TokenKind::Identifier)
@@ -484,8 +487,8 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
         // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
         out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
         follow_returns(*returning_helper(best->init), rest, depth, out, stack);
-      } else if (const std::vector<std::string> fields = base.empty() ? fields_as_array(best->init, rest)
-                                                                         : std::vector<std::string>{};
+      } else if (const std::vector<std::string> fields =
+                     base.empty() ? fields_as_array(best->init, rest) : std::vector<std::string>{};
                  !fields.empty()) {
         // llm.c's `float** grads = (float**)&model->grads; grads[i]`: any pointer field of the struct.
         out.via.push_back(fmt::format("{} = {} (line {}): an element is any of {} fields", root, best->init,
@@ -506,6 +509,23 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       stack.pop_back();
       return;
     }
+  }
+  // An element of an array initialised with a list of buffers (`float* const ptrs[] = {g.wte, g.fcw}`).
+  if (const ArrayInit init = array_initialiser(function, root, at); !init.elements.empty() && !rest.empty() &&
+                                                                        rest[0] == '[') {
+    out.via.push_back(fmt::format("{} is one of {} (line {})", path, init.text, code_[init.token].line));
+    const std::string after = rest.substr(rest.find(']') + 1);
+    for (const std::string& element : init.elements) {
+      const std::string element_path = access_path(element, false);
+      if (element_path.empty() && !after.empty()) {
+        out.reason = fmt::format("`{}` is an element of `{}`, whose `{}` braid cannot follow", expr, root, element);
+        break;
+      }
+      resolve_into(after.empty() ? element : element_path + after, function, init.token, depth, out, stack);
+      if (!out.reason.empty()) break;
+    }
+    stack.pop_back();
+    return;
   }
   // A parameter: every call of the function in this file.
   for (const FunctionDef& f : functions_) {
@@ -578,19 +598,56 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   stack.pop_back();
 }
 
+// The last `T* [const] name[N] = {a, b, ...};` of `function` before code token `at`, when its elements
+// keep those values: declared `const`, or only ever read as `name[...]` in the function (never
+// stored into, its address never taken, never passed whole). None when an element is a null pointer
+// (an array allocated later, element by element).
+BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function, const std::string& root,
+                                                    std::size_t at) const {
+  const FunctionDef* f = function_named(function);
+  ArrayInit found;
+  if (!f) return found;
+  bool only_read = true;
+  for (std::size_t d = f->body_open + 1; d + 1 < f->body_close; ++d) {
+    if (code_[d].text != root || code_[d].kind != TokenKind::Identifier) continue;
+    if (code_[d - 1].text == "." || code_[d - 1].text == "->") continue;  // another object's field
+    const std::size_t close = code_[d + 1].text == "[" ? match_forward(code_, d + 1, f->body_close) : d;
+    const std::string& after = code_[close + 1].text;
+    const bool declared = close > d && after == "=" && close + 2 < f->body_close && code_[close + 2].text == "{" &&
+                          (code_[d - 1].text == "*" || code_[d - 1].text == "const");
+    if (declared && d < at) {
+      const std::size_t end = match_forward(code_, close + 2, f->body_close);
+      found = ArrayInit{split_top(code_, close + 2, end), join(code_, close + 2, end + 1), d,
+                        code_[d - 1].text == "const"};
+      continue;
+    }
+    if (declared) continue;
+    const bool read = close > d && code_[d - 1].text != "&" && after != "=" && after != "+=" && after != "-=" &&
+                      after != "++" && after != "--";
+    only_read = only_read && read;
+  }
+  const bool null_element = std::any_of(found.elements.begin(), found.elements.end(), [](const std::string& e) {
+    return e == "nullptr" || e == "NULL" || e == "0";
+  });
+  if (null_element || (!found.constant && !only_read)) return ArrayInit{};
+  return found;
+}
+
 // `(float**)&model->grads` indexed as `[i]...`: the paths of every field of the struct
 // (`model.grads.wte...`, the rest after the index appended) when each is a pointer; empty otherwise.
 std::vector<std::string> BufferFlow::fields_as_array(const std::string& init, const std::string& rest) const {
   if (rest.empty() || rest[0] != '[') return {};
   const std::vector<Token> all = code_tokens(lex(init).tokens);
   bool pointer_cast = false;  // `(T**)` or `reinterpret_cast<T**>` before the `&`
-  for (std::size_t i = 1; i < all.size() && all[i].text != "&"; ++i) pointer_cast = pointer_cast || (all[i].text == "*" && all[i - 1].text == "*");
+  for (std::size_t i = 1; i < all.size() && all[i].text != "&"; ++i)
+    pointer_cast = pointer_cast || (all[i].text == "*" && all[i - 1].text == "*");
   bool addr = false;
   const std::vector<Token> t = strip(all, addr);
   const std::string object = addr && pointer_cast ? access_path(join(t, 0, t.size()), false) : "";
   std::vector<std::string> paths;
   if (object.empty() || object.find('[') != std::string::npos) return paths;
-  for (const std::string& field : pointer_fields(object)) paths.push_back(object + "." + field + rest.substr(rest.find(']') + 1));
+  const std::string after = rest.substr(rest.find(']') + 1);
+  for (const std::string& field : pointer_fields(object)) paths.push_back(object + "." + field + after);
   return paths;
 }
 

@@ -128,6 +128,13 @@ class BufferFlow {
   void record_pointer_array_store(std::size_t k, const std::string& function, std::size_t body_open, std::size_t end);
   std::vector<std::string> pointer_fields(const std::string& path) const;
   std::vector<std::string> fields_as_array(const std::string& init, const std::string& rest) const;
+  struct ArrayInit {
+    std::vector<std::string> elements;
+    std::string text;  // `{a, b}`
+    std::size_t token = 0;
+    bool constant = false;  // `T* const name[]`
+  };
+  ArrayInit array_initialiser(const std::string& function, const std::string& root, std::size_t at) const;
   const FunctionDef* returning_helper(const std::string& expr) const;
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
   bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
