@@ -1,7 +1,8 @@
 // BufferFlow: which allocation an NCCL call's buffer argument points into, followed through the
 // translation unit the way users write it: casts and pointer arithmetic (`(float*)(ws + off)`,
 // `&buf[i]`), local aliases (`float* logits = ...`, range-for `auto& b : buckets`), struct fields
-// and array elements (`model->acts.out`, `layers[l].w`, `bufs[i]`), and function parameters
+// and array elements (`model->acts.out`, `layers[l].w`, `bufs[i]`, `*(bufs + i)`, an element of
+// `float* const ptrs[] = {a, b}`, `((float**)&model->grads)[i]`), and function parameters
 // (every call of the helper in the file, several levels deep, member functions included), and a
 // class's fields to what its constructors (member-initialiser list or body) and member functions
 // assign them, then through the constructor's parameters to each construction of the class.

@@ -1,5 +1,7 @@
 // BufferFlow (buffer_flow.hpp): what helpers and fields carry between statements: fields written
-// with a helper's result, element copies between arrays, helpers that return a buffer, and which
+// with a helper's result or through an array of their addresses (llm.c's `*(ptrs[i]) = it`), the
+// pointer fields of a struct indexed as an array, element copies between arrays, helpers that
+// return a buffer, and which
 // statements run conditionally and reach which functions (the reach a converted call needs to be
 // proven on every rank).
 #include <fmt/format.h>

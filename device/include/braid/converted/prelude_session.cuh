@@ -129,6 +129,10 @@ inline cudaError_t sym_free(void* ptr) {
   if (sym_release(ptr, &r)) return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
   return cudaFree(ptr);
 }
+// The rules never make a cudaMallocAsync site symmetric (each allocation would be a collective window
+// registration, per step, with sizes not proven equal on every rank: transform_plan.cpp); a
+// symmetric pointer reaches here when the LLM loop moved its allocation to sym_malloc, and is
+// released only once the work queued on the stream is done (ncclMemFree is not stream-ordered).
 inline cudaError_t sym_free_async(void* ptr, cudaStream_t stream) {
   ncclResult_t r;
   for (const Allocation& a : state().allocations)
