@@ -171,8 +171,9 @@ class BufferFlow {
   struct FieldWrite {
     std::string function, lhs, value;
     std::size_t token = 0;
+    std::string through;  // the store that writes it, when not `lhs = value` itself (`*(ptrs[i])`)
   };
-  std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements
+  std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements, and stores through arrays of their addresses
   struct ClassBody {
     std::string name;
     std::size_t open = 0, close = 0;

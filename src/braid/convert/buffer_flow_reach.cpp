@@ -73,7 +73,9 @@ void BufferFlow::record_pointer_array_store(std::size_t k, const std::string& fu
     depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{"   ? 1
              : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1
                                                                                     : 0;
-  for (const std::string& lhs : fields) field_writes_.push_back(FieldWrite{function, lhs, join(code_, eq + 1, e), k});
+  const std::string through = join(code_, star, eq);
+  for (const std::string& lhs : fields)
+    field_writes_.push_back(FieldWrite{function, lhs, join(code_, eq + 1, e), k, through});
 }
 
 BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
@@ -83,7 +85,8 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     const Resolution lhs = resolve(w.lhs, w.function, w.token);
     if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); }))
       continue;
-    out.via.push_back(fmt::format("{} = {} (line {}, in {}())", w.lhs, w.value, code_[w.token].line, w.function));
+    out.via.push_back(fmt::format("{} = {} (line {}{}, in {}())", w.lhs, w.value, code_[w.token].line,
+                                  w.through.empty() ? "" : ", by `" + w.through + "`", w.function));
     std::vector<std::string> stack;
     if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
     else resolve_into(w.value, w.function, w.token, 6, out, stack);
