@@ -19,6 +19,7 @@
 #include "braid/llm/http.hpp"
 #include "braid/pipeline/pipeline.hpp"
 #include "braid/pipeline/run_lock.hpp"
+#include "braid/search/evaluation_jobs.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 #include "braid/util/log.hpp"

@@ -46,11 +46,6 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
   return out;
 }
 
-}  // namespace flow_tokens
-
-namespace {
-
-using namespace flow_tokens;
 
 const std::set<std::string> kTypeWords = {
     "const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*", "::", "<", ">", "&"};
@@ -127,7 +122,9 @@ std::vector<std::string> ternary_branches(const std::string& expr) {
   return {};
 }
 
-}  // namespace
+}  // namespace flow_tokens
+
+using namespace flow_tokens;
 
 std::pair<std::string, std::string> split_root(const std::string& path) {
   const std::size_t p = path.find_first_of(".[");
@@ -478,113 +475,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   stack.push_back(key);
-  // A local alias declared before the use (the nearest one).
-  {
-    const Alias* best = nearest_alias(function, root, at);
-    if (best) {
-      const std::string base = access_path(best->init, false);
-      if (base.empty() && returning_helper(best->init)) {
-        // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
-        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
-        follow_returns(*returning_helper(best->init), rest, depth, out, stack);
-      } else if (const std::vector<std::string> fields =
-                     base.empty() ? fields_as_array(best->init, rest) : std::vector<std::string>{};
-                 !fields.empty()) {
-        // llm.c's `float** grads = (float**)&model->grads; grads[i]`: any pointer field of the struct.
-        out.via.push_back(fmt::format("{} = {} (line {}): an element is any of {} fields", root, best->init,
-                                      code_[best->token].line, fields.size()));
-        for (const std::string& field : fields) {
-          resolve_into(field, function, best->token, depth, out, stack);
-          if (!out.reason.empty()) break;
-        }
-      } else if (base.empty()) {
-        // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
-        // itself is what the program names; an allocation through it must still be found by path.
-        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
-        out.paths.push_back(path);
-      } else {
-        out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
-        resolve_into(base + rest, function, best->token, depth, out, stack);
-      }
-      stack.pop_back();
-      return;
-    }
-  }
-  // An element of an array initialised with a list of buffers (`float* const ptrs[] = {g.wte, g.fcw}`).
-  if (const ArrayInit init = array_initialiser(function, root, at); !init.elements.empty() && !rest.empty() &&
-                                                                        rest[0] == '[') {
-    out.via.push_back(fmt::format("{} is one of {} (line {})", path, init.text, code_[init.token].line));
-    const std::string after = rest.substr(rest.find(']') + 1);
-    for (const std::string& element : init.elements) {
-      const std::string element_path = access_path(element, false);
-      if (element_path.empty() && !after.empty()) {
-        out.reason = fmt::format("`{}` is an element of `{}`, whose `{}` braid cannot follow", expr, root, element);
-        break;
-      }
-      resolve_into(after.empty() ? element : element_path + after, function, init.token, depth, out, stack);
-      if (!out.reason.empty()) break;
-    }
-    stack.pop_back();
-    return;
-  }
-  // A parameter: every call of the function in this file.
-  for (const FunctionDef& f : functions_) {
-    if (f.name != function) continue;
-    auto p = std::find(f.params.begin(), f.params.end(), root);
-    if (p == f.params.end()) continue;
-    const std::size_t index = (std::size_t)(p - f.params.begin());
-    if (auto v = value_uses_.find(function); v != value_uses_.end()) {
-      out.reason = fmt::format(
-          "`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
-          "pointer or a copy, with arguments braid does not see)",
-          root, function, v->second);
-      stack.pop_back();
-      return;
-    }
-    auto calls = calls_.find(function);
-    if (calls == calls_.end() || calls->second.empty()) {
-      out.reason = fmt::format("`{}` is a parameter of {}(), which is not called in this file", root, function);
-      stack.pop_back();
-      return;
-    }
-    // Functions of one name in several classes (`forward`): a call with another arity is another's.
-    const bool overloaded = std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) {
-      return g.name == function && g.params.size() != f.params.size();
-    });
-    for (const CallSite& c : calls->second) {
-      if (overloaded && c.args.size() != f.params.size()) continue;
-      if (index >= c.args.size()) {
-        out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
-        break;
-      }
-      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
-        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
-        continue;
-      }
-      std::string arg_path = access_path(c.args[index], false);
-      if (arg_path.empty()) {  // `&model` (`&model->grads`) passes the struct itself: m->x is model.x
-        bool addr = false;
-        LexResult lr = lex(c.args[index]);
-        std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
-        if (addr) arg_path = access_path(join(t, 0, t.size()), false);
-      }
-      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
-        out.via.push_back(
-            fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
-        resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
-        if (!out.reason.empty()) break;
-        continue;
-      }
-      if (arg_path.empty()) {
-        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller,
-                                 c.args[index], root, c.line);
-        break;
-      }
-      out.via.push_back(
-          fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
-      resolve_into(arg_path + rest, c.caller, c.token, depth - 1, out, stack);
-      if (!out.reason.empty()) break;
-    }
+  const bool done = resolve_alias(root, rest, path, function, at, depth, out, stack) ||
+                    resolve_array_element(expr, root, rest, path, function, at, depth, out, stack) ||
+                    resolve_parameter(root, rest, function, depth, out, stack);
+  if (done) {
     stack.pop_back();
     return;
   }
@@ -596,41 +490,6 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);
   stack.pop_back();
-}
-
-// The last `T* [const] name[N] = {a, b, ...};` of `function` before code token `at`, when its elements
-// keep those values: declared `const`, or only ever read as `name[...]` in the function (never
-// stored into, its address never taken, never passed whole). None when an element is a null pointer
-// (an array allocated later, element by element).
-BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function, const std::string& root,
-                                                    std::size_t at) const {
-  const FunctionDef* f = function_named(function);
-  ArrayInit found;
-  if (!f) return found;
-  bool only_read = true;
-  for (std::size_t d = f->body_open + 1; d + 1 < f->body_close; ++d) {
-    if (code_[d].text != root || code_[d].kind != TokenKind::Identifier) continue;
-    if (code_[d - 1].text == "." || code_[d - 1].text == "->") continue;  // another object's field
-    const std::size_t close = code_[d + 1].text == "[" ? match_forward(code_, d + 1, f->body_close) : d;
-    const std::string& after = code_[close + 1].text;
-    const bool declared = close > d && after == "=" && close + 2 < f->body_close && code_[close + 2].text == "{" &&
-                          (code_[d - 1].text == "*" || code_[d - 1].text == "const");
-    if (declared && d < at) {
-      const std::size_t end = match_forward(code_, close + 2, f->body_close);
-      found = ArrayInit{split_top(code_, close + 2, end), join(code_, close + 2, end + 1), d,
-                        code_[d - 1].text == "const"};
-      continue;
-    }
-    if (declared) continue;
-    const bool read = close > d && code_[d - 1].text != "&" && after != "=" && after != "+=" && after != "-=" &&
-                      after != "++" && after != "--";
-    only_read = only_read && read;
-  }
-  const bool null_element = std::any_of(found.elements.begin(), found.elements.end(), [](const std::string& e) {
-    return e == "nullptr" || e == "NULL" || e == "0";
-  });
-  if (null_element || (!found.constant && !only_read)) return ArrayInit{};
-  return found;
 }
 
 // `(float**)&model->grads` indexed as `[i]...`: the paths of every field of the struct
@@ -651,5 +510,4 @@ std::vector<std::string> BufferFlow::fields_as_array(const std::string& init, co
   return paths;
 }
 
-// `class|struct Name [: bases] {`: the bodies whose functions are members of Name.
 }  // namespace braid::convert

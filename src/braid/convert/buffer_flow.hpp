@@ -143,6 +143,15 @@ class BufferFlow {
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                     std::vector<std::string>& stack) const;
+  // resolve_into's steps (buffer_flow_steps.cpp): true when the name was followed there.
+  bool resolve_alias(const std::string& root, const std::string& rest, const std::string& path,
+                     const std::string& function, std::size_t at, int depth, Resolution& out,
+                     std::vector<std::string>& stack) const;
+  bool resolve_array_element(const std::string& expr, const std::string& root, const std::string& rest,
+                             const std::string& path, const std::string& function, std::size_t at, int depth,
+                             Resolution& out, std::vector<std::string>& stack) const;
+  bool resolve_parameter(const std::string& root, const std::string& rest, const std::string& function, int depth,
+                         Resolution& out, std::vector<std::string>& stack) const;
 
   const std::vector<Token>& code_;
   std::vector<FunctionDef> functions_;

@@ -1,4 +1,4 @@
-// Token helpers shared by buffer_flow.cpp and buffer_flow_members.cpp (internal to BufferFlow).
+// Token helpers shared by the buffer_flow*.cpp files (internal to BufferFlow).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,5 +13,9 @@ std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::si
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e);
 // Top-level comma-separated pieces of tokens (b, e).
 std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e);
+// Removes casts, outer parentheses and `&`; `addr` tells whether an `&` was removed.
+std::vector<Token> strip(std::vector<Token> t, bool& addr);
+// `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.
+std::vector<std::string> ternary_branches(const std::string& expr);
 
 }  // namespace braid::convert::flow_tokens

@@ -9,6 +9,7 @@
 #include "braid/convert/rewrite_loop.hpp"
 #include "braid/pipeline/pipeline_impl.hpp"
 #include "braid/pipeline/seed_workload.hpp"
+#include "braid/search/evaluation_jobs.hpp"
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"

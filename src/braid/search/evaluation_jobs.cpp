@@ -2,6 +2,7 @@
 
 #include <csignal>
 
+#include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
 
 namespace braid {
@@ -75,6 +76,18 @@ void EvaluationJobs::join_all() {
   for (auto& [g, t] : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+}
+
+int end_orphaned_jobs(ProgramDatabase& db) {
+  int ended = 0;
+  for (auto& [pgid, marker, what] : db.jobs()) {
+    if (kill_process_group_if_alive(pgid, marker)) {
+      log::warn("ended orphaned process group {} ({}) left by an earlier braid", pgid, what);
+      ++ended;
+    }
+    db.remove_job(pgid);
+  }
+  return ended;
 }
 
 }  // namespace braid

@@ -62,4 +62,7 @@ class EvaluationJobs {
   bool slot_freed_ = false;  // since the last wait(); guarded by mutex_
 };
 
+// End the process groups a previous braid recorded as running (resume, start of a run).
+int end_orphaned_jobs(ProgramDatabase& db);
+
 }  // namespace braid

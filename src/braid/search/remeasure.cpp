@@ -1,6 +1,8 @@
 #include "braid/search/remeasure.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 
 #include "braid/util/hash.hpp"
 
@@ -17,6 +19,12 @@ EvalResult remeasure(Evaluator& evaluator, const std::string& code, const std::s
   req.work_dir = dir;
   req.seed = hash64(label, run_seed);
   return evaluator.evaluate(req, jobs);
+}
+
+EvalResult measure_beside(const std::function<EvalResult()>& measure, const std::function<void(int n)>& tick) {
+  auto pending = std::async(std::launch::async, measure);
+  for (int n = 1; pending.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready; ++n) tick(n);
+  return pending.get();
 }
 
 double median(std::vector<double> values) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ namespace braid {
 // run_seed); `label` also names the evaluation for the job observer ("<id>-confirm1").
 EvalResult remeasure(Evaluator& evaluator, const std::string& code, const std::string& label, std::uint64_t run_seed,
                      const std::filesystem::path& dir, const JobObserver& jobs);
+
+// Runs `measure` on a thread of its own and calls `tick(n)` every 200 ms until it returns: the
+// caller's thread stays free to show progress and to end the measurement on a stop.
+EvalResult measure_beside(const std::function<EvalResult()>& measure, const std::function<void(int n)>& tick);
 
 // Median of a non-empty list (mean of the middle two for an even count).
 double median(std::vector<double> values);

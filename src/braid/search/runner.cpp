@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <map>
 #include <set>
 #include <shared_mutex>
@@ -38,18 +37,6 @@
 namespace braid {
 
 std::filesystem::path db_path(const std::filesystem::path& results_dir) { return results_dir / "evolution.db"; }
-
-int end_orphaned_jobs(ProgramDatabase& db) {
-  int ended = 0;
-  for (auto& [pgid, marker, what] : db.jobs()) {
-    if (kill_process_group_if_alive(pgid, marker)) {
-      log::warn("ended orphaned process group {} ({}) left by an earlier braid", pgid, what);
-      ++ended;
-    }
-    db.remove_job(pgid);
-  }
-  return ended;
-}
 
 namespace {
 
@@ -246,19 +233,14 @@ struct EvolutionRunner::Impl {
     if (!jobs.stopped()) jobs.stop(*parts.evaluator);
   }
 
-  // A re-measurement (the seed's noise runs, a best's confirmation) blocks the search thread for
-  // a whole evaluation: it runs on a thread of its own while this one keeps the status line
-  // going and, on a stop, kills it at once (a SIGTERM with a short grace, such as Slurm's or
-  // timeout's, must not wait for a re-run to end). The bookkeeping of the stop waits for the loop.
+  // A re-measurement (noise runs, a best's confirmation) takes a whole evaluation: the status line
+  // goes on, and a stop kills it at once (a SIGTERM's grace, Slurm's or timeout's, is short).
   EvalResult remeasure_watched(const std::string& code, const std::string& label, const std::filesystem::path& folder) {
-    auto pending = std::async(std::launch::async, [&] {
-      return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer());
-    });
-    for (int ticks = 1; pending.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready; ++ticks) {
-      if (stop_flag != nullptr && stop_flag->load()) halt_jobs();
-      if (ticks % 5 == 0) emit("re-measuring " + label);  // once a second
-    }
-    return pending.get();
+    return measure_beside([&] { return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer()); },
+                          [&](int n) {
+                            if (stop_flag != nullptr && stop_flag->load()) halt_jobs();
+                            if (n % 5 == 0) emit("re-measuring " + label);  // once a second
+                          });
   }
 
   void collect(ProgramRecord rec) {

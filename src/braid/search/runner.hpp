@@ -89,7 +89,4 @@ class EvolutionRunner {
 // Results folder layout.
 std::filesystem::path db_path(const std::filesystem::path& results_dir);  // evolution.db
 
-// End the process groups a previous braid recorded as running (resume, start of a run).
-int end_orphaned_jobs(ProgramDatabase& db);
-
 }  // namespace braid

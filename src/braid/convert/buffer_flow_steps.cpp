@@ -1,0 +1,169 @@
+// BufferFlow (buffer_flow.hpp): the steps of resolve() that follow a name to where it came from: a
+// local alias to what it was set to, an element of an array initialised with buffers to each of
+// them, a function's parameter to the argument of every call in this file.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+// A local alias declared before the use (the nearest one): followed to what it was set to.
+bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest, const std::string& path,
+                               const std::string& function, std::size_t at, int depth, Resolution& out,
+                               std::vector<std::string>& stack) const {
+  const Alias* best = nearest_alias(function, root, at);
+  if (!best) return false;
+  const std::string base = access_path(best->init, false);
+  if (base.empty() && returning_helper(best->init)) {
+    // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    follow_returns(*returning_helper(best->init), rest, depth, out, stack);
+  } else if (const std::vector<std::string> fields =
+                 base.empty() ? fields_as_array(best->init, rest) : std::vector<std::string>{};
+             !fields.empty()) {
+    // llm.c's `float** grads = (float**)&model->grads; grads[i]`: any pointer field of the struct.
+    out.via.push_back(fmt::format("{} = {} (line {}): an element is any of {} fields", root, best->init,
+                                  code_[best->token].line, fields.size()));
+    for (const std::string& field : fields) {
+      resolve_into(field, function, best->token, depth, out, stack);
+      if (!out.reason.empty()) break;
+    }
+  } else if (base.empty()) {
+    // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
+    // itself is what the program names; an allocation through it must still be found by path.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    out.paths.push_back(path);
+  } else {
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    resolve_into(base + rest, function, best->token, depth, out, stack);
+  }
+  return true;
+}
+
+// An element of an array initialised with a list of buffers (`float* const ptrs[] = {g.wte, g.fcw}`):
+// any of them.
+bool BufferFlow::resolve_array_element(const std::string& expr, const std::string& root, const std::string& rest,
+                                       const std::string& path, const std::string& function, std::size_t at,
+                                       int depth, Resolution& out, std::vector<std::string>& stack) const {
+  if (const ArrayInit init = array_initialiser(function, root, at); !init.elements.empty() && !rest.empty() &&
+                                                                        rest[0] == '[') {
+    out.via.push_back(fmt::format("{} is one of {} (line {})", path, init.text, code_[init.token].line));
+    const std::string after = rest.substr(rest.find(']') + 1);
+    for (const std::string& element : init.elements) {
+      const std::string element_path = access_path(element, false);
+      if (element_path.empty() && !after.empty()) {
+        out.reason = fmt::format("`{}` is an element of `{}`, whose `{}` braid cannot follow", expr, root, element);
+        break;
+      }
+      resolve_into(after.empty() ? element : element_path + after, function, init.token, depth, out, stack);
+      if (!out.reason.empty()) break;
+    }
+    return true;
+  }
+  return false;
+}
+
+// A parameter of `function`: followed to the argument of every call of the function in this file.
+bool BufferFlow::resolve_parameter(const std::string& root, const std::string& rest, const std::string& function,
+                                   int depth, Resolution& out, std::vector<std::string>& stack) const {
+  for (const FunctionDef& f : functions_) {
+    if (f.name != function) continue;
+    auto p = std::find(f.params.begin(), f.params.end(), root);
+    if (p == f.params.end()) continue;
+    const std::size_t index = (std::size_t)(p - f.params.begin());
+    if (auto v = value_uses_.find(function); v != value_uses_.end()) {
+      out.reason = fmt::format(
+          "`{}` is a parameter of {}(), which is also used as a value at line {} (called through a "
+          "pointer or a copy, with arguments braid does not see)",
+          root, function, v->second);
+      return true;
+    }
+    auto calls = calls_.find(function);
+    if (calls == calls_.end() || calls->second.empty()) {
+      out.reason = fmt::format("`{}` is a parameter of {}(), which is not called in this file", root, function);
+      return true;
+    }
+    // Functions of one name in several classes (`forward`): a call with another arity is another's.
+    const bool overloaded = std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) {
+      return g.name == function && g.params.size() != f.params.size();
+    });
+    for (const CallSite& c : calls->second) {
+      if (overloaded && c.args.size() != f.params.size()) continue;
+      if (index >= c.args.size()) {
+        out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
+        break;
+      }
+      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
+        out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
+        continue;
+      }
+      std::string arg_path = access_path(c.args[index], false);
+      if (arg_path.empty()) {  // `&model` (`&model->grads`) passes the struct itself: m->x is model.x
+        bool addr = false;
+        LexResult lr = lex(c.args[index]);
+        std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+        if (addr) arg_path = access_path(join(t, 0, t.size()), false);
+      }
+      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
+        out.via.push_back(
+            fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+        resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
+        if (!out.reason.empty()) break;
+        continue;
+      }
+      if (arg_path.empty()) {
+        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller,
+                                 c.args[index], root, c.line);
+        break;
+      }
+      out.via.push_back(
+          fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+      resolve_into(arg_path + rest, c.caller, c.token, depth - 1, out, stack);
+      if (!out.reason.empty()) break;
+    }
+    return true;
+  }
+  return false;
+}
+
+// The last `T* [const] name[N] = {a, b, ...};` of `function` before code token `at`, when its elements
+// keep those values: declared `const`, or only ever read as `name[...]` in the function (never
+// stored into, its address never taken, never passed whole). None when an element is a null pointer
+// (an array allocated later, element by element).
+BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function, const std::string& root,
+                                                    std::size_t at) const {
+  const FunctionDef* f = function_named(function);
+  ArrayInit found;
+  if (!f) return found;
+  bool only_read = true;
+  for (std::size_t d = f->body_open + 1; d + 1 < f->body_close; ++d) {
+    if (code_[d].text != root || code_[d].kind != TokenKind::Identifier) continue;
+    if (code_[d - 1].text == "." || code_[d - 1].text == "->") continue;  // another object's field
+    const std::size_t close = code_[d + 1].text == "[" ? match_forward(code_, d + 1, f->body_close) : d;
+    const std::string& after = code_[close + 1].text;
+    const bool declared = close > d && after == "=" && close + 2 < f->body_close && code_[close + 2].text == "{" &&
+                          (code_[d - 1].text == "*" || code_[d - 1].text == "const");
+    if (declared && d < at) {
+      const std::size_t end = match_forward(code_, close + 2, f->body_close);
+      found = ArrayInit{split_top(code_, close + 2, end), join(code_, close + 2, end + 1), d,
+                        code_[d - 1].text == "const"};
+      continue;
+    }
+    if (declared) continue;
+    const bool read = close > d && code_[d - 1].text != "&" && after != "=" && after != "+=" && after != "-=" &&
+                      after != "++" && after != "--";
+    only_read = only_read && read;
+  }
+  const bool null_element = std::any_of(found.elements.begin(), found.elements.end(), [](const std::string& e) {
+    return e == "nullptr" || e == "NULL" || e == "0";
+  });
+  if (null_element || (!found.constant && !only_read)) return ArrayInit{};
+  return found;
+}
+
+}  // namespace braid::convert
