@@ -48,10 +48,10 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
 // An element of an array initialised with a list of buffers (`float* const ptrs[] = {g.wte, g.fcw}`):
 // any of them.
 bool BufferFlow::resolve_array_element(const std::string& expr, const std::string& root, const std::string& rest,
-                                       const std::string& path, const std::string& function, std::size_t at,
-                                       int depth, Resolution& out, std::vector<std::string>& stack) const {
-  if (const ArrayInit init = array_initialiser(function, root, at); !init.elements.empty() && !rest.empty() &&
-                                                                        rest[0] == '[') {
+                                       const std::string& path, const std::string& function, std::size_t at, int depth,
+                                       Resolution& out, std::vector<std::string>& stack) const {
+  if (const ArrayInit init = array_initialiser(function, root, at);
+      !init.elements.empty() && !rest.empty() && rest[0] == '[') {
     out.via.push_back(fmt::format("{} is one of {} (line {})", path, init.text, code_[init.token].line));
     const std::string after = rest.substr(rest.find(']') + 1);
     for (const std::string& element : init.elements) {
@@ -150,8 +150,8 @@ BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function,
                           (code_[d - 1].text == "*" || code_[d - 1].text == "const");
     if (declared && d < at) {
       const std::size_t end = match_forward(code_, close + 2, f->body_close);
-      found = ArrayInit{split_top(code_, close + 2, end), join(code_, close + 2, end + 1), d,
-                        code_[d - 1].text == "const"};
+      found =
+          ArrayInit{split_top(code_, close + 2, end), join(code_, close + 2, end + 1), d, code_[d - 1].text == "const"};
       continue;
     }
     if (declared) continue;
@@ -159,9 +159,8 @@ BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function,
                       after != "++" && after != "--";
     only_read = only_read && read;
   }
-  const bool null_element = std::any_of(found.elements.begin(), found.elements.end(), [](const std::string& e) {
-    return e == "nullptr" || e == "NULL" || e == "0";
-  });
+  const bool null_element = std::any_of(found.elements.begin(), found.elements.end(),
+                                        [](const std::string& e) { return e == "nullptr" || e == "NULL" || e == "0"; });
   if (null_element || (!found.constant && !only_read)) return ArrayInit{};
   return found;
 }
