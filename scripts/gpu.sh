@@ -577,9 +577,11 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
       echo "$line" | sed -E "s/gate: outputs match on ([0-9]+) ranks; original ([0-9.]+) ms, converted ([0-9.]+) ms, ratio ([0-9.]+)/| $n | PASS (\1 ranks) | \2 ms | \3 ms | \4 |/"
     elif [ -n "$line" ]; then
       echo "$line" | sed -E "s/gate \(differential, ([a-z]+)\): ([0-9]+) buffers match on ([0-9]+) ranks; wall time original ([0-9.]+) s, converted ([0-9.]+) s/| $n | PASS (differential, \1, \2 buffers, \3 ranks) | \4 s | \5 s | |/"
-    elif grep -q "several ranks in one process" "$cv_out/$n.log" 2>/dev/null; then
+    elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
+      grep -q "several ranks in one process" "$cv_out/$n.log"; then
       echo "| $n | left untouched (several ranks in one process: expected) | | | |"
-    elif grep -q "created non-blocking" "$cv_out/$n.log" 2>/dev/null; then
+    elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
+      grep -q "created non-blocking" "$cv_out/$n.log"; then
       echo "| $n | left untouched (a non-blocking communicator: no symmetric windows; expected) | | | |"
     else
       echo "| $n | FAIL: $(grep -h "braid:\|original does not\|differ" "$cv_out/$n.log" | head -1 | cut -c1-160) | | | |"

@@ -381,6 +381,42 @@ TEST(AnalyzerUserIdioms, NonBlockingCreationsDoNotBind) {
   EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_config(&comm"));
 }
 
+// A user's data-parallel communicator made non-blocking (polled in its own loop) beside a blocking
+// tensor-parallel one: the non-blocking one is never the one bound, even with more calls on it, so
+// the blocking one's all-reduce still converts.
+TEST(AnalyzerUserIdioms, ABlockingCommunicatorBesideANonBlockingOneConverts) {
+  const std::string src = kPrologue +
+                          "static void make_dp(ncclComm_t* dp, ncclUniqueId id, int n, int r) {\n"
+                          "  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;\n"
+                          "  cfg.blocking = 0;\n"
+                          "  ncclCommInitRankConfig(dp, n, id, r, &cfg);\n"
+                          "}\n"
+                          "int main(int argc, char** argv) {\n"
+                          "  int rank = argc; ncclUniqueId id, id2; cudaStream_t s;\n"
+                          "  ncclComm_t tp, dp;\n"
+                          "  ncclCommInitRank(&tp, 2, id, rank);\n"
+                          "  make_dp(&dp, id2, 2, rank);\n"
+                          "  float *act, *grad;\n"
+                          "  cudaMalloc(&act, 4096);\n"
+                          "  cudaMalloc(&grad, 4096);\n"
+                          "  ncclAllReduce(act, act, 1024, ncclFloat, ncclSum, tp, s);\n"
+                          "  ncclAllReduce(grad, grad, 512, ncclFloat, ncclSum, dp, s);\n"
+                          "  ncclAllReduce(grad + 512, grad + 512, 512, ncclFloat, ncclSum, dp, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  ASSERT_EQ(c.left.size(), 2u) << conversion_to_text(c);
+  for (const Unconverted& u : c.left) EXPECT_TRUE(contains(u.reason, "created non-blocking (line")) << u.reason;
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&tp")) << c.source;
+  // The same helper with a blocking config: its creation (through the pointer it is given) is the
+  // one bound, so the runtime binds where every rank passes.
+  std::string blocking = src;
+  blocking.replace(blocking.find("cfg.blocking = 0;"), 17, "cfg.cgaClusterSize = 2;");
+  const Conversion b = convert_text(blocking);
+  EXPECT_EQ(b.converted_calls, 2) << conversion_to_text(b);
+  EXPECT_TRUE(contains(b.source, "braid_converted::comm_init_rank_config(dp, n, id, r, &cfg)")) << b.source;
+}
+
 // A buffer the program registers as a window itself is never registered a second time: calls
 // that need it as a window stay host NCCL; its other buffers convert.
 TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {

@@ -252,6 +252,9 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     // Through references: `auto& s = mpu(); ncclCommSplit(..., &s.tp_comm, ...)` creates `state.tp_comm`.
     if (!path.empty() && tok != token_at.end())
       path = flow.target_path(path, flow.function_at(tok->second), tok->second);
+    // A helper given the communicator's address: `void init_comm(ncclComm_t* c) { ncclCommInitRank(c, ...); }`.
+    else if (tok != token_at.end())
+      path = flow.pointee_of_parameter(c.args[(std::size_t)target].text, flow.function_at(tok->second));
     const std::size_t config =
         4;  // the config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config)
     const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config &&

@@ -22,6 +22,15 @@ std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::si
   return end;
 }
 
+std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::size_t end) {
+  std::size_t e = from;
+  for (int depth = 0; e < end && !(depth == 0 && t[e].text == ";"); ++e)
+    depth += t[e].text == "(" || t[e].text == "[" || t[e].text == "{"   ? 1
+             : t[e].text == ")" || t[e].text == "]" || t[e].text == "}" ? -1
+                                                                        : 0;
+  return e;
+}
+
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
   std::string s;
   for (std::size_t i = b; i < e; ++i) s += (s.empty() ? "" : " ") + t[i].text;
@@ -402,6 +411,14 @@ std::string BufferFlow::through_struct_pointer(const FunctionDef& f, const std::
   const std::size_t index = (std::size_t)(p - f.params.begin());
   if (index >= c.args.size() || c.args.size() != f.params.size() || conditional(c.token)) return "";
   return access_path(c.args[index], true);
+}
+
+std::string BufferFlow::pointee_of_parameter(const std::string& param, const std::string& function) const {
+  const FunctionDef* f = function_named(function);
+  const std::string through = f ? through_struct_pointer(*f, param) : "";
+  if (through.empty()) return "";
+  const CallSite& c = calls_.at(function).front();
+  return target_path(through, c.caller, c.token);
 }
 
 std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) const {

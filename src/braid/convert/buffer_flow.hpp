@@ -93,6 +93,9 @@ class BufferFlow {
   // object it is part of: through references (`auto& L = layers[l]`, range-for
   // `for (auto& L : layers)`), `L.shard` is `layers[].shard`. A pointer copy is its own variable.
   std::string target_path(const std::string& path, const std::string& function, std::size_t at) const;
+  // What the pointer parameter `param` of `function` points to, named as target_path names it in
+  // the one caller (unconditional): `init_comm(&dp)` for `void init_comm(ncclComm_t* c)`; "" else.
+  std::string pointee_of_parameter(const std::string& param, const std::string& function) const;
 
   // The functions of this file that the calls between code tokens `from` and `to` reach, directly
   // or through the functions they call (what runs inside an ncclGroupStart/End written there).

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "braid/convert/buffer_flow.hpp"
@@ -30,11 +31,7 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
     field = field || x == "." || x == "->";
   }
   if (!field || eq >= end || code_[eq].text != "=") return;
-  std::size_t e = eq + 1;
-  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
-    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{"   ? 1
-             : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1
-                                                                                    : 0;
+  const std::size_t e = statement_end(code_, eq + 1, end);
   field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
 }
 
@@ -68,11 +65,7 @@ void BufferFlow::record_pointer_array_store(std::size_t k, const std::string& fu
     if (access_path(lhs, false).find('.') == std::string::npos) return;  // `&p->f` (or `&(p->f)`) only
     fields.push_back(lhs);
   }
-  std::size_t e = eq + 1;
-  for (int depth = 0; e < end && !(depth == 0 && code_[e].text == ";"); ++e)
-    depth += code_[e].text == "(" || code_[e].text == "[" || code_[e].text == "{"   ? 1
-             : code_[e].text == ")" || code_[e].text == "]" || code_[e].text == "}" ? -1
-                                                                                    : 0;
+  const std::size_t e = statement_end(code_, eq + 1, end);
   const std::string through = join(code_, star, eq);
   for (const std::string& lhs : fields)
     field_writes_.push_back(FieldWrite{function, lhs, join(code_, eq + 1, e), k, through});
@@ -271,10 +264,6 @@ std::string BufferFlow::function_at(std::size_t at) const {
   return at < owner_.size() && owner_[at] >= 0 ? functions_[(std::size_t)owner_[at]].name : "";
 }
 
-}  // namespace braid::convert
-
-namespace braid::convert {
-
 // The fields of the struct that path's last name is declared with, when every member is a pointer
 // (`ParameterTensors grads;` of `typedef struct { float* wte; float *ln1w, *fcw; } ParameterTensors;`):
 // what `(float**)&model->grads` indexes as an array. Empty when the name is declared with more than
@@ -298,15 +287,16 @@ std::vector<std::string> BufferFlow::pointer_fields(const std::string& path) con
     }
     return found.size() == 1 ? *found.begin() : std::pair<std::size_t, std::size_t>{0, 0};
   };
-  std::set<std::string> types;
+  std::map<std::string, std::pair<std::size_t, std::size_t>> bodies;  // each declaring type's body, looked up once
   for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
     const std::string& next = code_[k + 1].text;
     if (code_[k].text == name && code_[k - 1].kind == TokenKind::Identifier &&
-        (next == ";" || next == "=" || next == "," || next == ")") && body_of(code_[k - 1].text).second > 0)
-      types.insert(code_[k - 1].text);
+        (next == ";" || next == "=" || next == "," || next == ")") && !bodies.count(code_[k - 1].text))
+      bodies[code_[k - 1].text] = body_of(code_[k - 1].text);
   }
-  if (types.size() != 1) return {};
-  const auto [open, close] = body_of(*types.begin());
+  std::erase_if(bodies, [](const auto& tb) { return tb.second.second == 0; });  // a type with no body here
+  if (bodies.size() != 1) return {};
+  const auto [open, close] = bodies.begin()->second;
   std::vector<std::string> fields;
   std::size_t start = open;
   for (std::size_t k = open + 1; k < close; ++k) {

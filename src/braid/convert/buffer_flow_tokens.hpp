@@ -13,6 +13,8 @@ std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::si
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e);
 // Top-level comma-separated pieces of tokens (b, e).
 std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e);
+// The first `;` at bracket depth 0 in [from, end) (`end` when none): where a statement ends.
+std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::size_t end);
 // Removes casts, outer parentheses and `&`; `addr` tells whether an `&` was removed.
 std::vector<Token> strip(std::vector<Token> t, bool& addr);
 // `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.

@@ -123,27 +123,32 @@ std::string own_reason(const Analysis& a, const Call& c) {
 // runtime (windows registered there and at every later symmetric allocation, a point every rank
 // passes), which point-to-point calls need: they run on some ranks only.
 void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
+  // NCCL (2.28) registers no symmetric window on a non-blocking communicator ("invalid argument",
+  // seen on GPUs even with every call waited out of ncclInProgress): nothing on one converts, and it
+  // is never the one bound, so a blocking communicator beside it still converts.
+  for (std::size_t ci : collectives) {
+    if (!p.reason[ci].empty()) continue;  // a call without a reason has one communicator path
+    const Call& c = a.calls[ci];
+    const auto made = std::find_if(a.comm_inits.begin(), a.comm_inits.end(), [&](const CommInit& init) {
+      return init.nonblocking && init.path == c.comm_paths.front();
+    });
+    if (made != a.comm_inits.end())
+      p.reason[ci] = fmt::format(
+          "on `{}`, created non-blocking (line {}, with `blocking = 0` in its config): NCCL registers no symmetric "
+          "window on a non-blocking communicator: host NCCL",
+          made->path, a.calls[made->call].line);
+  }
   std::map<std::string, int> comm_votes;
   for (std::size_t ci : collectives)
     if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
   for (const auto& [path, n] : comm_votes)
     if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
-  // NCCL (2.28) registers no symmetric window on a non-blocking communicator ("invalid argument",
-  // seen on GPUs even with every call waited out of ncclInProgress), so nothing on one converts.
-  const CommInit* nonblocking = nullptr;
-  for (const CommInit& ci : a.comm_inits) {
-    if (ci.path == p.bound && ci.nonblocking && !nonblocking) nonblocking = &ci;
-    if (ci.path == p.bound && !ci.conditional && !ci.nonblocking && !p.bound_init) p.bound_init = &ci;
-  }
+  for (const CommInit& ci : a.comm_inits)
+    if (ci.path == p.bound && !ci.conditional && !p.bound_init) p.bound_init = &ci;
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;
-    if (nonblocking && c.comm_paths.front() == p.bound)
-      p.reason[ci] = fmt::format(
-          "on `{}`, created non-blocking (line {}, with `blocking = 0` in its config): NCCL registers no symmetric "
-          "window on a non-blocking communicator: host NCCL",
-          p.bound, a.calls[nonblocking->call].line);
-    else if (c.comm_paths.front() != p.bound)
+    if (c.comm_paths.front() != p.bound)
       p.reason[ci] = "on communicator `" + c.comm_paths.front() +
                      "`; the converted runtime serves one communicator per process (`" + p.bound +
                      "`, used by most convertible calls): host NCCL";
