@@ -155,4 +155,32 @@ TEST(MoeRouting, SameSeedSameRoutingAndEveryTrialDiffers) {
   EXPECT_EQ(hot_ranks.size(), 2u);  // the hot rank moves between trials
 }
 
+// The bound's fixed draw (counted on the host by every rank at set-up): the trial's distribution
+// (every pick lands, the hot rank carries the skew), the same counts on every rank that computes
+// them, so the per-peer row counts of its exchange agree between sender and receiver.
+TEST(MoeRouting, TheBoundsFixedDrawHasTheTrialsLoadAndAgreesAcrossRanks) {
+  for (int world : {2, 4, 8}) {
+    for (int skew : {1, 5}) {
+      const moe::Shape s = shape(4096, 32 * world, skew, world);
+      std::vector<int64_t> load((size_t)world, 0);
+      for (int src = 0; src < world; ++src) {
+        const std::vector<int32_t> picks = moe::bound_draw_picks(s, src);
+        EXPECT_EQ(picks, moe::bound_draw_picks(s, src));
+        int64_t total = 0;
+        for (int e = 0; e < s.experts; ++e) {
+          total += picks[(size_t)e];
+          load[(size_t)(e / s.experts_per_rank())] += picks[(size_t)e];
+        }
+        EXPECT_EQ(total, s.pairs());
+      }
+      const auto hot = std::max_element(load.begin(), load.end());
+      int64_t others = 0;
+      for (int64_t l : load) others += l;
+      others -= *hot;
+      EXPECT_NEAR((double)*hot / ((double)others / (world - 1)), (double)skew, 0.1 * skew) << "world " << world << " skew " << skew;
+    }
+  }
+  EXPECT_NE(moe::bound_draw_picks(shape(128, 64, 1, 2), 0), moe::bound_draw_picks(shape(128, 64, 1, 2), 1));  // ranks draw apart
+}
+
 }  // namespace

@@ -34,10 +34,13 @@
 //   Baseline (host-driven, the seed's strategy): route, pack by expert, ncclAlltoAll of counts,
 //   counts to the host, grouped ncclSend/ncclRecv of the rows, permute to expert-major, expert
 //   GEMMs, permute back, grouped ncclSend/ncclRecv back, weighted sum.
-//   Compute alone: route, counts (ncclAlltoAll + host read-back, as cuBLAS needs them), then the
-//   expert compute of the rows this rank would receive. Communication alone: route, counts, and
-//   both exchanges (rows there and back), no GEMM. The harness times every phase as the slowest
-//   rank, so bound = max(expert compute of the most loaded rank, its exchange).
+//   Compute alone: the expert compute of the rows this rank receives in one fixed draw of the
+//   trial's routing distribution (moe::bound_draw_picks: same T, E, skew; counted on the host at
+//   set-up), replayed as a CUDA graph, so neither routing, the count exchange, a host round trip
+//   nor cuBLAS's host-side launch cost is in it (a program hides those behind its exchange; a
+//   bound that carried them measured above the whole seed at T = 128 on 4 ranks). Communication
+//   alone: both exchanges of that draw (rows there and back), no GEMM. The harness times every
+//   phase as the slowest rank, so bound = max(expert compute of the most loaded rank, its exchange).
 //   At 1 rank everything is local: the exchanges are NCCL copies to self, the skew has no rank
 //   to favour, and the figure is the expert compute plus local data movement.
 #pragma once
@@ -529,6 +532,9 @@ struct WorkloadState {
   RowBlock* ref_block = nullptr;
   HostDriven base;
   bf16* compute_rows = nullptr;          // compute alone's input rows (random, fixed)
+  Counts bound_counts;                   // the bound's fixed draw (bound_draw_picks)
+  ExpertGemm bound_gemm;                 // compute alone's own staging: its graph replays slot 0
+  cudaGraphExec_t compute_graph = nullptr;  // null: capture failed, compute alone runs eagerly
 };
 inline WorkloadState& state(Context& c) { return *static_cast<WorkloadState*>(c.workload_state); }
 
@@ -595,6 +601,64 @@ inline void reference(Context& c, cudaStream_t s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The bound's phases: one fixed routing draw, counted on the host (see the contract)
+// ---------------------------------------------------------------------------------------------
+
+// This rank's counts in the bound's draw: what it sends (its own picks) and what every source
+// sends it (that source's picks of this rank's experts). Every rank counts the same draw, so a
+// sender's and its receiver's row counts agree.
+inline Counts bound_counts(const Shape& sh, int rank) {
+  const int El = sh.experts_per_rank();
+  Counts k;
+  k.send = bound_draw_picks(sh, rank);
+  k.recv.assign((size_t)sh.experts, 0);
+  for (int p = 0; p < sh.world; ++p) {
+    const std::vector<int32_t> picks = p == rank ? k.send : bound_draw_picks(sh, p);
+    for (int e = 0; e < El; ++e) k.recv[(size_t)(p * El + e)] = picks[(size_t)(rank * El + e)];
+  }
+  k.derive(sh.world, El);
+  return k;
+}
+
+inline void bound_expert_compute(Context& c, WorkloadState& st, cudaStream_t s) {
+  const Shape sh = shape_of(c);
+  HostDriven& d = st.base;
+  std::vector<ExpertBlock> blocks;
+  st.bound_counts.to_expert_major(sh.world, sh.experts_per_rank(), &blocks);
+  st.bound_gemm.forward(s, blocks, st.compute_rows, c.buffer("w13").as<bf16>(), c.buffer("w2").as<bf16>(), d.h, d.a, d.expert_out, sh.hidden,
+                        sh.inter);
+}
+
+// Compute alone as a CUDA graph (device time only). Where this cuBLAS cannot be captured, null:
+// compute alone then enqueues eagerly (said once on stderr; its figure includes launch cost).
+inline cudaGraphExec_t capture_compute_alone(Context& c, WorkloadState& st) {
+  cudaStream_t s = c.stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) why = "cudaStreamBeginCapture failed";
+  if (why.empty()) {
+    try {
+      bound_expert_compute(c, st, s);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (why.empty() && end != cudaSuccess) why = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  }
+  if (why.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) why = "cudaGraphInstantiate failed";
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!why.empty()) {
+    (void)cudaGetLastError();
+    exec = nullptr;
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "moe: compute alone runs without a CUDA graph (%s): the bound includes cuBLAS's launch cost\n", why.c_str());
+    said = true;
+  }
+  return exec;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The workload
 // ---------------------------------------------------------------------------------------------
 
@@ -656,11 +720,16 @@ inline braid::dev::Workload make_workload() {
     braid::dev::fill_random_kernel<><<<1024, 256, 0, c.stream>>>(st->compute_rows, (size_t)s.max_recv_rows() * H, (int)DType::BF16, 0x3017ull);
     BRAID_LAUNCHED();
     BRAID_CUDA(cudaStreamSynchronize(c.stream));
+    st->bound_counts = bound_counts(s, c.rank);
+    st->bound_gemm.create(s.experts_per_rank() * s.world, ExpertGemm::Path::Auto);
+    st->compute_graph = capture_compute_alone(c, *st);
   };
   w.finish = [](Context& c) {
     auto* st = static_cast<WorkloadState*>(c.workload_state);
     if (st == nullptr) return;
     cudaDeviceSynchronize();
+    if (st->compute_graph != nullptr) cudaGraphExecDestroy(st->compute_graph);
+    st->bound_gemm.destroy();
     free_host_driven(st->base);
     cublasDestroy(st->ref_handle);
     delete st;
@@ -669,17 +738,15 @@ inline braid::dev::Workload make_workload() {
   w.reference = [](Context& c, cudaStream_t s) { reference(c, s); };
   w.baseline = [](Context& c, cudaStream_t s) { host_driven_layer(c, s, state(c).base); };
   w.compute_alone = [](Context& c, cudaStream_t s) {
-    HostDriven& d = state(c).base;
-    const Shape sh = shape_of(c);
-    const Counts k = host_counts(c, s, d);
-    std::vector<ExpertBlock> blocks;
-    k.to_expert_major(sh.world, sh.experts_per_rank(), &blocks);
-    d.gemm.forward(s, blocks, state(c).compute_rows, c.buffer("w13").as<bf16>(), c.buffer("w2").as<bf16>(), d.h, d.a, d.expert_out, sh.hidden,
-                   sh.inter);
+    WorkloadState& st = state(c);
+    if (st.compute_graph != nullptr)
+      BRAID_CUDA(cudaGraphLaunch(st.compute_graph, s));
+    else
+      bound_expert_compute(c, st, s);
   };
   w.comm_alone = [](Context& c, cudaStream_t s) {
     HostDriven& d = state(c).base;
-    const Counts k = host_counts(c, s, d);
+    const Counts& k = state(c).bound_counts;
     exchange_rows(c, s, d.send, k.send_off, k.send_rows, d.recv, k.recv_off, k.recv_rows);
     exchange_rows(c, s, d.ret_send, k.recv_off, k.recv_rows, d.ret_recv, k.send_off, k.send_rows);
   };

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define MOE_HD __host__ __device__
@@ -119,6 +120,31 @@ MOE_HD inline void route_token(const uint32_t* words, int hot, int64_t t, const 
     score_sum += gates[k];
   }
   for (int k = 0; k < kTopK; ++k) gates[k] = kRoutedScale * gates[k] / score_sum;
+}
+
+// The bound's routing draw. The bound's phases (compute alone, communication alone) time one
+// fixed draw of the trial's distribution (same T, E, skew): every rank derives every rank's seed
+// words from its rank number, so each can count the whole draw on the host at set-up, and the
+// timed phases hold no routing, no count exchange and no host round trip. Those belong to a
+// strategy (the host-driven one pays them, a device-side one need not), not to a lower bound.
+inline void bound_draw_words(int rank, uint32_t* words) {
+  for (int i = 0; i < kSeedWords; ++i) words[i] = (uint32_t)mix(0xB0D0ull + (uint64_t)rank * kSeedWords + (uint64_t)i);
+}
+
+// Picks of `source`'s tokens per global expert in the bound's draw.
+inline std::vector<int32_t> bound_draw_picks(const Shape& s, int source) {
+  uint32_t words[kSeedWords], first[kSeedWords];
+  bound_draw_words(source, words);
+  bound_draw_words(0, first);
+  const int hot = hot_rank(first, s.world);
+  std::vector<int32_t> per_expert((size_t)s.experts, 0);
+  int32_t ids[kTopK];
+  float gates[kTopK];
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    route_token(words, hot, t, s, ids, gates);
+    for (int k = 0; k < kTopK; ++k) ++per_expert[(size_t)ids[k]];
+  }
+  return per_expert;
 }
 
 }  // namespace moe
