@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -328,6 +329,7 @@ class Harness {
     std::vector<const StreamFn*> phases{&candidate_run};
     if (opt_.mode == Mode::Bench && !strict) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
     time_phases(ctx, phases, warmup, iters, strict, durations, &unjoined, &progress.stage, verdict);
+    if (tracing()) print_trace(ctx.problem.size);
     verdict.unjoined_work = unjoined ? 1 : 0;
     progress.stage = "verification";
     check_canaries(ctx, stream_, verdict);
@@ -411,7 +413,38 @@ class Harness {
     double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
     double tail_ms = 0;   // that tail (0 when the device was idle at the end event)
     double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
+    // Where the host clock went (BRAID_HARNESS_TRACE): recording the start event, run(), the
+    // joins and end event, waiting for the end event, the device sync.
+    double record_ms = 0, run_ms = 0, join_ms = 0, wait_ms = 0;
   };
+  // Per phase, the calls' CallTimings when BRAID_HARNESS_TRACE is set (printed after the size).
+  std::vector<CallTiming> trace_[4];
+  static bool tracing() {
+    static const bool on = std::getenv("BRAID_HARNESS_TRACE") != nullptr;
+    return on;
+  }
+  void print_trace(int64_t size) {
+    static const char* const kNames[] = {"candidate", "baseline", "compute alone", "comm alone"};
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    for (int p = 0; p < 4; ++p) {
+      if (trace_[p].empty()) continue;
+      std::vector<double> f[7];
+      for (const CallTiming& t : trace_[p]) {
+        const double v[7] = {t.event_ms, t.host_ms, t.record_ms, t.run_ms, t.join_ms, t.wait_ms, t.tail_ms};
+        for (int k = 0; k < 7; ++k) f[k].push_back(v[k]);
+      }
+      std::fprintf(stderr,
+                   "harness trace: rank %d size %lld %s (%zu calls, medians ms): events %.4f host %.4f | start record %.4f run() %.4f "
+                   "joins+end %.4f wait %.4f sync %.4f (idle sync %.4f)\n",
+                   me_.rank, (long long)size, kNames[p], trace_[p].size(), median(f[0]), median(f[1]), median(f[2]), median(f[3]), median(f[4]),
+                   median(f[5]), median(f[6]), idle_tail_ms_);
+      trace_[p].clear();
+    }
+  }
 
   // Per call: fresh inputs and poison (untimed), device idle, barrier, events around fn, join ctx
   // streams, then the device sync. If the device was still busy after the end event (work on a
@@ -423,12 +456,15 @@ class Harness {
     barrier_->wait();
     const auto h0 = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaEventRecord(start_, stream_));
+    const auto h_recorded = std::chrono::steady_clock::now();
     fn(ctx, stream_);
+    const auto h_ran = std::chrono::steady_clock::now();
     for (cudaStream_t s : ctx.extra_streams()) {
       BRAID_CUDA(cudaEventRecord(join_, s));
       BRAID_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
     }
     BRAID_CUDA(cudaEventRecord(end_, stream_));
+    const auto h_joined = std::chrono::steady_clock::now();
     wait_event(end_, comm_);
     const auto t_end = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaDeviceSynchronize());
@@ -444,6 +480,11 @@ class Harness {
       if (unjoined != nullptr) *unjoined = true;
     }
     t.host_ms = std::max(0.0, std::chrono::duration<double, std::milli>(h1 - h0).count() - idle_tail_ms_) * (candidate ? host_scale_ : 1.0);
+    auto ms_between = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    t.record_ms = ms_between(h0, h_recorded);
+    t.run_ms = ms_between(h_recorded, h_ran);
+    t.join_ms = ms_between(h_ran, h_joined);
+    t.wait_ms = ms_between(h_joined, t_end);
     return t;
   }
 
@@ -462,6 +503,7 @@ class Harness {
         *stage = kNames[p];
         const uint64_t seed = input_seed(p, it);
         const CallTiming t = time_once(ctx, *phases[p], seed, p == 0, p == 0 ? unjoined : nullptr);
+        if (tracing() && it >= warmup) trace_[p].push_back(t);
         if (p == 0) {
           *stage = "inputs and reference";
           verify_call(ctx, seed, it, verdict);
