@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -329,7 +328,7 @@ class Harness {
     std::vector<const StreamFn*> phases{&candidate_run};
     if (opt_.mode == Mode::Bench && !strict) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
     time_phases(ctx, phases, warmup, iters, strict, durations, &unjoined, &progress.stage, verdict);
-    if (tracing()) print_trace(ctx.problem.size);
+    if (CallTrace::enabled()) trace_.print(me_.rank, ctx.problem.size, idle_tail_ms_);
     verdict.unjoined_work = unjoined ? 1 : 0;
     progress.stage = "verification";
     check_canaries(ctx, stream_, verdict);
@@ -409,43 +408,6 @@ class Harness {
     });
   }
 
-  struct CallTiming {
-    double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
-    double tail_ms = 0;   // that tail (0 when the device was idle at the end event)
-    double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
-    // Where the host clock went (BRAID_HARNESS_TRACE): recording the start event, run(), the
-    // joins and end event, waiting for the end event, the device sync.
-    double record_ms = 0, run_ms = 0, join_ms = 0, wait_ms = 0;
-  };
-  // Per phase, the calls' CallTimings when BRAID_HARNESS_TRACE is set (printed after the size).
-  std::vector<CallTiming> trace_[4];
-  static bool tracing() {
-    static const bool on = std::getenv("BRAID_HARNESS_TRACE") != nullptr;
-    return on;
-  }
-  void print_trace(int64_t size) {
-    static const char* const kNames[] = {"candidate", "baseline", "compute alone", "comm alone"};
-    auto median = [](std::vector<double> v) {
-      if (v.empty()) return 0.0;
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    for (int p = 0; p < 4; ++p) {
-      if (trace_[p].empty()) continue;
-      std::vector<double> f[7];
-      for (const CallTiming& t : trace_[p]) {
-        const double v[7] = {t.event_ms, t.host_ms, t.record_ms, t.run_ms, t.join_ms, t.wait_ms, t.tail_ms};
-        for (int k = 0; k < 7; ++k) f[k].push_back(v[k]);
-      }
-      std::fprintf(stderr,
-                   "harness trace: rank %d size %lld %s (%zu calls, medians ms): events %.4f host %.4f | start record %.4f run() %.4f "
-                   "joins+end %.4f wait %.4f sync %.4f (idle sync %.4f)\n",
-                   me_.rank, (long long)size, kNames[p], trace_[p].size(), median(f[0]), median(f[1]), median(f[2]), median(f[3]), median(f[4]),
-                   median(f[5]), median(f[6]), idle_tail_ms_);
-      trace_[p].clear();
-    }
-  }
-
   // Per call: fresh inputs and poison (untimed), device idle, barrier, events around fn, join ctx
   // streams, then the device sync. If the device was still busy after the end event (work on a
   // stream the harness does not know), the time until it went idle is added.
@@ -503,7 +465,7 @@ class Harness {
         *stage = kNames[p];
         const uint64_t seed = input_seed(p, it);
         const CallTiming t = time_once(ctx, *phases[p], seed, p == 0, p == 0 ? unjoined : nullptr);
-        if (tracing() && it >= warmup) trace_[p].push_back(t);
+        if (CallTrace::enabled() && it >= warmup) trace_.add(p, t);
         if (p == 0) {
           *stage = "inputs and reference";
           verify_call(ctx, seed, it, verdict);
@@ -610,6 +572,7 @@ class Harness {
   std::unique_ptr<HostBarrier> barrier_;
   double idle_tail_ms_ = 0.01;
   double event_scale_ = 1.0, host_scale_ = 1.0;
+  CallTrace trace_;  // BRAID_HARNESS_TRACE: where each call's host clock went
   uint64_t run_secret_ = 0;
   size_t workload_buffers_ = 0;
   std::vector<std::pair<Buffer*, void*>> output_copies_;
