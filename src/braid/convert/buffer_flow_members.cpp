@@ -14,8 +14,20 @@ namespace {
 
 using namespace flow_tokens;
 
-const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
-                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
+const std::set<std::string> kNotFunctions = {"if",
+                                             "for",
+                                             "while",
+                                             "switch",
+                                             "catch",
+                                             "return",
+                                             "sizeof",
+                                             "decltype",
+                                             "static_assert",
+                                             "alignof",
+                                             "noexcept",
+                                             "defined",
+                                             "__launch_bounds__",
+                                             "alignas"};
 
 // The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
@@ -28,8 +40,47 @@ std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
   return SIZE_MAX;
 }
 
+// Where a trailing return type `-> T` ending before `p` starts (its `->`), or SIZE_MAX. T is names,
+// `::`, template arguments, `*`, `&`, cv-qualifiers and `decltype(...)`.
+std::size_t trailing_return_start(const std::vector<Token>& code, std::size_t p) {
+  int angle = 0;
+  for (std::size_t q = p; q > 0; --q) {
+    const Token& t = code[q - 1];
+    if (t.text == "->" && angle == 0) return q - 1 < p - 1 ? q - 1 : SIZE_MAX;
+    if (t.text == ">" || t.text == ">>") angle += (int)t.text.size();
+    else if (t.text == "<") --angle;
+    else if (t.text == ")") {
+      const std::size_t o = open_of(code, q - 1);
+      if (o == SIZE_MAX || o == 0 || code[o - 1].text != "decltype") return SIZE_MAX;
+      q = o;  // the loop's --q lands on `decltype`
+    } else if (!(t.kind == TokenKind::Identifier || t.text == "::" || t.text == "*" || t.text == "&" ||
+                 t.text == "&&" || (angle > 0 && (t.text == "," || t.kind == TokenKind::Number))))
+      return SIZE_MAX;
+    if (angle < 0) return SIZE_MAX;
+  }
+  return SIZE_MAX;
+}
+
+// Back from `p` over what may stand between a function's `)` and its body or initialiser list:
+// cv- and other specifiers, `noexcept(...)`/`throw()`, and a trailing return type.
 std::size_t skip_specifiers(const std::vector<Token>& code, std::size_t p) {
-  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
+  static const std::set<std::string> kSpecifiers = {"const", "volatile", "noexcept", "override", "final"};
+  while (p > 0) {
+    if (kSpecifiers.count(code[p - 1].text)) {
+      --p;
+      continue;
+    }
+    if (code[p - 1].text == ")") {
+      const std::size_t o = open_of(code, p - 1);
+      if (o != SIZE_MAX && o > 0 && (code[o - 1].text == "noexcept" || code[o - 1].text == "throw")) {
+        p = o - 1;
+        continue;
+      }
+    }
+    const std::size_t arrow = trailing_return_start(code, p);
+    if (arrow == SIZE_MAX || arrow == 0) break;
+    p = arrow;
+  }
   return p;
 }
 
@@ -48,7 +99,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
       q = o - 2;
       continue;
     }
-    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 && code[skip_specifiers(code, o - 2) - 1].text == ")") {
+    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 &&
+        code[skip_specifiers(code, o - 2) - 1].text == ")") {
       h.init_colon = o - 2;
       p = skip_specifiers(code, o - 2);
     }
@@ -56,7 +108,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   }
   if (p == 0 || code[p - 1].text != ")") return {};
   const std::size_t open = open_of(code, p - 1);
-  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[open - 1].text))
+  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+      kNotFunctions.count(code[open - 1].text))
     return {};
   h.name = open - 1;
   h.open = open;
@@ -67,14 +120,16 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
 void BufferFlow::collect_classes() {
   for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
     const std::string& x = code_[k].text;
-    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier || (k > 0 && code_[k - 1].text == "enum"))
+    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier ||
+        (k > 0 && code_[k - 1].text == "enum"))
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
-    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=" &&
-           code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" &&
+           code_[j].text != "=" && code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
       ++j;
-    if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
+    if (j < code_.size() && code_[j].text == "{")
+      classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
 }
 
@@ -86,7 +141,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
-    member_writes_[key + code_[k].text].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    member_writes_[key + code_[k].text].push_back(
+        MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -97,7 +153,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
-    while (e < f.body_close && code_[e].text != ";") e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
+    while (e < f.body_close && code_[e].text != ";")
+      e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
     member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
@@ -107,12 +164,14 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
 // site of the constructor, whose parameters the member-initialiser list reads.
 void BufferFlow::record_construction(std::size_t k, const std::string& caller, std::size_t end) {
   const auto has_constructor = [&](const std::string& cls) {
-    return std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
+    return std::any_of(functions_.begin(), functions_.end(),
+                       [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
   };
   std::string cls;
   std::size_t open = 0;
   const Token& t = code_[k];
-  if (k + 2 < end && code_[k + 1].kind == TokenKind::Identifier && (code_[k + 2].text == "(" || code_[k + 2].text == "{")) {
+  if (k + 2 < end && code_[k + 1].kind == TokenKind::Identifier &&
+      (code_[k + 2].text == "(" || code_[k + 2].text == "{")) {
     cls = t.text;
     open = k + 2;
   } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
@@ -153,7 +212,8 @@ bool BufferFlow::follow_member(const std::string& path, const std::string& funct
   if (values.empty()) return false;
   for (const MemberWrite* w : values) {
     out.via.push_back(fmt::format("field {} of {} <- {} ({} of {}(), line {})", root, owner, w->expr,
-                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function, w->line));
+                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function,
+                                  w->line));
     resolve_into(w->expr + rest, w->function, w->token, depth - 1, out, stack);
     if (!out.reason.empty()) return true;
   }

@@ -1,0 +1,45 @@
+// The analyzer on syntax that modern and older C++ alike puts around functions, met in programs
+// not written in braid's style: a function's head with a trailing return type, noexcept(expr)
+// or throw(), attributes, and calls whose result is cast away.
+#include <gtest/gtest.h>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/transform.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+int converted(const std::string& helper_head) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "ncclComm_t g_comm;\n"
+      "cudaStream_t g_stream;\n" +
+      helper_head +
+      " {\n"
+      "  return ncclAllReduce(buf, buf, count, dt, ncclSum, g_comm, g_stream);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclCommInitRank(&g_comm, 2, id, 0);\n"
+      "  float* f; cudaMalloc((void**)&f, 4096);\n"
+      "  (void)reduce(f, 1024, ncclFloat);\n"
+      "  cudaFree(f);\n"
+      "}\n";
+  return transform(analyze("user.cu", src), src).converted_calls;
+}
+
+}  // namespace
+
+// The helper's buffer parameter is followed to its caller's allocation whatever stands between
+// the parameter list and the body (before, a trailing return type hid the function entirely, and
+// the call stayed host NCCL: "buffer `buf` has no allocation in this file").
+TEST(AnalyzerSyntaxForms, HelperHeadsAreFunctionsWhateverFollowsTheirParameters) {
+  const int plain = converted("ncclResult_t reduce(void* buf, size_t count, ncclDataType_t dt)");
+  ASSERT_EQ(plain, 1);  // the all-reduce
+  for (const std::string head :
+       {"[[nodiscard]] static inline auto reduce(void* buf, size_t count, ncclDataType_t dt) -> ncclResult_t",
+        "auto reduce(void* buf, size_t count, ncclDataType_t dt) noexcept(true) -> decltype(ncclSuccess)",
+        "ncclResult_t reduce(void* buf, size_t count, ncclDataType_t dt) throw()",
+        "auto reduce(void* buf, size_t count, ncclDataType_t dt) -> std::conditional_t<true, ncclResult_t, int>"})
+    EXPECT_EQ(converted(head), plain) << head;
+}
