@@ -43,3 +43,38 @@ TEST(AnalyzerSyntaxForms, HelperHeadsAreFunctionsWhateverFollowsTheirParameters)
         "auto reduce(void* buf, size_t count, ncclDataType_t dt) -> std::conditional_t<true, ncclResult_t, int>"})
     EXPECT_EQ(converted(head), plain) << head;
 }
+
+// A class template's members defined out of line (`Comm<T>::allreduce`) belong to it, and a
+// construction with template arguments (`dist::Comm<float> c(comm, s)`) is one of its call
+// sites: the field the member-initialiser list sets is followed to the communicator passed, so the
+// calls through the class and a free helper's call on that communicator agree and all convert.
+TEST(AnalyzerSyntaxForms, ClassTemplatesMembersAndConstructions) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "namespace dist {\n"
+      "template <typename T> class Comm {\n"
+      " public:\n"
+      "  explicit Comm(ncclComm_t c, cudaStream_t s) : comm_(c), stream_(s) {}\n"
+      "  void allreduce(T* b, size_t n);\n"
+      " private:\n"
+      "  ncclComm_t comm_;\n"
+      "  cudaStream_t stream_;\n"
+      "};\n"
+      "template <typename T> void Comm<T>::allreduce(T* b, size_t n) {\n"
+      "  if (auto r = ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm_, stream_); r != ncclSuccess) return;\n"
+      "}\n"
+      "void sync_loss(float* loss, ncclComm_t c, cudaStream_t s) { ncclAllReduce(loss, loss, 1, ncclFloat, ncclSum, c, "
+      "s); }\n"
+      "}  // namespace dist\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float *g, *loss; cudaMalloc(&g, 4096); cudaMalloc(&loss, 4);\n"
+      "  dist::Comm<float> c(comm, s);\n"
+      "  c.allreduce(g, 1024);\n"
+      "  dist::sync_loss(loss, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2);
+  EXPECT_TRUE(c.left.empty());
+}

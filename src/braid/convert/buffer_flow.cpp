@@ -31,6 +31,30 @@ std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::si
   return e;
 }
 
+std::size_t after_template_args(const std::vector<Token>& code, std::size_t lt, std::size_t end) {
+  int depth = 0;
+  for (std::size_t j = lt; j < end; ++j) {
+    const std::string& x = code[j].text;
+    if (x == "<") ++depth;
+    else if (x == ">" || x == ">>") depth -= (int)x.size();
+    else if (x == ";" || x == "{" || x == "}" || x == "(" || x == ")") return SIZE_MAX;
+    if (depth <= 0) return depth == 0 ? j + 1 : SIZE_MAX;
+  }
+  return SIZE_MAX;
+}
+
+std::string template_name_before(const std::vector<Token>& code, std::size_t gt) {
+  int depth = 0;
+  for (std::size_t j = gt + 1; j-- > 0;) {
+    const std::string& x = code[j].text;
+    if (x == ">" || x == ">>") depth += (int)x.size();
+    else if (x == "<" && --depth == 0)
+      return j > 0 && code[j - 1].kind == TokenKind::Identifier ? code[j - 1].text : "";
+    else if (x == ";" || x == "{" || x == "}") return "";
+  }
+  return "";
+}
+
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
   std::string s;
   for (std::size_t i = b; i < e; ++i) s += (s.empty() ? "" : " ") + t[i].text;
@@ -54,7 +78,6 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
   }
   return out;
 }
-
 
 const std::set<std::string> kTypeWords = {
     "const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*", "::", "<", ">", "&"};
@@ -252,6 +275,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     }
     if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].kind == TokenKind::Identifier)
       f.owner = code[h.name - 2].text;  // Owner::name defined outside the class
+    if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].text == ">")
+      f.owner = template_name_before(code, h.name - 2);  // Owner<T>::name, a class template's member
     for (const ClassBody& c : classes_)
       if (f.owner.empty() && h.name > c.open && h.name < c.close) f.owner = c.name;
     function_end = f.body_close;

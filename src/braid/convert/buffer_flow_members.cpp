@@ -170,10 +170,12 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   std::string cls;
   std::size_t open = 0;
   const Token& t = code_[k];
-  if (k + 2 < end && code_[k + 1].kind == TokenKind::Identifier &&
-      (code_[k + 2].text == "(" || code_[k + 2].text == "{")) {
+  // `Name<args> var(...)`: the variable after the template arguments.
+  const std::size_t v = k + 1 < end && code_[k + 1].text == "<" ? after_template_args(code_, k + 1, end) : k + 1;
+  if (v != SIZE_MAX && v + 1 < end && code_[v].kind == TokenKind::Identifier &&
+      (code_[v + 1].text == "(" || code_[v + 1].text == "{")) {
     cls = t.text;
-    open = k + 2;
+    open = v + 1;
   } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
     cls = t.text;
     open = k + 1;
