@@ -78,3 +78,33 @@ TEST(AnalyzerSyntaxForms, ClassTemplatesMembersAndConstructions) {
   EXPECT_EQ(c.converted_calls, 2);
   EXPECT_TRUE(c.left.empty());
 }
+
+// A container of structs built in place from their fields (`push_back({buf, n})`, `push_back(Task{...})`,
+// `emplace_back(buf, n)`): `tasks[].buf` is what was given for `buf`, followed where it was given.
+// A struct with its own constructor maps arguments its own way and is not read so.
+TEST(AnalyzerSyntaxForms, ElementsBuiltFromTheirFields) {
+  const auto converted_with = [](const std::string& fill, const std::string& extra_member = "") {
+    const std::string src =
+        "#include <nccl.h>\n#include <vector>\n"
+        "struct Task { void* buf; size_t n; " +
+        extra_member +
+        "};\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  std::vector<float*> bufs(4);\n"
+        "  for (int i = 0; i < 4; ++i) cudaMalloc(&bufs[i], 4096);\n"
+        "  std::vector<Task> tasks;\n"
+        "  for (int i = 0; i < 4; ++i) " +
+        fill +
+        ";\n"
+        "  for (auto& t : tasks) ncclAllReduce(t.buf, t.buf, t.n, ncclFloat, ncclSum, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  EXPECT_EQ(converted_with("tasks.push_back({bufs[i], 1024})"), 1);
+  EXPECT_EQ(converted_with("tasks.push_back(Task{bufs[i], (size_t)1024})"), 1);
+  EXPECT_EQ(converted_with("tasks.emplace_back(bufs[i], 1024)"), 1);
+  EXPECT_EQ(
+      converted_with("tasks.emplace_back(bufs[i], 1024)", "Task(void* b, size_t c) : buf(nullptr), n(c) { (void)b; }"),
+      0);
+}

@@ -248,6 +248,28 @@ bool path_matches(const std::string& use, const std::string& alloc) {
   return i == use.size() && j == alloc.size();
 }
 
+namespace {
+
+// The names of a function's parameters, its `(` at code[open] and `)` at code[close] ("" for an
+// unnamed one; none for `(void)`).
+std::vector<std::string> parameter_names(const std::vector<Token>& code, std::size_t open, std::size_t close) {
+  std::vector<std::string> names;
+  for (const std::string& param : split_top(code, open, close)) {
+    const std::vector<Token> pt = code_tokens(lex(param).tokens);
+    auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
+    std::string name;
+    int bracket = 0;  // `T (&name)[N]`: N is the array's extent, not the name
+    for (auto it = pt.begin(); it != eq; ++it) {
+      bracket += it->text == "[" ? 1 : it->text == "]" ? -1 : 0;
+      if (it->kind == TokenKind::Identifier && bracket == 0) name = it->text;
+    }
+    names.push_back(name == "void" ? "" : name);
+  }
+  return names;
+}
+
+}  // namespace
+
 BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditional_(code.size(), false) {
   // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
   collect_classes();
@@ -261,18 +283,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     f.name_token = h.name;
     f.body_open = i;
     f.body_close = match_forward(code, i, code.size());
-    for (const std::string& param : split_top(code, h.open, h.close)) {
-      LexResult lr = lex(param);
-      std::vector<Token> pt = code_tokens(lr.tokens);
-      auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
-      std::string name;
-      int bracket = 0;  // `T (&name)[N]`: N is the array's extent, not the name
-      for (auto it = pt.begin(); it != eq; ++it) {
-        bracket += it->text == "[" ? 1 : it->text == "]" ? -1 : 0;
-        if (it->kind == TokenKind::Identifier && bracket == 0) name = it->text;
-      }
-      f.params.push_back(name == "void" ? "" : name);
-    }
+    f.params = parameter_names(code, h.open, h.close);
     if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].kind == TokenKind::Identifier)
       f.owner = code[h.name - 2].text;  // Owner::name defined outside the class
     if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].text == ">")
@@ -357,6 +368,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_element_copy(k, f.body_close);
+      record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);
