@@ -108,3 +108,26 @@ TEST(AnalyzerSyntaxForms, ElementsBuiltFromTheirFields) {
       converted_with("tasks.emplace_back(bufs[i], 1024)", "Task(void* b, size_t c) : buf(nullptr), n(c) { (void)b; }"),
       0);
 }
+
+// Named parameters in a map (`params[name] = p` after `cudaMalloc(&p, ...)`), reduced over a
+// range-for with a structured binding or through `.second`; a vector of structs unpacked by a
+// structured binding names its fields in declaration order.
+TEST(AnalyzerSyntaxForms, MapsOfBuffersAndStructuredBindings) {
+  const std::string src =
+      "#include <nccl.h>\n#include <map>\n#include <string>\n#include <vector>\n"
+      "struct Bucket { float* grad; size_t n; };\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::map<std::string, float*> params;\n"
+      "  std::map<std::string, size_t> sizes{{\"wte\", 1024}, {\"lnf\", 768}};\n"
+      "  for (const auto& [name, n] : sizes) { float* p = nullptr; cudaMalloc(&p, n * 4); params[name] = p; }\n"
+      "  for (auto& [name, ptr] : params) ncclAllReduce(ptr, ptr, sizes[name], ncclFloat, ncclAvg, comm, 0);\n"
+      "  for (auto& kv : params) ncclBroadcast(kv.second, kv.second, sizes[kv.first], ncclFloat, 0, comm, 0);\n"
+      "  std::vector<Bucket> buckets(2);\n"
+      "  for (auto& b : buckets) cudaMalloc(&b.grad, 4096);\n"
+      "  for (auto& [grad, n] : buckets) ncclAllReduce(grad, grad, 1024, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 3);
+  EXPECT_TRUE(c.left.empty());
+}

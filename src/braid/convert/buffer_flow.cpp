@@ -356,17 +356,11 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         while (open > f.body_open && code_[open].text != "(") --open;
         if (open > 0 && code_[open - 1].text == "for") {
           const std::size_t close = match_forward(code_, open, f.body_close);
-          // In scope for the loop's body: a block, or one statement.
-          std::size_t end = close + 1;
-          if (end < f.body_close && code_[end].text == "{") end = match_forward(code_, end, f.body_close);
-          else
-            for (int depth = 0; end < f.body_close && !(code_[end].text == ";" && depth == 0); ++end)
-              depth += code_[end].text == "(" || code_[end].text == "{"   ? 1
-                       : code_[end].text == ")" || code_[end].text == "}" ? -1
-                                                                          : 0;
-          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k, end, prev.text == "&"});
+          aliases_[f.name].push_back(Alias{t.text, join(code_, k + 2, close) + " [ i ]", k,
+                                           for_body_end(close, f.body_close), prev.text == "&"});
         }
       }
+      record_binding_aliases(k, f);
       record_element_copy(k, f.body_close);
       record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);

@@ -133,6 +133,9 @@ class BufferFlow {
   void record_element_copy(std::size_t k, std::size_t end);
   void record_element_fields(std::size_t k, const std::string& function, std::size_t end);
   std::string element_type(const std::string& container) const;
+  bool is_map(const std::string& container) const;
+  std::size_t for_body_end(std::size_t close, std::size_t limit) const;
+  void record_binding_aliases(std::size_t k, const FunctionDef& f);
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);
   void record_pointer_array_store(std::size_t k, const std::string& function, std::size_t body_open, std::size_t end);
   std::vector<std::string> pointer_fields(const std::string& path) const;

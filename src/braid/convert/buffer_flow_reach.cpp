@@ -122,6 +122,56 @@ std::string BufferFlow::element_type(const std::string& container) const {
   return "";
 }
 
+// Whether `container` is declared as a map (`std::map<K, V> name`, unordered too): its elements
+// are (key, value) pairs, and `.second` of one is the value stored with `name[key] = v`.
+bool BufferFlow::is_map(const std::string& container) const {
+  for (std::size_t k = 1; k < code_.size(); ++k)
+    if (code_[k].text == container && code_[k - 1].text == ">") {
+      const std::string name = template_name_before(code_, k - 1);
+      return name == "map" || name == "unordered_map" || name == "multimap";
+    }
+  return false;
+}
+
+// The token ending the body of a `for (...)` whose `)` is code_[close]: its block's `}`, or its one
+// statement's `;` (before `limit`).
+std::size_t BufferFlow::for_body_end(std::size_t close, std::size_t limit) const {
+  std::size_t end = close + 1;
+  if (end < limit && code_[end].text == "{") return match_forward(code_, end, limit);
+  for (int depth = 0; end < limit && !(code_[end].text == ";" && depth == 0); ++end)
+    depth += code_[end].text == "(" || code_[end].text == "{"   ? 1
+             : code_[end].text == ")" || code_[end].text == "}" ? -1
+                                                                : 0;
+  return end;
+}
+
+// `for (auto& [a, b] : C)` at code token k (`auto`): each name an alias of its part of C's element,
+// in scope for the loop's body: of a map's element, `.first` and `.second`; of a struct's, its fields
+// in declaration order.
+void BufferFlow::record_binding_aliases(std::size_t k, const FunctionDef& f) {
+  if (code_[k].text != "auto" || k < 2 || code_[k - 1].text == "=") return;
+  std::size_t lb = k + 1;
+  while (lb < f.body_close && (code_[lb].text == "&" || code_[lb].text == "&&")) ++lb;
+  if (lb >= f.body_close || code_[lb].text != "[") return;
+  const std::size_t rb = match_forward(code_, lb, f.body_close);
+  std::size_t open = k;
+  while (open > f.body_open && code_[open].text != "(") --open;
+  if (rb + 1 >= f.body_close || code_[rb + 1].text != ":" || open == 0 || code_[open - 1].text != "for") return;
+  const std::size_t close = match_forward(code_, open, f.body_close);
+  const std::string container = join(code_, rb + 2, close);
+  const bool map = is_map(container);
+  const std::vector<std::string> fields =
+      map ? std::vector<std::string>{"first", "second"} : struct_fields(element_type(container));
+  std::size_t j = 0;
+  for (std::size_t i = lb + 1; i < rb; ++i) {
+    if (code_[i].kind != TokenKind::Identifier) continue;
+    if (j < fields.size())
+      aliases_[f.name].push_back(
+          Alias{code_[i].text, container + " [ i ] . " + fields[j], i, for_body_end(close, f.body_close), true});
+    ++j;
+  }
+}
+
 // `C . push_back|emplace_back ( { a, b } | T { a, b } | a, b )` at code token k (C): an element
 // built from its fields, given in the order the struct declares them (a struct with a constructor
 // of its own in the file maps arguments to fields its own way: not recorded).
@@ -160,7 +210,8 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   if (rest.empty() || rest[0] != '[') return {};
   const std::size_t close = rest.find(']');
   if (close == std::string::npos) return {};
-  const std::string after = rest.substr(close + 1);  // `.buf` (and deeper)
+  std::string after = rest.substr(close + 1);                             // `.buf` (and deeper)
+  if (after.rfind(".second", 0) == 0 && is_map(root)) after.erase(0, 7);  // a map element's value
   std::vector<std::string> out;
   if (auto it = element_copies_.find(root); it != element_copies_.end())
     for (const std::string& var : it->second) out.push_back(var + after);
