@@ -723,3 +723,88 @@ TEST(AnalyzerUserIdioms, BraceInitialisedPointerArrays) {
             0);
   EXPECT_EQ(convert_text(program("  float* pointers[] = {nullptr, grads.fcw};\n", "")).converted_calls, 0);
 }
+
+// Code of the program's own headers (`#include "dev.h"`, found beside the file or through -I) that
+// calls NCCL, allocates or frees is read where it is included: its calls are in the graph, followed
+// through their parameters to the file's calls, and stay host NCCL (braid writes only the file).
+// A send/recv there keeps the file's sends/receives on its communicator host (pairs are windowed on
+// both ends or neither); a buffer a header's cudaFree releases never becomes a window (it would be
+// freed with the wrong allocator), one released only by the file's own cudaFree does; a release in a
+// header function the file never calls changes nothing.
+TEST(AnalyzerUserIdioms, HeaderFunctionsAreReadAndKeptHost) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-header-fns-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "include");
+  braid::write_file_atomic(dir / "include/dev.h",
+                           "#pragma once\n"
+                           "#include <nccl.h>\n"
+                           "inline void dev_free(float* p) { cudaFree(p); }\n"
+                           "inline void never_called(float* q) { cudaFree(q); }\n"
+                           "inline void tp_sum(float* x, size_t n, ncclComm_t c, cudaStream_t st) {\n"
+                           "  ncclAllReduce(x, x, n, ncclFloat, ncclSum, c, st);\n"
+                           "}\n"
+                           "inline void exchange(float* s, float* r, int peer, ncclComm_t c, cudaStream_t st) {\n"
+                           "  ncclGroupStart();\n"
+                           "  ncclSend(s, 4, ncclFloat, peer, c, st);\n"
+                           "  ncclRecv(r, 4, ncclFloat, peer, c, st);\n"
+                           "  ncclGroupEnd();\n"
+                           "}\n");
+  const std::string src = kPrologue +
+                          "#include \"dev.h\"\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+                          "  ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float *g, *h, *x, *a, *b, *c, *d;\n"
+                          "  cudaMalloc(&g, 64); cudaMalloc(&h, 64); cudaMalloc(&x, 64);\n"
+                          "  cudaMalloc(&a, 64); cudaMalloc(&b, 64); cudaMalloc(&c, 64); cudaMalloc(&d, 64);\n"
+                          "  ncclAllReduce(g, g, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclAllReduce(h, h, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  tp_sum(x, 16, comm, s);\n"
+                          "  exchange(a, b, 1, comm, s);\n"
+                          "  ncclGroupStart();\n"
+                          "  ncclSend(c, 4, ncclFloat, 1, comm, s);\n"
+                          "  ncclRecv(d, 4, ncclFloat, 1, comm, s);\n"
+                          "  ncclGroupEnd();\n"
+                          "  dev_free(g);\n"
+                          "  cudaFree(h);\n"
+                          "  ncclCommDestroy(comm);\n"
+                          "}\n";
+  const std::string file = (dir / "user.cu").string();
+  const Analysis a = analyze(file, src, true, SourceContext{{(dir / "include").string()}, {}});
+  // The header's all-reduce is a call of the graph, at the #include's line, followed to `x`.
+  const Call& sum = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(sum.header, "dev.h:6");
+  EXPECT_EQ(sum.function, "tp_sum");
+  EXPECT_EQ(sum.line, 5);
+  EXPECT_EQ(sum.arg_buffers.at(0), std::vector<std::string>{"x"});
+  EXPECT_TRUE(contains(analysis_to_text(a), "[in header dev.h:6, tp_sum()]")) << analysis_to_text(a);
+  EXPECT_TRUE(contains(a.buffers.at("g").freed_in_header, "cudaFree in dev.h:3 (in dev_free())"));
+  EXPECT_EQ(a.buffers.at("h").freed_in_header, "");  // never_called() frees nothing the file gives it
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.nccl_calls, 7);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);  // the all-reduce of h
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<0>(h, h, 16"));
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&g, 64); braid_converted::sym_malloc(&h, 64); cudaMalloc(&x, 64);"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(h);"));
+  EXPECT_TRUE(contains(c.source, "\n  ncclSend(c, 4, ncclFloat, 1, comm, s);"));
+  EXPECT_TRUE(contains(c.source, "#include \"dev.h\"\n"));  // never edited
+  std::map<std::string, std::string> why;
+  for (const Unconverted& u : c.left) why[u.construct + ":" + std::to_string(u.line)] = u.reason;
+  EXPECT_TRUE(
+      contains(why["ncclAllReduce:5"], "written in header dev.h:6 (in tp_sum()), which braid does not rewrite"));
+  EXPECT_TRUE(contains(why["ncclAllReduce:12"], "buffer `g` is released by cudaFree in dev.h:3 (in dev_free())"));
+  EXPECT_TRUE(contains(why["ncclSend:17"],
+                       "another send/recv on its communicator stays host NCCL: line 5 (written in header dev.h:10"))
+      << why["ncclSend:17"];
+  EXPECT_TRUE(contains(why["ncclRecv:18"], "in symmetric windows on both ends or on neither")) << why["ncclRecv:18"];
+  // A communicator destroyed in a header would go before the converted runtime's windows: nothing converts.
+  braid::write_file_atomic(dir / "include/dev.h",
+                           "#pragma once\ninline void done(ncclComm_t c) { ncclCommDestroy(c); }\n");
+  std::string destroyed = src;
+  destroyed.replace(destroyed.find("ncclCommDestroy(comm);"), 22, "done(comm);");
+  const Conversion d =
+      transform(analyze(file, destroyed, true, SourceContext{{(dir / "include").string()}, {}}), destroyed);
+  EXPECT_EQ(d.converted_calls, 0) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.left.front().reason, "ncclCommDestroy in header dev.h:2 (in done())"))
+      << conversion_to_text(d);
+  std::filesystem::remove_all(dir);
+}
