@@ -808,3 +808,71 @@ TEST(AnalyzerUserIdioms, HeaderFunctionsAreReadAndKeptHost) {
       << conversion_to_text(d);
   std::filesystem::remove_all(dir);
 }
+
+// Megatron's p2p_communicate shape: a helper taking optional buffers (tested against null before
+// its send/recv), called with `cond ? nullptr : buffer` where the pipeline ends. The null branch
+// adds no buffer, as a call site passing nullptr does; the other is followed as before.
+TEST(AnalyzerUserIdioms, ANullBranchOfAChosenPointerAddsNoBuffer) {
+  const std::string src = kPrologue +
+                          "void p2p(float* send, int to, float* recv, int from, ncclComm_t c, cudaStream_t s) {\n"
+                          "  ncclGroupStart();\n"
+                          "  if (send != nullptr) ncclSend(send, 256, ncclFloat, to, c, s);\n"
+                          "  if (recv) ncclRecv(recv, 256, ncclFloat, from, c, s);\n"
+                          "  ncclGroupEnd();\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; int rank = 0, world = 2;\n"
+                          "  ncclCommInitRank(&comm, world, id, rank);\n"
+                          "  float *act, *grad; cudaMalloc(&act, 1024); cudaMalloc(&grad, 1024);\n"
+                          "  const bool first = rank == 0, last = rank == world - 1;\n"
+                          "  p2p(last ? nullptr : act, rank + 1, first ? NULL : act, rank - 1, comm, s);\n"
+                          "  p2p(first ? nullptr : grad, rank - 1, last ? nullptr : grad, rank + 1, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& send = first_call(a, "ncclSend");
+  EXPECT_EQ(send.unresolved, "");
+  EXPECT_EQ(send.arg_buffers.at(0), (std::vector<std::string>{"act", "grad"}));
+  EXPECT_EQ(first_call(a, "ncclRecv").arg_buffers.at(0), (std::vector<std::string>{"act", "grad"}));
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&act, 1024); braid_converted::sym_malloc(&grad, 1024);"));
+}
+
+// Views into one allocation stored in a container (`views.push_back(flat + offsets[l])`,
+// `hv[l] = (half*)ws + off`): an element is that allocation, as an element copied from a struct
+// variable is its fields. An element of another container stays unfollowed.
+TEST(AnalyzerUserIdioms, ViewsStoredInAContainerAreTheirAllocation) {
+  const std::string src = kPrologue +
+                          "#include <cuda_fp16.h>\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+                          "  ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  std::vector<size_t> offsets = {0, 1024, 4096, 8192};\n"
+                          "  float* flat; cudaMalloc(&flat, 16384 * sizeof(float));\n"
+                          "  char* ws; cudaMalloc(&ws, 65536);\n"
+                          "  std::vector<float*> views;\n"
+                          "  for (int l = 0; l < 4; ++l) views.push_back(flat + offsets[l]);\n"
+                          "  half* hv[4];\n"
+                          "  for (int l = 0; l < 4; ++l) hv[l] = (half*)ws + offsets[l];\n"
+                          "  std::vector<float*> others;\n"
+                          "  for (int l = 0; l < 4; ++l) others.push_back(views[l]);\n"
+                          "  for (int l = 0; l < 4; ++l) {\n"
+                          "    ncclAllReduce(views[l], views[l], 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "    ncclAllReduce(hv[l], hv[l], 1024, ncclHalf, ncclSum, comm, s);\n"
+                          "    ncclAllReduce(others[l], others[l], 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "  }\n"
+                          "  cudaFree(flat); cudaFree(ws);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  std::vector<const Call*> reductions;
+  for (const Call& c : a.calls)
+    if (c.name == "ncclAllReduce") reductions.push_back(&c);
+  ASSERT_EQ(reductions.size(), 3u);
+  EXPECT_EQ(reductions[0]->arg_buffers.at(0), std::vector<std::string>{"flat"});
+  EXPECT_EQ(reductions[1]->arg_buffers.at(0), std::vector<std::string>{"ws"});
+  EXPECT_NE(reductions[2]->unresolved, "");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&flat, 16384 * sizeof(float))"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ws, 65536)"));
+}

@@ -200,5 +200,6 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"ulysses_sendrecv_alltoall_fp16", 2},
                                            std::pair<std::string, int>{"dp_accum_overlap_loss_scale", 2},
                                            std::pair<std::string, int>{"tp_serving_kv_cache", 3},
+                                           std::pair<std::string, int>{"pipeline_interleaved_optional_p2p", 2},
                                            std::pair<std::string, int>{"moe_step_buffers_async", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -180,6 +180,7 @@ class BufferFlow {
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  std::set<std::string> listed_containers_;  // `T* c[] = {...}`: elements also from the list, not copies alone
   struct FieldWrite {
     std::string function, lhs, value;
     std::size_t token = 0;

@@ -1,9 +1,11 @@
 // FSDP / ZeRO-3 with one flat parameter buffer: every layer's weights are a view into it by pointer
-// arithmetic (`float* w = flat + offsets[l]`), each layer's size padded to a multiple of the world
-// size so its shard has equal length on every rank. A rank keeps only its shard of each layer in one
-// flat shard buffer (`shard + shard_offsets[l]`): before a layer's forward the layer is all-gathered
-// into the flat buffer; after its backward the layer's gradient view is reduce-scattered into the
-// rank's gradient shard at the computed offset, and the optimizer updates the shard. MPI bootstrap.
+// arithmetic (`float* w = flat + offsets[l]`; the gradient views are kept in a `std::vector<float*>`
+// filled with `push_back(flat_grads + offsets[l])`), each layer's size padded to a multiple of the
+// world size so its shard has equal length on every rank. A rank keeps only its shard of each layer
+// in one flat shard buffer (`shard + shard_offsets[l]`): before a layer's forward the layer is
+// all-gathered into the flat buffer; after its backward the layer's gradient view is
+// reduce-scattered into the rank's gradient shard at the computed offset, and the optimizer updates
+// the shard. MPI bootstrap.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -85,6 +87,9 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMalloc(&act, act_numel * sizeof(float)));
   CUDA_OK(cudaMemset(act, 0, act_numel * sizeof(float)));
   init_shard<<<256, 256, 0, stream>>>(param_shard, shard_total, rank);
+  // Each layer's gradient, a view into the flat gradient buffer, kept per layer as autograd would hand it over.
+  std::vector<float*> layer_grads;
+  for (int l = 0; l < num_layers; ++l) layer_grads.push_back(flat_grads + offsets[l]);
 
   const int steps = argc > 1 ? atoi(argv[1]) : 3;
   for (int step = 0; step < steps; ++step) {
@@ -99,9 +104,8 @@ int main(int argc, char** argv) {
     for (int l = num_layers - 1; l >= 0; --l) {
       const size_t chunk = padded[l] / world;
       const float* w = flat_params + offsets[l];
-      float* gw = flat_grads + offsets[l];
-      layer_backward<<<256, 256, 0, stream>>>(w, act, gw, padded[l]);
-      NCCL_OK(ncclReduceScatter(gw, grad_shard + shard_offsets[l], chunk, ncclFloat, ncclAvg, comm, stream));
+      layer_backward<<<256, 256, 0, stream>>>(w, act, layer_grads[l], padded[l]);
+      NCCL_OK(ncclReduceScatter(layer_grads[l], grad_shard + shard_offsets[l], chunk, ncclFloat, ncclAvg, comm, stream));
     }
     sgd<<<256, 256, 0, stream>>>(param_shard, grad_shard, shard_total, 1e-3f);
   }
