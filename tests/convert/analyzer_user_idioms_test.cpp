@@ -876,3 +876,37 @@ TEST(AnalyzerUserIdioms, ViewsStoredInAContainerAreTheirAllocation) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&flat, 16384 * sizeof(float))"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ws, 65536)"));
 }
+
+// A class template's instances (`DataParallel<half> dp(comm, ...)`, `new DataParallel<float>(...)`)
+// are constructions of the class: its fields are followed to the constructor's arguments there.
+TEST(AnalyzerUserIdioms, ClassTemplateInstancesAreConstructions) {
+  const auto program = [](const std::string& construction) {
+    return kPrologue +
+           "#include <cuda_fp16.h>\n"
+           "template <typename T>\n"
+           "class DataParallel {\n"
+           " public:\n"
+           "  DataParallel(ncclComm_t comm, cudaStream_t s, size_t n) : comm_(comm), stream_(s), n_(n) {\n"
+           "    cudaMalloc(&grads_, n * sizeof(T));\n"
+           "  }\n"
+           "  ~DataParallel() { cudaFree(grads_); }\n"
+           "  void sync() { ncclAllReduce(grads_, grads_, n_, ncclHalf, ncclSum, comm_, stream_); }\n"
+           " private:\n"
+           "  ncclComm_t comm_; cudaStream_t stream_; size_t n_; T* grads_;\n"
+           "};\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclCommInitRank(&comm, 2, id, 0);\n" +
+           construction + "  ncclCommDestroy(comm);\n}\n";
+  };
+  for (const std::string construction : {"  DataParallel<half> dp(comm, s, 1 << 20);\n  dp.sync();\n",
+                                         "  auto* dp = new DataParallel<half>(comm, s, 1 << 20);\n  dp->sync();\n"}) {
+    const std::string src = program(construction);
+    const Analysis a = analyze("user.cu", src);
+    const Call& ar = first_call(a, "ncclAllReduce");
+    EXPECT_EQ(ar.comm_paths, std::vector<std::string>{"comm"}) << construction;
+    const Conversion c = transform(a, src);
+    EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads_, n * sizeof(T));")) << construction;
+  }
+}
