@@ -796,6 +796,21 @@ TEST(AnalyzerUserIdioms, HeaderFunctionsAreReadAndKeptHost) {
                        "another send/recv on its communicator stays host NCCL: line 5 (written in header dev.h:10"))
       << why["ncclSend:17"];
   EXPECT_TRUE(contains(why["ncclRecv:18"], "in symmetric windows on both ends or on neither")) << why["ncclRecv:18"];
+  // The library's own header found through -I (it declares the API: `ncclResult_t ncclAllReduce(`,
+  // cuda_runtime.h's `cudaError_t cudaMalloc(` wrappers) is not the program's code, nor what it includes.
+  braid::write_file_atomic(
+      dir / "include/nccl.h",
+      "#pragma once\n#include \"nccl_inner.h\"\n"
+      "ncclResult_t ncclAllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t o, "
+      "ncclComm_t c, cudaStream_t st);\n"
+      "inline void release(float* p) { cudaFree(p); }\n");
+  braid::write_file_atomic(dir / "include/nccl_inner.h", "inline void drop(float* p) { cudaFree(p); }\n");
+  std::string api = src;
+  api.replace(api.find("#include \"dev.h\""), 16, "#include \"nccl.h\"");
+  const Analysis without_api = analyze(file, api, true, SourceContext{{(dir / "include").string()}, {}});
+  EXPECT_TRUE(std::none_of(without_api.calls.begin(), without_api.calls.end(),
+                           [](const Call& x) { return !x.header.empty(); }));
+  EXPECT_EQ(without_api.buffers.at("g").freed_in_header, "");
   // A communicator destroyed in a header would go before the converted runtime's windows: nothing converts.
   braid::write_file_atomic(dir / "include/dev.h",
                            "#pragma once\ninline void done(ncclComm_t c) { ncclCommDestroy(c); }\n");

@@ -117,16 +117,24 @@ void header_code(const std::filesystem::path& header, const std::string& name, c
   }
   const LexResult lr = lex(text);
   if (!lr.error.empty()) return;
+  const std::vector<Token> code = code_tokens(lr.tokens);
+  const std::vector<std::string>& followed = followed_calls();
+  bool calls = false;
+  for (std::size_t i = 0; i + 1 < code.size(); ++i) {
+    if (code[i + 1].text != "(" || std::find(followed.begin(), followed.end(), code[i].text) == followed.end())
+      continue;
+    // The library's own header declares the API (`ncclResult_t ncclAllReduce(`, cuda_runtime.h's
+    // `cudaError_t cudaMalloc(` wrappers, `CUDARTAPI cudaFree(`), found through `-I` to the toolkit:
+    // not the program's code, nor are the headers it includes.
+    const std::string& before = i > 0 ? code[i - 1].text : "";
+    if (before == "ncclResult_t" || before == "cudaError_t" || before == "CUDARTAPI") return;
+    calls = true;
+  }
   for (const Token& t : lr.tokens)
     if (t.kind == TokenKind::Preprocessor)
       if (const std::string nested = quoted_include(t.text); !nested.empty())
         if (const auto path = find_header(nested, header.parent_path(), dirs); !path.empty())
           header_code(path, nested, at, dirs, seen, out, toks);
-  const std::vector<Token> code = code_tokens(lr.tokens);
-  const std::vector<std::string>& followed = followed_calls();
-  bool calls = false;
-  for (std::size_t i = 0; i + 1 < code.size() && !calls; ++i)
-    calls = code[i + 1].text == "(" && std::find(followed.begin(), followed.end(), code[i].text) != followed.end();
   if (!calls) return;
   HeaderSpan span{name, out.end, out.end + text.size(), at.offset, line_starts(text)};
   for (Token x : code) {
