@@ -723,3 +723,205 @@ TEST(AnalyzerUserIdioms, BraceInitialisedPointerArrays) {
             0);
   EXPECT_EQ(convert_text(program("  float* pointers[] = {nullptr, grads.fcw};\n", "")).converted_calls, 0);
 }
+
+// Code of the program's own headers (`#include "dev.h"`, found beside the file or through -I) that
+// calls NCCL, allocates or frees is read where it is included: its calls are in the graph, followed
+// through their parameters to the file's calls, and stay host NCCL (braid writes only the file).
+// A send/recv there keeps the file's sends/receives on its communicator host (pairs are windowed on
+// both ends or neither); a buffer a header's cudaFree releases never becomes a window (it would be
+// freed with the wrong allocator), one released only by the file's own cudaFree does; a release in a
+// header function the file never calls changes nothing.
+TEST(AnalyzerUserIdioms, HeaderFunctionsAreReadAndKeptHost) {
+  const auto dir = std::filesystem::temp_directory_path() / ("braid-header-fns-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "include");
+  braid::write_file_atomic(dir / "include/dev.h",
+                           "#pragma once\n"
+                           "#include <nccl.h>\n"
+                           "inline void dev_free(float* p) { cudaFree(p); }\n"
+                           "inline void never_called(float* q) { cudaFree(q); }\n"
+                           "inline void tp_sum(float* x, size_t n, ncclComm_t c, cudaStream_t st) {\n"
+                           "  ncclAllReduce(x, x, n, ncclFloat, ncclSum, c, st);\n"
+                           "}\n"
+                           "inline void exchange(float* s, float* r, int peer, ncclComm_t c, cudaStream_t st) {\n"
+                           "  ncclGroupStart();\n"
+                           "  ncclSend(s, 4, ncclFloat, peer, c, st);\n"
+                           "  ncclRecv(r, 4, ncclFloat, peer, c, st);\n"
+                           "  ncclGroupEnd();\n"
+                           "}\n");
+  const std::string src = kPrologue +
+                          "#include \"dev.h\"\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+                          "  ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float *g, *h, *x, *a, *b, *c, *d;\n"
+                          "  cudaMalloc(&g, 64); cudaMalloc(&h, 64); cudaMalloc(&x, 64);\n"
+                          "  cudaMalloc(&a, 64); cudaMalloc(&b, 64); cudaMalloc(&c, 64); cudaMalloc(&d, 64);\n"
+                          "  ncclAllReduce(g, g, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclAllReduce(h, h, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  tp_sum(x, 16, comm, s);\n"
+                          "  exchange(a, b, 1, comm, s);\n"
+                          "  ncclGroupStart();\n"
+                          "  ncclSend(c, 4, ncclFloat, 1, comm, s);\n"
+                          "  ncclRecv(d, 4, ncclFloat, 1, comm, s);\n"
+                          "  ncclGroupEnd();\n"
+                          "  dev_free(g);\n"
+                          "  cudaFree(h);\n"
+                          "  ncclCommDestroy(comm);\n"
+                          "}\n";
+  const std::string file = (dir / "user.cu").string();
+  const Analysis a = analyze(file, src, true, SourceContext{{(dir / "include").string()}, {}});
+  // The header's all-reduce is a call of the graph, at the #include's line, followed to `x`.
+  const Call& sum = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(sum.header, "dev.h:6");
+  EXPECT_EQ(sum.function, "tp_sum");
+  EXPECT_EQ(sum.line, 5);
+  EXPECT_EQ(sum.arg_buffers.at(0), std::vector<std::string>{"x"});
+  EXPECT_TRUE(contains(analysis_to_text(a), "[in header dev.h:6, tp_sum()]")) << analysis_to_text(a);
+  EXPECT_TRUE(contains(a.buffers.at("g").freed_in_header, "cudaFree in dev.h:3 (in dev_free())"));
+  EXPECT_EQ(a.buffers.at("h").freed_in_header, "");  // never_called() frees nothing the file gives it
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.nccl_calls, 7);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);  // the all-reduce of h
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<0>(h, h, 16"));
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&g, 64); braid_converted::sym_malloc(&h, 64); cudaMalloc(&x, 64);"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(h);"));
+  EXPECT_TRUE(contains(c.source, "\n  ncclSend(c, 4, ncclFloat, 1, comm, s);"));
+  EXPECT_TRUE(contains(c.source, "#include \"dev.h\"\n"));  // never edited
+  std::map<std::string, std::string> why;
+  for (const Unconverted& u : c.left) why[u.construct + ":" + std::to_string(u.line)] = u.reason;
+  EXPECT_TRUE(
+      contains(why["ncclAllReduce:5"], "written in header dev.h:6 (in tp_sum()), which braid does not rewrite"));
+  EXPECT_TRUE(contains(why["ncclAllReduce:12"], "buffer `g` is released by cudaFree in dev.h:3 (in dev_free())"));
+  EXPECT_TRUE(contains(why["ncclSend:17"],
+                       "another send/recv on its communicator stays host NCCL: line 5 (written in header dev.h:10"))
+      << why["ncclSend:17"];
+  EXPECT_TRUE(contains(why["ncclRecv:18"], "in symmetric windows on both ends or on neither")) << why["ncclRecv:18"];
+  // The library's own header found through -I (it declares the API: `ncclResult_t ncclAllReduce(`,
+  // cuda_runtime.h's `cudaError_t cudaMalloc(` wrappers) is not the program's code, nor what it includes.
+  braid::write_file_atomic(
+      dir / "include/nccl.h",
+      "#pragma once\n#include \"nccl_inner.h\"\n"
+      "ncclResult_t ncclAllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t o, "
+      "ncclComm_t c, cudaStream_t st);\n"
+      "inline void release(float* p) { cudaFree(p); }\n");
+  braid::write_file_atomic(dir / "include/nccl_inner.h", "inline void drop(float* p) { cudaFree(p); }\n");
+  std::string api = src;
+  api.replace(api.find("#include \"dev.h\""), 16, "#include \"nccl.h\"");
+  const Analysis without_api = analyze(file, api, true, SourceContext{{(dir / "include").string()}, {}});
+  EXPECT_TRUE(std::none_of(without_api.calls.begin(), without_api.calls.end(),
+                           [](const Call& x) { return !x.header.empty(); }));
+  EXPECT_EQ(without_api.buffers.at("g").freed_in_header, "");
+  // A communicator destroyed in a header would go before the converted runtime's windows: nothing converts.
+  braid::write_file_atomic(dir / "include/dev.h",
+                           "#pragma once\ninline void done(ncclComm_t c) { ncclCommDestroy(c); }\n");
+  std::string destroyed = src;
+  destroyed.replace(destroyed.find("ncclCommDestroy(comm);"), 22, "done(comm);");
+  const Conversion d =
+      transform(analyze(file, destroyed, true, SourceContext{{(dir / "include").string()}, {}}), destroyed);
+  EXPECT_EQ(d.converted_calls, 0) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.left.front().reason, "ncclCommDestroy in header dev.h:2 (in done())"))
+      << conversion_to_text(d);
+  std::filesystem::remove_all(dir);
+}
+
+// Megatron's p2p_communicate shape: a helper taking optional buffers (tested against null before
+// its send/recv), called with `cond ? nullptr : buffer` where the pipeline ends. The null branch
+// adds no buffer, as a call site passing nullptr does; the other is followed as before.
+TEST(AnalyzerUserIdioms, ANullBranchOfAChosenPointerAddsNoBuffer) {
+  const std::string src = kPrologue +
+                          "void p2p(float* send, int to, float* recv, int from, ncclComm_t c, cudaStream_t s) {\n"
+                          "  ncclGroupStart();\n"
+                          "  if (send != nullptr) ncclSend(send, 256, ncclFloat, to, c, s);\n"
+                          "  if (recv) ncclRecv(recv, 256, ncclFloat, from, c, s);\n"
+                          "  ncclGroupEnd();\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; int rank = 0, world = 2;\n"
+                          "  ncclCommInitRank(&comm, world, id, rank);\n"
+                          "  float *act, *grad; cudaMalloc(&act, 1024); cudaMalloc(&grad, 1024);\n"
+                          "  const bool first = rank == 0, last = rank == world - 1;\n"
+                          "  p2p(last ? nullptr : act, rank + 1, first ? NULL : act, rank - 1, comm, s);\n"
+                          "  p2p(first ? nullptr : grad, rank - 1, last ? nullptr : grad, rank + 1, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& send = first_call(a, "ncclSend");
+  EXPECT_EQ(send.unresolved, "");
+  EXPECT_EQ(send.arg_buffers.at(0), (std::vector<std::string>{"act", "grad"}));
+  EXPECT_EQ(first_call(a, "ncclRecv").arg_buffers.at(0), (std::vector<std::string>{"act", "grad"}));
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&act, 1024); braid_converted::sym_malloc(&grad, 1024);"));
+}
+
+// Views into one allocation stored in a container (`views.push_back(flat + offsets[l])`,
+// `hv[l] = (half*)ws + off`): an element is that allocation, as an element copied from a struct
+// variable is its fields. An element of another container stays unfollowed.
+TEST(AnalyzerUserIdioms, ViewsStoredInAContainerAreTheirAllocation) {
+  const std::string src = kPrologue +
+                          "#include <cuda_fp16.h>\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+                          "  ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  std::vector<size_t> offsets = {0, 1024, 4096, 8192};\n"
+                          "  float* flat; cudaMalloc(&flat, 16384 * sizeof(float));\n"
+                          "  char* ws; cudaMalloc(&ws, 65536);\n"
+                          "  std::vector<float*> views;\n"
+                          "  for (int l = 0; l < 4; ++l) views.push_back(flat + offsets[l]);\n"
+                          "  half* hv[4];\n"
+                          "  for (int l = 0; l < 4; ++l) hv[l] = (half*)ws + offsets[l];\n"
+                          "  std::vector<float*> others;\n"
+                          "  for (int l = 0; l < 4; ++l) others.push_back(views[l]);\n"
+                          "  for (int l = 0; l < 4; ++l) {\n"
+                          "    ncclAllReduce(views[l], views[l], 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "    ncclAllReduce(hv[l], hv[l], 1024, ncclHalf, ncclSum, comm, s);\n"
+                          "    ncclAllReduce(others[l], others[l], 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "  }\n"
+                          "  cudaFree(flat); cudaFree(ws);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  std::vector<const Call*> reductions;
+  for (const Call& c : a.calls)
+    if (c.name == "ncclAllReduce") reductions.push_back(&c);
+  ASSERT_EQ(reductions.size(), 3u);
+  EXPECT_EQ(reductions[0]->arg_buffers.at(0), std::vector<std::string>{"flat"});
+  EXPECT_EQ(reductions[1]->arg_buffers.at(0), std::vector<std::string>{"ws"});
+  EXPECT_NE(reductions[2]->unresolved, "");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&flat, 16384 * sizeof(float))"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ws, 65536)"));
+}
+
+// A class template's instances (`DataParallel<half> dp(comm, ...)`, `new DataParallel<float>(...)`)
+// are constructions of the class: its fields are followed to the constructor's arguments there.
+TEST(AnalyzerUserIdioms, ClassTemplateInstancesAreConstructions) {
+  const auto program = [](const std::string& construction) {
+    return kPrologue +
+           "#include <cuda_fp16.h>\n"
+           "template <typename T>\n"
+           "class DataParallel {\n"
+           " public:\n"
+           "  DataParallel(ncclComm_t comm, cudaStream_t s, size_t n) : comm_(comm), stream_(s), n_(n) {\n"
+           "    cudaMalloc(&grads_, n * sizeof(T));\n"
+           "  }\n"
+           "  ~DataParallel() { cudaFree(grads_); }\n"
+           "  void sync() { ncclAllReduce(grads_, grads_, n_, ncclHalf, ncclSum, comm_, stream_); }\n"
+           " private:\n"
+           "  ncclComm_t comm_; cudaStream_t stream_; size_t n_; T* grads_;\n"
+           "};\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclCommInitRank(&comm, 2, id, 0);\n" +
+           construction + "  ncclCommDestroy(comm);\n}\n";
+  };
+  for (const std::string construction : {"  DataParallel<half> dp(comm, s, 1 << 20);\n  dp.sync();\n",
+                                         "  auto* dp = new DataParallel<half>(comm, s, 1 << 20);\n  dp->sync();\n"}) {
+    const std::string src = program(construction);
+    const Analysis a = analyze("user.cu", src);
+    const Call& ar = first_call(a, "ncclAllReduce");
+    EXPECT_EQ(ar.comm_paths, std::vector<std::string>{"comm"}) << construction;
+    const Conversion c = transform(a, src);
+    EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads_, n * sizeof(T));")) << construction;
+  }
+}

@@ -127,9 +127,19 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
   BuildFlags flags;
   // A program built with a macro that enables its NCCL path or picks its type (as its makefile
   // would pass it); the analysis reads the same macros and the program's own headers.
-  for (const char* define : {"MULTI_GPU", "USE_BF16"})
-    if (src.find(std::string("#ifdef ") + define) != std::string::npos) flags.defines.push_back(define);
-  Conversion c = transform(analyze(path.filename().string(), src, true, SourceContext{{path.parent_path().string()}, flags.defines}), src);
+  // Headers of programs built with `-I include` (tp_serving_kv_cache.cu's), whose macros they test.
+  const auto include = path.parent_path() / "include";
+  std::string text = src;
+  for (const auto& entry : std::filesystem::directory_iterator(include))
+    if (src.find("#include \"" + entry.path().filename().string() + "\"") != std::string::npos) {
+      text += braid::read_file(entry.path());
+      if (flags.includes.empty()) flags.includes.push_back(include.string());
+    }
+  for (const char* define : {"MULTI_GPU", "USE_BF16", "USE_FP16"})
+    if (text.find(std::string("#ifdef ") + define) != std::string::npos) flags.defines.push_back(define);
+  Conversion c = transform(
+      analyze(path.filename().string(), src, true, SourceContext{{path.parent_path().string(), include.string()}, flags.defines}),
+      src);
   EXPECT_GE(c.converted_calls, min_converted) << conversion_to_text(c);
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
   try {
@@ -185,5 +195,11 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"megatron_two_initrank_bf16", 2},
                                            std::pair<std::string, int>{"layer_alloc_helper_loop", 2},
                                            std::pair<std::string, int>{"llmc_pointer_arrays", 2},
+                                           std::pair<std::string, int>{"pipeline_1f1b_bf16_slots", 9},
+                                           std::pair<std::string, int>{"fsdp_flat_param_views", 2},
+                                           std::pair<std::string, int>{"ulysses_sendrecv_alltoall_fp16", 2},
+                                           std::pair<std::string, int>{"dp_accum_overlap_loss_scale", 2},
+                                           std::pair<std::string, int>{"tp_serving_kv_cache", 3},
+                                           std::pair<std::string, int>{"pipeline_interleaved_optional_p2p", 2},
                                            std::pair<std::string, int>{"moe_step_buffers_async", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -54,8 +54,10 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   require_translation_unit(file, source, lr, code_tokens(lr.tokens));
   // Uses of macros that call NCCL or allocate are read as their expansions, at the use.
   const MacroTable macros(with_context_directives(file, lr.tokens, context));
-  const std::vector<Token> toks =
-      splice_macro_uses(macros.compiled_only(code_tokens(lr.tokens)), macros, source.size(), a);
+  // The code of the program's own headers that calls NCCL, allocates or frees, where it is included.
+  const HeaderCode headers =
+      with_header_code(file, lr.tokens, macros.compiled_only(code_tokens(lr.tokens)), context, source.size());
+  const std::vector<Token> toks = splice_macro_uses(headers.code, macros, headers.end, a);
   const BufferFlow flow(toks);
   // What the whole file says before calls are read in order.
   read_annotations(file, lr.tokens, a);
@@ -82,6 +84,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   order_calls(a);
   find_statement_ranges(toks, token_at, a);
   place_macro_calls(toks, token_at, a);
+  mark_header_calls(headers.spans, toks, flow, token_at, a);
   return a;
 }
 
@@ -101,6 +104,7 @@ json analysis_to_json(const Analysis& a) {
             {"args", args}, {"function", c.function}};
     if (!c.stream.empty()) cj["stream"] = c.stream;
     if (c.macro_use >= 0) cj["macro"] = a.macro_uses[(std::size_t)c.macro_use].name;
+    if (!c.header.empty()) cj["header"] = c.header;
     if (!c.buffers.empty()) cj["buffers"] = c.buffers;
     if (c.group >= 0) cj["group"] = c.group;
     if (c.loop >= 0) cj["loop"] = c.loop;
@@ -163,6 +167,7 @@ std::string analysis_to_text(const Analysis& a) {
     if (c.loop >= 0)
       where += fmt::format(" [loop {} line {}]", a.loops[(std::size_t)c.loop].kind, a.loops[(std::size_t)c.loop].line);
     if (c.macro_use >= 0) where += fmt::format(" [in macro {}]", a.macro_uses[(std::size_t)c.macro_use].name);
+    if (!c.header.empty()) where += fmt::format(" [in header {}, {}()]", c.header, c.function);
     std::string bufs;
     for (auto& b : c.buffers) bufs += (bufs.empty() ? "" : ",") + b;
     out += fmt::format("  #{:<3} line {:<4} {:<7} {}{}{}{}\n", i, c.line, call_kind_name(c.kind), c.name,

@@ -39,6 +39,7 @@ struct Buffer {
   std::string path;                   // access path of the allocation site (buffer_flow.hpp): `layers[].w`
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
   int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
+  std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };
 
 struct Call {
@@ -69,6 +70,9 @@ struct Call {
   // call_begin/call_end and the statement are the use's) and the name's offset in its expansion.
   int macro_use = -1;
   std::size_t expansion_at = 0;
+  // A call written in a quoted header the file includes ("tp_serving.h:44"): read for the graph and
+  // the rules, never rewritten (braid writes only the file). Its byte ranges are the #include's.
+  std::string header;
 };
 
 // A use of a macro defined in the file whose body calls NCCL or allocates or frees

@@ -415,6 +415,45 @@ void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& tok
   }
 }
 
+void mark_header_calls(const std::vector<HeaderSpan>& spans, const std::vector<Token>& toks, const BufferFlow& flow,
+                       const TokenIndex& token_at, Analysis& a) {
+  const auto span_of = [&](std::size_t offset) -> const HeaderSpan* {
+    for (const HeaderSpan& s : spans)
+      if (offset >= s.begin && offset < s.end) return &s;
+    return nullptr;
+  };
+  // A function the program calls (or names) anywhere besides its definition.
+  const auto used = [&](const std::string& function) {
+    return std::count_if(toks.begin(), toks.end(), [&](const Token& t) { return t.text == function; }) > 1;
+  };
+  for (Call& c : a.calls) {
+    const HeaderSpan* s = span_of(c.call_begin);
+    if (!s) continue;
+    const auto line = std::upper_bound(s->line_starts.begin(), s->line_starts.end(), c.call_begin - s->begin);
+    c.header = fmt::format("{}:{}", s->name, line - s->line_starts.begin());
+    // A release braid cannot rewrite frees with the program's allocator: what it frees stays out of
+    // symmetric memory (ncclMemAlloc memory given to cudaFree is freed with the wrong allocator).
+    const bool release = c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree";
+    if (release && !c.args.empty() && c.args[0].text != "nullptr" && c.args[0].text != "NULL" &&
+        (c.function.empty() || used(c.function))) {
+      const std::string what =
+          fmt::format("{} in {}{}", c.name, c.header, c.function.empty() ? "" : " (in " + c.function + "())");
+      Call scratch = c;  // resolve_sites notes how it followed the argument
+      const auto tok = token_at.find(c.call_begin);
+      const std::vector<std::string> keys = tok == token_at.end()
+                                                ? std::vector<std::string>{}
+                                                : resolve_sites(flow, a, c.args[0].text, tok->second, scratch);
+      for (auto& [key, b] : a.buffers)
+        if (b.freed_in_header.empty() && (keys.empty() || std::find(keys.begin(), keys.end(), key) != keys.end()))
+          b.freed_in_header = keys.empty() ? what + ", whose pointer is not followed" : what;
+    }
+    c.call_begin = c.call_end = s->include_offset;
+    for (Argument& arg : c.args) arg.begin = arg.end = s->include_offset;
+    c.stmt_begin = c.stmt_end = 0;
+    c.stmt_is_body = false;
+  }
+}
+
 void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a) {
   if (a.macro_uses.empty()) return;
   const std::size_t first_expansion = a.macro_uses.front().expansion_offset;

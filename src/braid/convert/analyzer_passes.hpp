@@ -41,6 +41,25 @@ void require_translation_unit(const std::string& file, const std::string& source
 // once), numbered at the include so that they are in scope after it.
 std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
                                            const SourceContext& context);
+// The code of the quoted headers the file includes whose code calls NCCL, allocates or frees
+// (`inline void tp_sum(...) { ncclAllReduce(...); }` in "common.h"), read where the #include
+// stands so that their calls are seen, followed and kept host NCCL (braid writes only the file).
+// Each header's tokens are numbered past the source (from `source_size + 1`), with the include's
+// line; `end` is the first offset after them. Not for braid's own workloads (an include of
+// "braid/..."): their headers belong to braid's harness.
+struct HeaderSpan {
+  std::string name;                      // as included: "tp_serving.h"
+  std::size_t begin = 0, end = 0;        // offsets its tokens are numbered at
+  std::size_t include_offset = 0;        // the file's #include that brings it
+  std::vector<std::size_t> line_starts;  // of the header's text: its own line numbers
+};
+struct HeaderCode {
+  std::vector<Token> code;  // the file's code tokens with the headers' inserted
+  std::vector<HeaderSpan> spans;
+  std::size_t end = 0;
+};
+HeaderCode with_header_code(const std::string& file, const std::vector<Token>& all, const std::vector<Token>& code,
+                            const SourceContext& context, std::size_t source_size);
 // `// braid:input|output x` comments into annotations.
 void read_annotations(const std::string& file, const std::vector<Token>& all, Analysis& a);
 // The code tokens with each use of a macro whose body calls NCCL or allocates or frees (MacroUse)
@@ -111,6 +130,11 @@ void check_annotations(const std::string& file, const Analysis& a);
 void order_calls(Analysis& a);
 // Each call's statement range, for tools that insert code after a call (diagnostic_rerun.hpp).
 void find_statement_ranges(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);
+// Calls in header code (HeaderSpan): Call::header set, their byte ranges moved to the #include
+// (nothing rewrites them), and the buffers a release there frees marked (Buffer::freed_in_header;
+// every buffer where its pointer is not followed, when the function holding it is called).
+void mark_header_calls(const std::vector<HeaderSpan>& spans, const std::vector<Token>& toks, const BufferFlow& flow,
+                       const TokenIndex& token_at, Analysis& a);
 // Calls read in a macro's expansion placed at its use: their byte ranges and statement become the
 // use's, with Call::macro_use and the offset of the call in the expansion.
 void place_macro_calls(const std::vector<Token>& toks, const TokenIndex& token_at, Analysis& a);

@@ -81,7 +81,101 @@ void header_directives(const std::filesystem::path& header, const Token& at, con
   }
 }
 
+// What a conversion rewrites or the rules follow: NCCL's data-moving calls, groups, communicator
+// creation and destruction, allocations and releases.
+const std::vector<std::string>& followed_calls() {
+  static const std::vector<std::string> calls = [] {
+    std::vector<std::string> c = {"ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
+                                  "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
+                                  "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
+                                  "cudaMallocManaged", "cudaFree",        "cudaFreeAsync"};
+    for (const NcclSignature& s : nccl_signatures()) c.push_back(s.name);
+    return c;
+  }();
+  return calls;
+}
+
+std::vector<std::size_t> line_starts(const std::string& text) {
+  std::vector<std::size_t> starts = {0};
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if (text[i] == '\n') starts.push_back(i + 1);
+  return starts;
+}
+
+// A header's code, its own quoted includes' first, when it calls what the rules follow: numbered
+// from out.end, each token given the line of `at` (the include in the analysed file).
+void header_code(const std::filesystem::path& header, const std::string& name, const Token& at,
+                 const std::vector<std::string>& dirs, std::set<std::string>& seen, HeaderCode& out,
+                 std::vector<Token>& toks) {
+  std::error_code ec;
+  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64) return;
+  std::string text;
+  try {
+    text = read_file(header);
+  } catch (const std::exception&) {
+    return;
+  }
+  const LexResult lr = lex(text);
+  if (!lr.error.empty()) return;
+  const std::vector<Token> code = code_tokens(lr.tokens);
+  const std::vector<std::string>& followed = followed_calls();
+  bool calls = false;
+  for (std::size_t i = 0; i + 1 < code.size(); ++i) {
+    if (code[i + 1].text != "(" || std::find(followed.begin(), followed.end(), code[i].text) == followed.end())
+      continue;
+    // The library's own header declares the API (`ncclResult_t ncclAllReduce(`, cuda_runtime.h's
+    // `cudaError_t cudaMalloc(` wrappers, `CUDARTAPI cudaFree(`), found through `-I` to the toolkit:
+    // not the program's code, nor are the headers it includes.
+    const std::string& before = i > 0 ? code[i - 1].text : "";
+    if (before == "ncclResult_t" || before == "cudaError_t" || before == "CUDARTAPI") return;
+    calls = true;
+  }
+  for (const Token& t : lr.tokens)
+    if (t.kind == TokenKind::Preprocessor)
+      if (const std::string nested = quoted_include(t.text); !nested.empty())
+        if (const auto path = find_header(nested, header.parent_path(), dirs); !path.empty())
+          header_code(path, nested, at, dirs, seen, out, toks);
+  if (!calls) return;
+  HeaderSpan span{name, out.end, out.end + text.size(), at.offset, line_starts(text)};
+  for (Token x : code) {
+    x.offset += span.begin;
+    x.end += span.begin;
+    x.line = at.line;
+    toks.push_back(std::move(x));
+  }
+  out.end = span.end + 1;
+  out.spans.push_back(std::move(span));
+}
+
 }  // namespace
+
+HeaderCode with_header_code(const std::string& file, const std::vector<Token>& all, const std::vector<Token>& code,
+                            const SourceContext& context, std::size_t source_size) {
+  HeaderCode out;
+  out.end = source_size + 1;
+  std::vector<std::pair<std::size_t, std::vector<Token>>> inserts;  // include offset -> its headers' code
+  const std::filesystem::path own = std::filesystem::path(file).parent_path();
+  std::set<std::string> seen;
+  for (const Token& t : all) {
+    if (t.kind != TokenKind::Preprocessor) continue;
+    const std::string name = quoted_include(t.text);
+    if (name.rfind("braid/", 0) == 0) return HeaderCode{code, {}, source_size + 1};  // braid's own workload
+    if (name.empty()) continue;
+    const auto header = find_header(name, own.empty() ? std::filesystem::path(".") : own, context.include_dirs);
+    std::vector<Token> toks;
+    if (!header.empty()) header_code(header, name, t, context.include_dirs, seen, out, toks);
+    if (!toks.empty()) inserts.emplace_back(t.offset, std::move(toks));
+  }
+  std::size_t next = 0;
+  for (const Token& t : code) {
+    for (; next < inserts.size() && inserts[next].first < t.offset; ++next)
+      out.code.insert(out.code.end(), inserts[next].second.begin(), inserts[next].second.end());
+    out.code.push_back(t);
+  }
+  for (; next < inserts.size(); ++next)
+    out.code.insert(out.code.end(), inserts[next].second.begin(), inserts[next].second.end());
+  return out;
+}
 
 std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
                                            const SourceContext& context) {
@@ -141,12 +235,7 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
                                      Analysis& a) {
   if (macros.definitions().empty()) return code;
   // What a conversion rewrites or the rules follow: a use whose expansion calls one of these is a call site.
-  std::vector<std::string> calls = {
-      "ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
-      "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
-      "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
-      "cudaMallocManaged", "cudaFree",        "cudaFreeAsync"};
-  for (const NcclSignature& s : nccl_signatures()) calls.push_back(s.name);
+  const std::vector<std::string>& calls = followed_calls();
   std::map<const MacroDefinition*, bool> matters;
   const MacroTable::Expands expands = [&](const MacroDefinition& m) {
     auto it = matters.find(&m);

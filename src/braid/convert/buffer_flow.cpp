@@ -505,6 +505,9 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   if (const std::vector<std::string> branches = ternary_branches(expr); !branches.empty()) {
     out.via.push_back(fmt::format("`{}` is one of `{}`, `{}`", expr, branches[0], branches[1]));
     for (const std::string& b : branches) {  // either buffer, decided at run time
+      // `last ? nullptr : act` (Megatron's optional send/receive): no buffer on that branch, as for a
+      // call site passing nullptr (NCCL refuses a null buffer; the helper tests it before its call).
+      if (b == "nullptr" || b == "NULL") continue;
       resolve_into(b, function, at, depth, out, stack);
       if (!out.reason.empty()) return;
     }

@@ -195,6 +195,7 @@ class BufferFlow {
     std::map<std::string, std::string> values;  // field -> the expression given for it
   };
   std::map<std::string, std::vector<ElementFields>> element_fields_;  // container -> elements built from fields
+  std::set<std::string> listed_containers_;  // `T* c[] = {...}`: elements also from the list, not copies alone
   struct FieldWrite {
     std::string function, lhs, value;
     std::size_t token = 0;

@@ -176,6 +176,10 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
       (code_[v + 1].text == "(" || code_[v + 1].text == "{")) {
     cls = t.text;
     open = v + 1;
+  } else if (v != SIZE_MAX && v > k + 1 && v < end && code_[v].text == "(" && has_constructor(t.text)) {
+    // `Name<args>(...)`, `new Name<args>(...)`
+    cls = t.text;
+    open = v;
   } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
     cls = t.text;
     open = k + 1;

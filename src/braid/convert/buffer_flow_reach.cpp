@@ -93,23 +93,37 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   return out;
 }
 
-// `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C).
+// `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C):
+// v a whole variable (a struct's copy: its fields), or a view into a buffer (`flat + offsets[l]`,
+// `(float*)ws + off`, `&buf[i]`: the element is in that allocation).
 void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
-  std::size_t v = 0;
+  std::size_t v = 0, v_end = 0;
   if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
       is(k + 3, "(")) {
     v = k + 4;
-    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) v += 4;
+    v_end = match_forward(code_, k + 3, end);
+    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) {
+      v_end = match_forward(code_, v + 3, end);
+      v += 4;
+    }
   } else if (is(k + 1, "[") && (k == 0 || (code_[k - 1].text != "." && code_[k - 1].text != "->"))) {
     const std::size_t close = match_forward(code_, k + 1, end);
-    if (close + 3 < end && code_[close + 1].text == "=" && code_[close + 3].text == ";") v = close + 2;
+    if (close + 2 < end && code_[close + 1].text == "=" && code_[close + 2].text == "{")
+      listed_containers_.insert(code_[k].text);
+    else if (close + 2 < end && code_[close + 1].text == "=") {
+      v = close + 2;
+      v_end = statement_end(code_, v, end);
+    }
   }
-  if (v == 0 || v >= end || code_[v].kind != TokenKind::Identifier || code_[v].text == code_[k].text) return;
-  const std::string& next = v + 1 < end ? code_[v + 1].text : "";
-  if (next != ")" && next != ";") return;  // a whole variable, not an expression
+  if (v == 0 || v >= v_end || v_end >= end) return;
+  std::string origin;
+  if (v + 1 == v_end) origin = code_[v].kind == TokenKind::Identifier ? code_[v].text : "";
+  else if (const std::string view = access_path(join(code_, v, v_end), false); view.find('[') == std::string::npos)
+    origin = view;  // a view into a variable's or field's buffer (not an element of another container)
+  if (origin.empty() || split_root(origin).first == code_[k].text) return;
   auto& vars = element_copies_[code_[k].text];
-  if (std::find(vars.begin(), vars.end(), code_[v].text) == vars.end()) vars.push_back(code_[v].text);
+  if (std::find(vars.begin(), vars.end(), origin) == vars.end()) vars.push_back(origin);
 }
 
 // The element type of a container declared `std::vector<T> name` (or any `Template<T> name`,
@@ -207,7 +221,7 @@ void BufferFlow::record_element_fields(std::size_t k, const std::string& functio
 
 std::vector<std::string> BufferFlow::element_origins(const std::string& path) const {
   const auto [root, rest] = split_root(path);
-  if (rest.empty() || rest[0] != '[') return {};
+  if (rest.empty() || rest[0] != '[' || listed_containers_.count(root)) return {};
   const std::size_t close = rest.find(']');
   if (close == std::string::npos) return {};
   std::string after = rest.substr(close + 1);                             // `.buf` (and deeper)

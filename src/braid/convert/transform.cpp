@@ -185,7 +185,7 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
 void move_to_symmetric_memory(const Analysis& a, const Plan& plan, Conversion& conv, Rewrite& rw) {
   for (std::size_t i = 0; i < a.calls.size(); ++i) {
     const Call& c = a.calls[i];
-    if (c.args.empty()) continue;
+    if (c.args.empty() || !c.header.empty()) continue;  // a header's calls are never rewritten
     const auto [after, why] = infrastructure_of(a, plan, rw, i);
     if (after.empty()) {
       if (c.name == "ncclCommWindowRegister" || c.name == "ncclDevCommCreate")

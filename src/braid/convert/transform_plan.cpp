@@ -63,6 +63,9 @@ std::string own_reason(const Analysis& a, const Call& c) {
   const NcclSignature* sig = nccl_signature(c.name);
   if ((int)c.args.size() != sig->arity) return "arguments could not be split";
   if (!kReplacement.count(c.name)) return "no rule for " + c.name;
+  if (!c.header.empty())
+    return "written in header " + c.header + (c.function.empty() ? "" : " (in " + c.function + "())") +
+           ", which braid does not rewrite (it writes only this file): host NCCL";
   if (std::string r = type_op_reason(c, *sig); !r.empty()) return r;
   if (!c.unresolved.empty()) return c.unresolved;
   for (int idx : window_args(c.name, *sig)) {
@@ -98,6 +101,13 @@ std::string own_reason(const Analysis& a, const Call& c) {
           !stage_a_allocator(b.allocator))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
+      if (b.alloc_call < a.calls.size() && !a.calls[b.alloc_call].header.empty())
+        return "buffer `" + key + "` is allocated in header " + a.calls[b.alloc_call].header +
+               ", which braid does not rewrite: it cannot move to symmetric memory";
+      if (!b.freed_in_header.empty())
+        return "buffer `" + key + "` is released by " + b.freed_in_header +
+               ", which braid does not rewrite: a symmetric window freed there would be freed with the wrong "
+               "allocator";
       if (b.registered_line > 0)
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                "): a second registration as a window is not made";
@@ -144,7 +154,7 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
   for (const auto& [path, n] : comm_votes)
     if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
   for (const CommInit& ci : a.comm_inits)
-    if (ci.path == p.bound && !ci.conditional && !p.bound_init) p.bound_init = &ci;
+    if (ci.path == p.bound && !ci.conditional && !p.bound_init && a.calls[ci.call].header.empty()) p.bound_init = &ci;
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;
@@ -232,11 +242,24 @@ bool host_pairs_unwindowed(const Analysis& a, const std::vector<std::size_t>& co
   return changed;
 }
 
+// A communicator destroyed in a header braid does not rewrite would go before the device
+// communicator and the windows are released (braid_converted::comm_destroy): nothing converts.
+std::string destroyed_in_header(const Analysis& a) {
+  for (const Call& c : a.calls)
+    if (!c.header.empty() && (c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize" || c.name == "ncclCommAbort"))
+      return fmt::format(
+          "{} in header {}{}, which braid does not rewrite, would release the communicator before the converted "
+          "runtime's device communicator and windows: host NCCL",
+          c.name, c.header, c.function.empty() ? "" : " (in " + c.function + "())");
+  return "";
+}
+
 }  // namespace
 
 Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collectives) {
   Plan p;
-  for (std::size_t ci : collectives) p.reason[ci] = own_reason(a, a.calls[ci]);
+  const std::string destroyed = destroyed_in_header(a);
+  for (std::size_t ci : collectives) p.reason[ci] = destroyed.empty() ? own_reason(a, a.calls[ci]) : destroyed;
   bind_one_communicator(a, collectives, p);
   // Each pass only adds reasons, so this ends.
   for (bool again = true; again;) {
