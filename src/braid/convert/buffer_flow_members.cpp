@@ -67,7 +67,9 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
 void BufferFlow::collect_classes() {
   for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
     const std::string& x = code_[k].text;
-    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier || (k > 0 && code_[k - 1].text == "enum"))
+    // `enum class E`, and a template's parameters (`template <class T> class Buffer`) are no class.
+    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier ||
+        (k > 0 && (code_[k - 1].text == "enum" || code_[k - 1].text == "<" || code_[k - 1].text == ",")))
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
@@ -103,8 +105,9 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
 }
 
 // A construction of a class with a constructor in this file (`Trainer t(comm, n)`, `Trainer t{...}`,
-// `std::make_unique<Trainer>(...)`; `Trainer(...)` and `new Trainer(...)` are calls already): a call
-// site of the constructor, whose parameters the member-initialiser list reads.
+// `Buffer<float> b(n)`, `new Buffer<float>(n)`, `std::make_unique<Trainer>(...)`, `GroupGuard g;`;
+// `Trainer(...)` and `new Trainer(...)` are calls already): a call site of the constructor, whose
+// parameters the member-initialiser list reads.
 void BufferFlow::record_construction(std::size_t k, const std::string& caller, std::size_t end) {
   const auto has_constructor = [&](const std::string& cls) {
     return std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
@@ -112,18 +115,41 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   std::string cls;
   std::size_t open = 0;
   const Token& t = code_[k];
-  if (k + 2 < end && code_[k + 1].kind == TokenKind::Identifier && (code_[k + 2].text == "(" || code_[k + 2].text == "{")) {
+  // A class template's arguments (`DeviceBuffer<float> grads(n)`) are skipped.
+  std::size_t after = k + 1;
+  const bool maker = t.text == "make_unique" || t.text == "make_shared";
+  if (after < end && code_[after].text == "<" && t.kind == TokenKind::Identifier) {
+    for (int depth = 0; after < end; ++after) {
+      const std::string& x = code_[after].text;
+      if (x == "<") ++depth;
+      else if (x == ">" && --depth == 0) break;
+      else if (x == ">>" && (depth -= 2) <= 0) break;
+      else if (x == ";" || x == "{" || x == ")") break;
+    }
+    after = after < end && (code_[after].text == ">" || code_[after].text == ">>") ? after + 1 : k + 1;
+  }
+  if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`
+    if (after > k + 1 && after < end && code_[after].text == "(" && k + 2 < end) cls = code_[k + 2].text;
+    open = after;
+  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier && (code_[after + 1].text == "(" || code_[after + 1].text == "{")) {
     cls = t.text;
-    open = k + 2;
-  } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
+    open = after + 1;
+  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier && code_[after + 1].text == ";" &&
+             (k == 0 || code_[k - 1].text != "return")) {
+    cls = t.text;  // `GroupGuard guard;`: the default constructor runs
+    open = after + 1;
+  } else if (after < end && code_[after].text == "{" && code_[k - 1].text != ")") {
     cls = t.text;
-    open = k + 1;
-  } else if ((t.text == "make_unique" || t.text == "make_shared") && k + 4 < end && code_[k + 1].text == "<" &&
-             code_[k + 3].text == ">" && code_[k + 4].text == "(") {
-    cls = code_[k + 2].text;
-    open = k + 4;
+    open = after;
+  } else if (after > k + 1 && after < end && code_[after].text == "(") {  // `Buffer<float>(n)`, `new Buffer<float>(n)`
+    cls = t.text;
+    open = after;
   }
   if (cls.empty() || !has_constructor(cls)) return;
+  if (code_[open].text == ";") {
+    calls_[cls].push_back(CallSite{caller, {}, k, t.line});
+    return;
+  }
   const std::size_t close = match_forward(code_, open, end);
   calls_[cls].push_back(CallSite{caller, split_top(code_, open, close), k, t.line});
 }

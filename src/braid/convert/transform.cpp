@@ -173,9 +173,10 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
             "device communicator destroyed and windows deregistered before the communicator goes"};
   if (plan.bound_init && plan.bound_init->call == i)
     return {
-        c.name == "ncclCommInitRank" ? "braid_converted::comm_init_rank"
-        : c.name == "ncclCommSplit"  ? "braid_converted::comm_split"
-                                     : "braid_converted::comm_init_rank_config",
+        c.name == "ncclCommInitRank"           ? "braid_converted::comm_init_rank"
+        : c.name == "ncclCommSplit"            ? "braid_converted::comm_split"
+        : c.name == "ncclCommInitRankScalable" ? "braid_converted::comm_init_rank_scalable"
+                                               : "braid_converted::comm_init_rank_config",
         "binds the converted runtime to `" + plan.bound +
             "`: windows for the symmetric allocations so far and the device communicator are made here, on every rank"};
   return {"", ""};
@@ -392,7 +393,8 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"sym_free_async", "cudaFreeAsync"},
       {"comm_init_rank", "ncclCommInitRank"},
       {"comm_split", "ncclCommSplit"},
-      {"comm_init_rank_config", "ncclCommInitRankConfig"}};
+      {"comm_init_rank_config", "ncclCommInitRankConfig"},
+      {"comm_init_rank_scalable", "ncclCommInitRankScalable"}};
   std::string text = source;
   const std::vector<Token> toks = code_tokens(lex(source).tokens);
   // Generated namespaces hold library code (fallback NCCL calls on parameters): blanked, newlines kept.

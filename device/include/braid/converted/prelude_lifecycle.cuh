@@ -59,6 +59,12 @@ inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniq
   if (made_nonblocking(r, *comm, nonblocking_config(config, env_nonblocking()))) return r;
   return bind_created(r, *comm);
 }
+inline ncclResult_t comm_init_rank_scalable(ncclComm_t* comm, int nranks, int rank, int nIds, ncclUniqueId* ids,
+                                            ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommInitRankScalable(comm, nranks, rank, nIds, ids, config);
+  if (made_nonblocking(r, *comm, nonblocking_config(config, env_nonblocking()))) return r;
+  return bind_created(r, *comm);
+}
 inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
   if (made_nonblocking(r, *comm, nonblocking_config(config, state().nonblocking.count(parent) > 0))) return r;
