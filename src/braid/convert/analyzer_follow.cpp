@@ -245,6 +245,10 @@ void hold_calls_near_group_brackets(const BufferFlow& flow, const std::vector<To
     const GroupBracket* bracket = nullptr;
   };
   std::vector<Region> regions;
+  std::vector<std::size_t> closings;  // calls of a closing wrapper (`group_end_checked()`)
+  for (const GroupBracket& b : a.group_brackets)
+    if (!b.opens && !b.function.starts_with("~"))
+      for (std::size_t site : flow.call_sites_of(b.function)) closings.push_back(site);
   for (const GroupBracket& b : a.group_brackets) {
     for (const FunctionDef& f : flow.functions())
       if (f.name == b.function) regions.push_back(Region{f.body_open, f.body_close, &b});
@@ -253,6 +257,8 @@ void hold_calls_near_group_brackets(const BufferFlow& flow, const std::vector<To
       std::size_t end = site;  // the end of the block the call (or the guard) is in
       for (int depth = 0; end < toks.size() && depth >= 0; ++end)
         depth += toks[end].text == "{" ? 1 : toks[end].text == "}" ? -1 : 0;
+      for (std::size_t close : closings)  // or where a closing wrapper is called, in that block
+        if (close > site && close < end) end = close;
       regions.push_back(Region{site, end, &b});
     }
   }
