@@ -759,11 +759,50 @@ TEST(AnalyzerUserIdioms, AllocationsInAHelperCalledUnderAConditionStayAsWritten)
   EXPECT_TRUE(contains(some.source, "{ cudaMalloc(&ptr_, n * sizeof(T)); }")) << some.source;
   ASSERT_EQ(some.left.size(), 2u) << conversion_to_text(some);
   EXPECT_TRUE(contains(some.left[0].reason,
-                       "buffer `ptr_` is allocated (line 7) in DeviceBuffer(), called under a condition at line 18"))
+                       "buffer `ptr_` is allocated (line 7) in DeviceBuffer(), which may run on some ranks only "
+                       "(called under a condition, or "
+                       "constructed out of braid's sight, at line 18)"))
       << some.left[0].reason;
   EXPECT_TRUE(contains(some.left[1].reason,
-                       "buffer `g_stats` is allocated (line 14) in alloc_stats(), called under a condition at line 20"))
+                       "buffer `g_stats` is allocated (line 14) in alloc_stats(), which may run on some ranks only"))
       << some.left[1].reason;
+}
+
+// A constructor also runs where its class is a member of another (`struct Model { Buf<float> g{n}; }`,
+// `new Model()` under a condition) or an element of a container braid does not follow
+// (`std::vector<Buf<float>>`): those make its allocation rank-dependent too.
+TEST(AnalyzerUserIdioms, ConstructorsRunAsMembersAndContainerElements) {
+  const auto program = [](const std::string& more) {
+    return kPrologue +
+           "template <class T> struct Buf {\n"
+           "  T* p;\n"
+           "  Buf(size_t n) { cudaMalloc(&p, n * sizeof(T)); }\n"
+           "  ~Buf() { cudaFree(p); }\n"
+           "  T* data() { return p; }\n"
+           "};\n"
+           "struct Model { Buf<float> w{1024}; Buf<float> g{1024}; Buf<float>* spare = nullptr; };\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, "
+           "rank);\n"
+           "  Model m;\n" +
+           more +
+           "  ncclAllReduce(m.g.data(), m.g.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  EXPECT_EQ(convert_text(program("")).converted_calls, 1);
+  const Conversion member = convert_text(program("  if (rank == 0) { Model* extra = new Model(); delete extra; }\n"));
+  EXPECT_EQ(member.converted_calls, 0);
+  ASSERT_EQ(member.left.size(), 1u);
+  EXPECT_TRUE(contains(member.left[0].reason,
+                       "in Model(), which may run on some ranks only (called under a condition, or "
+                       "constructed out of braid's sight, at line 15)"))
+      << member.left[0].reason;
+  const Conversion element = convert_text(program("  std::vector<Buf<float>> extra;\n"));
+  EXPECT_EQ(element.converted_calls, 0);
+  ASSERT_EQ(element.left.size(), 1u);
+  EXPECT_TRUE(contains(element.left[0].reason, "in Buf(), which may run on some ranks only")) << element.left[0].reason;
+  EXPECT_TRUE(contains(element.left[0].reason, "at line 15)")) << element.left[0].reason;
+  EXPECT_EQ(convert_text(program("  std::vector<Buf<float>*> pointers;\n")).converted_calls, 1);  // no construction
 }
 
 // Smart pointers hold the buffer they were made from: `buf.get()` is what `buf` owns, made by
@@ -897,4 +936,32 @@ TEST(AnalyzerUserIdioms, GroupBracketsInGuardsAndWrappersHoldTheirCalls) {
   EXPECT_EQ(n.groups[0].end_line, 13);
   const Conversion nc = transform(n, nested);
   EXPECT_EQ(nc.converted_calls, 2) << conversion_to_text(nc);
+}
+
+// A pointer variable set to a run-time choice (nccl-tests' in-place input,
+// `int* in = in_place ? recv + rank * n : send`) is either buffer, as the choice written in the
+// call is; a branch braid cannot follow keeps the call host NCCL with its reason.
+TEST(AnalyzerUserIdioms, AnAliasOfARunTimeChoiceIsEitherBuffer) {
+  const auto program = [](const std::string& other) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc, in_place = argc > 2; ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  int *send, *recv; cudaMalloc(&send, 4096); cudaMalloc(&recv, 8192);\n"
+           "  int* in = in_place ? recv + (size_t)rank * 1024 : " +
+           other +
+           ";\n"
+           "  ncclAllGather(in, recv, 1024, ncclInt32, comm, s);\n"
+           "}\n";
+  };
+  const std::string src = program("send");
+  const Analysis a = analyze("user.cu", src);
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_EQ(ag.arg_buffers.at(0), (std::vector<std::string>{"recv", "send"}));
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+  const Conversion unknown = convert_text(program("external_input()"));
+  EXPECT_EQ(unknown.converted_calls, 0);
+  ASSERT_EQ(unknown.left.size(), 1u);
+  EXPECT_TRUE(contains(unknown.left[0].reason, "external_input")) << unknown.left[0].reason;
 }

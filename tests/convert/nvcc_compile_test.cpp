@@ -190,5 +190,6 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"raii_device_buffers_thrust", 2},
                                            std::pair<std::string, int>{"scalable_init_split_nocolor", 3},
                                            std::pair<std::string, int>{"nccl_tests_argv_dtype_premulsum", 3},
-                                           std::pair<std::string, int>{"halo_exchange_group_guard", 2}),
+                                           std::pair<std::string, int>{"halo_exchange_group_guard", 2},
+                                           std::pair<std::string, int>{"nccl_tests_async_poll_inplace", 4}),
                          [](const auto& info) { return info.param.first; });

@@ -37,7 +37,7 @@ struct FunctionDef {
   std::string name;
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
-  std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
+  std::string owner;      // the class of a member function (defined in it, or as `Owner::name`)
   std::string enclosing;  // a lambda (`auto name = [&](...) {...}`): the function it is defined in
 };
 
@@ -45,7 +45,7 @@ struct FunctionDef {
 // [: member(init), ...] {`. name == SIZE_MAX when the brace opens no function body.
 struct FunctionHead {
   std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
-  std::size_t init_colon = 0;                         // ':' of a member-initialiser list, 0 when none
+  std::size_t init_colon = 0;                        // ':' of a member-initialiser list, 0 when none
 };
 FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
@@ -89,7 +89,9 @@ class BufferFlow {
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
   // The first call (or construction) under a condition of `function` or of a function calling it
-  // (transitively): code in `function` may run on some ranks only. {"", 0} when none is.
+  // (transitively), a constructor's class counting as constructed with each class holding it as a
+  // member, or a construction braid cannot see (a container's element): code in `function` may
+  // run on some ranks only. {"", 0} when none is.
   std::pair<std::string, int> conditional_caller(const std::string& function) const;
   // Where `function` is called (or its class constructed): the code token of each call site.
   std::vector<std::size_t> call_sites_of(const std::string& function) const;
@@ -127,6 +129,13 @@ class BufferFlow {
   std::string stored_field(std::size_t k) const;
   const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
+  bool is_class(const std::string& name) const;
+  // The classes with a member of class `cls` (`struct Model { Buffer<float> w{n}; };`): each
+  // construction of one constructs it.
+  std::vector<std::string> classes_holding(const std::string& cls) const;
+  // The line where `cls` is a template argument that constructs it out of braid's sight
+  // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`); 0 when there is none.
+  int hidden_construction(const std::string& cls) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
   std::string owner_of(const std::string& function) const;
@@ -180,8 +189,9 @@ class BufferFlow {
   // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
   const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
   std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
-  std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
-  std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
+  std::vector<int> owner_;  // code token -> innermost function (index into functions_), -1 outside
+  std::map<std::string, int>
+      value_uses_;  // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
   struct CallSite {
     std::string caller;

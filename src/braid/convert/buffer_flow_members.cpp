@@ -14,8 +14,20 @@ namespace {
 
 using namespace flow_tokens;
 
-const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
-                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
+const std::set<std::string> kNotFunctions = {"if",
+                                             "for",
+                                             "while",
+                                             "switch",
+                                             "catch",
+                                             "return",
+                                             "sizeof",
+                                             "decltype",
+                                             "static_assert",
+                                             "alignof",
+                                             "noexcept",
+                                             "defined",
+                                             "__launch_bounds__",
+                                             "alignas"};
 
 // The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
@@ -29,7 +41,8 @@ std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
 }
 
 std::size_t skip_specifiers(const std::vector<Token>& code, std::size_t p) {
-  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
+  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override"))
+    --p;
   return p;
 }
 
@@ -48,7 +61,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
       q = o - 2;
       continue;
     }
-    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 && code[skip_specifiers(code, o - 2) - 1].text == ")") {
+    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 &&
+        code[skip_specifiers(code, o - 2) - 1].text == ")") {
       h.init_colon = o - 2;
       p = skip_specifiers(code, o - 2);
     }
@@ -56,7 +70,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   }
   if (p == 0 || code[p - 1].text != ")") return {};
   const std::size_t open = open_of(code, p - 1);
-  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[open - 1].text))
+  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+      kNotFunctions.count(code[open - 1].text))
     return {};
   h.name = open - 1;
   h.open = open;
@@ -73,11 +88,63 @@ void BufferFlow::collect_classes() {
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
-    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=" &&
-           code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" &&
+           code_[j].text != "=" && code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
       ++j;
-    if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
+    if (j < code_.size() && code_[j].text == "{")
+      classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
+}
+
+bool BufferFlow::is_class(const std::string& name) const {
+  return std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return c.name == name; });
+}
+
+// Past `name` at code token k and its template arguments, if any.
+static std::size_t past_template_arguments(const std::vector<Token>& code, std::size_t k) {
+  std::size_t after = k + 1;
+  if (after >= code.size() || code[after].text != "<") return after;
+  for (int depth = 0; after < code.size(); ++after) {
+    const std::string& x = code[after].text;
+    if (x == "<") ++depth;
+    else if (x == ">" && --depth == 0) return after + 1;
+    else if (x == ">>" && (depth -= 2) <= 0) return after + 1;
+    else if (x == ";" || x == "{" || x == ")") break;
+  }
+  return k + 1;
+}
+
+std::vector<std::string> BufferFlow::classes_holding(const std::string& cls) const {
+  std::vector<std::string> out;
+  for (const ClassBody& k : classes_) {
+    int depth = 0;  // members only: not in a member function's body or parameters
+    for (std::size_t j = k.open + 1; k.name != cls && j < k.close; ++j) {
+      const std::string& x = code_[j].text;
+      if (x == "{" || x == "(") ++depth;
+      else if (x == "}" || x == ")") --depth;
+      else if (depth == 0 && x == cls) {
+        const std::size_t name = past_template_arguments(code_, j);  // a value member, not `T*`, `T&`, `T f()`
+        if (name + 1 < k.close && code_[name].kind == TokenKind::Identifier && code_[name + 1].text != "(") {
+          out.push_back(k.name);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int BufferFlow::hidden_construction(const std::string& cls) const {
+  for (std::size_t k = 2; k < code_.size(); ++k) {
+    if (code_[k].text != cls || (code_[k - 1].text != "<" && code_[k - 1].text != ",")) continue;
+    const std::string& holder = code_[k - 2].text;  // made by make_unique/new, seen as constructions
+    if (code_[k - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
+      continue;
+    const std::size_t after = past_template_arguments(code_, k);
+    if (after < code_.size() && (code_[after].text == "*" || code_[after].text == "&")) continue;
+    return code_[k].line;
+  }
+  return 0;
 }
 
 // The fields a member function writes: its member-initialiser list (from `init_colon`), `field = x;`
@@ -88,7 +155,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
-    member_writes_[key + code_[k].text].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    member_writes_[key + code_[k].text].push_back(
+        MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -99,7 +167,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
-    while (e < f.body_close && code_[e].text != ";") e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
+    while (e < f.body_close && code_[e].text != ";")
+      e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
     member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
@@ -109,8 +178,9 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
 // `Trainer(...)` and `new Trainer(...)` are calls already): a call site of the constructor, whose
 // parameters the member-initialiser list reads.
 void BufferFlow::record_construction(std::size_t k, const std::string& caller, std::size_t end) {
-  const auto has_constructor = [&](const std::string& cls) {
-    return std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
+  const auto has_constructor = [&](const std::string& cls) {  // or members that may have one
+    return is_class(cls) || std::any_of(functions_.begin(), functions_.end(),
+                                        [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
   };
   std::string cls;
   std::size_t open = 0;
@@ -131,7 +201,8 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`
     if (after > k + 1 && after < end && code_[after].text == "(" && k + 2 < end) cls = code_[k + 2].text;
     open = after;
-  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier && (code_[after + 1].text == "(" || code_[after + 1].text == "{")) {
+  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier &&
+             (code_[after + 1].text == "(" || code_[after + 1].text == "{")) {
     cls = t.text;
     open = after + 1;
   } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier && code_[after + 1].text == ";" &&
@@ -142,6 +213,10 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
     cls = t.text;
     open = after;
   } else if (after > k + 1 && after < end && code_[after].text == "(") {  // `Buffer<float>(n)`, `new Buffer<float>(n)`
+    cls = t.text;
+    open = after;
+  } else if (k > 0 && code_[k - 1].text == "new" && after < end &&
+             (code_[after].text == "(" || code_[after].text == ";")) {  // `new Model()`, `new Model;`
     cls = t.text;
     open = after;
   }
@@ -179,7 +254,8 @@ bool BufferFlow::follow_member(const std::string& path, const std::string& funct
   if (values.empty()) return false;
   for (const MemberWrite* w : values) {
     out.via.push_back(fmt::format("field {} of {} <- {} ({} of {}(), line {})", root, owner, w->expr,
-                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function, w->line));
+                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function,
+                                  w->line));
     resolve_into(w->expr + rest, w->function, w->token, depth - 1, out, stack);
     if (!out.reason.empty()) return true;
   }

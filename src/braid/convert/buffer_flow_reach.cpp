@@ -234,6 +234,10 @@ std::pair<std::string, int> BufferFlow::conditional_caller(const std::string& fu
     const std::string f = pending.back();
     pending.pop_back();
     if (f.empty() || !seen.insert(f).second) continue;
+    if (is_class(f)) {  // a constructor also runs where its class is a member, or an element
+      if (const int line = hidden_construction(f)) return {f, line};
+      for (const std::string& holder : classes_holding(f)) pending.push_back(holder);
+    }
     if (auto it = calls_.find(f); it != calls_.end())
       for (const CallSite& c : it->second) {
         if (conditional(c.token)) return {f, c.line};

@@ -87,6 +87,15 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
       resolve_into(field, function, best->token, depth, out, stack);
       if (!out.reason.empty()) break;
     }
+  } else if (const std::vector<std::string> branches =
+                 base.empty() ? ternary_branches(best->init) : std::vector<std::string>{};
+             !branches.empty()) {
+    // `int* in = in_place ? recv + rank * n : send`: either buffer, decided at run time.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    for (const std::string& b : branches) {
+      resolve_into(b + rest, function, best->token, depth, out, stack);
+      if (!out.reason.empty()) break;
+    }
   } else if (const std::string owned = base.empty() ? owned_pointer(best->init) : ""; !owned.empty()) {
     // `auto buf = std::unique_ptr<float, CudaFree>(p)`: the pointer it owns.
     out.via.push_back(fmt::format("{} = {} (line {}) owns {}", root, best->init, code_[best->token].line, owned));

@@ -103,8 +103,10 @@ std::string own_reason(const Analysis& a, const Call& c) {
                "): a second registration as a window is not made";
       if (b.conditional_call_line > 0)
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) + ") in " + b.conditional_caller +
-               "(), called under a condition at line " + std::to_string(b.conditional_call_line) +
-               ": ranks may allocate differently, and window registration is collective";
+               "(), which may run on some ranks only (called under a condition, or constructed out of braid's sight, "
+               "at line " +
+               std::to_string(b.conditional_call_line) +
+               "): ranks may allocate differently, and window registration is collective";
       if (b.conditional)
         return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
                "): ranks may allocate differently, and window registration is collective";
