@@ -965,3 +965,24 @@ TEST(AnalyzerUserIdioms, AnAliasOfARunTimeChoiceIsEitherBuffer) {
   ASSERT_EQ(unknown.left.size(), 1u);
   EXPECT_TRUE(contains(unknown.left[0].reason, "external_input")) << unknown.left[0].reason;
 }
+
+// An aborted communicator (nccl-tests' error path) is forgotten by the runtime: no deregistration
+// or device-communicator destruction on it, so the program's later frees cannot reach it.
+TEST(AnalyzerUserIdioms, AbortForgetsTheCommunicator) {
+  const std::string src = kPrologue +
+                          "int main(int argc, char** argv) {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* g; cudaMalloc(&g, 4096);\n"
+                          "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclResult_t async; ncclCommGetAsyncError(comm, &async);\n"
+                          "  if (async != ncclSuccess) ncclCommAbort(comm); else ncclCommDestroy(comm);\n"
+                          "  cudaFree(g);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(
+      c.source,
+      "if (async != ncclSuccess) braid_converted::comm_abort(comm); else braid_converted::comm_destroy(comm);"))
+      << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(g);")) << c.source;
+}

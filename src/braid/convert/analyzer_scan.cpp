@@ -145,7 +145,8 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
       "ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
       "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
       "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
-      "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable"};
+      "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
+      "ncclCommAbort"};
   for (const NcclSignature& s : nccl_signatures()) calls.push_back(s.name);
   std::map<const MacroDefinition*, bool> matters;
   const MacroTable::Expands expands = [&](const MacroDefinition& m) {

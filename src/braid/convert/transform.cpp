@@ -171,6 +171,9 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   if (c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize")
     return {c.name == "ncclCommDestroy" ? "braid_converted::comm_destroy" : "braid_converted::comm_finalize",
             "device communicator destroyed and windows deregistered before the communicator goes"};
+  if (c.name == "ncclCommAbort")
+    return {"braid_converted::comm_abort",
+            "the runtime forgets the communicator (no deregistration on an aborted one); later frees only ncclMemFree"};
   if (plan.bound_init && plan.bound_init->call == i)
     return {
         c.name == "ncclCommInitRank"           ? "braid_converted::comm_init_rank"
@@ -386,6 +389,7 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"sym_nccl_free", "ncclMemFree"},
       {"comm_destroy", "ncclCommDestroy"},
       {"comm_finalize", "ncclCommFinalize"},
+      {"comm_abort", "ncclCommAbort"},
       {"group_start", "ncclGroupStart"},
       {"group_end", "ncclGroupEnd"},
       {"adopt_harness", ""},

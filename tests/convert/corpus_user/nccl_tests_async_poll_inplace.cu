@@ -1,6 +1,6 @@
 // The nccl-tests harness idioms in one program: the rank and size asked of the communicator
 // (ncclCommUserRank, ncclCommCount), the stream waited on by polling cudaStreamQuery and
-// ncclCommGetAsyncError (so a failed peer is reported instead of hanging), in-place pointers
+// ncclCommGetAsyncError (a failed peer aborts the communicator instead of hanging), in-place pointers
 // computed from the rank (an all-gather whose send buffer is this rank's slice of the receive
 // buffer, `-i 1`), a root taken from the command line (`-r`) for ncclReduce and ncclBroadcast,
 // and independent collectives issued together between ncclGroupStart and ncclGroupEnd.
@@ -40,7 +40,10 @@ static ncclResult_t wait_stream(cudaStream_t stream, ncclComm_t comm) {
     }
     ncclResult_t async;
     NCCLCHECK(ncclCommGetAsyncError(comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) return async;
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm);  // a peer failed: nothing more can complete on this communicator
+      return async;
+    }
     sched_yield();
   }
 }

@@ -74,6 +74,28 @@ inline ncclResult_t comm_destroy(ncclComm_t comm) {
   teardown(comm);
   return ncclCommDestroy(comm);
 }
+// An aborted communicator (an error path, a failed peer) takes no more calls: nothing is
+// deregistered or destroyed on it (those are collective, and its peers may be gone); the runtime
+// forgets it, so later frees of symmetric allocations only ncclMemFree them.
+inline ncclResult_t comm_abort(ncclComm_t comm) {
+  State& s = state();
+  s.nonblocking.erase(comm);
+  if (s.comm == comm) {
+    for (Allocation& a : s.allocations)
+      if (!a.external) a.win = nullptr;
+    if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
+    if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
+    s.dev_windows = nullptr;
+    s.dev_plans = nullptr;
+    s.mailbox = nullptr;  // left allocated: its window went with the aborted communicator
+    s.mailbox_win = nullptr;
+    s.sequencer = braid::convert_p2p::P2pSequencer();
+    s.dc_made = false;
+    s.comm = nullptr;
+    s.bound_at_creation = false;
+  }
+  return ncclCommAbort(comm);
+}
 inline ncclResult_t comm_finalize(ncclComm_t comm) {
   teardown(comm);
   return ncclCommFinalize(comm);
