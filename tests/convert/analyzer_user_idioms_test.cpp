@@ -808,6 +808,7 @@ TEST(AnalyzerUserIdioms, ConstructorsRunAsMembersAndContainerElements) {
 // Smart pointers hold the buffer they were made from: `buf.get()` is what `buf` owns, made by
 // `std::unique_ptr<float, CudaFree>(p)`, direct initialisation, or a (namespace-qualified) helper
 // returning an alias of a smart pointer type (`using device_ptr = std::unique_ptr<T, CudaFree>`).
+// A release function used as a value (`&cudaFree` as the deleter) becomes the run-time lookup.
 TEST(AnalyzerUserIdioms, SmartPointersAreFollowedToTheirAllocation) {
   const std::string src = kPrologue +
                           "#include <memory>\n"
@@ -824,7 +825,7 @@ TEST(AnalyzerUserIdioms, SmartPointersAreFollowedToTheirAllocation) {
                           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
                           "  util::device_ptr<float> metrics = util::make_device<float>(2);\n"
                           "  float* raw; cudaMalloc(&raw, 4096);\n"
-                          "  std::unique_ptr<float, CudaFree> owned(raw);\n"
+                          "  std::unique_ptr<float, decltype(&cudaFree)> owned(raw, &cudaFree);\n"
                           "  ncclAllGather(metrics.get(), owned.get(), 2, ncclFloat, comm, s);\n"
                           "}\n";
   const Analysis a = analyze("user.cu", src);
@@ -836,6 +837,10 @@ TEST(AnalyzerUserIdioms, SmartPointersAreFollowedToTheirAllocation) {
   EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&raw, 4096)")) << c.source;
   EXPECT_TRUE(contains(c.source, "void operator()(void* p) const { braid_converted::sym_free(p); }")) << c.source;
+  // cudaFree as the deleter frees a symmetric allocation: it is the run-time lookup too.
+  EXPECT_TRUE(contains(
+      c.source, "std::unique_ptr<float, decltype(&braid_converted::sym_free)> owned(raw, &braid_converted::sym_free);"))
+      << c.source;
 }
 
 // ncclCommInitRankScalable is a creation: the bound one is rewritten to bind where every rank

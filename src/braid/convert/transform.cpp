@@ -256,6 +256,31 @@ void hook_harness(const Analysis& a, const std::string& source, Conversion& conv
   }
 }
 
+// A release function used as a value (`std::unique_ptr<float, decltype(&cudaFree)> p(raw, &cudaFree)`,
+// `std::shared_ptr<float>(raw, cudaFree)`, a stored callback): it frees whatever it is given,
+// symmetric allocations included, so it becomes the run-time lookup too (the same signature).
+void release_values(const Analysis& a, const std::string& source, Conversion& conv, Rewrite& rw) {
+  static const std::map<std::string, std::string> kLookup = {{"cudaFree", "braid_converted::sym_free"},
+                                                             {"ncclMemFree", "braid_converted::sym_nccl_free"},
+                                                             {"cudaFreeAsync", "braid_converted::sym_free_async"}};
+  const std::vector<Token> toks = code_tokens(lex(source).tokens);
+  for (std::size_t i = 1; i + 1 < toks.size(); ++i) {
+    auto it = kLookup.find(toks[i].text);
+    const std::string& prev = toks[i - 1].text;
+    if (it == kLookup.end() || toks[i + 1].text == "(" || prev == "." || prev == "->" ||
+        (prev == "::" && i >= 2 && toks[i - 2].kind == TokenKind::Identifier))
+      continue;
+    // A macro use read as its expansion is rewritten whole (its calls are call sites of their own).
+    if (std::any_of(a.macro_uses.begin(), a.macro_uses.end(),
+                    [&](const MacroUse& m) { return toks[i].offset >= m.begin && toks[i].offset < m.end; }))
+      continue;
+    rw.edits.push_back(Edit{toks[i].offset, toks[i].end, it->second});
+    conv.changes.push_back(Change{toks[i].line, "A", "infrastructure", toks[i].text, it->second,
+                                  "a release function used as a value (a deleter, a callback) frees by the allocator "
+                                  "that made the pointer, looked up at run time"});
+  }
+}
+
 }  // namespace
 
 // After the last #include, outside any #if block: an include under `#ifdef MULTI_GPU` would put
@@ -305,6 +330,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   bracket_groups(a, conv, rw);
   conv.call_sites = rw.next_site;
   if (conv.converted_calls > 0) move_to_symmetric_memory(a, plan, conv, rw);
+  if (conv.converted_calls > 0) release_values(a, source, conv, rw);
   if (a.uses_harness && conv.converted_calls > 0) hook_harness(a, source, conv, rw);
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   if (conv.converted_calls > 0) {

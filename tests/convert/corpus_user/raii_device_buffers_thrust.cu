@@ -1,8 +1,9 @@
 // C++ utility code around NCCL the way library authors write it: an RAII device buffer template
 // (cudaMalloc in the constructor, cudaFree in the destructor, data()/size() accessors), a
-// std::unique_ptr with a cudaFree deleter, and thrust::device_vector for the labels, the raw
-// pointer taken with thrust::raw_pointer_cast. One data-parallel step: gradients all-reduced and
-// averaged, the per-rank metrics gathered, the label histogram summed.
+// std::unique_ptr with a cudaFree deleter, a std::shared_ptr given cudaFree itself as its deleter,
+// and thrust::device_vector for the labels, the raw pointer taken with thrust::raw_pointer_cast.
+// One data-parallel step: gradients all-reduced and averaged, the per-rank metrics gathered, the
+// loss and the label histogram summed.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -90,12 +91,17 @@ int main(int argc, char** argv) {
     util::device_ptr<float> metrics = util::make_device<float>(2);
     util::device_ptr<float> all_metrics = util::make_device<float>(2 * (size_t)world);
     thrust::device_vector<int> histogram(n_classes, rank + 1);
+    float* loss_raw = nullptr;
+    util::check(cudaMalloc(&loss_raw, sizeof(float)), "cudaMalloc");
+    std::shared_ptr<float> loss(loss_raw, cudaFree);  // shared with the logger, freed by cudaFree
+    util::check(cudaMemset(loss.get(), 0, sizeof(float)), "cudaMemset");
 
     for (int step = 0; step < 4; ++step) {
       local_grads<<<(unsigned)((n_params + 255) / 256), 256, 0, stream>>>(grads.data(), grads.size(), rank);
       util::check(ncclAllReduce(grads.data(), grads.data(), grads.size(), ncclFloat, ncclAvg, comm, stream), "grads");
       local_metrics<<<1, 32, 0, stream>>>(metrics.get(), rank, step);
       util::check(ncclAllGather(metrics.get(), all_metrics.get(), 2, ncclFloat, comm, stream), "metrics");
+      util::check(ncclAllReduce(loss.get(), loss.get(), 1, ncclFloat, ncclSum, comm, stream), "loss");
     }
     int* hist = thrust::raw_pointer_cast(histogram.data());
     util::check(ncclAllReduce(hist, hist, n_classes, ncclInt32, ncclSum, comm, stream), "histogram");
