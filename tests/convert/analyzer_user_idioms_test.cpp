@@ -841,6 +841,14 @@ TEST(AnalyzerUserIdioms, SmartPointersAreFollowedToTheirAllocation) {
   EXPECT_TRUE(contains(
       c.source, "std::unique_ptr<float, decltype(&braid_converted::sym_free)> owned(raw, &braid_converted::sym_free);"))
       << c.source;
+  // Given another pointer later (`owned.reset(q)`), what it owns at the call is not followed.
+  std::string reset = src;
+  reset.insert(reset.find("  ncclAllGather("), "  float* q; cudaMalloc(&q, 64); owned.reset(q);\n");
+  const Conversion r = convert_text(reset);
+  EXPECT_EQ(r.converted_calls, 0);
+  ASSERT_EQ(r.left.size(), 1u);
+  EXPECT_TRUE(contains(r.left[0].reason, "`owned` owns another pointer from line 20 on (reset, swap or assignment)"))
+      << r.left[0].reason;
 }
 
 // ncclCommInitRankScalable is a creation: the bound one is rewritten to bind where every rank

@@ -74,7 +74,6 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
   return out;
 }
 
-
 const std::set<std::string> kTypeWords = {
     "const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*", "::", "<", ">", "&"};
 
@@ -503,6 +502,13 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   if (const std::string owned = owned_pointer(expr); !owned.empty()) {
+    std::string compact = expr;  // `buf.get()`: the smart pointer `buf` may be given another pointer later
+    std::erase(compact, ' ');
+    if (const int line = compact.ends_with(".get()") ? repointed(split_root(access_path(owned, false)).first) : 0) {
+      out.reason = fmt::format("`{}` owns another pointer from line {} on (reset, swap or assignment): not followed",
+                               owned, line);
+      return;
+    }
     out.via.push_back(fmt::format("`{}` is the pointer `{}` owns", expr, owned));
     resolve_into(owned, function, at, depth, out, stack);
     return;

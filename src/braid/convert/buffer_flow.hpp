@@ -37,7 +37,7 @@ struct FunctionDef {
   std::string name;
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
-  std::string owner;      // the class of a member function (defined in it, or as `Owner::name`)
+  std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
   std::string enclosing;  // a lambda (`auto name = [&](...) {...}`): the function it is defined in
 };
 
@@ -45,7 +45,7 @@ struct FunctionDef {
 // [: member(init), ...] {`. name == SIZE_MAX when the brace opens no function body.
 struct FunctionHead {
   std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
-  std::size_t init_colon = 0;                        // ':' of a member-initialiser list, 0 when none
+  std::size_t init_colon = 0;                         // ':' of a member-initialiser list, 0 when none
 };
 FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
@@ -157,6 +157,9 @@ class BufferFlow {
   // The raw pointer a smart pointer expression owns: `buf.get()` -> `buf`, `std::unique_ptr<T, D>(p)`
   // or `device_ptr<T>(p)` (an alias of a smart pointer type) -> `p`; "" for any other form.
   std::string owned_pointer(const std::string& expr) const;
+  // Where the smart pointer named `name` is given another pointer (`name.reset(q)`, `name.swap(o)`,
+  // `std::swap(name, o)`, `name = ...` after its declaration); 0 when nowhere.
+  int repointed(const std::string& name) const;
   void collect_smart_types();
   // `std::unique_ptr<float, CudaFree> buf(p)` / `device_ptr<float> buf{p}` declaring the name at code
   // token k: `p`; "" for any other declaration.
@@ -189,9 +192,8 @@ class BufferFlow {
   // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
   const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
   std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
-  std::vector<int> owner_;  // code token -> innermost function (index into functions_), -1 outside
-  std::map<std::string, int>
-      value_uses_;  // function -> line where its name is used other than called (a pointer, a copy)
+  std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
+  std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
   struct CallSite {
     std::string caller;

@@ -14,20 +14,8 @@ namespace {
 
 using namespace flow_tokens;
 
-const std::set<std::string> kNotFunctions = {"if",
-                                             "for",
-                                             "while",
-                                             "switch",
-                                             "catch",
-                                             "return",
-                                             "sizeof",
-                                             "decltype",
-                                             "static_assert",
-                                             "alignof",
-                                             "noexcept",
-                                             "defined",
-                                             "__launch_bounds__",
-                                             "alignas"};
+const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
+                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
 
 // The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
@@ -41,8 +29,7 @@ std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
 }
 
 std::size_t skip_specifiers(const std::vector<Token>& code, std::size_t p) {
-  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override"))
-    --p;
+  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
   return p;
 }
 
@@ -61,8 +48,7 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
       q = o - 2;
       continue;
     }
-    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 &&
-        code[skip_specifiers(code, o - 2) - 1].text == ")") {
+    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 && code[skip_specifiers(code, o - 2) - 1].text == ")") {
       h.init_colon = o - 2;
       p = skip_specifiers(code, o - 2);
     }
@@ -70,8 +56,7 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   }
   if (p == 0 || code[p - 1].text != ")") return {};
   const std::size_t open = open_of(code, p - 1);
-  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
-      kNotFunctions.count(code[open - 1].text))
+  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[open - 1].text))
     return {};
   h.name = open - 1;
   h.open = open;
@@ -88,11 +73,10 @@ void BufferFlow::collect_classes() {
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
-    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" &&
-           code_[j].text != "=" && code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=" &&
+           code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
       ++j;
-    if (j < code_.size() && code_[j].text == "{")
-      classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
+    if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
 }
 
@@ -155,8 +139,7 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
-    member_writes_[key + code_[k].text].push_back(
-        MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    member_writes_[key + code_[k].text].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -167,8 +150,7 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
-    while (e < f.body_close && code_[e].text != ";")
-      e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
+    while (e < f.body_close && code_[e].text != ";") e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
     member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
@@ -254,8 +236,7 @@ bool BufferFlow::follow_member(const std::string& path, const std::string& funct
   if (values.empty()) return false;
   for (const MemberWrite* w : values) {
     out.via.push_back(fmt::format("field {} of {} <- {} ({} of {}(), line {})", root, owner, w->expr,
-                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function,
-                                  w->line));
+                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function, w->line));
     resolve_into(w->expr + rest, w->function, w->token, depth - 1, out, stack);
     if (!out.reason.empty()) return true;
   }

@@ -48,6 +48,20 @@ std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const 
   return args.empty() ? "" : args.front();
 }
 
+int BufferFlow::repointed(const std::string& name) const {
+  for (std::size_t k = 1; k + 3 < code_.size(); ++k) {
+    if (code_[k].text != name) continue;
+    const std::string& prev = code_[k - 1].text;
+    const bool method = code_[k + 1].text == "." && code_[k + 3].text == "(" &&
+                        ((code_[k + 2].text == "reset" && k + 4 < code_.size() && code_[k + 4].text != ")") ||
+                         code_[k + 2].text == "swap");
+    const bool swapped = prev == "(" && k >= 2 && code_[k - 2].text == "swap";
+    const bool assigned = code_[k + 1].text == "=" && (prev == ";" || prev == "{" || prev == "}");
+    if (method || swapped || assigned) return code_[k].line;
+  }
+  return 0;
+}
+
 std::string BufferFlow::owned_pointer(const std::string& expr) const {
   LexResult lr = lex(expr);
   bool addr = false;
