@@ -12,6 +12,8 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 self=$root/scripts/gpu.sh
 cd "$root" || exit 2
+# shellcheck source=scripts/gpu-children.sh
+source "$root/scripts/gpu-children.sh"
 make_variant=$root/workloads/gemm_allgather/bench/make_variant.py
 
 # ================================================================ options and help
@@ -156,7 +158,7 @@ run_to() {  # log seconds command...
   local log=$1 secs=$2
   shift 2
   if [ "$dry" = 1 ]; then echo "$(show timeout "$secs" "$@") >$log"; return 0; fi
-  timeout -k 10 "$secs" "$@" >"$log" 2>&1
+  timed -k 10 "$secs" "$@" >"$log" 2>&1
 }
 logfile=""
 log() { if [ "$dry" = 1 ] || [ -z "$logfile" ]; then echo "$*"; else echo "$*" | tee -a "$logfile"; fi; }
@@ -211,6 +213,7 @@ launch_ranks() {  # id ranks seconds dir command...
     BRAID_RANK=$r BRAID_WORLD_SIZE=$ranks BRAID_LOCAL_RANK=$r BRAID_RUN_ID=$id BRAID_EVAL_DIR=$eval_dir \
       timeout -k 5 "$secs" "$@" >"$dir/rank$r.log" 2>&1 &
     pids+=($!)
+    child_groups+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   rm -rf "$eval_dir"
@@ -560,10 +563,12 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     grep -q '^#ifdef USE_BF16' "$f" && flags+=(-DUSE_BF16)
     if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"; continue; fi
     (
+      end_children_with_me
       run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"
       echo "$n $?" >>"$cv_out/rc.txt"
     ) &
     pids+=($!)
+    child_groups+=($!)
   done
   [ "$dry" = 1 ] && return 0
   wait "${pids[@]}"
@@ -1174,7 +1179,7 @@ cmd_quick() {
     start=$(date +%s)
     if [ "$dry" = 1 ]; then echo "$(show timeout "$secs" "$@") >>$qlog"; return 0; fi
     echo "== $name" >>"$qlog"
-    timeout -k 5 "$secs" "$@" >>"$qlog" 2>&1
+    timed -k 5 "$secs" "$@" >>"$qlog" 2>&1
     rc=$?
     echo "$name: rc=$rc in $(since "$start")" | tee -a "$out/summary.txt"
   }

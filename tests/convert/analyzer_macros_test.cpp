@@ -201,6 +201,32 @@ TEST(AnalyzerMacros, AFileWhoseCallsAreAllInUnexpandableMacrosSaysSo) {
   }
 }
 
+// Code the compiler never sees is not analysed: `#if 0`, and the `#else` of a macro the build defines.
+TEST(AnalyzerMacros, BranchesKnownNotCompiledAreNotCode) {
+  const std::string src =
+      "#include <nccl.h>\n"                                                                       // 1
+      "#if 0\n"                                                                                   // 2
+      "void old(float* g, ncclComm_t c) { ncclAllReduce(g, g, 4, ncclFloat, ncclSum, c, 0); }\n"  // 3
+      "#endif\n"                                                                                  // 4
+      "int main() {\n"                                                                            // 5
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"                                   // 6
+      "  float* b; cudaMalloc(&b, 16);\n"                                                         // 7
+      "#ifdef USE_BCAST\n"                                                                        // 8
+      "  ncclBroadcast(b, b, 4, ncclFloat, 0, comm, 0);\n"                                        // 9
+      "#else\n"                                                                                   // 10
+      "  ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, 0);\n"                                  // 11
+      "#endif\n"                                                                                  // 12
+      "}\n";
+  const Analysis without = analyze("x.cu", src);
+  ASSERT_EQ(collectives(without).size(), 2u);  // USE_BCAST unknown: both branches may be compiled
+  for (const Call* c : collectives(without)) EXPECT_NE(c->line, 3);
+  SourceContext defined;
+  defined.defines = {"USE_BCAST"};
+  const Analysis with = analyze("x.cu", src, true, defined);
+  ASSERT_EQ(collectives(with).size(), 1u);
+  EXPECT_EQ(collectives(with)[0]->line, 9);
+}
+
 namespace {
 
 const std::string kTrainer =

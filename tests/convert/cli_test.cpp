@@ -26,7 +26,9 @@ Ran braid_convert(const std::vector<std::string>& args) {
   return {r.exit_code, r.stdout_text, r.stderr_text};
 }
 
-std::filesystem::path corpus(const std::string& name) { return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name; }
+std::filesystem::path corpus(const std::string& name) {
+  return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name;
+}
 
 std::filesystem::path fresh_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("braid-convert-cli-" + name + "-" + std::to_string(::getpid()));
@@ -65,12 +67,27 @@ TEST(ConvertCli, OutputWritesSourceAndSummaries) {
   std::filesystem::remove_all(dir);
 }
 
+// A host-only source (.cpp) comes back with kernels: the summary says to build it as CUDA; a .cu does not need saying.
+TEST(ConvertCli, AHostOnlySourceIsToldToBuildAsCuda) {
+  const auto dir = fresh_dir("cpp");
+  std::filesystem::copy_file(corpus("ring_sendrecv.cu"), dir / "ring.cpp");
+  Ran r = braid_convert({(dir / "ring.cpp").string(), "-o", (dir / "ring_conv.cpp").string(), "--no-build"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: ring_conv.cpp now holds device code"), std::string::npos) << r.out;
+  EXPECT_NE(braid::read_file(dir / "ring_conv.cpp.summary.txt").find("LANGUAGE CUDA"), std::string::npos);
+  r = braid_convert({(dir / "ring.cpp").string(), "-o", (dir / "ring_conv.cu").string(), "--no-build"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("now holds device code"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
   const auto dir = fresh_dir("bad");
   braid::write_file_atomic(dir / "notes.cu", "Remember to buy milk.\n");
   braid::write_file_atomic(dir / "plain.cu", "#include <cstdio>\nint main() { return 0; }\n");
-  braid::write_file_atomic(dir / "open.cu", "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
-                                            "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
+  braid::write_file_atomic(dir / "open.cu",
+                           "#include <nccl.h>\nint main() {\n  float* b;\n  cudaMalloc(&b, 64);\n  ncclGroupStart();\n"
+                           "  ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comm, 0);\n}\n");
   const std::map<std::string, std::string> expected = {
       {"notes.cu", "notes.cu: is not C++/CUDA source"},
       {"plain.cu", "plain.cu: has no NCCL collective or point-to-point call"},
@@ -92,9 +109,11 @@ TEST(ConvertCli, BadInputExitsTwoAndWritesNothing) {
 
 TEST(ConvertCli, NothingConvertibleWithOutputExitsTwoButPrintsTheGraph) {
   const auto dir = fresh_dir("none");
-  braid::write_file_atomic(dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
+  braid::write_file_atomic(
+      dir / "nosize.cu", "#include <nccl.h>\nvoid f(float* p) {\n\n  ncclAllGather(p, p, 4, ncclFloat, comm, 0);\n}\n");
   const auto out = dir / "out.cu";
-  Ran r = braid_convert({(dir / "nosize.cu").string(), "-o", out.string(), "--explain", "--json", (dir / "g.json").string()});
+  Ran r = braid_convert(
+      {(dir / "nosize.cu").string(), "-o", out.string(), "--explain", "--json", (dir / "g.json").string()});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("nosize.cu: no NCCL call can be converted by rules (1 found"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -132,8 +151,8 @@ TEST(ConvertCli, VerifyWithoutMarkersRunsTheDifferentialGate) {
   // fails as a value; with one it passes; either way it is the differential gate that ran.
   const auto dir = fresh_dir("diffgate");
   const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
-  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--ranks", "1", "--json",
-                         (dir / "g.json").string()});
+  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--ranks", "1",
+                         "--json", (dir / "g.json").string()});
   ASSERT_TRUE(r.code == 0 || r.code == 1) << r.err;
   braid::json j = braid::json::parse(braid::read_file(dir / "g.json"));
   EXPECT_EQ(j["gate"]["details"]["mode"], "differential") << j["gate"].dump();
@@ -146,7 +165,8 @@ TEST(ConvertCli, VerifyWithoutMarkersRunsTheDifferentialGate) {
 TEST(ConvertCli, ProgramArgsMustParse) {
   const auto dir = fresh_dir("progargs");
   const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
-  Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--program-args", "'unterminated"});
+  Ran r = braid_convert(
+      {user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--program-args", "'unterminated"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--program-args"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));
@@ -159,7 +179,8 @@ TEST(ConvertCli, GateTimeoutMustBePositive) {
   const auto dir = fresh_dir("gatetimeout");
   const auto user = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus_user/embedding_allgather_types.cu";
   for (const char* bad : {"0", "-5"}) {
-    Ran r = braid_convert({user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--gate-timeout", bad});
+    Ran r = braid_convert(
+        {user.string(), "-o", (dir / "out.cu").string(), "--no-build", "--verify", "--gate-timeout", bad});
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find("--gate-timeout"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir / "out.cu"));

@@ -13,11 +13,12 @@ std::vector<std::string> texts(const std::vector<Token>& t) {
 }  // namespace
 
 TEST(Lexer, CommentsStringsAndCharsAreSingleTokens) {
-  LexResult r = lex("int a = 1; // ncclSend(x)\n/* ncclRecv(\n y) */ const char* s = \"ncclAllReduce(\\\"q\\\")\"; char c = ';';\n");
+  LexResult r = lex(
+      "int a = 1; // ncclSend(x)\n/* ncclRecv(\n y) */ const char* s = \"ncclAllReduce(\\\"q\\\")\"; char c = ';';\n");
   ASSERT_EQ(r.error, "");
   std::vector<Token> code = code_tokens(r.tokens);
-  EXPECT_EQ(texts(code), (std::vector<std::string>{"int", "a", "=", "1", ";", "const", "char", "*", "s", "=", "\"ncclAllReduce(\\\"q\\\")\"", ";",
-                                                   "char", "c", "=", "';'", ";"}));
+  EXPECT_EQ(texts(code), (std::vector<std::string>{"int", "a", "=", "1", ";", "const", "char", "*", "s", "=",
+                                                   "\"ncclAllReduce(\\\"q\\\")\"", ";", "char", "c", "=", "';'", ";"}));
   int comments = 0;
   for (auto& t : r.tokens) comments += t.kind == TokenKind::Comment;
   EXPECT_EQ(comments, 2);
@@ -74,4 +75,19 @@ TEST(Lexer, UnterminatedConstructsAreErrorsWithLines) {
   EXPECT_EQ(lex("int a;\n\nconst char* s = \"abc\n\";").error_line, 3);
   EXPECT_NE(lex("auto s = R\"x(abc)y\";").error.find("unterminated raw string"), std::string::npos);
   EXPECT_NE(lex("int a = `b`;").error.find("unexpected character"), std::string::npos);
+}
+
+// Files written on Windows: a macro continued by backslash-CR-LF is one directive, and a splice
+// in code or in a string is a splice, with lines counted alike.
+TEST(Lexer, WindowsLineEndingsSpliceLikeNewlines) {
+  const LexResult lr =
+      lex("#define CHECK(c) do { \\\r\n  f(c); \\\r\n} while (0)\r\nint a = 1;\r\nconst char* s = \"x\\\r\ny\";\r\nint "
+          "b;\r\n");
+  ASSERT_EQ(lr.error, "");
+  ASSERT_FALSE(lr.tokens.empty());
+  EXPECT_EQ(lr.tokens[0].kind, TokenKind::Preprocessor);
+  EXPECT_NE(lr.tokens[0].text.find("while (0)"), std::string::npos);
+  const Token& b = lr.tokens.back().text == ";" ? lr.tokens[lr.tokens.size() - 2] : lr.tokens.back();
+  EXPECT_EQ(b.text, "b");
+  EXPECT_EQ(b.line, 7);
 }

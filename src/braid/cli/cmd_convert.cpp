@@ -15,8 +15,8 @@
 #include "braid/convert/gate.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/pipeline/user_flags.hpp"
-#include "braid/util/error.hpp"
 #include "braid/util/command_line.hpp"
+#include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
 namespace braid::cli {
@@ -35,7 +35,8 @@ struct ConvertArgs {
 int do_convert(const ConvertArgs& o) {
   using namespace braid::convert;
   if (!(o.gate_timeout_s > 0)) throw UserError("--gate-timeout", "must be a number of seconds > 0");
-  if (std::filesystem::is_directory(o.input)) throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
+  if (std::filesystem::is_directory(o.input))
+    throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
   const std::string source = read_file(o.input);
   const BuildFlags user = to_build_flags(o.flags);
@@ -58,19 +59,21 @@ int do_convert(const ConvertArgs& o) {
   }
   if (conversion.converted_calls == 0) {
     if (!o.explain) std::printf("%s", conversion_to_text(conversion).c_str());
-    throw UserError(o.input.string(), fmt::format("no NCCL call can be converted by rules ({} found, reasons above); nothing written",
-                                                  conversion.nccl_calls));
+    throw UserError(o.input.string(),
+                    fmt::format("no NCCL call can be converted by rules ({} found, reasons above); nothing written",
+                                conversion.nccl_calls));
   }
   const BuildFlags flags = resolve_build_flags(o.input.string(), source, user);
-  const std::filesystem::path work =
-      o.work_dir.empty() ? output.parent_path() / (output.filename().string() + ".work") : std::filesystem::absolute(o.work_dir);
+  const std::filesystem::path work = o.work_dir.empty() ? output.parent_path() / (output.filename().string() + ".work")
+                                                        : std::filesystem::absolute(o.work_dir);
   json summary = conversion_to_json(conversion);
   std::string status = "unchecked";
   if (!o.no_build) {
-    const BuildResult br =
-        compile_only(conversion.source, work / "compile", "converted", std::filesystem::absolute(o.input).parent_path(), flags.compile_flags());
+    const BuildResult br = compile_only(conversion.source, work / "compile", "converted",
+                                        std::filesystem::absolute(o.input).parent_path(), flags.compile_flags());
     if (!br.ok) {
-      std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n", o.input.string().c_str(), br.error.c_str());
+      std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n",
+                   o.input.string().c_str(), br.error.c_str());
       return 1;
     }
     status = "compiled";
@@ -102,23 +105,30 @@ int do_convert(const ConvertArgs& o) {
       write_file_atomic(o.json_path, j.dump(2) + "\n");
     }
     if (!r.passed) {
-      std::fprintf(stderr, "braid: %s: the verification gate failed; nothing written as accepted:\n%s\n", o.input.string().c_str(),
-                   r.failure.c_str());
+      std::fprintf(stderr, "braid: %s: the verification gate failed; nothing written as accepted:\n%s\n",
+                   o.input.string().c_str(), r.failure.c_str());
       write_file_atomic(work / "gate.json", summary.dump(2) + "\n");
       return 1;
     }
     status = "verified";
     if (differential)
-      std::printf("gate (differential, %s): %zu buffers match on %d ranks; wall time original %.3f s, converted %.3f s\n",
-                  r.details.value("launcher", std::string()).c_str(), r.details.value("buffers", json::array()).size(),
-                  r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0);
+      std::printf(
+          "gate (differential, %s): %zu buffers match on %d ranks; wall time original %.3f s, converted %.3f s\n",
+          r.details.value("launcher", std::string()).c_str(), r.details.value("buffers", json::array()).size(),
+          r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0);
     else
-      std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks, r.original_ms,
-                  r.converted_ms, r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);
+      std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks,
+                  r.original_ms, r.converted_ms, r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);
   }
   summary["status"] = status;
   summary["accepted"] = status == "verified";
-  const std::string text = conversion_to_text(conversion) + fmt::format("status: {}\n", status);
+  std::string text = conversion_to_text(conversion) + fmt::format("status: {}\n", status);
+  // A host-only source (.cpp, .cc) comes back with kernels in it: the user's build must treat it as CUDA.
+  if (const std::string ext = output.extension().string(); ext != ".cu" && ext != ".cuh")
+    text += fmt::format(
+        "note: {} now holds device code (the converted calls are kernels): build it as CUDA (nvcc, `-x cu`, or "
+        "CMake `set_source_files_properties({} PROPERTIES LANGUAGE CUDA)`)\n",
+        output.filename().string(), output.filename().string());
   write_file_atomic(output, conversion.source);
   write_file_atomic(output.string() + ".summary.json", summary.dump(2) + "\n");
   write_file_atomic(output.string() + ".summary.txt", text);
@@ -129,26 +139,31 @@ int do_convert(const ConvertArgs& o) {
 
 Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   static ConvertArgs args;
-  auto* cmd = app.add_subcommand("convert", "Convert a host-driven NCCL program to device-initiated primitives (fast path)");
+  auto* cmd =
+      app.add_subcommand("convert", "Convert a host-driven NCCL program to device-initiated primitives (fast path)");
   cmd->add_option("file", args.input, "Host-driven CUDA/NCCL source (.cu)")->required();
   cmd->add_flag("--explain", args.explain, "Print the communication dependency graph and the conversion plan");
   cmd->add_option("--json", args.json_path, "Write the graph and the plan as JSON");
   cmd->add_option("-o,--output", args.output, "Write the converted source (+ .summary.json, .summary.txt)");
-  cmd->add_flag("--verify", args.verify, "Run the gate on local GPUs before accepting (original vs converted, every rank)");
+  cmd->add_flag("--verify", args.verify,
+                "Run the gate on local GPUs before accepting (original vs converted, every rank)");
   cmd->add_flag("--no-build", args.no_build, "Do not compile the converted program before writing it");
   cmd->add_option("--ranks", args.ranks, "Ranks for --verify")->default_val(2);
-  cmd->add_option("--gate-timeout", args.gate_timeout_s, "Seconds each side (original, converted) may run in the gate before it counts as a hang")
+  cmd->add_option("--gate-timeout", args.gate_timeout_s,
+                  "Seconds each side (original, converted) may run in the gate before it counts as a hang")
       ->default_val(120);
   cmd->add_option("--seed", args.seed, "Seed of the gate's random inputs")->default_val(1);
   cmd->add_option("--work", args.work_dir, "Folder for builds and gate runs (default: OUTPUT.work)");
   cmd->add_option("--harness-args", args.harness_args, "Arguments for harness programs in the gate");
-  cmd->add_option("--program-args", args.program_args,
-                  "The program's command line in the differential gate (programs without markers or harness), one quoted string");
+  cmd->add_option(
+      "--program-args", args.program_args,
+      "The program's command line in the differential gate (programs without markers or harness), one quoted string");
   cmd->add_option("-I", args.flags.includes, "Include folder for the program's headers (as nvcc -I)");
   cmd->add_option("-D", args.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
   cmd->add_option("-L", args.flags.lib_dirs, "Library folder (as nvcc -L)");
   cmd->add_option("-l", args.flags.lib_names, "Library to link (as nvcc -l)");
-  cmd->add_option("--nvcc-flags", args.flags.nvcc_flags, "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
+  cmd->add_option("--nvcc-flags", args.flags.nvcc_flags,
+                  "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
   cmd->callback([&action] { action = [] { return do_convert(args); }; });
 });
 

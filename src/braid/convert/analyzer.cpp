@@ -54,7 +54,8 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   require_translation_unit(file, source, lr, code_tokens(lr.tokens));
   // Uses of macros that call NCCL or allocate are read as their expansions, at the use.
   const MacroTable macros(with_context_directives(file, lr.tokens, context));
-  const std::vector<Token> toks = splice_macro_uses(code_tokens(lr.tokens), macros, source.size(), a);
+  const std::vector<Token> toks =
+      splice_macro_uses(macros.compiled_only(code_tokens(lr.tokens)), macros, source.size(), a);
   const BufferFlow flow(toks);
   // What the whole file says before calls are read in order.
   read_annotations(file, lr.tokens, a);

@@ -50,6 +50,30 @@ std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::si
   return e;
 }
 
+std::size_t after_template_args(const std::vector<Token>& code, std::size_t lt, std::size_t end) {
+  int depth = 0;
+  for (std::size_t j = lt; j < end; ++j) {
+    const std::string& x = code[j].text;
+    if (x == "<") ++depth;
+    else if (x == ">" || x == ">>") depth -= (int)x.size();
+    else if (x == ";" || x == "{" || x == "}" || x == "(" || x == ")") return SIZE_MAX;
+    if (depth <= 0) return depth == 0 ? j + 1 : SIZE_MAX;
+  }
+  return SIZE_MAX;
+}
+
+std::string template_name_before(const std::vector<Token>& code, std::size_t gt) {
+  int depth = 0;
+  for (std::size_t j = gt + 1; j-- > 0;) {
+    const std::string& x = code[j].text;
+    if (x == ">" || x == ">>") depth += (int)x.size();
+    else if (x == "<" && --depth == 0)
+      return j > 0 && code[j - 1].kind == TokenKind::Identifier ? code[j - 1].text : "";
+    else if (x == ";" || x == "{" || x == "}") return "";
+  }
+  return "";
+}
+
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
   std::string s;
   for (std::size_t i = b; i < e; ++i) s += (s.empty() ? "" : " ") + t[i].text;
@@ -243,6 +267,28 @@ bool path_matches(const std::string& use, const std::string& alloc) {
   return i == use.size() && j == alloc.size();
 }
 
+namespace {
+
+// The names of a function's parameters, its `(` at code[open] and `)` at code[close] ("" for an
+// unnamed one; none for `(void)`).
+std::vector<std::string> parameter_names(const std::vector<Token>& code, std::size_t open, std::size_t close) {
+  std::vector<std::string> names;
+  for (const std::string& param : split_top(code, open, close)) {
+    const std::vector<Token> pt = code_tokens(lex(param).tokens);
+    auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
+    std::string name;
+    int bracket = 0;  // `T (&name)[N]`: N is the array's extent, not the name
+    for (auto it = pt.begin(); it != eq; ++it) {
+      bracket += it->text == "[" ? 1 : it->text == "]" ? -1 : 0;
+      if (it->kind == TokenKind::Identifier && bracket == 0) name = it->text;
+    }
+    names.push_back(name == "void" ? "" : name);
+  }
+  return names;
+}
+
+}  // namespace
+
 BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditional_(code.size(), false) {
   // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
   collect_classes();
@@ -257,20 +303,11 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     f.name_token = h.name;
     f.body_open = i;
     f.body_close = match_forward(code, i, code.size());
-    for (const std::string& param : split_top(code, h.open, h.close)) {
-      LexResult lr = lex(param);
-      std::vector<Token> pt = code_tokens(lr.tokens);
-      auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
-      std::string name;
-      int bracket = 0;  // `T (&name)[N]`: N is the array's extent, not the name
-      for (auto it = pt.begin(); it != eq; ++it) {
-        bracket += it->text == "[" ? 1 : it->text == "]" ? -1 : 0;
-        if (it->kind == TokenKind::Identifier && bracket == 0) name = it->text;
-      }
-      f.params.push_back(name == "void" ? "" : name);
-    }
+    f.params = parameter_names(code, h.open, h.close);
     if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].kind == TokenKind::Identifier)
       f.owner = code[h.name - 2].text;  // Owner::name defined outside the class
+    if (h.name >= 2 && code[h.name - 1].text == "::" && code[h.name - 2].text == ">")
+      f.owner = template_name_before(code, h.name - 2);  // Owner<T>::name, a class template's member
     for (const ClassBody& c : classes_)
       if (f.owner.empty() && h.name > c.open && h.name < c.close) f.owner = c.name;
     function_end = f.body_close;
@@ -354,6 +391,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_element_copy(k, f.body_close);
+      record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);

@@ -37,7 +37,7 @@ struct FunctionDef {
   std::string name;
   std::vector<std::string> params;
   std::size_t name_token = 0, body_open = 0, body_close = 0;  // code-token indices
-  std::string owner;  // the class of a member function (defined in it, or as `Owner::name`)
+  std::string owner;      // the class of a member function (defined in it, or as `Owner::name`)
   std::string enclosing;  // a lambda (`auto name = [&](...) {...}`): the function it is defined in
 };
 
@@ -45,7 +45,7 @@ struct FunctionDef {
 // [: member(init), ...] {`. name == SIZE_MAX when the brace opens no function body.
 struct FunctionHead {
   std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
-  std::size_t init_colon = 0;                         // ':' of a member-initialiser list, 0 when none
+  std::size_t init_colon = 0;                        // ':' of a member-initialiser list, 0 when none
 };
 FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
@@ -74,9 +74,12 @@ class BufferFlow {
   Resolution resolve(const std::string& expr, const std::string& function, std::size_t at, int max_depth = 6) const;
 
   // Where the elements of a container came from: `buckets.push_back(b)`, `emplace_back(b)` or
-  // `buckets[i] = b` after `cudaMalloc(&b.grad, ...)` make `buckets[].grad` that allocation. For a
-  // path rooted at such a container with an index first (`buckets[].grad`), the paths of the
-  // copied variables (`b.grad`); empty otherwise.
+  // `buckets[i] = b` after `cudaMalloc(&b.grad, ...)` make `buckets[].grad` that allocation; an
+  // element built in place from its fields (`tasks.push_back({bufs[i], n})`, `push_back(Task{...})`,
+  // `emplace_back(bufs[i], n)` of a struct without constructors) makes `tasks[].buf` what was
+  // given for that field. For a path rooted at such a container with an index first, the paths
+  // of the copied variables (`b.grad`) and of the given fields (followed where they were given);
+  // empty otherwise.
   std::vector<std::string> element_origins(const std::string& path) const;
 
   // What the file writes into a field path that has no allocation of its own
@@ -142,6 +145,8 @@ class BufferFlow {
   bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
                      std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);
+  void record_element_fields(std::size_t k, const std::string& function, std::size_t end);
+  std::string element_type(const std::string& container) const;
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);
   void record_pointer_array_store(std::size_t k, const std::string& function, std::size_t body_open, std::size_t end);
   std::vector<std::string> pointer_fields(const std::string& path) const;
@@ -192,8 +197,9 @@ class BufferFlow {
   // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
   const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
   std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
-  std::vector<int> owner_;                      // code token -> innermost function (index into functions_), -1 outside
-  std::map<std::string, int> value_uses_;       // function -> line where its name is used other than called (a pointer, a copy)
+  std::vector<int> owner_;  // code token -> innermost function (index into functions_), -1 outside
+  std::map<std::string, int>
+      value_uses_;  // function -> line where its name is used other than called (a pointer, a copy)
   std::map<std::string, std::vector<Alias>> aliases_;  // function -> declarations with initializers
   struct CallSite {
     std::string caller;
@@ -204,6 +210,12 @@ class BufferFlow {
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  struct ElementFields {
+    std::string function;
+    std::size_t token = 0;
+    std::map<std::string, std::string> values;  // field -> the expression given for it
+  };
+  std::map<std::string, std::vector<ElementFields>> element_fields_;  // container -> elements built from fields
   struct FieldWrite {
     std::string function, lhs, value;
     std::size_t token = 0;

@@ -14,8 +14,20 @@ namespace {
 
 using namespace flow_tokens;
 
-const std::set<std::string> kNotFunctions = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "static_assert",
-                                             "alignof", "noexcept", "defined", "__launch_bounds__", "alignas"};
+const std::set<std::string> kNotFunctions = {"if",
+                                             "for",
+                                             "while",
+                                             "switch",
+                                             "catch",
+                                             "return",
+                                             "sizeof",
+                                             "decltype",
+                                             "static_assert",
+                                             "alignof",
+                                             "noexcept",
+                                             "defined",
+                                             "__launch_bounds__",
+                                             "alignas"};
 
 // The '(' or '{' matching the ')' or '}' at `close`, or SIZE_MAX.
 std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
@@ -28,8 +40,47 @@ std::size_t open_of(const std::vector<Token>& code, std::size_t close) {
   return SIZE_MAX;
 }
 
+// Where a trailing return type `-> T` ending before `p` starts (its `->`), or SIZE_MAX. T is names,
+// `::`, template arguments, `*`, `&`, cv-qualifiers and `decltype(...)`.
+std::size_t trailing_return_start(const std::vector<Token>& code, std::size_t p) {
+  int angle = 0;
+  for (std::size_t q = p; q > 0; --q) {
+    const Token& t = code[q - 1];
+    if (t.text == "->" && angle == 0) return q - 1 < p - 1 ? q - 1 : SIZE_MAX;
+    if (t.text == ">" || t.text == ">>") angle += (int)t.text.size();
+    else if (t.text == "<") --angle;
+    else if (t.text == ")") {
+      const std::size_t o = open_of(code, q - 1);
+      if (o == SIZE_MAX || o == 0 || code[o - 1].text != "decltype") return SIZE_MAX;
+      q = o;  // the loop's --q lands on `decltype`
+    } else if (!(t.kind == TokenKind::Identifier || t.text == "::" || t.text == "*" || t.text == "&" ||
+                 t.text == "&&" || (angle > 0 && (t.text == "," || t.kind == TokenKind::Number))))
+      return SIZE_MAX;
+    if (angle < 0) return SIZE_MAX;
+  }
+  return SIZE_MAX;
+}
+
+// Back from `p` over what may stand between a function's `)` and its body or initialiser list:
+// cv- and other specifiers, `noexcept(...)`/`throw()`, and a trailing return type.
 std::size_t skip_specifiers(const std::vector<Token>& code, std::size_t p) {
-  while (p > 0 && (code[p - 1].text == "const" || code[p - 1].text == "noexcept" || code[p - 1].text == "override")) --p;
+  static const std::set<std::string> kSpecifiers = {"const", "volatile", "noexcept", "override", "final"};
+  while (p > 0) {
+    if (kSpecifiers.count(code[p - 1].text)) {
+      --p;
+      continue;
+    }
+    if (code[p - 1].text == ")") {
+      const std::size_t o = open_of(code, p - 1);
+      if (o != SIZE_MAX && o > 0 && (code[o - 1].text == "noexcept" || code[o - 1].text == "throw")) {
+        p = o - 1;
+        continue;
+      }
+    }
+    const std::size_t arrow = trailing_return_start(code, p);
+    if (arrow == SIZE_MAX || arrow == 0) break;
+    p = arrow;
+  }
   return p;
 }
 
@@ -48,7 +99,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
       q = o - 2;
       continue;
     }
-    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 && code[skip_specifiers(code, o - 2) - 1].text == ")") {
+    if (code[o - 2].text == ":" && skip_specifiers(code, o - 2) > 0 &&
+        code[skip_specifiers(code, o - 2) - 1].text == ")") {
       h.init_colon = o - 2;
       p = skip_specifiers(code, o - 2);
     }
@@ -56,7 +108,8 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   }
   if (p == 0 || code[p - 1].text != ")") return {};
   const std::size_t open = open_of(code, p - 1);
-  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier || kNotFunctions.count(code[open - 1].text))
+  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+      kNotFunctions.count(code[open - 1].text))
     return {};
   h.name = open - 1;
   h.open = open;
@@ -73,10 +126,11 @@ void BufferFlow::collect_classes() {
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
-    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" && code_[j].text != "=" &&
-           code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
+    while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" &&
+           code_[j].text != "=" && code_[j].text != ")" && code_[j].text != "," && code_[j].text != "*")
       ++j;
-    if (j < code_.size() && code_[j].text == "{") classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
+    if (j < code_.size() && code_[j].text == "{")
+      classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
 }
 
@@ -84,18 +138,11 @@ bool BufferFlow::is_class(const std::string& name) const {
   return std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return c.name == name; });
 }
 
-// Past `name` at code token k and its template arguments, if any.
+// Past `name` at code token k and its template arguments, if any (k + 1 when they do not close).
 static std::size_t past_template_arguments(const std::vector<Token>& code, std::size_t k) {
-  std::size_t after = k + 1;
-  if (after >= code.size() || code[after].text != "<") return after;
-  for (int depth = 0; after < code.size(); ++after) {
-    const std::string& x = code[after].text;
-    if (x == "<") ++depth;
-    else if (x == ">" && --depth == 0) return after + 1;
-    else if (x == ">>" && (depth -= 2) <= 0) return after + 1;
-    else if (x == ";" || x == "{" || x == ")") break;
-  }
-  return k + 1;
+  if (k + 1 >= code.size() || code[k + 1].text != "<") return k + 1;
+  const std::size_t after = after_template_args(code, k + 1, code.size());
+  return after == SIZE_MAX ? k + 1 : after;
 }
 
 std::vector<std::string> BufferFlow::classes_holding(const std::string& cls) const {
@@ -139,7 +186,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
-    member_writes_[key + code_[k].text].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    member_writes_[key + code_[k].text].push_back(
+        MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -150,7 +198,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
-    while (e < f.body_close && code_[e].text != ";") e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
+    while (e < f.body_close && code_[e].text != ";")
+      e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
     member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
@@ -168,18 +217,8 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   std::size_t open = 0;
   const Token& t = code_[k];
   // A class template's arguments (`DeviceBuffer<float> grads(n)`) are skipped.
-  std::size_t after = k + 1;
   const bool maker = t.text == "make_unique" || t.text == "make_shared";
-  if (after < end && code_[after].text == "<" && t.kind == TokenKind::Identifier) {
-    for (int depth = 0; after < end; ++after) {
-      const std::string& x = code_[after].text;
-      if (x == "<") ++depth;
-      else if (x == ">" && --depth == 0) break;
-      else if (x == ">>" && (depth -= 2) <= 0) break;
-      else if (x == ";" || x == "{" || x == ")") break;
-    }
-    after = after < end && (code_[after].text == ">" || code_[after].text == ">>") ? after + 1 : k + 1;
-  }
+  const std::size_t after = past_template_arguments(code_, k);
   if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`
     if (after > k + 1 && after < end && code_[after].text == "(" && k + 2 < end) cls = code_[k + 2].text;
     open = after;
@@ -236,7 +275,8 @@ bool BufferFlow::follow_member(const std::string& path, const std::string& funct
   if (values.empty()) return false;
   for (const MemberWrite* w : values) {
     out.via.push_back(fmt::format("field {} of {} <- {} ({} of {}(), line {})", root, owner, w->expr,
-                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function, w->line));
+                                  w->initialiser ? "member-initialiser list" : "assigned in the body", w->function,
+                                  w->line));
     resolve_into(w->expr + rest, w->function, w->token, depth - 1, out, stack);
     if (!out.reason.empty()) return true;
   }

@@ -112,14 +112,66 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   if (std::find(vars.begin(), vars.end(), code_[v].text) == vars.end()) vars.push_back(code_[v].text);
 }
 
+// The element type of a container declared `std::vector<T> name` (or any `Template<T> name`,
+// `ns::T` included), "" when the file does not say.
+std::string BufferFlow::element_type(const std::string& container) const {
+  for (std::size_t k = 3; k < code_.size(); ++k)
+    if (code_[k].text == container && code_[k - 1].text == ">" && code_[k - 2].kind == TokenKind::Identifier &&
+        (code_[k - 3].text == "<" || code_[k - 3].text == "::"))
+      return code_[k - 2].text;
+  return "";
+}
+
+// `C . push_back|emplace_back ( { a, b } | T { a, b } | a, b )` at code token k (C): an element
+// built from its fields, given in the order the struct declares them (a struct with a constructor
+// of its own in the file maps arguments to fields its own way: not recorded).
+void BufferFlow::record_element_fields(std::size_t k, const std::string& function, std::size_t end) {
+  const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
+  if (!is(k + 1, ".") || k + 4 >= end || !is(k + 3, "(")) return;
+  const bool emplace = code_[k + 2].text == "emplace_back";
+  if (!emplace && code_[k + 2].text != "push_back") return;
+  const std::size_t close = match_forward(code_, k + 3, end);
+  std::string type = element_type(code_[k].text);
+  std::size_t open = SIZE_MAX;  // the brace or parenthesis holding the field values
+  if (is(k + 4, "{") && match_forward(code_, k + 4, end) + 1 == close) {
+    open = k + 4;
+  } else if (code_[k + 4].kind == TokenKind::Identifier && is(k + 5, "{") &&
+             match_forward(code_, k + 5, end) + 1 == close) {
+    type = code_[k + 4].text;
+    open = k + 5;
+  } else if (emplace && close > k + 4) {
+    open = k + 3;
+  }
+  if (open == SIZE_MAX || type.empty()) return;
+  if (std::any_of(functions_.begin(), functions_.end(),
+                  [&](const FunctionDef& f) { return f.name == type && f.owner == type; }))
+    return;
+  const std::vector<std::string> fields = struct_fields(type);
+  const std::vector<std::string> values = split_top(code_, open, match_forward(code_, open, end));
+  if (fields.empty() || values.size() > fields.size() || (open == k + 3 && values.size() == 1))
+    return;  // emplace_back(b): a copy
+  ElementFields e{function, k, {}};
+  for (std::size_t i = 0; i < values.size(); ++i) e.values[fields[i]] = values[i];
+  element_fields_[code_[k].text].push_back(std::move(e));
+}
+
 std::vector<std::string> BufferFlow::element_origins(const std::string& path) const {
   const auto [root, rest] = split_root(path);
-  auto it = element_copies_.find(root);
-  if (it == element_copies_.end() || rest.empty() || rest[0] != '[') return {};
+  if (rest.empty() || rest[0] != '[') return {};
   const std::size_t close = rest.find(']');
   if (close == std::string::npos) return {};
+  const std::string after = rest.substr(close + 1);  // `.buf` (and deeper)
   std::vector<std::string> out;
-  for (const std::string& var : it->second) out.push_back(var + rest.substr(close + 1));
+  if (auto it = element_copies_.find(root); it != element_copies_.end())
+    for (const std::string& var : it->second) out.push_back(var + after);
+  if (auto it = element_fields_.find(root); it != element_fields_.end() && after.size() > 1 && after[0] == '.') {
+    const std::size_t stop = after.find_first_of(".[", 1);
+    const std::string field = after.substr(1, stop == std::string::npos ? std::string::npos : stop - 1);
+    const std::string deeper = stop == std::string::npos ? "" : after.substr(stop);
+    for (const ElementFields& e : it->second)
+      if (auto v = e.values.find(field); v != e.values.end())
+        for (const std::string& p : resolve(v->second + deeper, e.function, e.token).paths) out.push_back(p);
+  }
   return out;
 }
 

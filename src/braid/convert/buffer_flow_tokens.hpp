@@ -11,6 +11,11 @@ namespace braid::convert::flow_tokens {
 
 // The token closing the bracket opened at t[open], searching before `end` (`end` when none).
 std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end);
+// One past the template argument list opening at code[lt] ("<"), or SIZE_MAX when it does not close
+// before a token no type argument holds (`>>` closes two levels).
+std::size_t after_template_args(const std::vector<Token>& code, std::size_t lt, std::size_t end);
+// The class name of `Name<args>` whose `>` is code[gt], or "".
+std::string template_name_before(const std::vector<Token>& code, std::size_t gt);
 // Tokens [b, e) joined with single spaces.
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e);
 // Top-level comma-separated pieces of tokens (b, e).

@@ -43,6 +43,15 @@ class Lexer {
     out_.error_line = at;
   }
 
+  // Length of a line splice at i: backslash-newline, or backslash-CR-LF (files written on Windows);
+  // 0 when there is none.
+  std::size_t splice_at(std::size_t i) const {
+    if (i >= n_ || s_[i] != '\\') return 0;
+    if (i + 1 < n_ && s_[i + 1] == '\n') return 2;
+    if (i + 2 < n_ && s_[i + 1] == '\r' && s_[i + 2] == '\n') return 3;
+    return 0;
+  }
+
   void push(TokenKind k, std::size_t b, std::size_t e, int l) {
     out_.tokens.push_back(Token{k, s_.substr(b, e - b), l, b, e});
   }
@@ -60,8 +69,8 @@ class Lexer {
       ++i_;
       return true;
     }
-    if (c == '\\' && i_ + 1 < n_ && s_[i_ + 1] == '\n') {  // line splice outside a directive
-      i_ += 2;
+    if (const std::size_t splice = splice_at(i_)) {  // line splice outside a directive
+      i_ += splice;
       ++line_;
       return true;
     }
@@ -102,9 +111,9 @@ class Lexer {
     // A directive runs to the end of the line, continued by backslash-newline; comments in it
     // end it for our purposes only at the newline.
     while (i_ < n_ && s_[i_] != '\n') {
-      if (s_[i_] == '\\' && i_ + 1 < n_ && s_[i_ + 1] == '\n') {
+      if (const std::size_t splice = splice_at(i_)) {
         ++line_;
-        i_ += 2;
+        i_ += splice;
         continue;
       }
       if (s_[i_] == '/' && i_ + 1 < n_ && s_[i_ + 1] == '*') {
@@ -159,8 +168,12 @@ class Lexer {
     const char* unterminated = q == '"' ? "unterminated string literal" : "unterminated character literal";
     ++i_;
     while (i_ < n_ && s_[i_] != q) {
+      if (const std::size_t splice = splice_at(i_)) {
+        ++line_;
+        i_ += splice;
+        continue;
+      }
       if (s_[i_] == '\\' && i_ + 1 < n_) {
-        if (s_[i_ + 1] == '\n') ++line_;
         i_ += 2;
         continue;
       }

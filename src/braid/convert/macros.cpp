@@ -322,6 +322,17 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
         return d.body[0].text == "1" ? Tri::Yes : Tri::No;
     return Tri::Unknown;
   };
+  // Code in a branch known not to be compiled (`#if 0`, the `#else` of a -D the build gives) is
+  // no code: its byte ranges are kept so the analysis can drop its tokens.
+  std::size_t skip_from = SIZE_MAX;
+  const auto note_branch = [&](const Token& t) {
+    const bool off = compiled() == Tri::No;
+    if (off && skip_from == SIZE_MAX) skip_from = t.end;
+    if (!off && skip_from != SIZE_MAX) {
+      skipped_.push_back({skip_from, t.offset});
+      skip_from = SIZE_MAX;
+    }
+  };
   for (const Token& t : all) {
     if (t.kind != TokenKind::Preprocessor) continue;
     const std::string line = joined_directive(t.text);
@@ -332,6 +343,7 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
       Tri c = kw == "if" ? Condition(cond, defined, value).run() : cond.empty() ? Tri::Unknown : defined(cond[0].text);
       if (kw == "ifndef") c = tri_not(c);
       frames.push_back(Frame{c, c});
+      note_branch(t);
       continue;
     }
     if ((kw == "elif" || kw == "else") && !frames.empty()) {
@@ -339,10 +351,12 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
       const Tri c = kw == "else" ? Tri::Yes : Condition(cond, defined, value).run();
       f.active = tri_and(tri_not(f.taken), c);
       f.taken = tri_or(f.taken, c);
+      note_branch(t);
       continue;
     }
     if (kw == "endif" && !frames.empty()) {
       frames.pop_back();
+      note_branch(t);
       continue;
     }
     const Tri here = compiled();
@@ -369,7 +383,20 @@ MacroTable::MacroTable(const std::vector<Token>& all) {
     }
     if (!repeated) defs_.push_back(std::move(m));
   }
+  if (skip_from != SIZE_MAX) skipped_.push_back({skip_from, SIZE_MAX});  // an #if left open
   for (std::size_t i = 0; i < defs_.size(); ++i) by_name_[defs_[i].name].push_back(i);
+}
+
+std::vector<Token> MacroTable::compiled_only(const std::vector<Token>& code) const {
+  if (skipped_.empty()) return code;
+  std::vector<Token> out;
+  std::size_t r = 0;
+  for (const Token& t : code) {
+    while (r < skipped_.size() && skipped_[r].second <= t.offset) ++r;
+    if (r < skipped_.size() && skipped_[r].first <= t.offset) continue;
+    out.push_back(t);
+  }
+  return out;
 }
 
 const MacroDefinition* MacroTable::at(const std::string& name, std::size_t offset) const {

@@ -57,10 +57,14 @@ class MacroTable {
   // Whether `m`'s body calls one of `names` (`name(`), itself or through macros it uses, or is an
   // object-like alias of one (`#define AR ncclAllReduce`).
   bool calls_any(const MacroDefinition& m, const std::vector<std::string>& names) const;
+  // `code` without the tokens of branches known not to be compiled (`#if 0`, `#ifdef X` after
+  // `#undef X`, the `#else` of a macro the build defines): the compiler never sees them.
+  std::vector<Token> compiled_only(const std::vector<Token>& code) const;
 
  private:
   std::vector<MacroDefinition> defs_;
-  std::map<std::string, std::vector<std::size_t>> by_name_;  // name -> indices into defs_
+  std::vector<std::pair<std::size_t, std::size_t>> skipped_;  // [begin, end) byte ranges, in order
+  std::map<std::string, std::vector<std::size_t>> by_name_;   // name -> indices into defs_
 };
 
 // Tokens joined into C++ text: a space only where the tokens would otherwise merge or read badly.

@@ -27,6 +27,7 @@
 #include "braid/search/seed_programs.hpp"
 #include "braid/search/selection.hpp"
 #include "braid/search/shared_database.hpp"
+#include "braid/search/withheld_scores.hpp"
 #include "braid/util/clock.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -80,6 +81,7 @@ struct EvolutionRunner::Impl {
 
   MetaJournal meta;
   GoalTracker goals;
+  WithheldScores withheld;
   EvaluationJobs jobs;
 
   const std::atomic<bool>* stop_flag = nullptr;  // run()'s stop request
@@ -419,8 +421,7 @@ struct EvolutionRunner::Impl {
     meta.note(rec);
     if (rec.failure == FailureKind::Rejected) ++status.rejected;
     log::info("gen {} island {} {} {} -> {}{}", rec.generation, rec.island_idx, rec.patch_type, rec.id,
-              to_string(rec.failure),
-              rec.failure == FailureKind::Ok ? fmt::format(" score {:.4g}", rec.combined_score) : "");
+              to_string(rec.failure), withheld.score_text(rec));
     const bool reached = goals.target_reached();
     goals.indexed(rec);
     if (!reached && goals.target_reached()) stop_note = goals.target_note();

@@ -18,12 +18,16 @@ constexpr double kClockSlackMs = 0.2;        // events vs host clock: allowed ga
 constexpr double kClockSlackFraction = 0.1;   // ... plus this fraction of the larger figure
 
 // The events lie inside the host clock's interval (both around the same run() + sync), so they
-// cannot legitimately differ by more than launch and sync latencies.
+// cannot legitimately differ by more than launch and sync latencies. Besides a tampered timer, the
+// one cause seen: another process on the GPU, which then time-slices between the two, and the
+// events miss the slices the host waits through (a constant ~2.4 ms on H100, 2026-11-27).
 inline std::string clock_disagreement(const SizeReport& s) {
   const double ev = s.candidate_events.median_ms, host = s.candidate_host.median_ms;
   if (ev > 0 && host > 0 && std::fabs(host - ev) > kClockSlackMs + kClockSlackFraction * std::max(ev, host)) {
-    char why[200];
-    std::snprintf(why, sizeof(why), "CUDA events (%.4f ms) and the host clock (%.4f ms) disagree on the same iterations", ev, host);
+    char why[300];
+    std::snprintf(why, sizeof(why),
+                  "CUDA events (%.4f ms) and the host clock (%.4f ms) disagree on the same iterations%s", ev, host,
+                  host > ev ? " (is another process using this GPU? it would time-slice with this one)" : "");
     return why;
   }
   return "";

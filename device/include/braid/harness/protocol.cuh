@@ -328,6 +328,7 @@ class Harness {
     std::vector<const StreamFn*> phases{&candidate_run};
     if (opt_.mode == Mode::Bench && !strict) phases = {&candidate_run, &wl_.baseline, &wl_.compute_alone, &wl_.comm_alone};
     time_phases(ctx, phases, warmup, iters, strict, durations, &unjoined, &progress.stage, verdict);
+    if (CallTrace::enabled()) trace_.print(me_.rank, ctx.problem.size, idle_tail_ms_);
     verdict.unjoined_work = unjoined ? 1 : 0;
     progress.stage = "verification";
     check_canaries(ctx, stream_, verdict);
@@ -407,12 +408,6 @@ class Harness {
     });
   }
 
-  struct CallTiming {
-    double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
-    double tail_ms = 0;   // that tail (0 when the device was idle at the end event)
-    double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
-  };
-
   // Per call: fresh inputs and poison (untimed), device idle, barrier, events around fn, join ctx
   // streams, then the device sync. If the device was still busy after the end event (work on a
   // stream the harness does not know), the time until it went idle is added.
@@ -423,12 +418,15 @@ class Harness {
     barrier_->wait();
     const auto h0 = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaEventRecord(start_, stream_));
+    const auto h_recorded = std::chrono::steady_clock::now();
     fn(ctx, stream_);
+    const auto h_ran = std::chrono::steady_clock::now();
     for (cudaStream_t s : ctx.extra_streams()) {
       BRAID_CUDA(cudaEventRecord(join_, s));
       BRAID_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
     }
     BRAID_CUDA(cudaEventRecord(end_, stream_));
+    const auto h_joined = std::chrono::steady_clock::now();
     wait_event(end_, comm_);
     const auto t_end = std::chrono::steady_clock::now();
     BRAID_CUDA(cudaDeviceSynchronize());
@@ -444,6 +442,11 @@ class Harness {
       if (unjoined != nullptr) *unjoined = true;
     }
     t.host_ms = std::max(0.0, std::chrono::duration<double, std::milli>(h1 - h0).count() - idle_tail_ms_) * (candidate ? host_scale_ : 1.0);
+    auto ms_between = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    t.record_ms = ms_between(h0, h_recorded);
+    t.run_ms = ms_between(h_recorded, h_ran);
+    t.join_ms = ms_between(h_ran, h_joined);
+    t.wait_ms = ms_between(h_joined, t_end);
     return t;
   }
 
@@ -462,6 +465,7 @@ class Harness {
         *stage = kNames[p];
         const uint64_t seed = input_seed(p, it);
         const CallTiming t = time_once(ctx, *phases[p], seed, p == 0, p == 0 ? unjoined : nullptr);
+        if (CallTrace::enabled() && it >= warmup) trace_.add(p, t);
         if (p == 0) {
           *stage = "inputs and reference";
           verify_call(ctx, seed, it, verdict);
@@ -568,6 +572,7 @@ class Harness {
   std::unique_ptr<HostBarrier> barrier_;
   double idle_tail_ms_ = 0.01;
   double event_scale_ = 1.0, host_scale_ = 1.0;
+  CallTrace trace_;  // BRAID_HARNESS_TRACE: where each call's host clock went
   uint64_t run_secret_ = 0;
   size_t workload_buffers_ = 0;
   std::vector<std::pair<Buffer*, void*>> output_copies_;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "braid/harness/report.cuh"
@@ -51,5 +53,51 @@ inline std::vector<double> makespans(const std::vector<double>& mine, ncclComm_t
   cudaFree(dd);
   return mk;
 }
+
+// One timed call: CUDA events, the host clock, and (for BRAID_HARNESS_TRACE) where the host clock
+// went: recording the start event, run(), the joins and end event, waiting for the end event.
+struct CallTiming {
+  double event_ms = 0;  // events around run() and the joins, plus any device tail after the end event
+  double tail_ms = 0;   // that tail (0 when the device was idle at the end event)
+  double host_ms = 0;   // host clock from before the start event to the end of the device sync, less an idle sync
+  double record_ms = 0, run_ms = 0, join_ms = 0, wait_ms = 0;
+};
+
+// BRAID_HARNESS_TRACE=1: per phase and size, the medians of each rank's calls on stderr, to see
+// where events and the host clock part (a host clock above the events by a constant time slice:
+// another process on the GPU).
+class CallTrace {
+ public:
+  static bool enabled() {
+    static const bool on = std::getenv("BRAID_HARNESS_TRACE") != nullptr;
+    return on;
+  }
+  void add(int phase, const CallTiming& t) { calls_[phase].push_back(t); }
+  void print(int rank, int64_t size, double idle_sync_ms) {
+    static const char* const kNames[] = {"candidate", "baseline", "compute alone", "comm alone"};
+    for (int p = 0; p < 4; ++p) {
+      if (calls_[p].empty()) continue;
+      std::vector<double> f[7];
+      for (const CallTiming& t : calls_[p]) {
+        const double v[7] = {t.event_ms, t.host_ms, t.record_ms, t.run_ms, t.join_ms, t.wait_ms, t.tail_ms};
+        for (int k = 0; k < 7; ++k) f[k].push_back(v[k]);
+      }
+      std::fprintf(stderr,
+                   "harness trace: rank %d size %lld %s (%zu calls, medians ms): events %.4f host %.4f | start record %.4f run() %.4f "
+                   "joins+end %.4f wait %.4f sync %.4f (idle sync %.4f)\n",
+                   rank, (long long)size, kNames[p], calls_[p].size(), median(f[0]), median(f[1]), median(f[2]), median(f[3]), median(f[4]),
+                   median(f[5]), median(f[6]), idle_sync_ms);
+      calls_[p].clear();
+    }
+  }
+
+ private:
+  static double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  std::vector<CallTiming> calls_[4];
+};
 
 }  // namespace braid::dev

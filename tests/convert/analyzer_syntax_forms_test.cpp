@@ -1,0 +1,110 @@
+// The analyzer on syntax that modern and older C++ alike puts around functions, met in programs
+// not written in braid's style: a function's head with a trailing return type, noexcept(expr)
+// or throw(), attributes, and calls whose result is cast away.
+#include <gtest/gtest.h>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/transform.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+int converted(const std::string& helper_head) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "ncclComm_t g_comm;\n"
+      "cudaStream_t g_stream;\n" +
+      helper_head +
+      " {\n"
+      "  return ncclAllReduce(buf, buf, count, dt, ncclSum, g_comm, g_stream);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclCommInitRank(&g_comm, 2, id, 0);\n"
+      "  float* f; cudaMalloc((void**)&f, 4096);\n"
+      "  (void)reduce(f, 1024, ncclFloat);\n"
+      "  cudaFree(f);\n"
+      "}\n";
+  return transform(analyze("user.cu", src), src).converted_calls;
+}
+
+}  // namespace
+
+// The helper's buffer parameter is followed to its caller's allocation whatever stands between
+// the parameter list and the body (before, a trailing return type hid the function entirely, and
+// the call stayed host NCCL: "buffer `buf` has no allocation in this file").
+TEST(AnalyzerSyntaxForms, HelperHeadsAreFunctionsWhateverFollowsTheirParameters) {
+  const int plain = converted("ncclResult_t reduce(void* buf, size_t count, ncclDataType_t dt)");
+  ASSERT_EQ(plain, 1);  // the all-reduce
+  for (const std::string head :
+       {"[[nodiscard]] static inline auto reduce(void* buf, size_t count, ncclDataType_t dt) -> ncclResult_t",
+        "auto reduce(void* buf, size_t count, ncclDataType_t dt) noexcept(true) -> decltype(ncclSuccess)",
+        "ncclResult_t reduce(void* buf, size_t count, ncclDataType_t dt) throw()",
+        "auto reduce(void* buf, size_t count, ncclDataType_t dt) -> std::conditional_t<true, ncclResult_t, int>"})
+    EXPECT_EQ(converted(head), plain) << head;
+}
+
+// A class template's members defined out of line (`Comm<T>::allreduce`) belong to it, and a
+// construction with template arguments (`dist::Comm<float> c(comm, s)`) is one of its call
+// sites: the field the member-initialiser list sets is followed to the communicator passed, so the
+// calls through the class and a free helper's call on that communicator agree and all convert.
+TEST(AnalyzerSyntaxForms, ClassTemplatesMembersAndConstructions) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "namespace dist {\n"
+      "template <typename T> class Comm {\n"
+      " public:\n"
+      "  explicit Comm(ncclComm_t c, cudaStream_t s) : comm_(c), stream_(s) {}\n"
+      "  void allreduce(T* b, size_t n);\n"
+      " private:\n"
+      "  ncclComm_t comm_;\n"
+      "  cudaStream_t stream_;\n"
+      "};\n"
+      "template <typename T> void Comm<T>::allreduce(T* b, size_t n) {\n"
+      "  if (auto r = ncclAllReduce(b, b, n, ncclFloat, ncclSum, comm_, stream_); r != ncclSuccess) return;\n"
+      "}\n"
+      "void sync_loss(float* loss, ncclComm_t c, cudaStream_t s) { ncclAllReduce(loss, loss, 1, ncclFloat, ncclSum, c, "
+      "s); }\n"
+      "}  // namespace dist\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float *g, *loss; cudaMalloc(&g, 4096); cudaMalloc(&loss, 4);\n"
+      "  dist::Comm<float> c(comm, s);\n"
+      "  c.allreduce(g, 1024);\n"
+      "  dist::sync_loss(loss, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2);
+  EXPECT_TRUE(c.left.empty());
+}
+
+// A container of structs built in place from their fields (`push_back({buf, n})`, `push_back(Task{...})`,
+// `emplace_back(buf, n)`): `tasks[].buf` is what was given for `buf`, followed where it was given.
+// A struct with its own constructor maps arguments its own way and is not read so.
+TEST(AnalyzerSyntaxForms, ElementsBuiltFromTheirFields) {
+  const auto converted_with = [](const std::string& fill, const std::string& extra_member = "") {
+    const std::string src =
+        "#include <nccl.h>\n#include <vector>\n"
+        "struct Task { void* buf; size_t n; " +
+        extra_member +
+        "};\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  std::vector<float*> bufs(4);\n"
+        "  for (int i = 0; i < 4; ++i) cudaMalloc(&bufs[i], 4096);\n"
+        "  std::vector<Task> tasks;\n"
+        "  for (int i = 0; i < 4; ++i) " +
+        fill +
+        ";\n"
+        "  for (auto& t : tasks) ncclAllReduce(t.buf, t.buf, t.n, ncclFloat, ncclSum, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  EXPECT_EQ(converted_with("tasks.push_back({bufs[i], 1024})"), 1);
+  EXPECT_EQ(converted_with("tasks.push_back(Task{bufs[i], (size_t)1024})"), 1);
+  EXPECT_EQ(converted_with("tasks.emplace_back(bufs[i], 1024)"), 1);
+  EXPECT_EQ(
+      converted_with("tasks.emplace_back(bufs[i], 1024)", "Task(void* b, size_t c) : buf(nullptr), n(c) { (void)b; }"),
+      0);
+}
