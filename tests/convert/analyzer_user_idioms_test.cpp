@@ -925,3 +925,279 @@ TEST(AnalyzerUserIdioms, ClassTemplateInstancesAreConstructions) {
     EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads_, n * sizeof(T));")) << construction;
   }
 }
+
+// An allocation in a constructor or helper that some rank may not run (`if (rank == 0)
+// DeviceBuffer<char> scratch(64);`) is rank-dependent: window registration is collective, so the
+// class's buffer stays as written and its calls host NCCL; constructed on every rank, it converts.
+// Class templates' constructions (`DeviceBuffer<float> grads(n)`) are constructions.
+TEST(AnalyzerUserIdioms, AllocationsInAHelperCalledUnderAConditionStayAsWritten) {
+  const auto program = [](const std::string& scratch) {
+    return kPrologue +
+           "template <class T> class DeviceBuffer {\n"
+           " public:\n"
+           "  explicit DeviceBuffer(size_t n) { cudaMalloc(&ptr_, n * sizeof(T)); }\n"
+           "  ~DeviceBuffer() { cudaFree(ptr_); }\n"
+           "  T* data() { return ptr_; }\n"
+           " private:\n"
+           "  T* ptr_ = nullptr;\n"
+           "};\n"
+           "static float* g_stats;\n"
+           "static void alloc_stats() { cudaMalloc(&g_stats, 64); }\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, "
+           "rank);\n"
+           "  DeviceBuffer<float> grads(1024);\n" +
+           scratch +
+           "  ncclAllReduce(grads.data(), grads.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+           "  if (rank == 0) alloc_stats();\n"
+           "  ncclAllReduce(g_stats, g_stats, 16, ncclFloat, ncclMax, comm, s);\n"
+           "}\n";
+  };
+  const Conversion every = convert_text(program("  DeviceBuffer<char> scratch(64);\n"));
+  EXPECT_EQ(every.converted_calls, 1) << conversion_to_text(every);
+  EXPECT_TRUE(contains(every.source, "braid_converted::sym_malloc(&ptr_, n * sizeof(T))")) << every.source;
+  const Conversion some = convert_text(program("  if (rank == 0) { DeviceBuffer<char> scratch(64); }\n"));
+  EXPECT_EQ(some.converted_calls, 0) << conversion_to_text(some);
+  EXPECT_TRUE(contains(some.source, "{ cudaMalloc(&ptr_, n * sizeof(T)); }")) << some.source;
+  ASSERT_EQ(some.left.size(), 2u) << conversion_to_text(some);
+  EXPECT_TRUE(contains(some.left[0].reason,
+                       "buffer `ptr_` is allocated (line 7) in DeviceBuffer(), which may run on some ranks only "
+                       "(called under a condition, or "
+                       "constructed out of braid's sight, at line 18)"))
+      << some.left[0].reason;
+  EXPECT_TRUE(contains(some.left[1].reason,
+                       "buffer `g_stats` is allocated (line 14) in alloc_stats(), which may run on some ranks only"))
+      << some.left[1].reason;
+}
+
+// A constructor also runs where its class is a member of another (`struct Model { Buf<float> g{n}; }`,
+// `new Model()` under a condition) or an element of a container braid does not follow
+// (`std::vector<Buf<float>>`): those make its allocation rank-dependent too.
+TEST(AnalyzerUserIdioms, ConstructorsRunAsMembersAndContainerElements) {
+  const auto program = [](const std::string& more) {
+    return kPrologue +
+           "template <class T> struct Buf {\n"
+           "  T* p;\n"
+           "  Buf(size_t n) { cudaMalloc(&p, n * sizeof(T)); }\n"
+           "  ~Buf() { cudaFree(p); }\n"
+           "  T* data() { return p; }\n"
+           "};\n"
+           "struct Model { Buf<float> w{1024}; Buf<float> g{1024}; Buf<float>* spare = nullptr; };\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, "
+           "rank);\n"
+           "  Model m;\n" +
+           more +
+           "  ncclAllReduce(m.g.data(), m.g.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  EXPECT_EQ(convert_text(program("")).converted_calls, 1);
+  const Conversion member = convert_text(program("  if (rank == 0) { Model* extra = new Model(); delete extra; }\n"));
+  EXPECT_EQ(member.converted_calls, 0);
+  ASSERT_EQ(member.left.size(), 1u);
+  EXPECT_TRUE(contains(member.left[0].reason,
+                       "in Model(), which may run on some ranks only (called under a condition, or "
+                       "constructed out of braid's sight, at line 15)"))
+      << member.left[0].reason;
+  const Conversion element = convert_text(program("  std::vector<Buf<float>> extra;\n"));
+  EXPECT_EQ(element.converted_calls, 0);
+  ASSERT_EQ(element.left.size(), 1u);
+  EXPECT_TRUE(contains(element.left[0].reason, "in Buf(), which may run on some ranks only")) << element.left[0].reason;
+  EXPECT_TRUE(contains(element.left[0].reason, "at line 15)")) << element.left[0].reason;
+  EXPECT_EQ(convert_text(program("  std::vector<Buf<float>*> pointers;\n")).converted_calls, 1);  // no construction
+}
+
+// Smart pointers hold the buffer they were made from: `buf.get()` is what `buf` owns, made by
+// `std::unique_ptr<float, CudaFree>(p)`, direct initialisation, or a (namespace-qualified) helper
+// returning an alias of a smart pointer type (`using device_ptr = std::unique_ptr<T, CudaFree>`).
+// A release function used as a value (`&cudaFree` as the deleter) becomes the run-time lookup.
+TEST(AnalyzerUserIdioms, SmartPointersAreFollowedToTheirAllocation) {
+  const std::string src = kPrologue +
+                          "#include <memory>\n"
+                          "struct CudaFree { void operator()(void* p) const { cudaFree(p); } };\n"
+                          "namespace util {\n"
+                          "template <class T> using device_ptr = std::unique_ptr<T, CudaFree>;\n"
+                          "template <class T> device_ptr<T> make_device(size_t n) {\n"
+                          "  T* p = nullptr;\n"
+                          "  cudaMalloc(&p, n * sizeof(T));\n"
+                          "  return device_ptr<T>(p);\n"
+                          "}\n"
+                          "}  // namespace util\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  util::device_ptr<float> metrics = util::make_device<float>(2);\n"
+                          "  float* raw; cudaMalloc(&raw, 4096);\n"
+                          "  std::unique_ptr<float, decltype(&cudaFree)> owned(raw, &cudaFree);\n"
+                          "  ncclAllGather(metrics.get(), owned.get(), 2, ncclFloat, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_EQ(ag.arg_buffers.at(0), std::vector<std::string>{"p"});
+  EXPECT_EQ(ag.arg_buffers.at(1), std::vector<std::string>{"raw"});
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&raw, 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "void operator()(void* p) const { braid_converted::sym_free(p); }")) << c.source;
+  // cudaFree as the deleter frees a symmetric allocation: it is the run-time lookup too.
+  EXPECT_TRUE(contains(
+      c.source, "std::unique_ptr<float, decltype(&braid_converted::sym_free)> owned(raw, &braid_converted::sym_free);"))
+      << c.source;
+  // Given another pointer later (`owned.reset(q)`), what it owns at the call is not followed.
+  std::string reset = src;
+  reset.insert(reset.find("  ncclAllGather("), "  float* q; cudaMalloc(&q, 64); owned.reset(q);\n");
+  const Conversion r = convert_text(reset);
+  EXPECT_EQ(r.converted_calls, 0);
+  ASSERT_EQ(r.left.size(), 1u);
+  EXPECT_TRUE(contains(r.left[0].reason, "`owned` owns another pointer from line 20 on (reset, swap or assignment)"))
+      << r.left[0].reason;
+}
+
+// ncclCommInitRankScalable is a creation: the bound one is rewritten to bind where every rank
+// passes; a config with `blocking = 0` keeps its calls host NCCL, and so does a split of it given
+// no config (NCCL gives the split its parent's mode).
+TEST(AnalyzerUserIdioms, ScalableCreationBindsAndSplitsInheritNonBlocking) {
+  const auto program = [](const std::string& config_line) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclUniqueId ids[2]; cudaStream_t s;\n"
+           "  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;\n" +
+           config_line +
+           "  ncclComm_t world, even = NULL;\n"
+           "  ncclCommInitRankScalable(&world, 4, rank, 2, ids, &config);\n"
+           "  ncclCommSplit(world, rank % 2 == 0 ? 0 : NCCL_SPLIT_NOCOLOR, rank, &even, NULL);\n"
+           "  double* loss; cudaMalloc(&loss, 64);\n"
+           "  long long* counts; cudaMalloc(&counts, 64);\n"
+           "  ncclAllReduce(counts, counts, 8, ncclInt64, ncclSum, world, s);\n"
+           "  ncclAllReduce(loss, loss, 8, ncclDouble, ncclMax, world, s);\n"
+           "  if (even != NULL) ncclAllReduce(loss, loss, 8, ncclDouble, ncclSum, even, s);\n"
+           "}\n";
+  };
+  const Conversion blocking = convert_text(program("  config.minCTAs = 4;\n"));
+  EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
+  EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_scalable(&world, 4, rank, 2, ids, &config)"))
+      << blocking.source;
+  const Analysis a = analyze("user.cu", program("  config.blocking = 0;\n"));
+  ASSERT_EQ(a.comm_inits.size(), 2u);
+  EXPECT_TRUE(a.comm_inits[0].nonblocking);
+  EXPECT_TRUE(a.comm_inits[1].nonblocking);  // the split, with no config of its own
+  const Conversion none = convert_text(program("  config.blocking = 0;\n"));
+  EXPECT_EQ(none.converted_calls, 0);
+  ASSERT_EQ(none.left.size(), 3u);
+  EXPECT_TRUE(contains(none.left[2].reason, "split with no config from a non-blocking parent")) << none.left[2].reason;
+}
+
+// A group opened by a bracket its function leaves unpaired (a scope guard's constructor and
+// destructor, group_begin()/group_end() wrappers) holds calls braid does not follow: those in its
+// scope (to the guard's block end, or the closing wrapper's call) and in the functions called
+// there stay host NCCL; calls after it convert. A nested ncclGroupStart/End is part of the outer
+// group, which converts whole.
+TEST(AnalyzerUserIdioms, GroupBracketsInGuardsAndWrappersHoldTheirCalls) {
+  const std::string src =
+      kPrologue +
+      "struct GroupGuard { GroupGuard() { ncclGroupStart(); } ~GroupGuard() { ncclGroupEnd(); } };\n"
+      "static void group_end_checked() { ncclGroupEnd(); }\n"
+      "static void group_begin() { ncclGroupStart(); }\n"
+      "static void halo(float* a, float* b, int peer, ncclComm_t comm, cudaStream_t s) {\n"
+      "  GroupGuard g;\n"
+      "  ncclSend(a, 256, ncclFloat, peer, comm, s);\n"
+      "  ncclRecv(b, 256, ncclFloat, peer, comm, s);\n"
+      "}\n"
+      "static void reduce_pair(float* x, float* y, ncclComm_t comm, cudaStream_t s) {\n"
+      "  ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(y, y, 256, ncclFloat, ncclSum, comm, s);\n"
+      "}\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float *a, *b, *x, *y, *z; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
+      "  cudaMalloc(&x, 4096); cudaMalloc(&y, 4096); cudaMalloc(&z, 4096);\n"
+      "  halo(a, b, 1 - rank, comm, s);\n"
+      "  group_begin();\n"
+      "  reduce_pair(x, y, comm, s);\n"
+      "  group_end_checked();\n"
+      "  ncclAllReduce(z, z, 256, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  EXPECT_TRUE(a.groups.empty());
+  ASSERT_EQ(a.group_brackets.size(), 4u);
+  EXPECT_EQ(a.group_brackets[0].function, "GroupGuard");
+  EXPECT_TRUE(a.group_brackets[0].opens);
+  EXPECT_EQ(a.group_brackets[1].function, "~GroupGuard");
+  EXPECT_FALSE(a.group_brackets[1].opens);
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<0>(z, z, 256")) << c.source;
+  ASSERT_EQ(c.left.size(), 4u) << conversion_to_text(c);
+  EXPECT_TRUE(
+      contains(c.left[0].reason, "may run inside an NCCL group that GroupGuard() opens or closes (line 5) unpaired"))
+      << c.left[0].reason;
+  EXPECT_TRUE(contains(c.left[2].reason, "group_begin() opens or closes (line 7) unpaired")) << c.left[2].reason;
+  // Nested brackets in one function: one group, converted whole.
+  const std::string nested =
+      kPrologue +
+      "int main(int argc, char** argv) {\n"
+      "  int rank = argc; ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float *a, *b; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
+      "  ncclGroupStart();\n"
+      "  ncclGroupStart();\n"
+      "  ncclSend(a, 256, ncclFloat, 1 - rank, comm, s);\n"
+      "  ncclRecv(b, 256, ncclFloat, 1 - rank, comm, s);\n"
+      "  ncclGroupEnd();\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  const Analysis n = analyze("user.cu", nested);
+  ASSERT_EQ(n.groups.size(), 1u);
+  EXPECT_EQ(n.groups[0].start_line, 8);
+  EXPECT_EQ(n.groups[0].end_line, 13);
+  const Conversion nc = transform(n, nested);
+  EXPECT_EQ(nc.converted_calls, 2) << conversion_to_text(nc);
+}
+
+// A pointer variable set to a run-time choice (nccl-tests' in-place input,
+// `int* in = in_place ? recv + rank * n : send`) is either buffer, as the choice written in the
+// call is; a branch braid cannot follow keeps the call host NCCL with its reason.
+TEST(AnalyzerUserIdioms, AnAliasOfARunTimeChoiceIsEitherBuffer) {
+  const auto program = [](const std::string& other) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc, in_place = argc > 2; ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+           "  ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  int *send, *recv; cudaMalloc(&send, 4096); cudaMalloc(&recv, 8192);\n"
+           "  int* in = in_place ? recv + (size_t)rank * 1024 : " +
+           other +
+           ";\n"
+           "  ncclAllGather(in, recv, 1024, ncclInt32, comm, s);\n"
+           "}\n";
+  };
+  const std::string src = program("send");
+  const Analysis a = analyze("user.cu", src);
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_EQ(ag.arg_buffers.at(0), (std::vector<std::string>{"recv", "send"}));
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+  const Conversion unknown = convert_text(program("external_input()"));
+  EXPECT_EQ(unknown.converted_calls, 0);
+  ASSERT_EQ(unknown.left.size(), 1u);
+  EXPECT_TRUE(contains(unknown.left[0].reason, "external_input")) << unknown.left[0].reason;
+}
+
+// An aborted communicator (nccl-tests' error path) is forgotten by the runtime: no deregistration
+// or device-communicator destruction on it, so the program's later frees cannot reach it.
+TEST(AnalyzerUserIdioms, AbortForgetsTheCommunicator) {
+  const std::string src = kPrologue +
+                          "int main(int argc, char** argv) {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* g; cudaMalloc(&g, 4096);\n"
+                          "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclResult_t async; ncclCommGetAsyncError(comm, &async);\n"
+                          "  if (async != ncclSuccess) ncclCommAbort(comm); else ncclCommDestroy(comm);\n"
+                          "  cudaFree(g);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(
+      c.source,
+      "if (async != ncclSuccess) braid_converted::comm_abort(comm); else braid_converted::comm_destroy(comm);"))
+      << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(g);")) << c.source;
+}

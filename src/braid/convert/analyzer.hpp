@@ -38,6 +38,8 @@ struct Buffer {
   std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
   std::string path;                   // access path of the allocation site (buffer_flow.hpp): `layers[].w`
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
+  std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
+  int conditional_call_line = 0;      // ... at this line
   int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
   std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };
@@ -87,7 +89,8 @@ struct MacroUse {
   std::size_t expansion_offset = 0;  // where the expansion's tokens are numbered in the analysed token stream
 };
 
-// A communicator creation: ncclCommInitRank(&comm, ...), ncclCommInitRankConfig, ncclCommSplit(.., &comm, ..).
+// A communicator creation: ncclCommInitRank(&comm, ...), ncclCommInitRankConfig, ncclCommInitRankScalable,
+// ncclCommSplit(.., &comm, ..).
 struct CommInit {
   std::size_t call = 0;  // index into calls
   std::string path;      // the communicator it creates
@@ -99,6 +102,15 @@ struct Group {
   int start_line = 0, end_line = 0;
   std::size_t start_call = 0, end_call = 0;  // indices of ncclGroupStart / ncclGroupEnd
   std::vector<std::size_t> members;          // NCCL calls inside
+};
+
+// An ncclGroupStart or ncclGroupEnd that its function does not pair: a scope guard's constructor or
+// destructor (`GroupGuard() { ncclGroupStart(); }`), a wrapper (`void group_begin()`). Which calls
+// run inside such a group is not followed.
+struct GroupBracket {
+  std::string function;
+  int line = 0;
+  bool opens = false;  // ncclGroupStart (else ncclGroupEnd)
 };
 
 struct Loop {
@@ -133,6 +145,7 @@ struct Analysis {
   std::vector<std::string> streams;
   std::vector<std::string> events;
   std::vector<Group> groups;
+  std::vector<GroupBracket> group_brackets;
   std::vector<Loop> loops;
   std::vector<Annotation> annotations;
   std::vector<Issue> unsupported;

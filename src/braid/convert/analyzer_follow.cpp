@@ -220,6 +220,67 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
   }
 }
 
+// A split given no config (NULL) takes its parent's: a split of a non-blocking communicator is
+// non-blocking too, through any number of splits.
+static void inherit_split_modes(Analysis& a) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (CommInit& ci : a.comm_inits) {
+      const Call& c = a.calls[ci.call];
+      if (ci.nonblocking || c.name != "ncclCommSplit" || c.args.size() < 5) continue;
+      const std::string& config = c.args[4].text;
+      if (config != "nullptr" && config != "NULL" && config != "0") continue;
+      const std::string parent = access_path(c.args[0].text, false);
+      ci.nonblocking = std::any_of(a.comm_inits.begin(), a.comm_inits.end(),
+                                   [&](const CommInit& p) { return p.nonblocking && p.path == parent; });
+      changed = changed || ci.nonblocking;
+    }
+  }
+}
+
+void hold_calls_near_group_brackets(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                                    const std::vector<std::size_t>& collectives, Analysis& a) {
+  struct Region {
+    std::size_t from = 0, to = 0;  // code tokens
+    const GroupBracket* bracket = nullptr;
+  };
+  std::vector<Region> regions;
+  std::vector<std::size_t> closings;  // calls of a closing wrapper (`group_end_checked()`)
+  for (const GroupBracket& b : a.group_brackets)
+    if (!b.opens && !b.function.starts_with("~"))
+      for (std::size_t site : flow.call_sites_of(b.function)) closings.push_back(site);
+  for (const GroupBracket& b : a.group_brackets) {
+    for (const FunctionDef& f : flow.functions())
+      if (f.name == b.function) regions.push_back(Region{f.body_open, f.body_close, &b});
+    if (!b.opens) continue;
+    for (std::size_t site : flow.call_sites_of(b.function)) {
+      std::size_t end = site;  // the end of the block the call (or the guard) is in
+      for (int depth = 0; end < toks.size() && depth >= 0; ++end)
+        depth += toks[end].text == "{" ? 1 : toks[end].text == "}" ? -1 : 0;
+      for (std::size_t close : closings)  // or where a closing wrapper is called, in that block
+        if (close > site && close < end) end = close;
+      regions.push_back(Region{site, end, &b});
+    }
+  }
+  std::map<std::string, const GroupBracket*> reached;  // functions called from a region
+  for (const Region& r : regions)
+    for (const std::string& f : flow.reached_between(r.from, r.to)) reached.emplace(f, r.bracket);
+  for (std::size_t ci : collectives) {
+    Call& c = a.calls[ci];
+    auto tok = token_at.find(c.call_begin);
+    if (tok == token_at.end() || !c.unresolved.empty()) continue;
+    const GroupBracket* by = nullptr;
+    for (const Region& r : regions)
+      if (!by && tok->second > r.from && tok->second < r.to) by = r.bracket;
+    if (auto it = reached.find(flow.function_at(tok->second)); !by && it != reached.end()) by = it->second;
+    if (!by) continue;
+    c.unresolved = fmt::format(
+        "may run inside an NCCL group that {}() opens or closes (line {}) unpaired: braid does not follow which calls "
+        "such a group holds, and a converted call must not launch on its own where the original grouped it",
+        by->function, by->line);
+  }
+}
+
 void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
                         Analysis& a) {
   // A non-blocking configuration anywhere in the file (`config.blocking = 0;`, `.blocking = false`).
@@ -230,7 +291,9 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     const Call& c = a.calls[ci];
     int target = -1;
-    if ((c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig") && !c.args.empty()) target = 0;
+    const bool init_rank =
+        c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable";
+    if (init_rank && !c.args.empty()) target = 0;
     else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
     else if (c.name == "ncclCommInitAll") {
       a.single_process_multi_gpu = true;
@@ -240,7 +303,8 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     // nccl-tests' shape: one creation per local GPU, in a loop or several in one group (`-g N`).
     const bool several_here = c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
                                                 return o.group == c.group && (o.name == "ncclCommInitRank" ||
-                                                                              o.name == "ncclCommInitRankConfig");
+                                                                              o.name == "ncclCommInitRankConfig" ||
+                                                                              o.name == "ncclCommInitRankScalable");
                                               }) > 1;
     if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
       a.single_process_multi_gpu = true;
@@ -255,14 +319,16 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     // A helper given the communicator's address: `void init_comm(ncclComm_t* c) { ncclCommInitRank(c, ...); }`.
     else if (tok != token_at.end())
       path = flow.pointee_of_parameter(c.args[(std::size_t)target].text, flow.function_at(tok->second));
-    const std::size_t config =
-        4;  // the config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config)
+    // The config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config),
+    // ncclCommInitRankScalable(.., nId, ids, config).
+    const std::size_t config = c.name == "ncclCommInitRankScalable" ? 5 : 4;
     const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config &&
                             c.args[config].text != "nullptr" && c.args[config].text != "NULL" &&
                             c.args[config].text != "0";
     if (!path.empty() && tok != token_at.end())
       a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second), configured && sets_nonblocking});
   }
+  inherit_split_modes(a);
 }
 
 void match_member_communicators(Analysis& a) {

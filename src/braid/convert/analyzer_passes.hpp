@@ -110,6 +110,13 @@ void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& t
 // inside a group), keeps the reason and stays host NCCL.
 void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& token_at,
                                   const std::vector<std::size_t>& collectives, Analysis& a);
+// Calls that may run inside a group opened by a bracket its function leaves unpaired (a scope
+// guard's constructor, a group_begin() wrapper: Analysis::group_brackets): those in the bracket's
+// function, those after a call of an opening one up to the end of that call's block (where a guard
+// is destroyed) or an earlier call of a closing one there, and those of every function reached
+// from either keep the reason and stay host NCCL, as the group's members are not followed.
+void hold_calls_near_group_brackets(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                                    const std::vector<std::size_t>& collectives, Analysis& a);
 // Communicator creations, and the single-process multi-GPU form (ncclCommInitAll).
 void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
                         Analysis& a);

@@ -88,7 +88,8 @@ const std::vector<std::string>& followed_calls() {
     std::vector<std::string> c = {"ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
                                   "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
                                   "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
-                                  "cudaMallocManaged", "cudaFree",        "cudaFreeAsync"};
+                                  "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
+                                  "ncclCommAbort"};
     for (const NcclSignature& s : nccl_signatures()) c.push_back(s.name);
     return c;
   }();

@@ -137,7 +137,10 @@ class CallWalker {
   bool leave_scope(std::size_t i) {
     if (!is(toks_[i], "}")) return false;
     if (!scopes_.empty()) {
-      if (scopes_.back().kind == Scope::Function) current_function_.clear();
+      if (scopes_.back().kind == Scope::Function) {
+        close_bracket_group();
+        current_function_.clear();
+      }
       scopes_.pop_back();
     }
     if (!scopes_.empty()) current_function_ = scopes_.back().function;
@@ -232,18 +235,30 @@ class CallWalker {
     a_.calls.push_back(c);
   }
 
-  // ncclGroupStart opens a group (never nested), ncclGroupEnd closes it; calls between are members.
+  // ncclGroupStart opens a group, ncclGroupEnd closes it; calls between are members. A nested pair
+  // (NCCL counts the depth) is part of the outer group. A bracket its function leaves unpaired (a
+  // scope guard's constructor or destructor, a wrapper) is a GroupBracket: no group of its own.
   void track_group(Call& c, const Token& t) {
     if (c.name == "ncclGroupStart") {
-      if (open_group_ >= 0)
-        throw UserError(fmt::format("{}:{}", file_, t.line),
-                        fmt::format("nested ncclGroupStart (group opened at line {} is still open)",
-                                    a_.groups[(std::size_t)open_group_].start_line));
+      if (open_group_ >= 0) {
+        ++group_depth_;
+        c.group = open_group_;
+        return;
+      }
       a_.groups.push_back(Group{t.line, 0, a_.calls.size(), 0, {}});
       open_group_ = (int)a_.groups.size() - 1;
+      group_depth_ = 1;
     } else if (c.name == "ncclGroupEnd") {
-      if (open_group_ < 0)
-        throw UserError(fmt::format("{}:{}", file_, t.line), "ncclGroupEnd without a matching ncclGroupStart");
+      if (open_group_ < 0) {
+        if (!called_in_file(current_function_))
+          throw UserError(fmt::format("{}:{}", file_, t.line), "ncclGroupEnd without a matching ncclGroupStart");
+        a_.group_brackets.push_back(GroupBracket{current_function_, t.line, false});
+        return;
+      }
+      if (--group_depth_ > 0) {
+        c.group = open_group_;
+        return;
+      }
       a_.groups[(std::size_t)open_group_].end_line = t.line;
       a_.groups[(std::size_t)open_group_].end_call = a_.calls.size();
       c.group = open_group_;
@@ -251,6 +266,25 @@ class CallWalker {
     } else {
       c.group = open_group_;
     }
+  }
+
+  // A helper called (or a class constructed: its destructor runs) somewhere in this file.
+  bool called_in_file(const std::string& function) const {
+    return !flow_.call_sites_of(function.starts_with("~") ? function.substr(1) : function).empty();
+  }
+
+  // At the end of a function body: a group still open was opened for a caller (a guard, a wrapper).
+  void close_bracket_group() {
+    if (open_group_ < 0) return;
+    const Group g = a_.groups[(std::size_t)open_group_];
+    if (!called_in_file(current_function_))  // main, or a function nobody here calls: the program's own error
+      throw UserError(fmt::format("{}:{}", file_, g.start_line), "ncclGroupStart without a matching ncclGroupEnd");
+    a_.group_brackets.push_back(GroupBracket{current_function_, g.start_line, true});
+    for (Call& c : a_.calls)
+      if (c.group == open_group_) c.group = -1;
+    a_.groups.erase(a_.groups.begin() + open_group_);
+    open_group_ = -1;
+    group_depth_ = 0;
   }
 
   // A data-moving NCCL call: its stream, its send/receive variables, its group membership.
@@ -304,6 +338,9 @@ class CallWalker {
     b.line = c.line;
     b.alloc_call = a_.calls.size();
     b.conditional = flow_.conditional(i);
+    // A helper or constructor that some rank may not call allocates on some ranks only.
+    std::tie(b.conditional_caller, b.conditional_call_line) = flow_.conditional_caller(flow_.function_at(i));
+    b.conditional = b.conditional || b.conditional_call_line > 0;
     const std::string last =
         path.substr(path.find_last_of(".]") == std::string::npos ? 0 : path.find_last_of(".]") + 1);
     auto pt = pointer_types_.find(last.empty() ? split_root(path).first : last);
@@ -337,6 +374,7 @@ class CallWalker {
   Analysis& a_;
   std::vector<Scope> scopes_;
   int open_group_ = -1;
+  int group_depth_ = 0;             // nested ncclGroupStart calls open in open_group_
   int single_statement_loop_ = -1;  // loop whose body is one statement without braces
   std::size_t single_statement_end_depth_ = 0;
   std::string current_function_;

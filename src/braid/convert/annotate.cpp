@@ -65,7 +65,7 @@ bool is_stop_call(const std::vector<Token>& code, std::size_t k) {
                                                      "cudaPeekAtLastError"};
   static const std::set<std::string> stop_names = {
       "adopt_harness", "release_harness", "sym_malloc", "sym_free", "sym_nccl_alloc", "sym_nccl_free", "comm_destroy", "comm_finalize",
-      "harness_main", "init_comm", "bootstrap_rank", "printf", "fprintf", "puts", "exit", "abort", "cublasCreate", "cublasDestroy"};
+      "comm_abort", "harness_main", "init_comm", "bootstrap_rank", "printf", "fprintf", "puts", "exit", "abort", "cublasCreate", "cublasDestroy"};
   if (starts_with(n, "nccl")) return true;
   if (starts_with(n, "cuda") && !allowed_cuda.count(n)) return true;
   if (starts_with(n, "MPI_")) return true;

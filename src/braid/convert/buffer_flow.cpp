@@ -22,6 +22,25 @@ std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::si
   return end;
 }
 
+std::pair<std::size_t, std::size_t> qualified_call(const std::vector<Token>& t) {
+  const std::pair<std::size_t, std::size_t> none{SIZE_MAX, SIZE_MAX};
+  std::size_t name = !t.empty() && t[0].text == "::" ? 1 : 0;
+  while (name + 2 < t.size() && t[name].kind == TokenKind::Identifier && t[name + 1].text == "::") name += 2;
+  if (name >= t.size() || t[name].kind != TokenKind::Identifier) return none;
+  std::size_t open = name + 1;
+  if (open < t.size() && t[open].text == "<") {
+    int depth = 0;
+    for (; open < t.size(); ++open) {
+      if (t[open].text == "<") ++depth;
+      else if (t[open].text == ">" && --depth == 0) break;
+      else if (t[open].text == ">>" && (depth -= 2) <= 0) break;
+    }
+    ++open;
+  }
+  if (open >= t.size() || t[open].text != "(" || match_forward(t, open, t.size()) + 1 != t.size()) return none;
+  return {name, open};
+}
+
 std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::size_t end) {
   std::size_t e = from;
   for (int depth = 0; e < end && !(depth == 0 && t[e].text == ";"); ++e)
@@ -273,6 +292,7 @@ std::vector<std::string> parameter_names(const std::vector<Token>& code, std::si
 BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditional_(code.size(), false) {
   // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
   collect_classes();
+  collect_smart_types();
   std::size_t function_end = 0;  // inside a function body until this token
   for (std::size_t i = 0; i < code.size(); ++i) {
     if (i < function_end || code[i].text != "{") continue;
@@ -335,7 +355,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
           ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" || before.text == "&" ||
                                                       before.text == ">" || before.text == ",")) ||
           type_word(prev);
-      if (declared && code_[k + 1].text == "=" && code_[k + 1].text != "==") {
+      // `device_ptr<float> buf = make_device<float>(n)`: a template type declares too.
+      if ((declared || prev.text == ">") && code_[k + 1].text == "=") {
         std::size_t e = k + 2;
         int depth = 0;
         for (; e < f.body_close; ++e) {
@@ -351,6 +372,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         const std::string init = join(code_, k + 2, e);
         if (init != "nullptr" && init != "NULL" && init != "0")
           aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&"});
+      } else if (const std::string owned = smart_initialiser(k, f.body_close); !owned.empty()) {
+        aliases_[f.name].push_back(Alias{t.text, owned, k, block_end[k], false});
       } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
         std::size_t open = k;
         while (open > f.body_open && code_[open].text != "(") --open;
@@ -511,6 +534,18 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       resolve_into(b, function, at, depth, out, stack);
       if (!out.reason.empty()) return;
     }
+    return;
+  }
+  if (const std::string owned = owned_pointer(expr); !owned.empty()) {
+    std::string compact = expr;  // `buf.get()`: the smart pointer `buf` may be given another pointer later
+    std::erase(compact, ' ');
+    if (const int line = compact.ends_with(".get()") ? repointed(split_root(access_path(owned, false)).first) : 0) {
+      out.reason = fmt::format("`{}` owns another pointer from line {} on (reset, swap or assignment): not followed",
+                               owned, line);
+      return;
+    }
+    out.via.push_back(fmt::format("`{}` is the pointer `{}` owns", expr, owned));
+    resolve_into(owned, function, at, depth, out, stack);
     return;
   }
   const std::string path = access_path(expr, false);

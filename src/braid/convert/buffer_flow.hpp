@@ -91,6 +91,13 @@ class BufferFlow {
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
+  // The first call (or construction) under a condition of `function` or of a function calling it
+  // (transitively), a constructor's class counting as constructed with each class holding it as a
+  // member, or a construction braid cannot see (a container's element): code in `function` may
+  // run on some ranks only. {"", 0} when none is.
+  std::pair<std::string, int> conditional_caller(const std::string& function) const;
+  // Where `function` is called (or its class constructed): the code token of each call site.
+  std::vector<std::size_t> call_sites_of(const std::string& function) const;
 
   // An allocation's target `path` (written in `function` before code token `at`) named as the
   // object it is part of: through references (`auto& L = layers[l]`, range-for
@@ -125,6 +132,13 @@ class BufferFlow {
   std::string stored_field(std::size_t k) const;
   const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
+  bool is_class(const std::string& name) const;
+  // The classes with a member of class `cls` (`struct Model { Buffer<float> w{n}; };`): each
+  // construction of one constructs it.
+  std::vector<std::string> classes_holding(const std::string& cls) const;
+  // The line where `cls` is a template argument that constructs it out of braid's sight
+  // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`); 0 when there is none.
+  int hidden_construction(const std::string& cls) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
   std::string owner_of(const std::string& function) const;
@@ -148,6 +162,16 @@ class BufferFlow {
   };
   ArrayInit array_initialiser(const std::string& function, const std::string& root, std::size_t at) const;
   const FunctionDef* returning_helper(const std::string& expr) const;
+  // The raw pointer a smart pointer expression owns: `buf.get()` -> `buf`, `std::unique_ptr<T, D>(p)`
+  // or `device_ptr<T>(p)` (an alias of a smart pointer type) -> `p`; "" for any other form.
+  std::string owned_pointer(const std::string& expr) const;
+  // Where the smart pointer named `name` is given another pointer (`name.reset(q)`, `name.swap(o)`,
+  // `std::swap(name, o)`, `name = ...` after its declaration); 0 when nowhere.
+  int repointed(const std::string& name) const;
+  void collect_smart_types();
+  // `std::unique_ptr<float, CudaFree> buf(p)` / `device_ptr<float> buf{p}` declaring the name at code
+  // token k: `p`; "" for any other declaration.
+  std::string smart_initialiser(std::size_t k, std::size_t end) const;
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
   bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
@@ -207,6 +231,7 @@ class BufferFlow {
     std::size_t open = 0, close = 0;
   };
   std::vector<ClassBody> classes_;
+  std::set<std::string> smart_types_;  // unique_ptr, shared_ptr and the file's aliases of them
   std::map<std::string, std::vector<MemberWrite>> member_writes_;  // "Class::field" -> its writes
   std::set<std::string> member_addressed_;  // "Class::field" also written through `&field` (an allocation, a creation)
 };

@@ -120,8 +120,9 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
 void BufferFlow::collect_classes() {
   for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
     const std::string& x = code_[k].text;
+    // `enum class E`, and a template's parameters (`template <class T> class Buffer`) are no class.
     if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier ||
-        (k > 0 && code_[k - 1].text == "enum"))
+        (k > 0 && (code_[k - 1].text == "enum" || code_[k - 1].text == "<" || code_[k - 1].text == ",")))
       continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
@@ -131,6 +132,50 @@ void BufferFlow::collect_classes() {
     if (j < code_.size() && code_[j].text == "{")
       classes_.push_back(ClassBody{code_[k + 1].text, j, match_forward(code_, j, code_.size())});
   }
+}
+
+bool BufferFlow::is_class(const std::string& name) const {
+  return std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return c.name == name; });
+}
+
+// Past `name` at code token k and its template arguments, if any (k + 1 when they do not close).
+static std::size_t past_template_arguments(const std::vector<Token>& code, std::size_t k) {
+  if (k + 1 >= code.size() || code[k + 1].text != "<") return k + 1;
+  const std::size_t after = after_template_args(code, k + 1, code.size());
+  return after == SIZE_MAX ? k + 1 : after;
+}
+
+std::vector<std::string> BufferFlow::classes_holding(const std::string& cls) const {
+  std::vector<std::string> out;
+  for (const ClassBody& k : classes_) {
+    int depth = 0;  // members only: not in a member function's body or parameters
+    for (std::size_t j = k.open + 1; k.name != cls && j < k.close; ++j) {
+      const std::string& x = code_[j].text;
+      if (x == "{" || x == "(") ++depth;
+      else if (x == "}" || x == ")") --depth;
+      else if (depth == 0 && x == cls) {
+        const std::size_t name = past_template_arguments(code_, j);  // a value member, not `T*`, `T&`, `T f()`
+        if (name + 1 < k.close && code_[name].kind == TokenKind::Identifier && code_[name + 1].text != "(") {
+          out.push_back(k.name);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int BufferFlow::hidden_construction(const std::string& cls) const {
+  for (std::size_t k = 2; k < code_.size(); ++k) {
+    if (code_[k].text != cls || (code_[k - 1].text != "<" && code_[k - 1].text != ",")) continue;
+    const std::string& holder = code_[k - 2].text;  // made by make_unique/new, seen as constructions
+    if (code_[k - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
+      continue;
+    const std::size_t after = past_template_arguments(code_, k);
+    if (after < code_.size() && (code_[after].text == "*" || code_[after].text == "&")) continue;
+    return code_[k].line;
+  }
+  return 0;
 }
 
 // The fields a member function writes: its member-initialiser list (from `init_colon`), `field = x;`
@@ -160,35 +205,47 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
 }
 
 // A construction of a class with a constructor in this file (`Trainer t(comm, n)`, `Trainer t{...}`,
-// `std::make_unique<Trainer>(...)`; `Trainer(...)` and `new Trainer(...)` are calls already): a call
-// site of the constructor, whose parameters the member-initialiser list reads.
+// `Buffer<float> b(n)`, `new Buffer<float>(n)`, `std::make_unique<Trainer>(...)`, `GroupGuard g;`;
+// `Trainer(...)` and `new Trainer(...)` are calls already): a call site of the constructor, whose
+// parameters the member-initialiser list reads.
 void BufferFlow::record_construction(std::size_t k, const std::string& caller, std::size_t end) {
-  const auto has_constructor = [&](const std::string& cls) {
-    return std::any_of(functions_.begin(), functions_.end(),
-                       [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
+  const auto has_constructor = [&](const std::string& cls) {  // or members that may have one
+    return is_class(cls) || std::any_of(functions_.begin(), functions_.end(),
+                                        [&](const FunctionDef& f) { return f.name == cls && f.owner == cls; });
   };
   std::string cls;
   std::size_t open = 0;
   const Token& t = code_[k];
-  // `Name<args> var(...)`: the variable after the template arguments.
-  const std::size_t v = k + 1 < end && code_[k + 1].text == "<" ? after_template_args(code_, k + 1, end) : k + 1;
-  if (v != SIZE_MAX && v + 1 < end && code_[v].kind == TokenKind::Identifier &&
-      (code_[v + 1].text == "(" || code_[v + 1].text == "{")) {
+  // A class template's arguments (`DeviceBuffer<float> grads(n)`) are skipped.
+  const bool maker = t.text == "make_unique" || t.text == "make_shared";
+  const std::size_t after = past_template_arguments(code_, k);
+  if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`
+    if (after > k + 1 && after < end && code_[after].text == "(" && k + 2 < end) cls = code_[k + 2].text;
+    open = after;
+  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier &&
+             (code_[after + 1].text == "(" || code_[after + 1].text == "{")) {
     cls = t.text;
-    open = v + 1;
-  } else if (v != SIZE_MAX && v > k + 1 && v < end && code_[v].text == "(" && has_constructor(t.text)) {
-    // `Name<args>(...)`, `new Name<args>(...)`
+    open = after + 1;
+  } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier && code_[after + 1].text == ";" &&
+             (k == 0 || code_[k - 1].text != "return")) {
+    cls = t.text;  // `GroupGuard guard;`: the default constructor runs
+    open = after + 1;
+  } else if (after < end && code_[after].text == "{" && code_[k - 1].text != ")") {
     cls = t.text;
-    open = v;
-  } else if (k + 1 < end && code_[k + 1].text == "{" && code_[k - 1].text != ")") {
+    open = after;
+  } else if (after > k + 1 && after < end && code_[after].text == "(") {  // `Buffer<float>(n)`, `new Buffer<float>(n)`
     cls = t.text;
-    open = k + 1;
-  } else if ((t.text == "make_unique" || t.text == "make_shared") && k + 4 < end && code_[k + 1].text == "<" &&
-             code_[k + 3].text == ">" && code_[k + 4].text == "(") {
-    cls = code_[k + 2].text;
-    open = k + 4;
+    open = after;
+  } else if (k > 0 && code_[k - 1].text == "new" && after < end &&
+             (code_[after].text == "(" || code_[after].text == ";")) {  // `new Model()`, `new Model;`
+    cls = t.text;
+    open = after;
   }
   if (cls.empty() || !has_constructor(cls)) return;
+  if (code_[open].text == ";") {
+    calls_[cls].push_back(CallSite{caller, {}, k, t.line});
+    return;
+  }
   const std::size_t close = match_forward(code_, open, end);
   calls_[cls].push_back(CallSite{caller, split_top(code_, open, close), k, t.line});
 }

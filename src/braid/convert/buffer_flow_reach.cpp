@@ -240,24 +240,15 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   return out;
 }
 
-// The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`), if any.
+// The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`,
+// `util::make_device<float>(n)`), if any.
 const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
   LexResult lr = lex(expr);
   const std::vector<Token> t = code_tokens(lr.tokens);
-  if (t.size() < 3 || t[0].kind != TokenKind::Identifier) return nullptr;
-  std::size_t open = 1;
-  if (t[1].text == "<") {
-    int depth = 0;
-    for (; open < t.size(); ++open) {
-      if (t[open].text == "<") ++depth;
-      else if (t[open].text == ">" && --depth == 0) break;
-      else if (t[open].text == ">>" && (depth -= 2) <= 0) break;
-    }
-    ++open;
-  }
-  if (open >= t.size() || t[open].text != "(" || match_forward(t, open, t.size()) + 1 != t.size()) return nullptr;
+  const std::size_t name = qualified_call(t).first;
+  if (name == SIZE_MAX) return nullptr;
   for (const FunctionDef& f : functions_)
-    if (f.name == t[0].text) return &f;
+    if (f.name == t[name].text) return &f;
   return nullptr;
 }
 
@@ -351,6 +342,33 @@ std::string BufferFlow::callers_reach(const std::string& function, const std::se
       for (const CallSite& c : it->second) pending.push_back(c.caller);
   }
   return "";
+}
+
+std::pair<std::string, int> BufferFlow::conditional_caller(const std::string& function) const {
+  std::set<std::string> seen;
+  std::vector<std::string> pending = {function};
+  while (!pending.empty()) {
+    const std::string f = pending.back();
+    pending.pop_back();
+    if (f.empty() || !seen.insert(f).second) continue;
+    if (is_class(f)) {  // a constructor also runs where its class is a member, or an element
+      if (const int line = hidden_construction(f)) return {f, line};
+      for (const std::string& holder : classes_holding(f)) pending.push_back(holder);
+    }
+    if (auto it = calls_.find(f); it != calls_.end())
+      for (const CallSite& c : it->second) {
+        if (conditional(c.token)) return {f, c.line};
+        pending.push_back(c.caller);
+      }
+  }
+  return {"", 0};
+}
+
+std::vector<std::size_t> BufferFlow::call_sites_of(const std::string& function) const {
+  std::vector<std::size_t> sites;
+  if (auto it = calls_.find(function); it != calls_.end())
+    for (const CallSite& c : it->second) sites.push_back(c.token);
+  return sites;
 }
 
 std::set<std::string> BufferFlow::reached_between(std::size_t from, std::size_t to) const {

@@ -12,6 +12,74 @@ namespace braid::convert {
 
 using namespace flow_tokens;
 
+// `using device_ptr = std::unique_ptr<T, CudaFree>;` (also under a template) and
+// `typedef std::shared_ptr<float> FloatPtr;` name smart pointer types as std's own names do.
+void BufferFlow::collect_smart_types() {
+  smart_types_ = {"unique_ptr", "shared_ptr"};
+  const auto smart_at = [&](std::size_t j) {
+    while (j + 1 < code_.size() && (code_[j].text == "::" || (code_[j].text == "std" && code_[j + 1].text == "::")))
+      ++j;
+    return j < code_.size() && smart_types_.count(code_[j].text) > 0;
+  };
+  for (std::size_t k = 0; k + 3 < code_.size(); ++k) {
+    if (code_[k].text == "using" && code_[k + 1].kind == TokenKind::Identifier && code_[k + 2].text == "=" &&
+        smart_at(k + 3))
+      smart_types_.insert(code_[k + 1].text);
+    if (code_[k].text == "typedef" && smart_at(k + 1)) {
+      const std::size_t e = statement_end(code_, k, code_.size());
+      if (e < code_.size() && code_[e - 1].kind == TokenKind::Identifier) smart_types_.insert(code_[e - 1].text);
+    }
+  }
+}
+
+std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const {
+  if (k < 2 || k + 1 >= end || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) return "";
+  std::size_t type = k - 1;
+  if (code_[type].text == ">") {  // back to the template's '<'
+    for (int depth = 0; type > 0; --type) {
+      if (code_[type].text == ">") ++depth;
+      else if (code_[type].text == "<" && --depth == 0) break;
+    }
+    --type;
+  }
+  if (!smart_types_.count(code_[type].text)) return "";
+  const std::size_t close = match_forward(code_, k + 1, end);
+  const std::vector<std::string> args = split_top(code_, k + 1, close);
+  return args.empty() ? "" : args.front();
+}
+
+int BufferFlow::repointed(const std::string& name) const {
+  for (std::size_t k = 1; k + 3 < code_.size(); ++k) {
+    if (code_[k].text != name) continue;
+    const std::string& prev = code_[k - 1].text;
+    const bool method = code_[k + 1].text == "." && code_[k + 3].text == "(" &&
+                        ((code_[k + 2].text == "reset" && k + 4 < code_.size() && code_[k + 4].text != ")") ||
+                         code_[k + 2].text == "swap");
+    const bool swapped = prev == "(" && k >= 2 && code_[k - 2].text == "swap";
+    const bool assigned = code_[k + 1].text == "=" && (prev == ";" || prev == "{" || prev == "}");
+    if (method || swapped || assigned) return code_[k].line;
+  }
+  return 0;
+}
+
+std::string BufferFlow::owned_pointer(const std::string& expr) const {
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  const std::size_t n = t.size();
+  if (addr || n == 0) return "";
+  // `.get()` of a class of this file is its own accessor (follow_accessor), not a smart pointer's.
+  const bool file_get = std::any_of(functions_.begin(), functions_.end(),
+                                    [](const FunctionDef& f) { return f.name == "get" && !f.owner.empty(); });
+  if (n > 4 && t[n - 4].text == "." && t[n - 3].text == "get" && t[n - 2].text == "(" && t[n - 1].text == ")" &&
+      !file_get)
+    return join(t, 0, n - 4);
+  const auto [name, open] = qualified_call(t);
+  if (name == SIZE_MAX || !smart_types_.count(t[name].text)) return "";
+  const std::vector<std::string> args = split_top(t, open, n - 1);
+  return args.empty() ? "" : args.front();
+}
+
 // A local alias declared before the use (the nearest one): followed to what it was set to.
 bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest, const std::string& path,
                                const std::string& function, std::size_t at, int depth, Resolution& out,
@@ -33,6 +101,19 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
       resolve_into(field, function, best->token, depth, out, stack);
       if (!out.reason.empty()) break;
     }
+  } else if (const std::vector<std::string> branches =
+                 base.empty() ? ternary_branches(best->init) : std::vector<std::string>{};
+             !branches.empty()) {
+    // `int* in = in_place ? recv + rank * n : send`: either buffer, decided at run time.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    for (const std::string& b : branches) {
+      resolve_into(b + rest, function, best->token, depth, out, stack);
+      if (!out.reason.empty()) break;
+    }
+  } else if (const std::string owned = base.empty() ? owned_pointer(best->init) : ""; !owned.empty()) {
+    // `auto buf = std::unique_ptr<float, CudaFree>(p)`: the pointer it owns.
+    out.via.push_back(fmt::format("{} = {} (line {}) owns {}", root, best->init, code_[best->token].line, owned));
+    resolve_into(owned + rest, function, best->token, depth, out, stack);
   } else if (base.empty()) {
     // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
     // itself is what the program names; an allocation through it must still be found by path.

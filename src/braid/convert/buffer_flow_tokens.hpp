@@ -1,6 +1,8 @@
 // Token helpers shared by the buffer_flow*.cpp files (internal to BufferFlow).
 #pragma once
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/convert/lexer.hpp"
@@ -22,6 +24,9 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
 std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::size_t end);
 // Removes casts, outer parentheses and `&`; `addr` tells whether an `&` was removed.
 std::vector<Token> strip(std::vector<Token> t, bool& addr);
+// `[ns ::]* name [<...>] ( args )` spanning all of t: the indices of name and of its '(';
+// {SIZE_MAX, SIZE_MAX} for any other form.
+std::pair<std::size_t, std::size_t> qualified_call(const std::vector<Token>& t);
 // `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.
 std::vector<std::string> ternary_branches(const std::string& expr);
 

@@ -146,10 +146,10 @@ int line_of(const std::string& text, std::size_t pos) {
 // The declarations of the replacements a rewrite may call (sym_malloc, all_reduce<SITE>, ...):
 // the folded prelude's interface, so the model knows the signatures without the bodies.
 std::string replacement_api(const std::string& prelude) {
-  static const std::set<std::string> kPublic = {"sym_malloc",     "sym_nccl_alloc", "sym_free",    "sym_nccl_free",
-                                                "comm_destroy",   "comm_finalize",  "all_gather",  "all_reduce",
-                                                "reduce_scatter", "broadcast",      "bcast",       "all_to_all",
-                                                "send",           "recv",           "group_start", "group_end"};
+  static const std::set<std::string> kPublic = {
+      "sym_malloc", "sym_nccl_alloc", "sym_free",   "sym_nccl_free",  "comm_destroy", "comm_finalize",
+      "comm_abort", "all_gather",     "all_reduce", "reduce_scatter", "broadcast",    "bcast",
+      "all_to_all", "send",           "recv",       "group_start",    "group_end"};
   std::vector<std::string> lines;
   {
     std::istringstream in(prelude);

@@ -171,11 +171,15 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   if (c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize")
     return {c.name == "ncclCommDestroy" ? "braid_converted::comm_destroy" : "braid_converted::comm_finalize",
             "device communicator destroyed and windows deregistered before the communicator goes"};
+  if (c.name == "ncclCommAbort")
+    return {"braid_converted::comm_abort",
+            "the runtime forgets the communicator (no deregistration on an aborted one); later frees only ncclMemFree"};
   if (plan.bound_init && plan.bound_init->call == i)
     return {
-        c.name == "ncclCommInitRank" ? "braid_converted::comm_init_rank"
-        : c.name == "ncclCommSplit"  ? "braid_converted::comm_split"
-                                     : "braid_converted::comm_init_rank_config",
+        c.name == "ncclCommInitRank"           ? "braid_converted::comm_init_rank"
+        : c.name == "ncclCommSplit"            ? "braid_converted::comm_split"
+        : c.name == "ncclCommInitRankScalable" ? "braid_converted::comm_init_rank_scalable"
+                                               : "braid_converted::comm_init_rank_config",
         "binds the converted runtime to `" + plan.bound +
             "`: windows for the symmetric allocations so far and the device communicator are made here, on every rank"};
   return {"", ""};
@@ -252,6 +256,31 @@ void hook_harness(const Analysis& a, const std::string& source, Conversion& conv
   }
 }
 
+// A release function used as a value (`std::unique_ptr<float, decltype(&cudaFree)> p(raw, &cudaFree)`,
+// `std::shared_ptr<float>(raw, cudaFree)`, a stored callback): it frees whatever it is given,
+// symmetric allocations included, so it becomes the run-time lookup too (the same signature).
+void release_values(const Analysis& a, const std::string& source, Conversion& conv, Rewrite& rw) {
+  static const std::map<std::string, std::string> kLookup = {{"cudaFree", "braid_converted::sym_free"},
+                                                             {"ncclMemFree", "braid_converted::sym_nccl_free"},
+                                                             {"cudaFreeAsync", "braid_converted::sym_free_async"}};
+  const std::vector<Token> toks = code_tokens(lex(source).tokens);
+  for (std::size_t i = 1; i + 1 < toks.size(); ++i) {
+    auto it = kLookup.find(toks[i].text);
+    const std::string& prev = toks[i - 1].text;
+    if (it == kLookup.end() || toks[i + 1].text == "(" || prev == "." || prev == "->" ||
+        (prev == "::" && i >= 2 && toks[i - 2].kind == TokenKind::Identifier))
+      continue;
+    // A macro use read as its expansion is rewritten whole (its calls are call sites of their own).
+    if (std::any_of(a.macro_uses.begin(), a.macro_uses.end(),
+                    [&](const MacroUse& m) { return toks[i].offset >= m.begin && toks[i].offset < m.end; }))
+      continue;
+    rw.edits.push_back(Edit{toks[i].offset, toks[i].end, it->second});
+    conv.changes.push_back(Change{toks[i].line, "A", "infrastructure", toks[i].text, it->second,
+                                  "a release function used as a value (a deleter, a callback) frees by the allocator "
+                                  "that made the pointer, looked up at run time"});
+  }
+}
+
 }  // namespace
 
 // After the last #include, outside any #if block: an include under `#ifdef MULTI_GPU` would put
@@ -301,6 +330,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   bracket_groups(a, conv, rw);
   conv.call_sites = rw.next_site;
   if (conv.converted_calls > 0) move_to_symmetric_memory(a, plan, conv, rw);
+  if (conv.converted_calls > 0) release_values(a, source, conv, rw);
   if (a.uses_harness && conv.converted_calls > 0) hook_harness(a, source, conv, rw);
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   if (conv.converted_calls > 0) {
@@ -385,6 +415,7 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"sym_nccl_free", "ncclMemFree"},
       {"comm_destroy", "ncclCommDestroy"},
       {"comm_finalize", "ncclCommFinalize"},
+      {"comm_abort", "ncclCommAbort"},
       {"group_start", "ncclGroupStart"},
       {"group_end", "ncclGroupEnd"},
       {"adopt_harness", ""},
@@ -392,7 +423,8 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"sym_free_async", "cudaFreeAsync"},
       {"comm_init_rank", "ncclCommInitRank"},
       {"comm_split", "ncclCommSplit"},
-      {"comm_init_rank_config", "ncclCommInitRankConfig"}};
+      {"comm_init_rank_config", "ncclCommInitRankConfig"},
+      {"comm_init_rank_scalable", "ncclCommInitRankScalable"}};
   std::string text = source;
   const std::vector<Token> toks = code_tokens(lex(source).tokens);
   // Generated namespaces hold library code (fallback NCCL calls on parameters): blanked, newlines kept.

@@ -111,6 +111,12 @@ std::string own_reason(const Analysis& a, const Call& c) {
       if (b.registered_line > 0)
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                "): a second registration as a window is not made";
+      if (b.conditional_call_line > 0)
+        return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) + ") in " + b.conditional_caller +
+               "(), which may run on some ranks only (called under a condition, or constructed out of braid's sight, "
+               "at line " +
+               std::to_string(b.conditional_call_line) +
+               "): ranks may allocate differently, and window registration is collective";
       if (b.conditional)
         return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
                "): ranks may allocate differently, and window registration is collective";
@@ -142,11 +148,16 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
     const auto made = std::find_if(a.comm_inits.begin(), a.comm_inits.end(), [&](const CommInit& init) {
       return init.nonblocking && init.path == c.comm_paths.front();
     });
-    if (made != a.comm_inits.end())
+    const Call* creation = made == a.comm_inits.end() ? nullptr : &a.calls[made->call];
+    const bool inherited =
+        creation && creation->name == "ncclCommSplit" && creation->args.size() > 4 &&
+        (creation->args[4].text == "NULL" || creation->args[4].text == "nullptr" || creation->args[4].text == "0");
+    if (creation)
       p.reason[ci] = fmt::format(
-          "on `{}`, created non-blocking (line {}, with `blocking = 0` in its config): NCCL registers no symmetric "
-          "window on a non-blocking communicator: host NCCL",
-          made->path, a.calls[made->call].line);
+          "on `{}`, created non-blocking (line {}, {}): NCCL registers no symmetric window on a non-blocking "
+          "communicator: host NCCL",
+          made->path, creation->line,
+          inherited ? "split with no config from a non-blocking parent" : "with `blocking = 0` in its config");
   }
   std::map<std::string, int> comm_votes;
   for (std::size_t ci : collectives)

@@ -59,6 +59,12 @@ inline ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniq
   if (made_nonblocking(r, *comm, nonblocking_config(config, env_nonblocking()))) return r;
   return bind_created(r, *comm);
 }
+inline ncclResult_t comm_init_rank_scalable(ncclComm_t* comm, int nranks, int rank, int nIds, ncclUniqueId* ids,
+                                            ncclConfig_t* config) {
+  const ncclResult_t r = ncclCommInitRankScalable(comm, nranks, rank, nIds, ids, config);
+  if (made_nonblocking(r, *comm, nonblocking_config(config, env_nonblocking()))) return r;
+  return bind_created(r, *comm);
+}
 inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t* comm, ncclConfig_t* config) {
   const ncclResult_t r = ncclCommSplit(parent, color, key, comm, config);
   if (made_nonblocking(r, *comm, nonblocking_config(config, state().nonblocking.count(parent) > 0))) return r;
@@ -67,6 +73,28 @@ inline ncclResult_t comm_split(ncclComm_t parent, int color, int key, ncclComm_t
 inline ncclResult_t comm_destroy(ncclComm_t comm) {
   teardown(comm);
   return ncclCommDestroy(comm);
+}
+// An aborted communicator (an error path, a failed peer) takes no more calls: nothing is
+// deregistered or destroyed on it (those are collective, and its peers may be gone); the runtime
+// forgets it, so later frees of symmetric allocations only ncclMemFree them.
+inline ncclResult_t comm_abort(ncclComm_t comm) {
+  State& s = state();
+  s.nonblocking.erase(comm);
+  if (s.comm == comm) {
+    for (Allocation& a : s.allocations)
+      if (!a.external) a.win = nullptr;
+    if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
+    if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
+    s.dev_windows = nullptr;
+    s.dev_plans = nullptr;
+    s.mailbox = nullptr;  // left allocated: its window went with the aborted communicator
+    s.mailbox_win = nullptr;
+    s.sequencer = braid::convert_p2p::P2pSequencer();
+    s.dc_made = false;
+    s.comm = nullptr;
+    s.bound_at_creation = false;
+  }
+  return ncclCommAbort(comm);
 }
 inline ncclResult_t comm_finalize(ncclComm_t comm) {
   teardown(comm);
