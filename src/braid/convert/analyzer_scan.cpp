@@ -85,11 +85,12 @@ void header_directives(const std::filesystem::path& header, const Token& at, con
 // creation and destruction, allocations and releases.
 const std::vector<std::string>& followed_calls() {
   static const std::vector<std::string> calls = [] {
-    std::vector<std::string> c = {"ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
-                                  "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
-                                  "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
-                                  "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
-                                  "ncclCommAbort"};
+    std::vector<std::string> c = {
+        "ncclGroupStart",    "ncclGroupEnd",    "ncclCommInitRank", "ncclCommInitRankConfig",
+        "ncclCommSplit",     "ncclCommInitAll", "ncclCommDestroy",  "ncclCommFinalize",
+        "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
+        "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
+        "ncclCommAbort"};
     for (const NcclSignature& s : nccl_signatures()) c.push_back(s.name);
     return c;
   }();
