@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
@@ -51,22 +52,32 @@ std::filesystem::path find_header(const std::string& name, const std::filesystem
   return {};
 }
 
+// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
+// was met before or cannot be read or lexed (the compiler will say).
+struct HeaderText {
+  std::string text;
+  LexResult lexed;
+};
+std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen) {
+  std::error_code ec;
+  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64)
+    return std::nullopt;
+  try {
+    HeaderText h{read_file(header), {}};
+    h.lexed = lex(h.text);
+    if (h.lexed.error.empty()) return h;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 // A header's preprocessor lines, its own quoted includes' first, numbered at `at` (the include in
 // the analysed file). A header that cannot be read or lexed adds nothing (the compiler will say).
 void header_directives(const std::filesystem::path& header, const Token& at, const std::vector<std::string>& dirs,
                        std::set<std::string>& seen, std::vector<Token>& out) {
-  std::error_code ec;
-  const std::string key = std::filesystem::weakly_canonical(header, ec).string();
-  if (!seen.insert(key).second || seen.size() > 64) return;
-  std::string text;
-  try {
-    text = read_file(header);
-  } catch (const std::exception&) {
-    return;
-  }
-  const LexResult lr = lex(text);
-  if (!lr.error.empty()) return;
-  for (const Token& t : lr.tokens) {
+  const std::optional<HeaderText> read = lex_header_once(header, seen);
+  if (!read) return;
+  for (const Token& t : read->lexed.tokens) {
     if (t.kind != TokenKind::Preprocessor) continue;
     if (const std::string name = quoted_include(t.text); !name.empty()) {
       if (const auto nested = find_header(name, header.parent_path(), dirs); !nested.empty())
@@ -109,16 +120,10 @@ std::vector<std::size_t> line_starts(const std::string& text) {
 void header_code(const std::filesystem::path& header, const std::string& name, const Token& at,
                  const std::vector<std::string>& dirs, std::set<std::string>& seen, HeaderCode& out,
                  std::vector<Token>& toks) {
-  std::error_code ec;
-  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64) return;
-  std::string text;
-  try {
-    text = read_file(header);
-  } catch (const std::exception&) {
-    return;
-  }
-  const LexResult lr = lex(text);
-  if (!lr.error.empty()) return;
+  const std::optional<HeaderText> read = lex_header_once(header, seen);
+  if (!read) return;
+  const std::string& text = read->text;
+  const LexResult& lr = read->lexed;
   const std::vector<Token> code = code_tokens(lr.tokens);
   const std::vector<std::string>& followed = followed_calls();
   bool calls = false;
