@@ -131,3 +131,31 @@ TEST(AnalyzerSyntaxForms, MapsOfBuffersAndStructuredBindings) {
   EXPECT_EQ(c.converted_calls, 3);
   EXPECT_TRUE(c.left.empty());
 }
+
+// A tensor-like class: a getter returning its field (`float* data() const { return data_; }`) is
+// that field of the object it is called on, and a container filled with a factory's results
+// (`grads.push_back(empty(n))`, the factory allocating `t.data_` and returning `t`) holds what the
+// factory returns.
+TEST(AnalyzerSyntaxForms, GettersOfFieldsAndContainersOfFactoryResults) {
+  const std::string src =
+      "#include <nccl.h>\n#include <vector>\n"
+      "struct Tensor {\n"
+      "  float* data_ = nullptr; size_t numel_ = 0;\n"
+      "  float* data() const { return data_; }\n"
+      "  size_t numel() const { return numel_; }\n"
+      "};\n"
+      "Tensor empty(size_t n) { Tensor t; t.numel_ = n; cudaMalloc(&t.data_, n * 4); return t; }\n"
+      "void all_reduce(const Tensor& t, ncclComm_t comm) { ncclAllReduce(t.data(), t.data(), t.numel(), ncclFloat, "
+      "ncclSum, comm, 0); }\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::vector<Tensor> grads;\n"
+      "  for (int l = 0; l < 4; ++l) grads.push_back(empty(1 << 16));\n"
+      "  for (const Tensor& g : grads) all_reduce(g, comm);\n"
+      "  Tensor loss = empty(1);\n"
+      "  ncclAllReduce(loss.data(), loss.data(), 1, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(c.left.empty()) << conversion_to_text(c);
+}

@@ -484,34 +484,6 @@ std::vector<std::size_t> BufferFlow::return_statements(const FunctionDef& f) con
   return out;
 }
 
-// `f() .x`, `obj.get() [i]`, `p->weight()`: what a function of this file called without arguments
-// returns, then the rest of the access (accessors, getters, a singleton's `instance()`). A member
-// function's name may belong to several classes: every one of them is followed. False when `expr`
-// has no such form.
-bool BufferFlow::follow_accessor(const std::string& expr, int depth, Resolution& out,
-                                 std::vector<std::string>& stack) const {
-  LexResult lr = lex(expr);
-  bool addr = false;
-  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
-  if (addr) return false;
-  for (std::size_t i = 0; i + 2 < t.size(); ++i) {
-    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(" || t[i + 2].text != ")") continue;
-    const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
-    if (i > 0 && !member) return false;
-    const std::string rest = access_path("r" + join(t, i + 3, t.size()), false);
-    if (rest.empty() || rest[0] != 'r') return false;
-    bool any = false;
-    for (const FunctionDef& f : functions_) {
-      if (f.name != t[i].text || !f.enclosing.empty() || !f.params.empty() || (member && f.owner.empty())) continue;
-      any = true;
-      follow_returns(f, rest.substr(1), depth, out, stack);
-      if (!out.reason.empty()) return true;
-    }
-    return any;
-  }
-  return false;
-}
-
 BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::string& function, std::size_t at,
                                            int max_depth) const {
   Resolution r;
@@ -550,7 +522,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
-    if (follow_accessor(expr, depth - 1, out, stack)) return;
+    if (follow_accessor(expr, function, at, depth - 1, out, stack)) return;
     out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
     return;
   }

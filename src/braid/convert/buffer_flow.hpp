@@ -173,7 +173,10 @@ class BufferFlow {
   // token k: `p`; "" for any other declaration.
   std::string smart_initialiser(std::size_t k, std::size_t end) const;
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
-  bool follow_accessor(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
+  bool follow_accessor(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
+                       std::vector<std::string>& stack) const;
+  std::string returned_field(const std::string& getter) const;
+  bool declares_field(const std::string& cls, const std::string& name) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
@@ -219,6 +222,11 @@ class BufferFlow {
     std::map<std::string, std::string> values;  // field -> the expression given for it
   };
   std::map<std::string, std::vector<ElementFields>> element_fields_;  // container -> elements built from fields
+  struct ElementMade {
+    std::string function, expr;  // `make_tensor(n)`: a helper of this file whose result is copied in
+    std::size_t token = 0;
+  };
+  std::map<std::string, std::vector<ElementMade>> element_made_;  // container -> elements a helper returned
   std::set<std::string> listed_containers_;  // `T* c[] = {...}`: elements also from the list, not copies alone
   struct FieldWrite {
     std::string function, lhs, value;

@@ -250,6 +250,83 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   calls_[cls].push_back(CallSite{caller, split_top(code_, open, close), k, t.line});
 }
 
+// Whether class `cls`'s body declares a data member `name` (at its own level, not in a member
+// function's body): `T* name;`, `T* name = nullptr;`, `T name[N];`, `T name{};`.
+bool BufferFlow::declares_field(const std::string& cls, const std::string& name) const {
+  for (const ClassBody& c : classes_) {
+    if (c.name != cls) continue;
+    int depth = 0;
+    for (std::size_t k = c.open + 1; k + 1 < c.close; ++k) {
+      const std::string& x = code_[k].text;
+      if (x == "{" || x == "(") ++depth;
+      else if (x == "}" || x == ")") --depth;
+      else if (depth == 0 && x == name && code_[k - 1].text != "." && code_[k - 1].text != "->") {
+        const std::string& next = code_[k + 1].text;
+        if (next == ";" || next == "=" || next == "[" || next == "{" || next == ",") return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The field a member getter returns (`T* data() const { return data_; }`, `this->data_`), when
+// every member function of that name is such a getter of a field its class declares and its own
+// code never sets; else "".
+std::string BufferFlow::returned_field(const std::string& getter) const {
+  std::string field;
+  for (const FunctionDef& f : functions_) {
+    if (f.name != getter) continue;
+    if (f.owner.empty() || !f.params.empty()) return "";
+    const std::vector<std::size_t> returns = return_statements(f);
+    if (returns.size() != 1) return "";
+    std::size_t k = returns[0] + 1;
+    if (k + 2 < f.body_close && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
+    if (k + 1 >= f.body_close || code_[k].kind != TokenKind::Identifier || code_[k + 1].text != ";") return "";
+    if (!declares_field(f.owner, code_[k].text) || (!field.empty() && field != code_[k].text)) return "";
+    // A field the class's own code sets (its constructor allocates it) is followed as a member
+    // (follow_member); this form is for plain holders filled from outside (a factory's `t.data_`).
+    const std::string key = f.owner + "::" + code_[k].text;
+    if (member_writes_.count(key) || member_addressed_.count(key)) return "";
+    field = code_[k].text;
+  }
+  return field;
+}
+
+// `f() .x`, `obj.get() [i]`, `p->weight()`: what a function of this file called without arguments
+// returns, then the rest of the access (accessors, getters, a singleton's `instance()`). A member
+// function's name may belong to several classes: every one of them is followed. False when `expr`
+// has no such form.
+bool BufferFlow::follow_accessor(const std::string& expr, const std::string& function, std::size_t at, int depth,
+                                 Resolution& out, std::vector<std::string>& stack) const {
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return false;
+  for (std::size_t i = 0; i + 2 < t.size(); ++i) {
+    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(" || t[i + 2].text != ")") continue;
+    const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
+    if (i > 0 && !member) return false;
+    const std::string rest = access_path("r" + join(t, i + 3, t.size()), false);
+    if (rest.empty() || rest[0] != 'r') return false;
+    // `obj.data()` of a getter returning a field (`return data_;`) is `obj.data_`, followed in the
+    // caller's terms (the object may be a parameter, an element, a copy of a factory's result).
+    if (const std::string field = member ? returned_field(t[i].text) : ""; !field.empty()) {
+      out.via.push_back(fmt::format("{}() returns its field {}", t[i].text, field));
+      resolve_into(join(t, 0, i - 1) + " . " + field + join(t, i + 3, t.size()), function, at, depth, out, stack);
+      return true;
+    }
+    bool any = false;
+    for (const FunctionDef& f : functions_) {
+      if (f.name != t[i].text || !f.enclosing.empty() || !f.params.empty() || (member && f.owner.empty())) continue;
+      any = true;
+      follow_returns(f, rest.substr(1), depth, out, stack);
+      if (!out.reason.empty()) return true;
+    }
+    return any;
+  }
+  return false;
+}
+
 // The class whose member `function` is, when only one class has a function of that name.
 std::string BufferFlow::owner_of(const std::string& function) const {
   std::string owner;

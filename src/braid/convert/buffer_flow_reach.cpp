@@ -195,6 +195,10 @@ void BufferFlow::record_element_fields(std::size_t k, const std::string& functio
   const bool emplace = code_[k + 2].text == "emplace_back";
   if (!emplace && code_[k + 2].text != "push_back") return;
   const std::size_t close = match_forward(code_, k + 3, end);
+  if (const std::string made = join(code_, k + 4, close); returning_helper(made) != nullptr) {
+    element_made_[code_[k].text].push_back(ElementMade{function, made, k});  // `grads.push_back(empty(n))`
+    return;
+  }
   std::string type = element_type(code_[k].text);
   std::size_t open = SIZE_MAX;  // the brace or parenthesis holding the field values
   if (is(k + 4, "{") && match_forward(code_, k + 4, end) + 1 == close) {
@@ -229,6 +233,13 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   std::vector<std::string> out;
   if (auto it = element_copies_.find(root); it != element_copies_.end())
     for (const std::string& var : it->second) out.push_back(var + after);
+  if (auto it = element_made_.find(root); it != element_made_.end())
+    for (const ElementMade& e : it->second) {
+      Resolution r;
+      std::vector<std::string> stack;
+      if (const FunctionDef* helper = returning_helper(e.expr)) follow_returns(*helper, after, 6, r, stack);
+      if (r.reason.empty()) out.insert(out.end(), r.paths.begin(), r.paths.end());
+    }
   if (auto it = element_fields_.find(root); it != element_fields_.end() && after.size() > 1 && after[0] == '.') {
     const std::size_t stop = after.find_first_of(".[", 1);
     const std::string field = after.substr(1, stop == std::string::npos ? std::string::npos : stop - 1);
