@@ -23,12 +23,12 @@ script() {  # with-helpers marker-base
 }
 
 script 0 70
-timeout -k 1 1 bash "$tmp/s0.sh"
+timeout -k 1 3 bash "$tmp/s0.sh"
 expect "without the helpers, an outer limit leaves both children running" "$(($(left 70) + $(left 71)))" 2
 pkill -f "sleep 7[01]\.$$"
 
 script 1 72
-timeout -k 1 1 bash "$tmp/s1.sh"
+timeout -k 1 3 bash "$tmp/s1.sh"
 expect "with them, the outer limit ends the background child" "$(left 72)" 0
 expect "and the foreground step" "$(left 73)" 0
 
