@@ -159,3 +159,30 @@ TEST(AnalyzerSyntaxForms, GettersOfFieldsAndContainersOfFactoryResults) {
   EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
   EXPECT_TRUE(c.left.empty()) << conversion_to_text(c);
 }
+
+// A helper filling its caller's pointer through a reference (`void alloc(float*& p, size_t n)`),
+// called for several buffers: its one allocation site serves every call (as a helper returning
+// the pointer does). Called under a condition anywhere, ranks may allocate differently: it stays
+// as written and the calls host NCCL.
+TEST(AnalyzerSyntaxForms, HelpersFillingAPointerThroughAReference) {
+  const auto converted_with = [](const std::string& extra) {
+    const std::string src =
+        "#include <nccl.h>\n"
+        "void alloc(float*& p, size_t n) { cudaMalloc(&p, n * sizeof(float)); }\n"
+        "int main(int argc, char**) {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  float* g = nullptr; float* h = nullptr; float* x = nullptr;\n"
+        "  alloc(g, 1024);\n"
+        "  alloc(h, 256);\n" +
+        extra +
+        "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0);\n"
+        "  ncclBroadcast(h, h, 256, ncclFloat, 0, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src);
+  };
+  const Conversion every = converted_with("");
+  EXPECT_EQ(every.converted_calls, 2) << conversion_to_text(every);
+  EXPECT_NE(every.source.find("braid_converted::sym_malloc(&p, n * sizeof(float))"), std::string::npos);
+  const Conversion some = converted_with("  if (argc > 1) alloc(x, 16);\n");
+  EXPECT_EQ(some.converted_calls, 0) << conversion_to_text(some);
+}

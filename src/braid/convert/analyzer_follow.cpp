@@ -55,6 +55,14 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
           found = true;
           c.via.push_back(fmt::format("{} holds copies of {}", split_root(path).first, split_root(origin).first));
         }
+    // A variable a helper fills through a reference parameter (`alloc(g, n)` with `float*& p`).
+    for (const std::string& param : found ? std::vector<std::string>{} : flow.reference_fills(path))
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(param, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.push_back(fmt::format("{} is filled through the reference parameter {}", path, param));
+        }
     if (!found && c.unresolved.empty())
       c.unresolved = fmt::format(
           "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);

@@ -81,6 +81,11 @@ class BufferFlow {
   // of the copied variables (`b.grad`) and of the given fields (followed where they were given);
   // empty otherwise.
   std::vector<std::string> element_origins(const std::string& path) const;
+  // A variable a helper fills through a reference-to-pointer parameter (`void alloc(float*& p, size_t n)
+  // { cudaMalloc(&p, ...); }` called as `alloc(g, n)`): the helper's parameter names, which are the
+  // allocation's path there (one allocation site for every call, as for a helper returning the
+  // pointer); empty when no such helper is given `path`.
+  std::vector<std::string> reference_fills(const std::string& path) const;
 
   // What the file writes into a field path that has no allocation of its own
   // (`model.params_memory = malloc_and_point(...)` in main, or through a parameter in a helper),

@@ -251,6 +251,37 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   return out;
 }
 
+std::vector<std::string> BufferFlow::reference_fills(const std::string& path) const {
+  std::vector<std::string> out;
+  for (const FunctionDef& f : functions_) {
+    auto calls = calls_.find(f.name);
+    if (calls == calls_.end() || f.name_token + 1 >= f.body_open) continue;
+    const std::size_t open = f.name_token + 1, close = match_forward(code_, open, f.body_open);
+    std::size_t index = 0, piece = open + 1;
+    for (std::size_t k = open + 1; k <= close; ++k) {
+      if (k < close && code_[k].text != ",") continue;
+      // `T*& name` / `T* &name`: a reference to a pointer, the parameter's last identifier.
+      bool ref_to_pointer = false;
+      for (std::size_t j = piece; j + 1 < k; ++j)
+        ref_to_pointer = ref_to_pointer || (code_[j].text == "*" && code_[j + 1].text == "&");
+      const std::string name = index < f.params.size() ? f.params[index] : "";
+      bool fills = false;  // `cudaMalloc(&name` / `ncclMemAlloc((void**)&name` in its body
+      for (std::size_t j = f.body_open + 1; ref_to_pointer && !name.empty() && j + 2 < f.body_close && !fills; ++j)
+        fills =
+            code_[j].text == "&" && code_[j + 1].text == name && (code_[j + 2].text == "," || code_[j + 2].text == ")");
+      if (fills)
+        for (const CallSite& c : calls->second)
+          if (index < c.args.size() && path_matches(access_path(c.args[index], false), path)) {
+            out.push_back(name);
+            break;
+          }
+      ++index;
+      piece = k + 1;
+    }
+  }
+  return out;
+}
+
 // The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`,
 // `util::make_device<float>(n)`), if any.
 const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
