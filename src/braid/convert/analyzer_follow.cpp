@@ -228,6 +228,14 @@ void attach_reached_group_members(const BufferFlow& flow, const TokenIndex& toke
   }
 }
 
+// A config argument that gives none (the defaults, or the parent's for a split).
+static bool no_config(const std::string& arg) { return arg == "nullptr" || arg == "NULL" || arg == "0"; }
+
+// A creation of one rank's communicator from unique ids (the kinds a process may repeat per GPU).
+static bool creates_by_rank(const std::string& name) {
+  return name == "ncclCommInitRank" || name == "ncclCommInitRankConfig" || name == "ncclCommInitRankScalable";
+}
+
 // A split given no config (NULL) takes its parent's: a split of a non-blocking communicator is
 // non-blocking too, through any number of splits.
 static void inherit_split_modes(Analysis& a) {
@@ -237,7 +245,7 @@ static void inherit_split_modes(Analysis& a) {
       const Call& c = a.calls[ci.call];
       if (ci.nonblocking || c.name != "ncclCommSplit" || c.args.size() < 5) continue;
       const std::string& config = c.args[4].text;
-      if (config != "nullptr" && config != "NULL" && config != "0") continue;
+      if (!no_config(config)) continue;
       const std::string parent = access_path(c.args[0].text, false);
       ci.nonblocking = std::any_of(a.comm_inits.begin(), a.comm_inits.end(),
                                    [&](const CommInit& p) { return p.nonblocking && p.path == parent; });
@@ -299,9 +307,7 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     const Call& c = a.calls[ci];
     int target = -1;
-    const bool init_rank =
-        c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable";
-    if (init_rank && !c.args.empty()) target = 0;
+    if (creates_by_rank(c.name) && !c.args.empty()) target = 0;
     else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
     else if (c.name == "ncclCommInitAll") {
       a.single_process_multi_gpu = true;
@@ -310,9 +316,7 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     if (target < 0) continue;
     // nccl-tests' shape: one creation per local GPU, in a loop or several in one group (`-g N`).
     const bool several_here = c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
-                                                return o.group == c.group && (o.name == "ncclCommInitRank" ||
-                                                                              o.name == "ncclCommInitRankConfig" ||
-                                                                              o.name == "ncclCommInitRankScalable");
+                                                return o.group == c.group && creates_by_rank(o.name);
                                               }) > 1;
     if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
       a.single_process_multi_gpu = true;
@@ -330,9 +334,7 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     // The config argument: ncclCommSplit(.., &comm, config), ncclCommInitRankConfig(.., rank, config),
     // ncclCommInitRankScalable(.., nId, ids, config).
     const std::size_t config = c.name == "ncclCommInitRankScalable" ? 5 : 4;
-    const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config &&
-                            c.args[config].text != "nullptr" && c.args[config].text != "NULL" &&
-                            c.args[config].text != "0";
+    const bool configured = c.name != "ncclCommInitRank" && c.args.size() > config && !no_config(c.args[config].text);
     if (!path.empty() && tok != token_at.end())
       a.comm_inits.push_back(CommInit{ci, path, flow.conditional(tok->second), configured && sets_nonblocking});
   }

@@ -199,7 +199,7 @@ void BufferFlow::record_element_fields(std::size_t k, const std::string& functio
     element_made_[code_[k].text].push_back(ElementMade{function, made, k});  // `grads.push_back(empty(n))`
     return;
   }
-  std::string type = element_type(code_[k].text);
+  std::string type;             // the declared element type, looked up only for the forms that need it
   std::size_t open = SIZE_MAX;  // the brace or parenthesis holding the field values
   if (is(k + 4, "{") && match_forward(code_, k + 4, end) + 1 == close) {
     open = k + 4;
@@ -210,6 +210,7 @@ void BufferFlow::record_element_fields(std::size_t k, const std::string& functio
   } else if (emplace && close > k + 4) {
     open = k + 3;
   }
+  if (open != SIZE_MAX && type.empty()) type = element_type(code_[k].text);
   if (open == SIZE_MAX || type.empty()) return;
   if (std::any_of(functions_.begin(), functions_.end(),
                   [&](const FunctionDef& f) { return f.name == type && f.owner == type; }))
