@@ -204,7 +204,9 @@ try {
     check(true, 'tree zooms on the wheel');
     await page.mouse.wheel(0, 400);
     const tree = await (await fetch(`${base}/api/runs/0/tree`)).json();
-    const child = tree.nodes.find((n) => n.parent && tree.nodes.some((m) => m.id === n.parent));
+    // A correct child: a rejected proposal may repeat its parent's code and have no diff to show.
+    const hasParent = (n) => n.parent && tree.nodes.some((m) => m.id === n.parent);
+    const child = tree.nodes.find((n) => hasParent(n) && n.correct) || tree.nodes.find((n) => hasParent(n) && n.failure !== 'rejected');
     check(child, 'tree has an edge');
     await page.click(`#tree-svg circle.node[data-id="${child.id}"]`);
     await page.waitForSelector('#tree-side a[href*="/c/"]');

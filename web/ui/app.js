@@ -298,7 +298,9 @@ async function viewCandidate(r) {
     el('h2', {}, 'Feedback'), rec.text_feedback ? el('pre', { id: 'feedback' }, rec.text_feedback) : el('p', { className: 'muted' }, 'none'),
     profileView(rec.public_metrics && rec.public_metrics.profile),
     el('h2', {}, d.parent ? `Diff against parent ${short(d.parent.id)} (score ${fmt(d.parent.score)})` : 'Diff'),
-    d.diff !== null ? el('div', { id: 'diff' }, diffView(d.diff)) : el('p', { className: 'muted' }, 'a seed: no parent'),
+    d.diff === null ? el('p', { className: 'muted' }, 'a seed: no parent')
+      : d.diff === '' ? el('p', { className: 'muted', id: 'diff' }, 'the same code as its parent')
+        : el('div', { id: 'diff' }, diffView(d.diff)),
     rec.code_diff ? el('details', {}, el('summary', {}, 'Patch as proposed'), el('pre', {}, rec.code_diff)) : null,
     el('h2', {}, 'Code'), el('pre', { id: 'code' }, rec.code),
     el('h2', {}, `Logs (${d.logs.length})`),
