@@ -5,7 +5,10 @@
 //   analyzer_walk.cpp    the walk: scopes, loops, groups, kernel launches and API calls
 //   analyzer_follow.cpp  after the walk: buffers and communicators followed, order edges, statement ranges
 #pragma once
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +44,22 @@ void require_translation_unit(const std::string& file, const std::string& source
 // once), numbered at the include so that they are in scope after it.
 std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
                                            const SourceContext& context);
+// `#include "name"` -> name; "" for any other line (system includes are not read).
+std::string quoted_include(const std::string& directive);
+// A quoted include's file: in `from` (the including file's folder), then in `dirs` (-I); empty if none.
+std::filesystem::path find_header(const std::string& name, const std::filesystem::path& from,
+                                  const std::vector<std::string>& dirs);
+// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
+// was met before or cannot be read or lexed (the compiler will say).
+struct HeaderText {
+  std::string text;
+  LexResult lexed;
+};
+std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen);
+// Whether a header's code tokens call what the rules follow (NCCL, allocations, releases), or
+// declare that API (NCCL's or CUDA's own headers, found through -I): those are not the program's.
+enum class HeaderCalls { None, Program, Library };
+HeaderCalls header_calls(const std::vector<Token>& code);
 // The code of the quoted headers the file includes whose code calls NCCL, allocates or frees
 // (`inline void tp_sum(...) { ncclAllReduce(...); }` in "common.h"), read where the #include
 // stands so that their calls are seen, followed and kept host NCCL (braid writes only the file).

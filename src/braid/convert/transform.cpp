@@ -318,6 +318,23 @@ std::size_t prelude_position(const std::string& source) {
   return pos;
 }
 
+namespace {
+
+// Lines of a header written into the file are its #include's: say so next to each.
+void name_inlined_lines(const Analysis& a, Conversion& conv) {
+  for (const InlinedHeader& h : a.inlined) {
+    if (h.nested) continue;
+    conv.inlined_headers.push_back(h.name);
+    const std::string note = " (code of \"" + h.name + "\", written into the file)";
+    for (Change& ch : conv.changes)
+      if (ch.line == h.include_line) ch.why += note;
+    for (Unconverted& u : conv.left)
+      if (u.line == h.include_line) u.reason += note;
+  }
+}
+
+}  // namespace
+
 Conversion transform(const Analysis& a, const std::string& source) {
   Conversion conv;
   conv.file = a.file;
@@ -334,9 +351,12 @@ Conversion transform(const Analysis& a, const std::string& source) {
   if (a.uses_harness && conv.converted_calls > 0) hook_harness(a, source, conv, rw);
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   if (conv.converted_calls > 0) {
-    const std::size_t at = prelude_position(source);
+    // Before the first header written in, whose code may now call the prelude's primitives.
+    std::size_t at = prelude_position(source);
+    for (const InlinedHeader& h : a.inlined) at = std::min(at, h.begin);
     rw.edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness)});
   }
+  name_inlined_lines(a, conv);
   std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });
   std::sort(conv.left.begin(), conv.left.end(),
             [](const Unconverted& x, const Unconverted& y) { return x.line < y.line; });
@@ -490,6 +510,7 @@ json conversion_to_json(const Conversion& c) {
               {"converted_calls", c.converted_calls},
               {"call_sites", c.call_sites},
               {"complete", c.complete()},
+              {"inlined_headers", c.inlined_headers},
               {"changes", changes},
               {"unconverted", left}};
 }
@@ -497,6 +518,8 @@ json conversion_to_json(const Conversion& c) {
 std::string conversion_to_text(const Conversion& c) {
   std::string out = fmt::format("{}: {} of {} NCCL calls converted by rules{}\n", c.file, c.converted_calls,
                                 c.nccl_calls, c.complete() ? " (complete)" : "");
+  for (const std::string& h : c.inlined_headers)
+    out += fmt::format("  \"{}\" is written into the converted file: its calls convert with the file's\n", h);
   for (const Change& ch : c.changes)
     out += fmt::format("  line {:<4} stage {} {:<15} {} -> {}\n             {}\n", ch.line, ch.stage, ch.rule,
                        ch.before.empty() ? "(insert)" : ch.before, ch.after, ch.why);
