@@ -40,7 +40,8 @@ struct Buffer {
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
   std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
   int conditional_call_line = 0;      // ... at this line
-  int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
+  int registered_line = 0;            // the program registers it itself here (ncclCommRegister, or a window from inside it)
+  int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
   std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };
 

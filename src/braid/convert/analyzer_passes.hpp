@@ -120,8 +120,10 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
-// Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
-// Buffer::registered_line, so that the rules never register them a second time.
+// Buffers the program registers itself: Buffer::window_line for a window on the whole buffer
+// (ncclCommWindowRegister(comm, buf, ...): the runtime's own window serves it, and the program's
+// call gets that handle), Buffer::registered_line for anything else (ncclCommRegister, a window
+// from inside the buffer), so that the rules never register those a second time.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
 // lambda holding the ncclSend) are members of that group, as if written in it; one reached from

@@ -185,12 +185,32 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   return {"", ""};
 }
 
+// The program's own window calls when it registers a buffer the rules made symmetric: the
+// runtime's window (registered at the allocation or at binding, in the same order on every rank)
+// is handed to the program instead of a second one, and the program's deregistration of it is
+// left to the buffer's release.
+std::pair<std::string, std::string> program_window_of(const Analysis& a, const Rewrite& rw, std::size_t i) {
+  const Call& c = a.calls[i];
+  if (c.name == "ncclCommWindowDeregister")
+    return {"braid_converted::window_deregister",
+            "a window the runtime made is deregistered when its buffer is released; any other as written"};
+  if (c.name != "ncclCommWindowRegister") return {"", ""};
+  for (const std::string& key : rw.symmetric)
+    if (a.buffers.at(key).window_line == c.line)
+      return {"braid_converted::window_register",
+              "the program's window on `" + key +
+                  "` is the runtime's own (registered with its symmetric allocation, in the same order on every "
+                  "rank): its handle is returned, no second window is made"};
+  return {"", ""};
+}
+
 // Stage A: the allocation sites converted calls touch, every release, the communicator.
 void move_to_symmetric_memory(const Analysis& a, const Plan& plan, Conversion& conv, Rewrite& rw) {
   for (std::size_t i = 0; i < a.calls.size(); ++i) {
     const Call& c = a.calls[i];
     if (c.args.empty() || !c.header.empty()) continue;  // a header's calls are never rewritten
-    const auto [after, why] = infrastructure_of(a, plan, rw, i);
+    auto [after, why] = infrastructure_of(a, plan, rw, i);
+    if (after.empty()) std::tie(after, why) = program_window_of(a, rw, i);
     if (after.empty()) {
       if (c.name == "ncclCommWindowRegister" || c.name == "ncclDevCommCreate")
         conv.left.push_back(
