@@ -177,8 +177,7 @@ void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& t
     // A window on the buffer as allocated can be the runtime's own (braid_converted::window_register);
     // one from inside it (`buf + off`) or a user-buffer registration stays the program's.
     const std::string& arg = c.args[1].text;
-    const bool whole_window =
-        c.name == "ncclCommWindowRegister" && arg.find_first_of("+-[") == std::string::npos;
+    const bool whole_window = c.name == "ncclCommWindowRegister" && arg.find_first_of("+-[") == std::string::npos;
     for (const std::string& key : resolve_sites(flow, a, arg, tok->second, c))
       (whole_window ? a.buffers.at(key).window_line : a.buffers.at(key).registered_line) = c.line;
   }
