@@ -55,3 +55,65 @@ TEST(AnalyzerHpcIdioms, AnElementPointerOfAnArrayOfStructsNamesTheElementsField)
     EXPECT_EQ(transform(a, src).converted_calls, 2) << arg;
   }
 }
+
+// One converted call site synchronises through one set of barriers, so two of its launches must
+// never run at once: a site launched on `streams[s]` in a loop over streams, or in a helper given
+// different streams, stays host NCCL with the reason (before, it converted: concurrent launches on
+// one rank shared the site's barriers). A helper always given one stream converts.
+TEST(AnalyzerHpcIdioms, ACallSiteOnSeveralStreamsStaysHost) {
+  const std::string loop =
+      kPrologue +
+      "cudaStream_t streams[4];\n"
+      "double* mean[4];\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  for (int k = 0; k < 4; k++) { cudaStreamCreate(&streams[k]); cudaMalloc(&mean[k], 8192); }\n"
+      "  for (int k = 0; k < 4; k++)\n"
+      "    ncclAllReduce(mean[k], mean[k], 1024, ncclDouble, ncclSum, comm, streams[k]);\n"
+      "  ncclAllReduce(mean[0], mean[0], 1024, ncclDouble, ncclSum, comm, streams[0]);\n"
+      "}\n";
+  const Analysis a = analyze("hpc.cu", loop);
+  EXPECT_TRUE(contains(a.calls[a.nccl_collectives()[0]].unresolved, "`streams[k]` is an element of `streams[]`"))
+      << a.calls[a.nccl_collectives()[0]].unresolved;
+  EXPECT_EQ(a.calls[a.nccl_collectives()[1]].unresolved, "");  // one stream: streams[0]
+  EXPECT_EQ(transform(a, loop).converted_calls, 1);
+
+  const auto helper = [](const std::string& second) {
+    return kPrologue +
+           "cudaStream_t s_main, s_aux;\n"
+           "void sum(float* x, cudaStream_t st) { ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, st); }\n"
+           "int main() {\n"
+           "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  float *a, *b; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
+           "  sum(a, s_main);\n"
+           "  sum(b, " +
+           second +
+           ");\n"
+           "}\n";
+  };
+  const Analysis two = analyze("hpc.cu", helper("s_aux"));
+  EXPECT_TRUE(contains(first_call(two, "ncclAllReduce").unresolved, "is any of `s_aux`, `s_main`"))
+      << first_call(two, "ncclAllReduce").unresolved;
+  EXPECT_EQ(transform(two, helper("s_aux")).converted_calls, 0);
+  const Analysis one = analyze("hpc.cu", helper("s_main"));
+  EXPECT_EQ(first_call(one, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(transform(one, helper("s_main")).converted_calls, 1);
+}
+
+// nccl-tests' per-GPU pairs (`comms[i]` with `streams[i]`): the stream is chosen with the
+// communicator, the runtime serves one communicator and its launches keep one stream: converted.
+TEST(AnalyzerHpcIdioms, AStreamChosenWithItsCommunicatorConverts) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <cuda_runtime.h>\n"
+      "ncclComm_t comms[1]; cudaStream_t streams[1]; float* bufs[1];\n"
+      "int main() {\n"
+      "  ncclUniqueId id; int n = 1;\n"
+      "  for (int i = 0; i < n; i++) { cudaMalloc(&bufs[i], 4096); cudaStreamCreate(&streams[i]); }\n"
+      "  ncclCommInitRank(&comms[0], 2, id, 0);\n"
+      "  for (int i = 0; i < n; i++) ncclAllReduce(bufs[i], bufs[i], 1024, ncclFloat, ncclSum, comms[i], streams[i]);\n"
+      "}\n";
+  const Analysis a = analyze("hpc.cu", src);
+  EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+}

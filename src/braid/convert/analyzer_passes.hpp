@@ -101,6 +101,11 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// A collective whose stream argument may differ between its launches (an element of a stream array
+// chosen at run time, `streams[s]`; a helper's parameter given different streams) keeps the reason
+// and stays host NCCL: its launches may overlap on one rank (analyzer_streams.cpp).
+void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& token_at,
+                                   const std::vector<std::size_t>& collectives, Analysis& a);
 // Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
 // Buffer::registered_line, so that the rules never register them a second time.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
