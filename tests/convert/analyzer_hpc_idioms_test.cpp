@@ -117,3 +117,37 @@ TEST(AnalyzerHpcIdioms, AStreamChosenWithItsCommunicatorConverts) {
   EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
   EXPECT_EQ(transform(a, src).converted_calls, 1);
 }
+
+// A solver's double buffer exchanged by pointer (`std::swap(a, a_new)`, or through a temporary):
+// after the first trip `a_new` names `a`'s allocation, so a halo received into `a_new` needs both
+// as windows. Before, only `a_new` became symmetric and the second trip's receive was outside the
+// windows (the converted program stopped where the original ran).
+TEST(AnalyzerHpcIdioms, PointersExchangedByTheFileAreEitherAllocation) {
+  for (const std::string exchange : {"std::swap(a_new, a);", "{ float* tmp = a; a = a_new; a_new = tmp; }",
+                                     "{ float* tmp; tmp = a; a = a_new; a_new = tmp; }"}) {
+    const std::string src = kPrologue +
+                            "int main() {\n"
+                            "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                            "  float *a, *a_new, *spare;\n"
+                            "  cudaMalloc(&a, 4096); cudaMalloc(&a_new, 4096); cudaMalloc(&spare, 4096);\n"
+                            "  for (int it = 0; it < 10; it++) {\n"
+                            "    ncclGroupStart();\n"
+                            "    ncclRecv(a_new, 256, ncclFloat, 1, comm, s);\n"
+                            "    ncclSend(a_new + 256, 256, ncclFloat, 1, comm, s);\n"
+                            "    ncclGroupEnd();\n"
+                            "    " +
+                            exchange +
+                            "\n"
+                            "  }\n"
+                            "}\n";
+    const Analysis a = analyze("hpc.cu", src);
+    EXPECT_EQ(first_call(a, "ncclRecv").buffers, (std::vector<std::string>{"a_new", "a"})) << exchange;
+    const Conversion c = transform(a, src);
+    EXPECT_EQ(c.converted_calls, 2) << exchange;
+    EXPECT_TRUE(contains(
+        c.source,
+        "braid_converted::sym_malloc(&a, 4096); braid_converted::sym_malloc(&a_new, 4096); cudaMalloc(&spare, 4096);"))
+        << exchange << "\n"
+        << c.source;
+  }
+}

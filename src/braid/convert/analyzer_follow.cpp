@@ -27,6 +27,10 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
     if (c.unresolved.empty()) c.unresolved = r.reason;
     return {};
   }
+  // A pointer the file exchanges with another buffer's (`std::swap(a, a_new)`) is either allocation
+  // (a temporary of the exchange, `tmp = a`, has none of its own).
+  const BufferFlow::Resolution exchanged = flow.exchanged_with(r.paths);
+  c.via.insert(c.via.end(), exchanged.via.begin(), exchanged.via.end());
   std::vector<std::string> keys;
   for (const std::string& path : r.paths) {
     bool found = false;
@@ -67,6 +71,9 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
       c.unresolved = fmt::format(
           "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
   }
+  for (const std::string& path : exchanged.paths)
+    for (const auto& [key, b] : a.buffers)
+      if (path_matches(path, b.path)) keys.push_back(key);
   // Several paths into one allocation (llm.c's tensors carved from one block) name it once, and
   // each step of the way is said once (`--explain` stays readable).
   const auto once = [](std::vector<std::string>& v) {

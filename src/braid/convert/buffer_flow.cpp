@@ -387,6 +387,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       record_element_copy(k, f.body_close);
       record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);
+      record_exchange(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {

@@ -93,6 +93,12 @@ class BufferFlow {
   // written cannot be followed.
   Resolution written_to(const std::string& path) const;
 
+  // What the file gives the pointer variables (fields, elements) that may name `paths`, besides
+  // their own allocations: `a = a_new;`, `std::swap(a, a_new)` (a solver's double buffer), and what
+  // it gives those in turn: the paths of the values not in `paths` (each followed like a buffer
+  // expression; one that cannot be followed is left out).
+  Resolution exchanged_with(const std::vector<std::string>& paths) const;
+
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
   std::string callers_reach(const std::string& function, const std::set<std::string>& roots) const;
@@ -238,6 +244,12 @@ class BufferFlow {
     std::size_t token = 0;
     std::string through;  // the store that writes it, when not `lhs = value` itself (`*(ptrs[i])`)
   };
+  struct Exchange {
+    std::string function, lhs, value;
+    std::size_t token = 0;
+  };
+  std::vector<Exchange> exchanges_;  // `x = v;` of access paths, both ways of `std::swap(x, y)`
+  void record_exchange(std::size_t k, const std::string& function, std::size_t end);
   std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements, and stores through arrays of their addresses
   struct ClassBody {
     std::string name;
