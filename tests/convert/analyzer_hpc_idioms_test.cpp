@@ -151,3 +151,25 @@ TEST(AnalyzerHpcIdioms, PointersExchangedByTheFileAreEitherAllocation) {
         << c.source;
   }
 }
+
+// A pointer to an array's first element, walked in C style (`for (fl = fields; fl < fields + 4;
+// fl++)`) or an array given whole to a helper taking `struct field*`: `fl->d` is an element's field
+// (`fields[].d`; before, `fields.d`, no allocation: host NCCL).
+TEST(AnalyzerHpcIdioms, AnArrayWalkedByPointerOrPassedWholeIsItsElements) {
+  const std::string src = kPrologue +
+                          "void first(struct field* fl) { ncclBroadcast(fl->d, fl->d, 1024, ncclFloat, 0, comm, s); }\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  for (int f = 0; f < 4; f++) cudaMalloc((void**)&fields[f].d, 4096);\n"
+                          "  for (struct field* fl = fields; fl < fields + 4; fl++)\n"
+                          "    ncclAllReduce(fl->d, fl->d, fl->n, ncclFloat, ncclSum, comm, s);\n"
+                          "  first(fields);\n"
+                          "}\n";
+  const Analysis a = analyze("hpc.cu", src);
+  for (const char* name : {"ncclAllReduce", "ncclBroadcast"}) {
+    const Call& c = first_call(a, name);
+    EXPECT_EQ(c.unresolved, "") << name;
+    EXPECT_EQ(c.buffers, (std::vector<std::string>{"fields[].d"})) << name;
+  }
+  EXPECT_EQ(transform(a, src).converted_calls, 2);
+}

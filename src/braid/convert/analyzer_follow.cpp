@@ -39,6 +39,15 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
+    // A pointer to an array's first element, walked or not (`for (fl = fields; ...; fl++) fl->d`,
+    // `f(fields)` for `f(struct field* fl)`): `fields.d` is an element's field, `fields[].d`.
+    if (const auto [root, rest] = split_root(path); !found && rest.starts_with("."))
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(root + "[]" + rest, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.push_back(fmt::format("`{}` points to an element of `{}`", path, root));
+        }
     // A field the file writes with another buffer (`model.params = alloc_params(n)`).
     if (!found) {
       const BufferFlow::Resolution w = flow.written_to(path);
