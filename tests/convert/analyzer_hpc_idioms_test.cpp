@@ -173,3 +173,35 @@ TEST(AnalyzerHpcIdioms, AnArrayWalkedByPointerOrPassedWholeIsItsElements) {
   }
   EXPECT_EQ(transform(a, src).converted_calls, 2);
 }
+
+// Pointers carved from one allocation by assignment (`d_x = d_pool; d_r = d_pool + n;`, file
+// globals set in a setup function): each is that allocation (before: no allocation of its own,
+// host NCCL). One also given a value braid cannot follow keeps the reason and stays host.
+TEST(AnalyzerHpcIdioms, PointersAssignedIntoAPoolAreThePool) {
+  const auto program = [](const std::string& extra) {
+    return kPrologue +
+           "double *d_pool, *d_x, *d_dot;\n"
+           "double* external_buffer();\n"
+           "static int setup(size_t n) {\n"
+           "  if (cudaMalloc((void**)&d_pool, 3 * n * sizeof(double)) != cudaSuccess) return 1;\n"
+           "  d_x = d_pool;\n"
+           "  d_dot = d_pool + 2 * n;\n" +
+           extra +
+           "  return 0;\n"
+           "}\n"
+           "int main() {\n"
+           "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  setup(1024);\n"
+           "  ncclAllReduce(d_dot, d_dot, 1, ncclDouble, ncclSum, comm, s);\n"
+           "  cudaFree(d_pool);\n"
+           "}\n";
+  };
+  const std::string src = program("");
+  const Analysis a = analyze("hpc.cu", src);
+  EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(first_call(a, "ncclAllReduce").buffers, (std::vector<std::string>{"d_pool"}));
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+  const Analysis other = analyze("hpc.cu", program("  if (n > 4096) d_dot = external_buffer();\n"));
+  EXPECT_TRUE(contains(first_call(other, "ncclAllReduce").unresolved, "external_buffer"))
+      << first_call(other, "ncclAllReduce").unresolved;
+}

@@ -76,9 +76,24 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
           found = true;
           c.via.push_back(fmt::format("{} is filled through the reference parameter {}", path, param));
         }
+    // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
+    // every value it is given is an assignment braid follows (not an array element, no declared value).
+    const bool assigned_only =
+        !found && path.find('[') == std::string::npos && !flow.declared_with_value(split_root(path).first);
+    const BufferFlow::Resolution given = assigned_only ? flow.exchanged_with({path}) : BufferFlow::Resolution{};
+    for (const std::string& p : given.reason.empty() ? given.paths : std::vector<std::string>{})
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(p, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.insert(c.via.end(), given.via.begin(), given.via.end());
+        }
     if (!found && c.unresolved.empty())
-      c.unresolved = fmt::format(
-          "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
+      c.unresolved =
+          given.reason.empty()
+              ? fmt::format("buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file",
+                            text, path)
+              : fmt::format("buffer `{}` (followed to `{}`): {}", text, path, given.reason);
   }
   for (const std::string& path : exchanged.paths)
     for (const auto& [key, b] : a.buffers)

@@ -94,10 +94,13 @@ class BufferFlow {
   Resolution written_to(const std::string& path) const;
 
   // What the file gives the pointer variables (fields, elements) that may name `paths`, besides
-  // their own allocations: `a = a_new;`, `std::swap(a, a_new)` (a solver's double buffer), and what
-  // it gives those in turn: the paths of the values not in `paths` (each followed like a buffer
-  // expression; one that cannot be followed is left out).
+  // their own allocations: `a = a_new;`, `std::swap(a, a_new)` (a solver's double buffer), `d_r =
+  // d_pool + n;`, and what it gives those in turn: the paths of the values not in `paths` (each
+  // followed like a buffer expression), and the first value that cannot be followed as the reason.
   Resolution exchanged_with(const std::vector<std::string>& paths) const;
+  // True when a declaration of `name` anywhere in the file gives it a value (`float* p = buf;`,
+  // `float* a[] = {x, y};`, a null pointer aside): its values are not only what is assigned later.
+  bool declared_with_value(const std::string& name) const;
 
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
@@ -248,7 +251,7 @@ class BufferFlow {
     std::string function, lhs, value;
     std::size_t token = 0;
   };
-  std::vector<Exchange> exchanges_;  // `x = v;` of access paths, both ways of `std::swap(x, y)`
+  std::vector<Exchange> exchanges_;  // `x = v;` into access paths, both ways of `std::swap(x, y)`
   void record_exchange(std::size_t k, const std::string& function, std::size_t end);
   std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements, and stores through arrays of their addresses
   struct ClassBody {

@@ -23,7 +23,7 @@ bool statement_start(const std::vector<Token>& code, std::size_t k) {
 }  // namespace
 
 // At code token k: `x = v;` where x is an access path (a variable, a field, an element; no
-// declaration) and v a pointer expression, or `[std ::] swap ( x , y )`.
+// declaration), or `[std ::] swap ( x , y )`.
 void BufferFlow::record_exchange(std::size_t k, const std::string& function, std::size_t end) {
   if (code_[k].text == "swap" && k + 1 < end && code_[k + 1].text == "(" &&
       (statement_start(code_, k) || (k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text == "std"))) {
@@ -44,8 +44,19 @@ void BufferFlow::record_exchange(std::size_t k, const std::string& function, std
   }
   if (eq >= end || code_[eq].text != "=") return;
   const std::string value = join(code_, eq + 1, statement_end(code_, eq + 1, end));
-  if (value == "nullptr" || value == "NULL" || value == "0" || access_path(value, false).empty()) return;
+  if (value == "nullptr" || value == "NULL" || value == "0") return;  // a reset points at no buffer
   exchanges_.push_back(Exchange{function, join(code_, k, eq), value, k});
+}
+
+bool BufferFlow::declared_with_value(const std::string& name) const {
+  for (std::size_t i = 1; i + 2 < code_.size(); ++i) {
+    if (code_[i].text != name || code_[i + 1].text != "=") continue;
+    const Token& before = code_[i - 1];
+    if (before.text != "*" && before.text != "&" && before.kind != TokenKind::Identifier) continue;  // no declaration
+    const std::string& v = code_[i + 2].text;
+    if (v != "nullptr" && v != "NULL" && v != "0") return true;
+  }
+  return false;
 }
 
 BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>& paths) const {
@@ -59,7 +70,12 @@ BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>
       if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); }))
         continue;
       const Resolution value = resolve(x.value, x.function, x.token);
-      if (!value.reason.empty()) continue;  // as before: the variable keeps its own allocation
+      if (!value.reason.empty() || value.paths.empty()) {
+        if (out.reason.empty())
+          out.reason = fmt::format("`{}` is given `{}` at line {}, which braid cannot follow", x.lhs, x.value,
+                                   code_[x.token].line);
+        continue;
+      }
       for (const std::string& p : value.paths)
         if (std::find(seen.begin(), seen.end(), p) == seen.end()) {
           seen.push_back(p);

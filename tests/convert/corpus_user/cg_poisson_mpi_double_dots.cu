@@ -58,9 +58,11 @@ static cudaStream_t stream;
 
 /* vectors of length n_local + 2 (one ghost cell each side) */
 static double *d_x, *d_r, *d_p, *d_Ap;
-/* scalars on the device, reduced in place */
+/* small device scalars, carved from one allocation: the dot products, reduced in place, and the
+ * halo values ([0] = left, [1] = right) */
+static double *d_scratch;
 static double *d_dot;
-static double *d_halo_send, *d_halo_recv; /* [0] = left, [1] = right */
+static double *d_halo_send, *d_halo_recv;
 static double *h_dot;                     /* pinned, read back every iteration */
 
 __global__ void init_rhs(double *r, double *x, long n, long row0, double h) {
@@ -141,9 +143,10 @@ static int setup(long n) {
   CUDA_CHECK(cudaMalloc((void **)&d_r, (n_local + 2) * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void **)&d_p, (n_local + 2) * sizeof(double)));
   CUDA_CHECK(cudaMalloc((void **)&d_Ap, (n_local + 2) * sizeof(double)));
-  CUDA_CHECK(cudaMalloc((void **)&d_dot, 2 * sizeof(double)));
-  CUDA_CHECK(cudaMalloc((void **)&d_halo_send, 2 * sizeof(double)));
-  CUDA_CHECK(cudaMalloc((void **)&d_halo_recv, 2 * sizeof(double)));
+  CUDA_CHECK(cudaMalloc((void **)&d_scratch, 6 * sizeof(double)));
+  d_dot = d_scratch;
+  d_halo_send = d_scratch + 2;
+  d_halo_recv = d_scratch + 4;
   CUDA_CHECK(cudaMallocHost((void **)&h_dot, 2 * sizeof(double)));
   CUDA_CHECK(cudaMemset(d_x, 0, (n_local + 2) * sizeof(double)));
   CUDA_CHECK(cudaMemset(d_p, 0, (n_local + 2) * sizeof(double)));
@@ -230,9 +233,7 @@ static void teardown(void) {
   cudaFree(d_r);
   cudaFree(d_p);
   cudaFree(d_Ap);
-  cudaFree(d_dot);
-  cudaFree(d_halo_send);
-  cudaFree(d_halo_recv);
+  cudaFree(d_scratch);
   cudaFreeHost(h_dot);
   ncclCommDestroy(comm);
   cudaStreamDestroy(stream);
