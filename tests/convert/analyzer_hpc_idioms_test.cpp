@@ -95,6 +95,12 @@ TEST(AnalyzerHpcIdioms, ACallSiteOnSeveralStreamsStaysHost) {
   EXPECT_TRUE(contains(first_call(two, "ncclAllReduce").unresolved, "is any of `s_aux`, `s_main`"))
       << first_call(two, "ncclAllReduce").unresolved;
   EXPECT_EQ(transform(two, helper("s_aux")).converted_calls, 0);
+  // The default stream (`0`, `nullptr`) at one call, a created stream at the other.
+  for (const char* null_stream : {"0", "nullptr"}) {
+    const Analysis dflt = analyze("hpc.cu", helper(null_stream));
+    EXPECT_TRUE(contains(first_call(dflt, "ncclAllReduce").unresolved, "the default stream at one call and `s_main`"))
+        << first_call(dflt, "ncclAllReduce").unresolved;
+  }
   const Analysis one = analyze("hpc.cu", helper("s_main"));
   EXPECT_EQ(first_call(one, "ncclAllReduce").unresolved, "");
   EXPECT_EQ(transform(one, helper("s_main")).converted_calls, 1);

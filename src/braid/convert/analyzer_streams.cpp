@@ -23,6 +23,9 @@ std::string varying_stream(const BufferFlow& flow, const std::string& text, std:
   if (indexed != paths.end())
     return fmt::format("its stream `{}` is an element of `{}` chosen at run time", text, *indexed);
   if (paths.size() > 1) return fmt::format("its stream `{}` is any of `{}`", text, fmt::join(paths, "`, `"));
+  // The default stream at one call of the helper, another stream at another (`sum(a, 0)`, `sum(b, s)`).
+  if (r.null_given)
+    return fmt::format("its stream `{}` is the default stream at one call and `{}` at another", text, paths[0]);
   return "";
 }
 

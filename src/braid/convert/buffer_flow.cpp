@@ -503,7 +503,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     for (const std::string& b : branches) {  // either buffer, decided at run time
       // `last ? nullptr : act` (Megatron's optional send/receive): no buffer on that branch, as for a
       // call site passing nullptr (NCCL refuses a null buffer; the helper tests it before its call).
-      if (b == "nullptr" || b == "NULL") continue;
+      if (b == "nullptr" || b == "NULL") {
+        out.null_given = true;
+        continue;
+      }
       resolve_into(b, function, at, depth, out, stack);
       if (!out.reason.empty()) return;
     }

@@ -68,6 +68,8 @@ class BufferFlow {
     std::vector<std::string> paths;  // the paths the expression may designate, in the callers' terms
     std::vector<std::string> via;    // how: "parameter g of allreduce_grads <- grads[l] (line 40)"
     std::string reason;              // "" when resolved
+    bool null_given = false;         // a call site passes a null pointer (`nullptr`, `NULL`, `0`): no
+                                     // buffer there, the default stream for a stream parameter
   };
   // Follows `expr`, written in function `function` before code token `at`, to the paths of the
   // variables it may point into (through aliases and up to `max_depth` levels of callers).

@@ -192,7 +192,8 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
         break;
       }
-      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
+      if (c.args[index] == "nullptr" || c.args[index] == "NULL" || c.args[index] == "0") {  // no buffer from this call
+        out.null_given = true;
         out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
         continue;
       }
