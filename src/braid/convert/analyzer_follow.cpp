@@ -27,6 +27,10 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
     if (c.unresolved.empty()) c.unresolved = r.reason;
     return {};
   }
+  // A pointer the file exchanges with another buffer's (`std::swap(a, a_new)`) is either allocation
+  // (a temporary of the exchange, `tmp = a`, has none of its own).
+  const BufferFlow::Resolution exchanged = flow.exchanged_with(r.paths);
+  c.via.insert(c.via.end(), exchanged.via.begin(), exchanged.via.end());
   std::vector<std::string> keys;
   for (const std::string& path : r.paths) {
     bool found = false;
@@ -35,6 +39,15 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
+    // A pointer to an array's first element, walked or not (`for (fl = fields; ...; fl++) fl->d`,
+    // `f(fields)` for `f(struct field* fl)`): `fields.d` is an element's field, `fields[].d`.
+    if (const auto [root, rest] = split_root(path); !found && rest.starts_with("."))
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(root + "[]" + rest, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.push_back(fmt::format("`{}` points to an element of `{}`", path, root));
+        }
     // A field the file writes with another buffer (`model.params = alloc_params(n)`).
     if (!found) {
       const BufferFlow::Resolution w = flow.written_to(path);
@@ -63,10 +76,28 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
           found = true;
           c.via.push_back(fmt::format("{} is filled through the reference parameter {}", path, param));
         }
+    // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
+    // every value it is given is an assignment braid follows (not an array element, no declared value).
+    const bool assigned_only =
+        !found && path.find('[') == std::string::npos && !flow.declared_with_value(split_root(path).first);
+    const BufferFlow::Resolution given = assigned_only ? flow.exchanged_with({path}) : BufferFlow::Resolution{};
+    for (const std::string& p : given.reason.empty() ? given.paths : std::vector<std::string>{})
+      for (const auto& [key, b] : a.buffers)
+        if (path_matches(p, b.path)) {
+          keys.push_back(key);
+          found = true;
+          c.via.insert(c.via.end(), given.via.begin(), given.via.end());
+        }
     if (!found && c.unresolved.empty())
-      c.unresolved = fmt::format(
-          "buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text, path);
+      c.unresolved =
+          given.reason.empty()
+              ? fmt::format("buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file",
+                            text, path)
+              : fmt::format("buffer `{}` (followed to `{}`): {}", text, path, given.reason);
   }
+  for (const std::string& path : exchanged.paths)
+    for (const auto& [key, b] : a.buffers)
+      if (path_matches(path, b.path)) keys.push_back(key);
   // Several paths into one allocation (llm.c's tensors carved from one block) name it once, and
   // each step of the way is said once (`--explain` stays readable).
   const auto once = [](std::vector<std::string>& v) {

@@ -120,6 +120,11 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// A collective whose stream argument may differ between its launches (an element of a stream array
+// chosen at run time, `streams[s]`; a helper's parameter given different streams) keeps the reason
+// and stays host NCCL: its launches may overlap on one rank (analyzer_streams.cpp).
+void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& token_at,
+                                   const std::vector<std::size_t>& collectives, Analysis& a);
 // Buffers the program registers itself: Buffer::window_line for a window on the whole buffer
 // (ncclCommWindowRegister(comm, buf, ...): the runtime's own window serves it, and the program's
 // call gets that handle), Buffer::registered_line for anything else (ncclCommRegister, a window

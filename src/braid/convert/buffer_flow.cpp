@@ -387,6 +387,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       record_element_copy(k, f.body_close);
       record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);
+      record_exchange(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);
       if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
@@ -502,7 +503,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     for (const std::string& b : branches) {  // either buffer, decided at run time
       // `last ? nullptr : act` (Megatron's optional send/receive): no buffer on that branch, as for a
       // call site passing nullptr (NCCL refuses a null buffer; the helper tests it before its call).
-      if (b == "nullptr" || b == "NULL") continue;
+      if (b == "nullptr" || b == "NULL") {
+        out.null_given = true;
+        continue;
+      }
       resolve_into(b, function, at, depth, out, stack);
       if (!out.reason.empty()) return;
     }

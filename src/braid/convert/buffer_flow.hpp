@@ -68,6 +68,8 @@ class BufferFlow {
     std::vector<std::string> paths;  // the paths the expression may designate, in the callers' terms
     std::vector<std::string> via;    // how: "parameter g of allreduce_grads <- grads[l] (line 40)"
     std::string reason;              // "" when resolved
+    bool null_given = false;         // a call site passes a null pointer (`nullptr`, `NULL`, `0`): no
+                                     // buffer there, the default stream for a stream parameter
   };
   // Follows `expr`, written in function `function` before code token `at`, to the paths of the
   // variables it may point into (through aliases and up to `max_depth` levels of callers).
@@ -92,6 +94,15 @@ class BufferFlow {
   // followed like a buffer expression; no paths when nothing writes it, a reason when a value
   // written cannot be followed.
   Resolution written_to(const std::string& path) const;
+
+  // What the file gives the pointer variables (fields, elements) that may name `paths`, besides
+  // their own allocations: `a = a_new;`, `std::swap(a, a_new)` (a solver's double buffer), `d_r =
+  // d_pool + n;`, and what it gives those in turn: the paths of the values not in `paths` (each
+  // followed like a buffer expression), and the first value that cannot be followed as the reason.
+  Resolution exchanged_with(const std::vector<std::string>& paths) const;
+  // True when a declaration of `name` anywhere in the file gives it a value (`float* p = buf;`,
+  // `float* a[] = {x, y};`, a null pointer aside): its values are not only what is assigned later.
+  bool declared_with_value(const std::string& name) const;
 
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
@@ -238,6 +249,12 @@ class BufferFlow {
     std::size_t token = 0;
     std::string through;  // the store that writes it, when not `lhs = value` itself (`*(ptrs[i])`)
   };
+  struct Exchange {
+    std::string function, lhs, value;
+    std::size_t token = 0;
+  };
+  std::vector<Exchange> exchanges_;  // `x = v;` into access paths, both ways of `std::swap(x, y)`
+  void record_exchange(std::size_t k, const std::string& function, std::size_t end);
   std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements, and stores through arrays of their addresses
   struct ClassBody {
     std::string name;

@@ -9,6 +9,19 @@
 #include "braid/convert/buffer_flow_tokens.hpp"
 
 namespace braid::convert {
+namespace {
+
+// The path `expr` points into, for a use continued by `rest`: a pointer to one element of an array
+// of structs (`&fields[f]`, `fields + f`) followed by a field (`fl->d`) is that element
+// (`fields[]`), whose field it names, not a field of the array.
+std::string pointee_path(const std::string& expr, const std::string& rest) {
+  const std::string base = access_path(expr, false);
+  if (base.empty() || rest.empty() || rest[0] != '.') return base;
+  const std::string element = access_path(expr, true);
+  return element.starts_with(base + "[") ? element : base;
+}
+
+}  // namespace
 
 using namespace flow_tokens;
 
@@ -86,7 +99,7 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
                                std::vector<std::string>& stack) const {
   const Alias* best = nearest_alias(function, root, at);
   if (!best) return false;
-  const std::string base = access_path(best->init, false);
+  const std::string base = pointee_path(best->init, rest);
   if (base.empty() && returning_helper(best->init)) {
     // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
     out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
@@ -179,11 +192,12 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         out.reason = fmt::format("{}() is called with fewer arguments at line {}", function, c.line);
         break;
       }
-      if (c.args[index] == "nullptr" || c.args[index] == "NULL") {  // no buffer from this call (NCCL would refuse it)
+      if (c.args[index] == "nullptr" || c.args[index] == "NULL" || c.args[index] == "0") {  // no buffer from this call
+        out.null_given = true;
         out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
         continue;
       }
-      std::string arg_path = access_path(c.args[index], false);
+      std::string arg_path = pointee_path(c.args[index], rest);
       if (arg_path.empty()) {  // `&model` (`&model->grads`) passes the struct itself: m->x is model.x
         bool addr = false;
         LexResult lr = lex(c.args[index]);

@@ -1,0 +1,92 @@
+// BufferFlow (buffer_flow.hpp): pointer variables the file exchanges. A solver's double buffer
+// (`std::swap(a, a_new)`, `tmp = a; a = a_new; a_new = tmp;`) names one allocation before the
+// exchange and the other after it, so a use of either is either allocation.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+namespace {
+
+bool statement_start(const std::vector<Token>& code, std::size_t k) {
+  if (k == 0) return true;
+  const std::string& before = code[k - 1].text;
+  return before == ";" || before == "{" || before == "}" || before == ")";
+}
+
+}  // namespace
+
+// At code token k: `x = v;` where x is an access path (a variable, a field, an element; no
+// declaration), or `[std ::] swap ( x , y )`.
+void BufferFlow::record_exchange(std::size_t k, const std::string& function, std::size_t end) {
+  if (code_[k].text == "swap" && k + 1 < end && code_[k + 1].text == "(" &&
+      (statement_start(code_, k) || (k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text == "std"))) {
+    const std::vector<std::string> args = split_top(code_, k + 1, match_forward(code_, k + 1, end));
+    if (args.size() == 2 && !access_path(args[0], false).empty() && !access_path(args[1], false).empty()) {
+      exchanges_.push_back(Exchange{function, args[0], args[1], k});
+      exchanges_.push_back(Exchange{function, args[1], args[0], k});
+    }
+    return;
+  }
+  if (!statement_start(code_, k)) return;
+  std::size_t eq = k + 1;  // past `x`, `.f`, `->f`, `[i]`: anything else is no plain access path
+  while (eq < end) {
+    const std::string& x = code_[eq].text;
+    if ((x == "." || x == "->") && eq + 1 < end && code_[eq + 1].kind == TokenKind::Identifier) eq += 2;
+    else if (x == "[") eq = match_forward(code_, eq, end) + 1;
+    else break;
+  }
+  if (eq >= end || code_[eq].text != "=") return;
+  const std::string value = join(code_, eq + 1, statement_end(code_, eq + 1, end));
+  if (value == "nullptr" || value == "NULL" || value == "0") return;  // a reset points at no buffer
+  exchanges_.push_back(Exchange{function, join(code_, k, eq), value, k});
+}
+
+bool BufferFlow::declared_with_value(const std::string& name) const {
+  for (std::size_t i = 1; i + 2 < code_.size(); ++i) {
+    if (code_[i].text != name || code_[i + 1].text != "=") continue;
+    const Token& before = code_[i - 1];
+    if (before.text != "*" && before.text != "&" && before.kind != TokenKind::Identifier) continue;  // no declaration
+    const std::string& v = code_[i + 2].text;
+    if (v != "nullptr" && v != "NULL" && v != "0") return true;
+  }
+  return false;
+}
+
+BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>& paths) const {
+  Resolution out;
+  std::vector<std::string> pending = paths, seen = paths;
+  while (!pending.empty()) {  // `a = b; b = c;`: c too
+    const std::string path = pending.back();
+    pending.pop_back();
+    for (const Exchange& x : exchanges_) {
+      const Resolution lhs = resolve(x.lhs, x.function, x.token);
+      if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); }))
+        continue;
+      const Resolution value = resolve(x.value, x.function, x.token);
+      if (!value.reason.empty() || value.paths.empty()) {
+        if (out.reason.empty())
+          out.reason = fmt::format("`{}` is given `{}` at line {}, which braid cannot follow", x.lhs, x.value,
+                                   code_[x.token].line);
+        continue;
+      }
+      for (const std::string& p : value.paths)
+        if (std::find(seen.begin(), seen.end(), p) == seen.end()) {
+          seen.push_back(p);
+          pending.push_back(p);
+          out.paths.push_back(p);
+          out.via.push_back(
+              fmt::format("{} is given {} (line {}, in {}())", x.lhs, x.value, code_[x.token].line, x.function));
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace braid::convert

@@ -1,0 +1,213 @@
+// The analyzer and the rules on idioms of HPC programs (MPI plus NCCL, C-style code): arrays of
+// structs handed to helpers by element pointer, per-stream buffers in malloc'd pointer arrays.
+#include <gtest/gtest.h>
+
+#include "braid/convert/analyzer.hpp"
+#include "braid/convert/transform.hpp"
+
+using namespace braid::convert;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const Call& first_call(const Analysis& a, const std::string& name) {
+  for (const Call& c : a.calls)
+    if (c.name == name) return c;
+  throw std::runtime_error("no call " + name);
+}
+
+const std::string kPrologue =
+    "#include <nccl.h>\n"
+    "#include <cuda_runtime.h>\n"
+    "struct field { float* d; float* slice; size_t n; };\n"
+    "struct field fields[4];\n"
+    "ncclComm_t comm;\n"
+    "cudaStream_t s;\n";
+
+}  // namespace
+
+// A pointer to one element of an array of structs (`&fields[f]`, `fields + f`), given to a helper
+// or bound to a local, is that element: `fl->d` is `fields[].d`, the field allocated in the loop
+// (before, `fields.d`, no allocation: host NCCL).
+TEST(AnalyzerHpcIdioms, AnElementPointerOfAnArrayOfStructsNamesTheElementsField) {
+  for (const std::string arg : {"&fields[f]", "fields + f"}) {
+    const std::string src = kPrologue +
+                            "int sum(struct field* fl) {\n"
+                            "  return (int)ncclAllReduce(fl->d, fl->d, fl->n, ncclFloat, ncclSum, comm, s);\n"
+                            "}\n"
+                            "int main() {\n"
+                            "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                            "  for (int f = 0; f < 4; f++) cudaMalloc((void**)&fields[f].d, 4096);\n"
+                            "  for (int f = 0; f < 4; f++) sum(" +
+                            arg +
+                            ");\n"
+                            "  for (int f = 0; f < 4; f++) { struct field* fl = " +
+                            arg +
+                            "; ncclBroadcast(fl->d, fl->d, 1024, ncclFloat, 0, comm, s); }\n"
+                            "}\n";
+    const Analysis a = analyze("hpc.cu", src);
+    for (const char* name : {"ncclAllReduce", "ncclBroadcast"}) {
+      const Call& c = first_call(a, name);
+      EXPECT_EQ(c.unresolved, "") << arg << ": " << name;
+      EXPECT_EQ(c.buffers, (std::vector<std::string>{"fields[].d"})) << arg << ": " << name;
+    }
+    EXPECT_EQ(transform(a, src).converted_calls, 2) << arg;
+  }
+}
+
+// One converted call site synchronises through one set of barriers, so two of its launches must
+// never run at once: a site launched on `streams[s]` in a loop over streams, or in a helper given
+// different streams, stays host NCCL with the reason (before, it converted: concurrent launches on
+// one rank shared the site's barriers). A helper always given one stream converts.
+TEST(AnalyzerHpcIdioms, ACallSiteOnSeveralStreamsStaysHost) {
+  const std::string loop =
+      kPrologue +
+      "cudaStream_t streams[4];\n"
+      "double* mean[4];\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  for (int k = 0; k < 4; k++) { cudaStreamCreate(&streams[k]); cudaMalloc(&mean[k], 8192); }\n"
+      "  for (int k = 0; k < 4; k++)\n"
+      "    ncclAllReduce(mean[k], mean[k], 1024, ncclDouble, ncclSum, comm, streams[k]);\n"
+      "  ncclAllReduce(mean[0], mean[0], 1024, ncclDouble, ncclSum, comm, streams[0]);\n"
+      "}\n";
+  const Analysis a = analyze("hpc.cu", loop);
+  EXPECT_TRUE(contains(a.calls[a.nccl_collectives()[0]].unresolved, "`streams[k]` is an element of `streams[]`"))
+      << a.calls[a.nccl_collectives()[0]].unresolved;
+  EXPECT_EQ(a.calls[a.nccl_collectives()[1]].unresolved, "");  // one stream: streams[0]
+  EXPECT_EQ(transform(a, loop).converted_calls, 1);
+
+  const auto helper = [](const std::string& second) {
+    return kPrologue +
+           "cudaStream_t s_main, s_aux;\n"
+           "void sum(float* x, cudaStream_t st) { ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, st); }\n"
+           "int main() {\n"
+           "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  float *a, *b; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
+           "  sum(a, s_main);\n"
+           "  sum(b, " +
+           second +
+           ");\n"
+           "}\n";
+  };
+  const Analysis two = analyze("hpc.cu", helper("s_aux"));
+  EXPECT_TRUE(contains(first_call(two, "ncclAllReduce").unresolved, "is any of `s_aux`, `s_main`"))
+      << first_call(two, "ncclAllReduce").unresolved;
+  EXPECT_EQ(transform(two, helper("s_aux")).converted_calls, 0);
+  // The default stream (`0`, `nullptr`) at one call, a created stream at the other.
+  for (const char* null_stream : {"0", "nullptr"}) {
+    const Analysis dflt = analyze("hpc.cu", helper(null_stream));
+    EXPECT_TRUE(contains(first_call(dflt, "ncclAllReduce").unresolved, "the default stream at one call and `s_main`"))
+        << first_call(dflt, "ncclAllReduce").unresolved;
+  }
+  const Analysis one = analyze("hpc.cu", helper("s_main"));
+  EXPECT_EQ(first_call(one, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(transform(one, helper("s_main")).converted_calls, 1);
+}
+
+// nccl-tests' per-GPU pairs (`comms[i]` with `streams[i]`): the stream is chosen with the
+// communicator, the runtime serves one communicator and its launches keep one stream: converted.
+TEST(AnalyzerHpcIdioms, AStreamChosenWithItsCommunicatorConverts) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <cuda_runtime.h>\n"
+      "ncclComm_t comms[1]; cudaStream_t streams[1]; float* bufs[1];\n"
+      "int main() {\n"
+      "  ncclUniqueId id; int n = 1;\n"
+      "  for (int i = 0; i < n; i++) { cudaMalloc(&bufs[i], 4096); cudaStreamCreate(&streams[i]); }\n"
+      "  ncclCommInitRank(&comms[0], 2, id, 0);\n"
+      "  for (int i = 0; i < n; i++) ncclAllReduce(bufs[i], bufs[i], 1024, ncclFloat, ncclSum, comms[i], streams[i]);\n"
+      "}\n";
+  const Analysis a = analyze("hpc.cu", src);
+  EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+}
+
+// A solver's double buffer exchanged by pointer (`std::swap(a, a_new)`, or through a temporary):
+// after the first trip `a_new` names `a`'s allocation, so a halo received into `a_new` needs both
+// as windows. Before, only `a_new` became symmetric and the second trip's receive was outside the
+// windows (the converted program stopped where the original ran).
+TEST(AnalyzerHpcIdioms, PointersExchangedByTheFileAreEitherAllocation) {
+  for (const std::string exchange : {"std::swap(a_new, a);", "{ float* tmp = a; a = a_new; a_new = tmp; }",
+                                     "{ float* tmp; tmp = a; a = a_new; a_new = tmp; }"}) {
+    const std::string src = kPrologue +
+                            "int main() {\n"
+                            "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                            "  float *a, *a_new, *spare;\n"
+                            "  cudaMalloc(&a, 4096); cudaMalloc(&a_new, 4096); cudaMalloc(&spare, 4096);\n"
+                            "  for (int it = 0; it < 10; it++) {\n"
+                            "    ncclGroupStart();\n"
+                            "    ncclRecv(a_new, 256, ncclFloat, 1, comm, s);\n"
+                            "    ncclSend(a_new + 256, 256, ncclFloat, 1, comm, s);\n"
+                            "    ncclGroupEnd();\n"
+                            "    " +
+                            exchange +
+                            "\n"
+                            "  }\n"
+                            "}\n";
+    const Analysis a = analyze("hpc.cu", src);
+    EXPECT_EQ(first_call(a, "ncclRecv").buffers, (std::vector<std::string>{"a_new", "a"})) << exchange;
+    const Conversion c = transform(a, src);
+    EXPECT_EQ(c.converted_calls, 2) << exchange;
+    EXPECT_TRUE(contains(
+        c.source,
+        "braid_converted::sym_malloc(&a, 4096); braid_converted::sym_malloc(&a_new, 4096); cudaMalloc(&spare, 4096);"))
+        << exchange << "\n"
+        << c.source;
+  }
+}
+
+// A pointer to an array's first element, walked in C style (`for (fl = fields; fl < fields + 4;
+// fl++)`) or an array given whole to a helper taking `struct field*`: `fl->d` is an element's field
+// (`fields[].d`; before, `fields.d`, no allocation: host NCCL).
+TEST(AnalyzerHpcIdioms, AnArrayWalkedByPointerOrPassedWholeIsItsElements) {
+  const std::string src = kPrologue +
+                          "void first(struct field* fl) { ncclBroadcast(fl->d, fl->d, 1024, ncclFloat, 0, comm, s); }\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  for (int f = 0; f < 4; f++) cudaMalloc((void**)&fields[f].d, 4096);\n"
+                          "  for (struct field* fl = fields; fl < fields + 4; fl++)\n"
+                          "    ncclAllReduce(fl->d, fl->d, fl->n, ncclFloat, ncclSum, comm, s);\n"
+                          "  first(fields);\n"
+                          "}\n";
+  const Analysis a = analyze("hpc.cu", src);
+  for (const char* name : {"ncclAllReduce", "ncclBroadcast"}) {
+    const Call& c = first_call(a, name);
+    EXPECT_EQ(c.unresolved, "") << name;
+    EXPECT_EQ(c.buffers, (std::vector<std::string>{"fields[].d"})) << name;
+  }
+  EXPECT_EQ(transform(a, src).converted_calls, 2);
+}
+
+// Pointers carved from one allocation by assignment (`d_x = d_pool; d_r = d_pool + n;`, file
+// globals set in a setup function): each is that allocation (before: no allocation of its own,
+// host NCCL). One also given a value braid cannot follow keeps the reason and stays host.
+TEST(AnalyzerHpcIdioms, PointersAssignedIntoAPoolAreThePool) {
+  const auto program = [](const std::string& extra) {
+    return kPrologue +
+           "double *d_pool, *d_x, *d_dot;\n"
+           "double* external_buffer();\n"
+           "static int setup(size_t n) {\n"
+           "  if (cudaMalloc((void**)&d_pool, 3 * n * sizeof(double)) != cudaSuccess) return 1;\n"
+           "  d_x = d_pool;\n"
+           "  d_dot = d_pool + 2 * n;\n" +
+           extra +
+           "  return 0;\n"
+           "}\n"
+           "int main() {\n"
+           "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  setup(1024);\n"
+           "  ncclAllReduce(d_dot, d_dot, 1, ncclDouble, ncclSum, comm, s);\n"
+           "  cudaFree(d_pool);\n"
+           "}\n";
+  };
+  const std::string src = program("");
+  const Analysis a = analyze("hpc.cu", src);
+  EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(first_call(a, "ncclAllReduce").buffers, (std::vector<std::string>{"d_pool"}));
+  EXPECT_EQ(transform(a, src).converted_calls, 1);
+  const Analysis other = analyze("hpc.cu", program("  if (n > 4096) d_dot = external_buffer();\n"));
+  EXPECT_TRUE(contains(first_call(other, "ncclAllReduce").unresolved, "external_buffer"))
+      << first_call(other, "ncclAllReduce").unresolved;
+}
