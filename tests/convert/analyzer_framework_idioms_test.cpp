@@ -79,3 +79,61 @@ TEST(AnalyzerFrameworkIdioms, AContainerOfANamespacedClassHidesItsConstructions)
   EXPECT_EQ(c.converted_calls, 0);
   EXPECT_TRUE(contains(left_text(c), "line 16")) << left_text(c);
 }
+
+// A std::span made from a device pointer is a view of that allocation: `.data()` of a span made at
+// the call, of a span variable (also a `subspan` of one, also declared `auto`), of a span
+// parameter followed to what each caller passes, and of a span field set from a view. Before, each stayed host NCCL:
+// "`view.data()` is not a variable, field or element access braid can follow".
+TEST(AnalyzerFrameworkIdioms, SpanViewsAreTheBufferTheyView) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <span>\n"
+      "using FloatView = std::span<float>;\n"
+      "struct Param { std::span<float> grad; };\n"
+      "void gather(std::span<const float> in, FloatView out, ncclComm_t c, cudaStream_t s) {\n"
+      "  ncclAllGather(in.data(), out.data(), in.size(), ncclFloat, c, s);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float *flat, *loss, *all; cudaMalloc(&flat, 1 << 20); cudaMalloc(&loss, 4); cudaMalloc(&all, 8);\n"
+      "  const std::span<float> grads(flat, 1 << 18);\n"
+      "  for (size_t off = 0; off < grads.size(); off += 4096) {\n"
+      "    std::span<float> bucket = grads.subspan(off, 4096);\n"
+      "    ncclAllReduce(bucket.data(), bucket.data(), bucket.size(), ncclFloat, ncclAvg, comm, s);\n"
+      "  }\n"
+      "  auto head = grads.first(1024);\n"
+      "  ncclBroadcast(head.data(), head.data(), 1024, ncclFloat, 0, comm, s);\n"
+      "  ncclAllReduce(std::span<float>(loss, 1).data(), loss, 1, ncclFloat, ncclMax, comm, s);\n"
+      "  gather(std::span<const float>(loss, 1), FloatView{all, 2}, comm, s);\n"
+      "  Param p; p.grad = grads.subspan(4096, 4096);\n"
+      "  ncclAllReduce(p.grad.data(), p.grad.data(), 4096, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 5) << left_text(c);
+  EXPECT_TRUE(c.left.empty()) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "sym_malloc(&flat")) << c.source;
+}
+
+// `.data()` is a view's only where the receiver is declared a view: a std::vector's `.data()` (host
+// memory) or a device_vector's is not stripped to the container, whose name may be a buffer's path
+// elsewhere in the file.
+TEST(AnalyzerFrameworkIdioms, DataOfAContainerIsNoView) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <span>\n"
+      "#include <thrust/device_vector.h>\n"
+      "void warmup() { float* hist; cudaMalloc(&hist, 4096); cudaFree(hist); }\n"
+      "int main() {\n"
+      "  warmup();\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  thrust::device_vector<float> hist(1024);\n"
+      "  ncclAllReduce(hist.data().get(), hist.data().get(), 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  std::span<float> view(thrust::raw_pointer_cast(hist.data()), 1024);\n"
+      "  ncclAllReduce(view.data(), view.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0) << c.source;
+  EXPECT_EQ(c.left.size(), 2u);
+}

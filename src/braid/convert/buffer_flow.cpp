@@ -293,6 +293,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
   // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
   collect_classes();
   collect_smart_types();
+  collect_view_types();
   std::size_t function_end = 0;  // inside a function body until this token
   for (std::size_t i = 0; i < code.size(); ++i) {
     if (i < function_end || code[i].text != "{") continue;
@@ -518,6 +519,11 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     }
     out.via.push_back(fmt::format("`{}` is the pointer `{}` owns", expr, owned));
     resolve_into(owned, function, at, depth, out, stack);
+    return;
+  }
+  if (const std::string viewed = viewed_pointer(expr, function); !viewed.empty()) {
+    out.via.push_back(fmt::format("`{}` is a view of `{}`", expr, viewed));
+    resolve_into(viewed, function, at, depth, out, stack);
     return;
   }
   const std::string path = access_path(expr, false);

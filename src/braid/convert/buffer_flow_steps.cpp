@@ -42,7 +42,8 @@ std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const 
     }
     --type;
   }
-  if (!smart_types_.count(code_[type].text)) return "";
+  // `std::span<float> grads(flat, n)`: a view holds the pointer it is made from as a smart pointer does.
+  if (!smart_types_.count(code_[type].text) && !view_types_.count(code_[type].text)) return "";
   const std::size_t close = match_forward(code_, k + 1, end);
   const std::vector<std::string> args = split_top(code_, k + 1, close);
   return args.empty() ? "" : args.front();
@@ -110,6 +111,11 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
       resolve_into(b + rest, function, best->token, depth, out, stack);
       if (!out.reason.empty()) break;
     }
+  } else if (const std::string viewed = base.empty() && rest.empty() ? viewed_pointer(best->init, function) : "";
+             !viewed.empty()) {
+    // `std::span<float> view = grads.subspan(off, n)`: the buffer the view is of.
+    out.via.push_back(fmt::format("{} = {} (line {}) views {}", root, best->init, code_[best->token].line, viewed));
+    resolve_into(viewed, function, best->token, depth, out, stack);
   } else if (const std::string owned = base.empty() ? owned_pointer(best->init) : ""; !owned.empty()) {
     // `auto buf = std::unique_ptr<float, CudaFree>(p)`: the pointer it owns.
     out.via.push_back(fmt::format("{} = {} (line {}) owns {}", root, best->init, code_[best->token].line, owned));
@@ -190,7 +196,9 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr) arg_path = access_path(join(t, 0, t.size()), false);
       }
-      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
+      // `c ? a : b`, or a view made at the call (`f(std::span<float>(p, n))`): followed as written.
+      if (arg_path.empty() && rest.empty() &&
+          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty())) {
         out.via.push_back(
             fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
         resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
