@@ -137,3 +137,35 @@ TEST(AnalyzerFrameworkIdioms, DataOfAContainerIsNoView) {
   EXPECT_EQ(c.converted_calls, 0) << c.source;
   EXPECT_EQ(c.left.size(), 2u);
 }
+
+// A parameter of a lambda bound to no name (`ops.push_back([&](float* buf, int peer) {...})`) is given
+// by whoever calls the lambda: it is not the enclosing function's variable of the same name. Before,
+// `buf` was taken for main's `cudaMalloc`'d `buf`, and the send and receive converted although the
+// lambda is called with a stream-ordered buffer (a receive outside the windows stops the program).
+TEST(AnalyzerFrameworkIdioms, UnnamedLambdaParametersAreNotTheEnclosingVariables) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <functional>\n"
+      "#include <vector>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float* buf; cudaMalloc(&buf, 4096);\n"
+      "  float* step; cudaMallocAsync(&step, 4096, s);\n"
+      "  std::vector<std::function<void(float*, int)>> ops;\n"
+      "  ops.push_back([&](float* buf, int peer) { ncclSend(buf, 1024, ncclFloat, peer, comm, s); });\n"
+      "  ops.push_back([&](float* buf, int peer) { ncclRecv(buf, 1024, ncclFloat, peer, comm, s); });\n"
+      "  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  for (auto& op : ops) op(step, 1);\n"
+      "  cudaFreeAsync(step, s);\n"
+      "  cudaFree(buf);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);  // the all-reduce on main's own `buf`
+  ASSERT_EQ(c.left.size(), 2u);
+  for (const auto& l : c.left) EXPECT_TRUE(contains(l.reason, "parameter of a lambda bound to no name")) << l.reason;
+}
+
+// cudaMallocFromPoolAsync (a stream-ordered allocation from the program's own cudaMemPool_t) is an
+// allocation site as cudaMallocAsync is: never a window. A pointer that may come from it or from
+// cudaMalloc stays host NCCL. Before, the pool allocation was not seen, the pointer looked like the

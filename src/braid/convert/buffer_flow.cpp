@@ -533,6 +533,14 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   const auto [root, rest] = split_root(path);
+  if (const int line = unnamed_lambda_parameter(root, at); line > 0) {
+    // Not the enclosing function's variable of that name: whoever calls the lambda gives it.
+    out.reason = fmt::format(
+        "`{}` is a parameter of a lambda bound to no name (line {}), called through whatever holds it: its "
+        "arguments are not followed",
+        root, line);
+    return;
+  }
   const std::string key = function + "/" + root;
   if (std::find(stack.begin(), stack.end(), key) != stack.end() || depth < 0) {
     out.reason = fmt::format("`{}` is defined through a cycle or more than 6 levels of calls", expr);

@@ -122,6 +122,9 @@ class BufferFlow {
   // The first token of the unnamed lambda (`push_back([&] {...})`, a callback) whose body holds
   // code token `at`, or SIZE_MAX: code that runs wherever its holder calls it.
   std::size_t unnamed_lambda_at(std::size_t at) const;
+  // The line of the lambda bound to no name whose body holds code token `at` and whose parameter
+  // `name` is (its arguments come from whoever holds it: not followed); 0 when there is none.
+  int unnamed_lambda_parameter(const std::string& name, std::size_t at) const;
 
   // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;

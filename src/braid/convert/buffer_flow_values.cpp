@@ -80,6 +80,20 @@ std::size_t BufferFlow::unnamed_lambda_at(std::size_t at) const {
   return SIZE_MAX;
 }
 
+int BufferFlow::unnamed_lambda_parameter(const std::string& name, std::size_t at) const {
+  for (const auto& [begin, end] : unnamed_lambdas_) {
+    if (at <= begin || at >= end) continue;
+    const std::size_t open = match_forward(code_, begin, end) + 1;  // `[captures] (params)`
+    if (open >= end || code_[open].text != "(") continue;
+    const std::size_t close = match_forward(code_, open, end);
+    for (std::size_t k = open + 1; k < close; ++k)  // a parameter's name ends its piece (or meets `=`)
+      if (code_[k].text == name && code_[k].kind == TokenKind::Identifier &&
+          (code_[k + 1].text == "," || code_[k + 1].text == ")" || code_[k + 1].text == "="))
+        return code_[begin].line;
+  }
+  return 0;
+}
+
 namespace {
 
 // The '{' enclosing code token k (SIZE_MAX at file scope), skipping balanced brackets.
