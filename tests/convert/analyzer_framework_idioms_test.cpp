@@ -169,3 +169,35 @@ TEST(AnalyzerFrameworkIdioms, UnnamedLambdaParametersAreNotTheEnclosingVariables
 // cudaMallocFromPoolAsync (a stream-ordered allocation from the program's own cudaMemPool_t) is an
 // allocation site as cudaMallocAsync is: never a window. A pointer that may come from it or from
 // cudaMalloc stays host NCCL. Before, the pool allocation was not seen, the pointer looked like the
+// cudaMalloc'd buffer alone, and the send/receive on the pool memory converted.
+TEST(AnalyzerFrameworkIdioms, PoolAllocationsAreStreamOrdered) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  cudaMemPool_t pool; cudaDeviceGetDefaultMemPool(&pool, 0);\n"
+      "  float* buf; cudaMalloc(&buf, 4096);\n"
+      "  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  cudaFree(buf);\n"
+      "  cudaMallocFromPoolAsync(&buf, 4096, pool, s);\n"
+      "  ncclGroupStart();\n"
+      "  ncclSend(buf, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclRecv(buf, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclGroupEnd();\n"
+      "  cudaFreeAsync(buf, s);\n"
+      "  float* act; cudaMallocFromPoolAsync(&act, 4096, pool, s);\n"
+      "  ncclGroupStart();\n"
+      "  ncclSend(act, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclRecv(act, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_TRUE(a.buffers.count("act"));
+  EXPECT_EQ(a.buffers.at("act").allocator, "cudaMallocFromPoolAsync");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 0) << c.source;
+  ASSERT_EQ(c.left.size(), 5u);
+  EXPECT_TRUE(contains(left_text(c), "may be symmetric memory or stream-ordered memory")) << left_text(c);
+  EXPECT_TRUE(contains(left_text(c), "comes from cudaMallocFromPoolAsync (line 15): stream-ordered")) << left_text(c);
+}
