@@ -201,3 +201,39 @@ TEST(AnalyzerFrameworkIdioms, PoolAllocationsAreStreamOrdered) {
   EXPECT_TRUE(contains(left_text(c), "may be symmetric memory or stream-ordered memory")) << left_text(c);
   EXPECT_TRUE(contains(left_text(c), "comes from cudaMallocFromPoolAsync (line 15): stream-ordered")) << left_text(c);
 }
+
+// A pointer (or a view) given another buffer after its declaration (`x = b;`, `std::swap(cur, next)`)
+// may point into either: both are followed. Before, only the declaration's value was, so a send from
+// `x` converted as if it were `a` (a window) while it sends from stream-ordered `b`. Walking a
+// pointer through its own buffer (`p = p + n`) adds nothing.
+TEST(AnalyzerFrameworkIdioms, AVariableGivenAnotherBufferMayPointIntoEither) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <span>\n"
+      "#include <utility>\n"
+      "int main(int argc, char**) {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float* a; cudaMalloc(&a, 4096);\n"
+      "  float* b; cudaMallocAsync(&b, 4096, s);\n"
+      "  float* x = a;\n"
+      "  x = b;\n"
+      "  ncclSend(x, 1024, ncclFloat, 1, comm, s);\n"
+      "  std::span<float> v(a, 1024);\n"
+      "  v = std::span<float>(b, 1024);\n"
+      "  ncclRecv(v.data(), 1024, ncclFloat, 1, comm, s);\n"
+      "  float *cur, *next; cudaMalloc(&cur, 4096); cudaMalloc(&next, 4096);\n"
+      "  float* p = cur;\n"
+      "  for (int i = 0; i < 4; ++i) {\n"
+      "    ncclAllReduce(p, p, 256, ncclFloat, ncclSum, comm, s);\n"
+      "    p = p + 256;\n"
+      "    std::swap(cur, next);\n"
+      "  }\n"
+      "  ncclAllReduce(cur, cur, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);  // the all-reduces: `p` walks `cur`, `cur` is cur or next
+  ASSERT_EQ(c.left.size(), 2u) << left_text(c);
+  for (const auto& l : c.left) EXPECT_TRUE(contains(l.reason, "stream-ordered")) << l.reason;
+  EXPECT_TRUE(contains(c.source, "sym_malloc(&next")) << c.source;
+}

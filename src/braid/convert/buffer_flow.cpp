@@ -551,6 +551,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
                     resolve_array_element(expr, root, rest, path, function, at, depth, out, stack) ||
                     resolve_parameter(root, rest, function, depth, out, stack);
   if (done) {
+    follow_reassignments(root, rest, function, depth, out, stack);
     stack.pop_back();
     return;
   }
@@ -561,6 +562,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);
+  follow_reassignments(root, rest, function, depth, out, stack);
   stack.pop_back();
 }
 

@@ -210,6 +210,10 @@ class BufferFlow {
                              Resolution& out, std::vector<std::string>& stack) const;
   bool resolve_parameter(const std::string& root, const std::string& rest, const std::string& function, int depth,
                          Resolution& out, std::vector<std::string>& stack) const;
+  // `root = other;` or `std::swap(root, other)` anywhere in `function` (a loop brings a later one round
+  // to an earlier use): `other` is followed too, as another buffer `root` may point into.
+  void follow_reassignments(const std::string& root, const std::string& rest, const std::string& function, int depth,
+                            Resolution& out, std::vector<std::string>& stack) const;
 
   const std::vector<Token>& code_;
   std::vector<FunctionDef> functions_;

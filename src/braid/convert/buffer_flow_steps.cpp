@@ -132,6 +132,40 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
   return true;
 }
 
+void BufferFlow::follow_reassignments(const std::string& root, const std::string& rest, const std::string& function,
+                                      int depth, Resolution& out, std::vector<std::string>& stack) const {
+  if (!out.reason.empty()) return;
+  for (const FunctionDef& g : functions_) {
+    if (g.name != function) continue;
+    for (std::size_t k = g.body_open + 1; k + 2 < g.body_close && out.reason.empty(); ++k) {
+      if (code_[k].text != root || code_[k].kind != TokenKind::Identifier || function_at(k) != function) continue;
+      const std::string& prev = code_[k - 1].text;
+      std::string value;
+      std::size_t end = k;
+      if (code_[k + 1].text == "=" && (prev == ";" || prev == "{" || prev == "}" || prev == ")" || prev == "else")) {
+        end = statement_end(code_, k, g.body_close);  // `x = other;` (not a declaration: no type before it)
+        value = join(code_, k + 2, end);
+      } else if (prev == "(" && k >= 2 && code_[k - 2].text == "swap" && code_[k + 1].text == ",") {
+        end = match_forward(code_, k - 1, g.body_close);  // `std::swap(x, other)`
+        value = join(code_, k + 2, end);
+      } else if (prev == "," && k >= 4 && code_[k - 4].text == "swap" && code_[k + 1].text == ")") {
+        value = join(code_, k - 2, k - 1);  // `std::swap(other, x)`
+      }
+      if (value.empty() || value == "nullptr" || value == "NULL" || value == "0") continue;
+      // `p = p + stride`: the same allocation.
+      // A variable being followed already (`std::swap(cur, next)` seen from `next`) adds its sources there.
+      if (const std::string p = access_path(value, false);
+          !p.empty() && (split_root(p).first == root ||
+                         std::find(stack.begin(), stack.end(), function + "/" + split_root(p).first) != stack.end()))
+        continue;
+      out.via.push_back(fmt::format("{} is also set to {} (line {})", root, value, code_[k].line));
+      if (const FunctionDef* h = access_path(value, false).empty() ? returning_helper(value) : nullptr)
+        follow_returns(*h, rest, depth, out, stack);  // `x = device_alloc<float>(n)`
+      else resolve_into(value + rest, function, k, depth, out, stack);
+    }
+  }
+}
+
 // An element of an array initialised with a list of buffers (`float* const ptrs[] = {g.wte, g.fcw}`):
 // any of them.
 bool BufferFlow::resolve_array_element(const std::string& expr, const std::string& root, const std::string& rest,
