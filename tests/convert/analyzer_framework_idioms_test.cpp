@@ -237,3 +237,32 @@ TEST(AnalyzerFrameworkIdioms, AVariableGivenAnotherBufferMayPointIntoEither) {
   for (const auto& l : c.left) EXPECT_TRUE(contains(l.reason, "stream-ordered")) << l.reason;
   EXPECT_TRUE(contains(c.source, "sym_malloc(&next")) << c.source;
 }
+
+// Helpers of one name returning buffers (namesakes in two namespaces, overloads) may each be the one
+// a call names: the returns of all of them are followed. Before, the first in the file was taken for
+// every call, so a receive into `async_alloc::make_buffer`'s stream-ordered memory converted as if
+// it were `sync_alloc::make_buffer`'s cudaMalloc'd window.
+TEST(AnalyzerFrameworkIdioms, AHelpersNamesakesAreAllFollowed) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "namespace sync_alloc {\n"
+      "float* make_buffer(size_t n) { float* p; cudaMalloc(&p, n * 4); return p; }\n"
+      "}\n"
+      "namespace async_alloc {\n"
+      "float* make_buffer(size_t n, cudaStream_t s) { float* q; cudaMallocAsync(&q, n * 4, s); return q; }\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float* a = sync_alloc::make_buffer(1024);\n"
+      "  float* b = async_alloc::make_buffer(1024, s);\n"
+      "  ncclGroupStart();\n"
+      "  ncclSend(a, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclRecv(b, 1024, ncclFloat, 1, comm, s);\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0) << c.source;
+  ASSERT_EQ(c.left.size(), 2u);
+  EXPECT_TRUE(contains(left_text(c), "buffer `b` may be symmetric memory or stream-ordered memory")) << left_text(c);
+}

@@ -197,6 +197,10 @@ class BufferFlow {
                        std::vector<std::string>& stack) const;
   std::string returned_field(const std::string& getter) const;
   bool declares_field(const std::string& cls, const std::string& name) const;
+  // follow_returns for every function of `helper`'s name (overloads, namesakes in other namespaces or
+  // classes): a call by that name may be any of them.
+  void follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth, Resolution& out,
+                                std::vector<std::string>& stack) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,

@@ -81,7 +81,7 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     out.via.push_back(fmt::format("{} = {} (line {}{}, in {}())", w.lhs, w.value, code_[w.token].line,
                                   w.through.empty() ? "" : ", by `" + w.through + "`", w.function));
     std::vector<std::string> stack;
-    if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
+    if (const FunctionDef* helper = returning_helper(w.value)) follow_namesakes_returns(*helper, "", 6, out, stack);
     else resolve_into(w.value, w.function, w.token, 6, out, stack);
     if (!out.reason.empty()) {
       out.paths.clear();
@@ -238,7 +238,7 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
     for (const ElementMade& e : it->second) {
       Resolution r;
       std::vector<std::string> stack;
-      if (const FunctionDef* helper = returning_helper(e.expr)) follow_returns(*helper, after, 6, r, stack);
+      if (const FunctionDef* helper = returning_helper(e.expr)) follow_namesakes_returns(*helper, after, 6, r, stack);
       if (r.reason.empty()) out.insert(out.end(), r.paths.begin(), r.paths.end());
     }
   if (auto it = element_fields_.find(root); it != element_fields_.end() && after.size() > 1 && after[0] == '.') {
@@ -293,6 +293,15 @@ const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
   for (const FunctionDef& f : functions_)
     if (f.name == t[name].text) return &f;
   return nullptr;
+}
+
+void BufferFlow::follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth,
+                                          Resolution& out, std::vector<std::string>& stack) const {
+  for (const FunctionDef& f : functions_) {
+    if (f.name != helper.name) continue;
+    follow_returns(f, rest, depth, out, stack);
+    if (!out.reason.empty()) return;
+  }
 }
 
 // Every `return X;` of helper `f`, followed in f's terms. A helper called under a condition

@@ -91,7 +91,7 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
   if (base.empty() && returning_helper(best->init)) {
     // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
     out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
-    follow_returns(*returning_helper(best->init), rest, depth, out, stack);
+    follow_namesakes_returns(*returning_helper(best->init), rest, depth, out, stack);
   } else if (const std::vector<std::string> fields =
                  base.empty() ? fields_as_array(best->init, rest) : std::vector<std::string>{};
              !fields.empty()) {
@@ -160,7 +160,7 @@ void BufferFlow::follow_reassignments(const std::string& root, const std::string
         continue;
       out.via.push_back(fmt::format("{} is also set to {} (line {})", root, value, code_[k].line));
       if (const FunctionDef* h = access_path(value, false).empty() ? returning_helper(value) : nullptr)
-        follow_returns(*h, rest, depth, out, stack);  // `x = device_alloc<float>(n)`
+        follow_namesakes_returns(*h, rest, depth, out, stack);  // `x = device_alloc<float>(n)`
       else resolve_into(value + rest, function, k, depth, out, stack);
     }
   }
