@@ -266,3 +266,33 @@ TEST(AnalyzerFrameworkIdioms, AHelpersNamesakesAreAllFollowed) {
   ASSERT_EQ(c.left.size(), 2u);
   EXPECT_TRUE(contains(left_text(c), "buffer `b` may be symmetric memory or stream-ordered memory")) << left_text(c);
 }
+
+// `std::make_unique<ns::Class>(...)` under a condition constructs the class on some ranks only: its
+// allocation stays as written (window registration is collective). Before, the qualified name was
+// no construction, and the class's buffer became a window that only rank 0 would register twice.
+TEST(AnalyzerFrameworkIdioms, AConditionalMakeUniqueOfANamespacedClassKeepsItsAllocation) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <memory>\n"
+      "namespace pp {\n"
+      "class Buffer {\n"
+      " public:\n"
+      "  explicit Buffer(size_t n) { cudaMalloc(&ptr_, n * 4); }\n"
+      "  float* data() const { return ptr_; }\n"
+      " private:\n"
+      "  float* ptr_ = nullptr;\n"
+      "};\n"
+      "}  // namespace pp\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank = atoi(argv[1]);\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  auto grad = std::make_unique<pp::Buffer>(1024);\n"
+      "  std::unique_ptr<pp::Buffer> scratch;\n"
+      "  if (rank == 0) scratch = std::make_unique<pp::Buffer>(64);\n"
+      "  ncclAllReduce(grad->data(), grad->data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0) << c.source;
+  EXPECT_TRUE(contains(left_text(c), "at line 18")) << left_text(c);
+}
