@@ -296,3 +296,32 @@ TEST(AnalyzerFrameworkIdioms, AConditionalMakeUniqueOfANamespacedClassKeepsItsAl
   EXPECT_EQ(c.converted_calls, 0) << c.source;
   EXPECT_TRUE(contains(left_text(c), "at line 18")) << left_text(c);
 }
+
+// Lambdas stored in objects' fields under one name (`send_hook.fn = [&] {...}; recv_hook.fn = ...`)
+// are not followed as a function (a name bound to two lambdas): like a lambda bound to no name, they
+// run wherever their holder calls them, here inside an NCCL group. Before, their calls were read as
+// the enclosing function's, outside the group, and converted as a lone send and receive (each rank
+// would wait on its send for a posting queued behind it).
+TEST(AnalyzerFrameworkIdioms, LambdasInFieldsOfOneNameRunWhereTheirHolderCallsThem) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <functional>\n"
+      "struct Hook { std::function<void()> fn; };\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank = atoi(argv[1]);\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float *a, *b; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
+      "  Hook send_hook, recv_hook;\n"
+      "  send_hook.fn = [&] { ncclSend(a, 1024, ncclFloat, 1 - rank, comm, s); };\n"
+      "  recv_hook.fn = [&] { ncclRecv(b, 1024, ncclFloat, 1 - rank, comm, s); };\n"
+      "  ncclGroupStart();\n"
+      "  send_hook.fn();\n"
+      "  recv_hook.fn();\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 0) << c.source;
+  ASSERT_EQ(c.left.size(), 2u);
+  for (const auto& l : c.left) EXPECT_TRUE(contains(l.reason, "inside an NCCL group")) << l.reason;
+}

@@ -57,19 +57,23 @@ void BufferFlow::collect_lambdas() {
   }
   for (const FunctionDef& l : found)
     if (count[l.name] == 1) functions_.push_back(l);
-  // Lambdas bound to no name (`hooks.push_back([&] {...})`, a callback argument): run whenever
-  // whoever holds them calls them.
+  // Lambdas bound to no name (`hooks.push_back([&] {...})`, a callback argument), and those assigned
+  // but not followed as a function (a name given two lambdas: `a.fn = [...]; b.fn = [...];`): run
+  // whenever whoever holds them calls them.
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
     const std::string& prev = code_[k - 1].text;
     if (code_[k].text != "[" || code_[k + 1].text == "[" || code_[k - 1].kind == TokenKind::Identifier || prev == "]" ||
-        prev == ")" || prev == "[" || prev == ">" || prev == "=")
+        prev == ")" || prev == "[" || prev == ">")
       continue;
     std::size_t p = match_forward(code_, k, code_.size()) + 1;
     if (p < code_.size() && code_[p].text == "(") p = match_forward(code_, p, code_.size()) + 1;
     while (p < code_.size() && (code_[p].text == "mutable" || code_[p].text == "noexcept")) ++p;
     if (p < code_.size() && code_[p].text == "->")
       while (p < code_.size() && code_[p].text != "{" && code_[p].text != ";") ++p;
-    if (p < code_.size() && code_[p].text == "{")
+    const bool followed = prev == "=" && std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) {
+                            return !f.enclosing.empty() && f.body_open == p;
+                          });
+    if (p < code_.size() && code_[p].text == "{" && !followed)
       unnamed_lambdas_.emplace_back(k, match_forward(code_, p, code_.size()));
   }
 }
