@@ -325,3 +325,37 @@ TEST(AnalyzerFrameworkIdioms, LambdasInFieldsOfOneNameRunWhereTheirHolderCallsTh
   ASSERT_EQ(c.left.size(), 2u);
   for (const auto& l : c.left) EXPECT_TRUE(contains(l.reason, "inside an NCCL group")) << l.reason;
 }
+
+// A lambda kept in a std::function member (declared `std::function<...> reduce_;`, assigned in the
+// constructor, called by a member function) is followed as a function: its parameters to the calls
+// of `reduce_`, its captures to the constructor's fields. Before, the member's declaration counted
+// as a use of the lambda as a value, so its parameters were never followed.
+TEST(AnalyzerFrameworkIdioms, ALambdaInAStdFunctionMemberIsFollowed) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <functional>\n"
+      "#include <memory>\n"
+      "namespace dist {\n"
+      "class Comm {\n"
+      " public:\n"
+      "  Comm(ncclComm_t c, cudaStream_t s) : comm_(c), stream_(s) {\n"
+      "    reduce_ = [this](float* p, size_t n) { ncclAllReduce(p, p, n, ncclFloat, ncclSum, comm_, stream_); };\n"
+      "  }\n"
+      "  void run(float* p, size_t n) { reduce_(p, n); }\n"
+      " private:\n"
+      "  ncclComm_t comm_;\n"
+      "  cudaStream_t stream_;\n"
+      "  std::function<void(float*, size_t)> reduce_;\n"
+      "};\n"
+      "}  // namespace dist\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float* g; cudaMalloc(&g, 4096);\n"
+      "  auto c = std::make_unique<dist::Comm>(comm, s);\n"
+      "  c->run(g, 1024);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "sym_malloc(&g")) << c.source;
+}

@@ -216,6 +216,11 @@ void BufferFlow::record_value_uses() {
     if (next == "(" || next == "<" || prev == "." || prev == "->")
       continue;                                 // a call, a template call, another object's member
     if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
+    // `std::function<void(float*, size_t)> reduce_;`: the declaration of the variable a lambda is
+    // assigned to later (`reduce_ = [this](...) {...};`), not a use of its value.
+    const bool type_before = prev == ">" || (k > 0 && code_[k - 1].kind == TokenKind::Identifier && prev != "return" &&
+                                             prev != "throw" && prev != "co_return");
+    if (type_before && (next == ";" || next == "{")) continue;
     uses[t.text].push_back(k);
   }
   // Each function's fields, or none when one of its uses is no store into a field.
