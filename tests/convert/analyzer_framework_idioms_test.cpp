@@ -359,3 +359,37 @@ TEST(AnalyzerFrameworkIdioms, ALambdaInAStdFunctionMemberIsFollowed) {
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "sym_malloc(&g")) << c.source;
 }
+
+// A parameter whose type is a template with several arguments (`std::pair<int, int> peers`,
+// `std::array<float*, N>& bufs`) is one parameter: the names after it keep their positions. Before,
+// its comma split it in two, every later parameter was matched to the argument after its own, and
+// here `dst` was taken for the cudaMalloc'd `spare` while the receive writes stream-ordered memory.
+TEST(AnalyzerFrameworkIdioms, TemplateParametersWithCommasKeepTheNextOnesInPlace) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <array>\n"
+      "#include <utility>\n"
+      "ncclComm_t g_comm;\n"
+      "cudaStream_t g_s;\n"
+      "void recv_into(std::pair<int, int> peers, float* dst, float* spare) {\n"
+      "  ncclRecv(dst, 1024, ncclFloat, peers.first, g_comm, g_s);\n"
+      "}\n"
+      "template <size_t N> void reduce_all(std::array<float*, N>& bufs, size_t n) {\n"
+      "  for (size_t i = 0; i < N; ++i) ncclAllReduce(bufs[i], bufs[i], n, ncclFloat, ncclSum, g_comm, g_s);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclCommInitRank(&g_comm, 2, id, 0);\n"
+      "  cudaStreamCreate(&g_s);\n"
+      "  float *window, *spare, *step; cudaMalloc(&window, 4096); cudaMalloc(&spare, 4096);\n"
+      "  cudaMallocAsync(&step, 4096, g_s);\n"
+      "  ncclSend(window, 1024, ncclFloat, 1, g_comm, g_s);\n"
+      "  recv_into({1, 1}, step, spare);\n"
+      "  std::array<float*, 2> grads{};\n"
+      "  for (auto& g : grads) cudaMalloc(&g, 4096);\n"
+      "  reduce_all(grads, 1024);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);  // the all-reduce over `grads`
+  ASSERT_EQ(c.left.size(), 2u) << left_text(c);     // the send and the receive: `step` is stream-ordered
+  EXPECT_TRUE(contains(left_text(c), "cudaMallocAsync")) << left_text(c);
+}
