@@ -393,3 +393,29 @@ TEST(AnalyzerFrameworkIdioms, TemplateParametersWithCommasKeepTheNextOnesInPlace
   ASSERT_EQ(c.left.size(), 2u) << left_text(c);     // the send and the receive: `step` is stream-ordered
   EXPECT_TRUE(contains(left_text(c), "cudaMallocAsync")) << left_text(c);
 }
+
+// A std::array of buffers initialised with a list (`std::array<float*, 2> io = {x, out}`, also
+// `io{...}` and `= {{...}}`) is read as `float* io[] = {x, out}` is: an element is any of them while
+// the array is only read; one also written (`io[1] = step`) is not followed.
+TEST(AnalyzerFrameworkIdioms, StdArraysInitialisedWithBuffers) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <array>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float *x, *out, *y, *step; cudaMalloc(&x, 64); cudaMalloc(&out, 4096); cudaMalloc(&y, 64);\n"
+      "  cudaMallocAsync(&step, 64, s);\n"
+      "  std::array<float*, 2> io = {x, out};\n"
+      "  ncclBroadcast(io[0], io[1], 16, ncclFloat, 0, comm, s);\n"
+      "  const std::array<float*, 2> pair{{y, x}};\n"
+      "  ncclAllReduce(pair[0], pair[0], 16, ncclFloat, ncclSum, comm, s);\n"
+      "  std::array<float*, 2> mixed{y, x};\n"
+      "  mixed[1] = step;\n"
+      "  ncclAllReduce(mixed[0], mixed[0], 16, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  ASSERT_EQ(c.left.size(), 1u) << left_text(c);
+  EXPECT_TRUE(contains(c.left[0].reason, "mixed")) << c.left[0].reason;
+}

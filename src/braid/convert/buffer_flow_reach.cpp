@@ -99,6 +99,10 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
 void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
   std::size_t v = 0, v_end = 0;
+  // `std::array<float*, 2> io = {x, out}` / `io{x, out}`: given a list, as `float* io[] = {...}` is.
+  if (k > 0 && code_[k - 1].text == ">" && template_name_before(code_, k - 1) == "array" &&
+      ((is(k + 1, "{") && !is(k + 2, "}")) || (is(k + 1, "=") && is(k + 2, "{"))))
+    listed_containers_.insert(code_[k].text);
   if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
       is(k + 3, "(")) {
     v = k + 4;

@@ -109,7 +109,8 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
                                const std::string& function, std::size_t at, int depth, Resolution& out,
                                std::vector<std::string>& stack) const {
   const Alias* best = nearest_alias(function, root, at);
-  if (!best) return false;
+  // `std::array<float*, 2> pair = {x, out}; pair[0]`: an element of a list (resolve_array_element).
+  if (!best || (best->init.rfind("{", 0) == 0 && !rest.empty() && rest[0] == '[')) return false;
   const std::string base = access_path(best->init, false);
   if (base.empty() && returning_helper(best->init)) {
     // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
@@ -301,6 +302,16 @@ BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function,
       continue;
     }
     if (declared) continue;
+    // `std::array<float*, 2> pair = {x, out};` (or `pair{x, out}`, `= {{x, out}}`): its elements, when only read.
+    if (code_[d - 1].text == ">" && template_name_before(code_, d - 1) == "array") {
+      std::size_t open = code_[d + 1].text == "=" ? d + 2 : d + 1;
+      if (open >= f->body_close || code_[open].text != "{") continue;
+      std::size_t end = match_forward(code_, open, f->body_close);
+      if (code_[open + 1].text == "{" && match_forward(code_, open + 1, end) + 1 == end)
+        end = match_forward(code_, ++open, f->body_close);
+      if (d < at) found = ArrayInit{split_top(code_, open, end), join(code_, open, end + 1), d, false};
+      continue;
+    }
     const bool read = close > d && code_[d - 1].text != "&" && after != "=" && after != "+=" && after != "-=" &&
                       after != "++" && after != "--";
     only_read = only_read && read;
