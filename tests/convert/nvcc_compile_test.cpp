@@ -216,5 +216,11 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"ensemble_streams_reduce_root", 3},
                                            std::pair<std::string, int>{"hierarchical_node_split_fields", 2},
                                            std::pair<std::string, int>{"power_iter_bcast_allgatherv", 3},
-                                           std::pair<std::string, int>{"jacobi_halo_std_swap_l2norm", 5}),
+                                           std::pair<std::string, int>{"jacobi_halo_std_swap_l2norm", 5},
+
+                                           std::pair<std::string, int>{"process_group_virtual_dp", 3},
+                                           std::pair<std::string, int>{"ddp_span_buckets_work_queue", 2},
+                                           std::pair<std::string, int>{"tp_inference_mempool_allocators", 0},
+                                           std::pair<std::string, int>{"pipeline_batch_isend_irecv_ops", 2},
+                                           std::pair<std::string, int>{"reducer_hooks_work_handles", 2}),
                          [](const auto& info) { return info.param.first; });

@@ -31,6 +31,10 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
   // (a temporary of the exchange, `tmp = a`, has none of its own).
   const BufferFlow::Resolution exchanged = flow.exchanged_with(r.paths);
   c.via.insert(c.via.end(), exchanged.via.begin(), exchanged.via.end());
+  if (!exchanged.reason.empty()) {  // it may also point where braid cannot see
+    if (c.unresolved.empty()) c.unresolved = exchanged.reason;
+    return {};
+  }
   std::vector<std::string> keys;
   for (const std::string& path : r.paths) {
     bool found = false;

@@ -63,6 +63,7 @@ const std::vector<std::string>& followed_calls() {
         "ncclMemAlloc",      "ncclMemFree",     "cudaMalloc",       "cudaMallocAsync",
         "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
         "ncclCommAbort"};
+    c.push_back("cudaMallocFromPoolAsync");  // stream-ordered, from the program's own cudaMemPool_t
     for (const NcclSignature& s : nccl_signatures()) c.push_back(s.name);
     return c;
   }();

@@ -319,7 +319,8 @@ class CallWalker {
 
   static bool allocates(const Call& c) {
     return (c.kind == CallKind::Memory &&
-            (c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocManaged") &&
+            (c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
+             c.name == "cudaMallocManaged") &&
             c.args.size() >= 2) ||
            (c.name == "ncclMemAlloc" && c.args.size() == 2);
   }

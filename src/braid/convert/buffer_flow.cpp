@@ -273,7 +273,7 @@ namespace {
 // unnamed one; none for `(void)`).
 std::vector<std::string> parameter_names(const std::vector<Token>& code, std::size_t open, std::size_t close) {
   std::vector<std::string> names;
-  for (const std::string& param : split_top(code, open, close)) {
+  for (const std::string& param : split_parameters(code, open, close)) {
     const std::vector<Token> pt = code_tokens(lex(param).tokens);
     auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
     std::string name;
@@ -293,6 +293,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
   // Function definitions: `name ( params ) [const|noexcept|override]* [: inits] {` outside other functions.
   collect_classes();
   collect_smart_types();
+  collect_view_types();
   std::size_t function_end = 0;  // inside a function body until this token
   for (std::size_t i = 0; i < code.size(); ++i) {
     if (i < function_end || code[i].text != "{") continue;
@@ -524,6 +525,11 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     resolve_into(owned, function, at, depth, out, stack);
     return;
   }
+  if (const std::string viewed = viewed_pointer(expr, function); !viewed.empty()) {
+    out.via.push_back(fmt::format("`{}` is a view of `{}`", expr, viewed));
+    resolve_into(viewed, function, at, depth, out, stack);
+    return;
+  }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
     if (follow_accessor(expr, function, at, depth - 1, out, stack)) return;
@@ -531,6 +537,14 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   const auto [root, rest] = split_root(path);
+  if (const int line = unnamed_lambda_parameter(root, at); line > 0) {
+    // Not the enclosing function's variable of that name: whoever calls the lambda gives it.
+    out.reason = fmt::format(
+        "`{}` is a parameter of a lambda bound to no name (line {}), called through whatever holds it: its "
+        "arguments are not followed",
+        root, line);
+    return;
+  }
   const std::string key = function + "/" + root;
   if (std::find(stack.begin(), stack.end(), key) != stack.end() || depth < 0) {
     out.reason = fmt::format("`{}` is defined through a cycle or more than 6 levels of calls", expr);

@@ -133,6 +133,9 @@ class BufferFlow {
   // The first token of the unnamed lambda (`push_back([&] {...})`, a callback) whose body holds
   // code token `at`, or SIZE_MAX: code that runs wherever its holder calls it.
   std::size_t unnamed_lambda_at(std::size_t at) const;
+  // The line of the lambda bound to no name whose body holds code token `at` and whose parameter
+  // `name` is (its arguments come from whoever holds it: not followed); 0 when there is none.
+  int unnamed_lambda_parameter(const std::string& name, std::size_t at) const;
 
   // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
@@ -188,11 +191,27 @@ class BufferFlow {
   // `std::unique_ptr<float, CudaFree> buf(p)` / `device_ptr<float> buf{p}` declaring the name at code
   // token k: `p`; "" for any other declaration.
   std::string smart_initialiser(std::size_t k, std::size_t end) const;
+  // Views (buffer_flow_views.cpp): `std::span<T>(p, n)` and the file's aliases of span.
+  void collect_view_types();
+  bool declared_view_at(std::size_t d) const;
+  bool declared_view(const std::string& name, const std::string& function, int depth) const;
+  bool view_field(const std::string& field) const;
+  bool view_expression(const std::string& expr, const std::string& function, int depth) const;
+  // What a view expression is of: the pointer a construction is made from (`std::span<T>(p, n)` -> p),
+  // the view a part is taken of (`v.subspan(o, n)` -> v), a name declared as a view itself; "" else.
+  std::string view_source(const std::string& expr, const std::string& function, int depth) const;
+  // The expression `expr` (`v.data()`, `std::span<T>(p, n)`, `v.subspan(o, n)`) points into, when it is
+  // a view's data or a view made from another expression; "" for any other form.
+  std::string viewed_pointer(const std::string& expr, const std::string& function) const;
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
   bool follow_accessor(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                        std::vector<std::string>& stack) const;
   std::string returned_field(const std::string& getter) const;
   bool declares_field(const std::string& cls, const std::string& name) const;
+  // follow_returns for every function of `helper`'s name (overloads, namesakes in other namespaces or
+  // classes): a call by that name may be any of them.
+  void follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth, Resolution& out,
+                                std::vector<std::string>& stack) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
                       std::vector<std::string>& stack) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
@@ -262,6 +281,7 @@ class BufferFlow {
   };
   std::vector<ClassBody> classes_;
   std::set<std::string> smart_types_;  // unique_ptr, shared_ptr and the file's aliases of them
+  std::set<std::string> view_types_;   // span and the file's aliases of it
   std::map<std::string, std::vector<MemberWrite>> member_writes_;  // "Class::field" -> its writes
   std::set<std::string> member_addressed_;  // "Class::field" also written through `&field` (an allocation, a creation)
 };

@@ -69,7 +69,14 @@ BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>
       const Resolution lhs = resolve(x.lhs, x.function, x.token);
       if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); }))
         continue;
-      const Resolution value = resolve(x.value, x.function, x.token);
+      Resolution value;
+      if (const FunctionDef* h = access_path(x.value, false).empty() ? returning_helper(x.value) : nullptr) {
+        std::vector<std::string> stack;  // `x = device_alloc<float>(n)`: what the helper returns
+        follow_namesakes_returns(*h, "", 6, value, stack);  // resolve()'s depth
+        if (!value.reason.empty()) value.paths.clear();
+      } else {
+        value = resolve(x.value, x.function, x.token);
+      }
       if (!value.reason.empty() || value.paths.empty()) {
         if (out.reason.empty())
           out.reason = fmt::format("`{}` is given `{}` at line {}, which braid cannot follow", x.lhs, x.value,

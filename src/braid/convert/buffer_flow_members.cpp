@@ -167,9 +167,12 @@ std::vector<std::string> BufferFlow::classes_holding(const std::string& cls) con
 
 int BufferFlow::hidden_construction(const std::string& cls) const {
   for (std::size_t k = 2; k < code_.size(); ++k) {
-    if (code_[k].text != cls || (code_[k - 1].text != "<" && code_[k - 1].text != ",")) continue;
-    const std::string& holder = code_[k - 2].text;  // made by make_unique/new, seen as constructions
-    if (code_[k - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
+    if (code_[k].text != cls) continue;
+    std::size_t q = k;  // `std::vector<pp::Buffer>`: the qualifiers belong to the argument
+    while (q >= 3 && code_[q - 1].text == "::" && code_[q - 2].kind == TokenKind::Identifier) q -= 2;
+    if (q < 2 || (code_[q - 1].text != "<" && code_[q - 1].text != ",")) continue;
+    const std::string& holder = code_[q - 2].text;  // made by make_unique/new, seen as constructions
+    if (code_[q - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
       continue;
     const std::size_t after = past_template_arguments(code_, k);
     if (after < code_.size() && (code_[after].text == "*" || code_[after].text == "&")) continue;
@@ -219,8 +222,10 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   // A class template's arguments (`DeviceBuffer<float> grads(n)`) are skipped.
   const bool maker = t.text == "make_unique" || t.text == "make_shared";
   const std::size_t after = past_template_arguments(code_, k);
-  if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`
-    if (after > k + 1 && after < end && code_[after].text == "(" && k + 2 < end) cls = code_[k + 2].text;
+  if (maker) {  // `std::make_unique<Trainer>(...)`, `std::make_unique<Buffer<float>>(n)`, `<ns::Trainer>`
+    std::size_t name = k + 2;
+    while (name + 2 < after && code_[name + 1].text == "::") name += 2;
+    if (after > k + 1 && after < end && code_[after].text == "(" && name < end) cls = code_[name].text;
     open = after;
   } else if (after + 1 < end && code_[after].kind == TokenKind::Identifier &&
              (code_[after + 1].text == "(" || code_[after + 1].text == "{")) {

@@ -81,7 +81,7 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     out.via.push_back(fmt::format("{} = {} (line {}{}, in {}())", w.lhs, w.value, code_[w.token].line,
                                   w.through.empty() ? "" : ", by `" + w.through + "`", w.function));
     std::vector<std::string> stack;
-    if (const FunctionDef* helper = returning_helper(w.value)) follow_returns(*helper, "", 6, out, stack);
+    if (const FunctionDef* helper = returning_helper(w.value)) follow_namesakes_returns(*helper, "", 6, out, stack);
     else resolve_into(w.value, w.function, w.token, 6, out, stack);
     if (!out.reason.empty()) {
       out.paths.clear();
@@ -99,6 +99,10 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
 void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
   std::size_t v = 0, v_end = 0;
+  // `std::array<float*, 2> io = {x, out}` / `io{x, out}`: given a list, as `float* io[] = {...}` is.
+  if (k > 0 && code_[k - 1].text == ">" && template_name_before(code_, k - 1) == "array" &&
+      ((is(k + 1, "{") && !is(k + 2, "}")) || (is(k + 1, "=") && is(k + 2, "{"))))
+    listed_containers_.insert(code_[k].text);
   if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
       is(k + 3, "(")) {
     v = k + 4;
@@ -238,7 +242,7 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
     for (const ElementMade& e : it->second) {
       Resolution r;
       std::vector<std::string> stack;
-      if (const FunctionDef* helper = returning_helper(e.expr)) follow_returns(*helper, after, 6, r, stack);
+      if (const FunctionDef* helper = returning_helper(e.expr)) follow_namesakes_returns(*helper, after, 6, r, stack);
       if (r.reason.empty()) out.insert(out.end(), r.paths.begin(), r.paths.end());
     }
   if (auto it = element_fields_.find(root); it != element_fields_.end() && after.size() > 1 && after[0] == '.') {
@@ -293,6 +297,15 @@ const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
   for (const FunctionDef& f : functions_)
     if (f.name == t[name].text) return &f;
   return nullptr;
+}
+
+void BufferFlow::follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth,
+                                          Resolution& out, std::vector<std::string>& stack) const {
+  for (const FunctionDef& f : functions_) {
+    if (f.name != helper.name) continue;
+    follow_returns(f, rest, depth, out, stack);
+    if (!out.reason.empty()) return;
+  }
 }
 
 // Every `return X;` of helper `f`, followed in f's terms. A helper called under a condition

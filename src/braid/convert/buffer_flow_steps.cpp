@@ -25,6 +25,29 @@ std::string pointee_path(const std::string& expr, const std::string& rest) {
 
 using namespace flow_tokens;
 
+namespace flow_tokens {
+
+std::vector<std::string> split_parameters(const std::vector<Token>& t, std::size_t b, std::size_t e) {
+  std::vector<std::string> out;
+  if (e <= b + 1) return out;
+  int depth = 0;  // `std::array<float*, N>& bufs`: a template's arguments hold commas too
+  std::size_t start = b + 1;
+  for (std::size_t i = b + 1; i <= e; ++i) {
+    if (i == e || (t[i].text == "," && depth == 0)) {
+      out.push_back(join(t, start, i));
+      start = i + 1;
+      continue;
+    }
+    const std::string& x = t[i].text;
+    depth += x == "(" || x == "[" || x == "{" || x == "<" ? 1 : x == ")" || x == "]" || x == "}" || x == ">" ? -1 : 0;
+    if (x == ">>") depth -= 2;
+    depth = std::max(depth, 0);  // a `>` of a default argument's comparison closes nothing
+  }
+  return out;
+}
+
+}  // namespace flow_tokens
+
 // `using device_ptr = std::unique_ptr<T, CudaFree>;` (also under a template) and
 // `typedef std::shared_ptr<float> FloatPtr;` name smart pointer types as std's own names do.
 void BufferFlow::collect_smart_types() {
@@ -55,7 +78,8 @@ std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const 
     }
     --type;
   }
-  if (!smart_types_.count(code_[type].text)) return "";
+  // `std::span<float> grads(flat, n)`: a view holds the pointer it is made from as a smart pointer does.
+  if (!smart_types_.count(code_[type].text) && !view_types_.count(code_[type].text)) return "";
   const std::size_t close = match_forward(code_, k + 1, end);
   const std::vector<std::string> args = split_top(code_, k + 1, close);
   return args.empty() ? "" : args.front();
@@ -98,12 +122,13 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
                                const std::string& function, std::size_t at, int depth, Resolution& out,
                                std::vector<std::string>& stack) const {
   const Alias* best = nearest_alias(function, root, at);
-  if (!best) return false;
+  // `std::array<float*, 2> pair = {x, out}; pair[0]`: an element of a list (resolve_array_element).
+  if (!best || (best->init.rfind("{", 0) == 0 && !rest.empty() && rest[0] == '[')) return false;
   const std::string base = pointee_path(best->init, rest);
   if (base.empty() && returning_helper(best->init)) {
     // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
     out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
-    follow_returns(*returning_helper(best->init), rest, depth, out, stack);
+    follow_namesakes_returns(*returning_helper(best->init), rest, depth, out, stack);
   } else if (const std::vector<std::string> fields =
                  base.empty() ? fields_as_array(best->init, rest) : std::vector<std::string>{};
              !fields.empty()) {
@@ -123,6 +148,11 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
       resolve_into(b + rest, function, best->token, depth, out, stack);
       if (!out.reason.empty()) break;
     }
+  } else if (const std::string viewed = base.empty() && rest.empty() ? viewed_pointer(best->init, function) : "";
+             !viewed.empty()) {
+    // `std::span<float> view = grads.subspan(off, n)`: the buffer the view is of.
+    out.via.push_back(fmt::format("{} = {} (line {}) views {}", root, best->init, code_[best->token].line, viewed));
+    resolve_into(viewed, function, best->token, depth, out, stack);
   } else if (const std::string owned = base.empty() ? owned_pointer(best->init) : ""; !owned.empty()) {
     // `auto buf = std::unique_ptr<float, CudaFree>(p)`: the pointer it owns.
     out.via.push_back(fmt::format("{} = {} (line {}) owns {}", root, best->init, code_[best->token].line, owned));
@@ -204,7 +234,9 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr) arg_path = access_path(join(t, 0, t.size()), false);
       }
-      if (arg_path.empty() && rest.empty() && !ternary_branches(c.args[index]).empty()) {
+      // `c ? a : b`, or a view made at the call (`f(std::span<float>(p, n))`): followed as written.
+      if (arg_path.empty() && rest.empty() &&
+          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty())) {
         out.via.push_back(
             fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
         resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
@@ -250,6 +282,16 @@ BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function,
       continue;
     }
     if (declared) continue;
+    // `std::array<float*, 2> pair = {x, out};` (or `pair{x, out}`, `= {{x, out}}`): its elements, when only read.
+    if (code_[d - 1].text == ">" && template_name_before(code_, d - 1) == "array") {
+      std::size_t open = code_[d + 1].text == "=" ? d + 2 : d + 1;
+      if (open >= f->body_close || code_[open].text != "{") continue;
+      std::size_t end = match_forward(code_, open, f->body_close);
+      if (code_[open + 1].text == "{" && match_forward(code_, open + 1, end) + 1 == end)
+        end = match_forward(code_, ++open, f->body_close);
+      if (d < at) found = ArrayInit{split_top(code_, open, end), join(code_, open, end + 1), d, false};
+      continue;
+    }
     const bool read = close > d && code_[d - 1].text != "&" && after != "=" && after != "+=" && after != "-=" &&
                       after != "++" && after != "--";
     only_read = only_read && read;

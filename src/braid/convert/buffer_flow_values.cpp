@@ -43,7 +43,7 @@ void BufferFlow::collect_lambdas() {
       l.body_close = match_forward(code_, p, f.body_close);
       l.enclosing = f.name;
       if (params_open)
-        for (const std::string& param : split_top(code_, params_open, params_close)) {
+        for (const std::string& param : split_parameters(code_, params_open, params_close)) {
           std::vector<Token> pt = code_tokens(lex(param).tokens);
           std::string name;
           for (const Token& w : pt)
@@ -57,19 +57,23 @@ void BufferFlow::collect_lambdas() {
   }
   for (const FunctionDef& l : found)
     if (count[l.name] == 1) functions_.push_back(l);
-  // Lambdas bound to no name (`hooks.push_back([&] {...})`, a callback argument): run whenever
-  // whoever holds them calls them.
+  // Lambdas bound to no name (`hooks.push_back([&] {...})`, a callback argument), and those assigned
+  // but not followed as a function (a name given two lambdas: `a.fn = [...]; b.fn = [...];`): run
+  // whenever whoever holds them calls them.
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
     const std::string& prev = code_[k - 1].text;
     if (code_[k].text != "[" || code_[k + 1].text == "[" || code_[k - 1].kind == TokenKind::Identifier || prev == "]" ||
-        prev == ")" || prev == "[" || prev == ">" || prev == "=")
+        prev == ")" || prev == "[" || prev == ">")
       continue;
     std::size_t p = match_forward(code_, k, code_.size()) + 1;
     if (p < code_.size() && code_[p].text == "(") p = match_forward(code_, p, code_.size()) + 1;
     while (p < code_.size() && (code_[p].text == "mutable" || code_[p].text == "noexcept")) ++p;
     if (p < code_.size() && code_[p].text == "->")
       while (p < code_.size() && code_[p].text != "{" && code_[p].text != ";") ++p;
-    if (p < code_.size() && code_[p].text == "{")
+    const bool followed = prev == "=" && std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) {
+                            return !f.enclosing.empty() && f.body_open == p;
+                          });
+    if (p < code_.size() && code_[p].text == "{" && !followed)
       unnamed_lambdas_.emplace_back(k, match_forward(code_, p, code_.size()));
   }
 }
@@ -78,6 +82,20 @@ std::size_t BufferFlow::unnamed_lambda_at(std::size_t at) const {
   for (const auto& [begin, end] : unnamed_lambdas_)
     if (at > begin && at < end) return begin;
   return SIZE_MAX;
+}
+
+int BufferFlow::unnamed_lambda_parameter(const std::string& name, std::size_t at) const {
+  for (const auto& [begin, end] : unnamed_lambdas_) {
+    if (at <= begin || at >= end) continue;
+    const std::size_t open = match_forward(code_, begin, end) + 1;  // `[captures] (params)`
+    if (open >= end || code_[open].text != "(") continue;
+    const std::size_t close = match_forward(code_, open, end);
+    for (std::size_t k = open + 1; k < close; ++k)  // a parameter's name ends its piece (or meets `=`)
+      if (code_[k].text == name && code_[k].kind == TokenKind::Identifier &&
+          (code_[k + 1].text == "," || code_[k + 1].text == ")" || code_[k + 1].text == "="))
+        return code_[begin].line;
+  }
+  return 0;
 }
 
 namespace {
@@ -198,6 +216,11 @@ void BufferFlow::record_value_uses() {
     if (next == "(" || next == "<" || prev == "." || prev == "->")
       continue;                                 // a call, a template call, another object's member
     if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
+    // `std::function<void(float*, size_t)> reduce_;`: the declaration of the variable a lambda is
+    // assigned to later (`reduce_ = [this](...) {...};`), not a use of its value.
+    const bool type_before = prev == ">" || (k > 0 && code_[k - 1].kind == TokenKind::Identifier && prev != "return" &&
+                                             prev != "throw" && prev != "co_return");
+    if (type_before && (next == ";" || next == "{")) continue;
     uses[t.text].push_back(k);
   }
   // Each function's fields, or none when one of its uses is no store into a field.

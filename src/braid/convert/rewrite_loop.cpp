@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "braid/convert/diagnostic_rerun.hpp"
+#include "braid/convert/transform_plan.hpp"
 #include "braid/llm/prompt_template.hpp"
 #include "braid/platform/device_headers.hpp"
 #include "braid/platform/toolchain.hpp"
@@ -119,7 +120,7 @@ std::string still_unmoved(const Analysis& original, const Analysis& candidate, c
                           const std::vector<Unconverted>& items) {
   std::string out;
   for (const Unconverted& u : items) {
-    if (u.construct != "cudaMallocAsync" && u.construct != "cudaMallocManaged") continue;
+    if (!stage_a_allocator(u.construct)) continue;
     for (const auto& [name, b] : original.buffers) {
       if (b.line != u.line || b.allocator != u.construct) continue;
       bool moved = false;
@@ -417,7 +418,7 @@ std::string stage_of(const Unconverted& u) {
   static const std::set<std::string> kInfrastructure = {
       "cudaMalloc",  "cudaMallocAsync",        "cudaMallocManaged", "ncclMemAlloc", "cudaFree",
       "ncclMemFree", "ncclCommWindowRegister", "ncclDevCommCreate", "ncclCommSplit"};
-  if (kInfrastructure.count(u.construct)) return "A";
+  if (kInfrastructure.count(u.construct) || u.construct == "cudaMallocFromPoolAsync") return "A";
   for (const char* word : {"symmetric memory", "window", "communicator"})
     if (u.reason.find(word) != std::string::npos && !nccl_signature(u.construct)) return "A";
   return "B";

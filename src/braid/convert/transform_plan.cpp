@@ -93,7 +93,7 @@ std::string own_reason(const Analysis& a, const Call& c) {
       // pair stays host NCCL, which never deadlocks and frees with the program's own allocator.
       if (stage_a_allocator(b.allocator) && is_p2p(c.name))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
-               "): " + (b.allocator == "cudaMallocAsync" ? "stream-ordered" : "managed") +
+               "): " + (b.allocator == "cudaMallocManaged" ? "managed" : "stream-ordered") +
                " memory is never an NCCL window, a send/recv has no host fallback per pair, "
                "and making it symmetric would register a window collectively at every allocation, with sizes "
                "braid cannot prove equal on every rank";
@@ -295,7 +295,8 @@ std::vector<int> window_args(const std::string& name, const NcclSignature& sig) 
 }
 
 bool stage_a_allocator(const std::string& allocator) {
-  return allocator == "cudaMallocAsync" || allocator == "cudaMallocManaged";
+  // cudaMallocFromPoolAsync(&p, n, pool, s): stream-ordered too, from the program's own pool.
+  return allocator == "cudaMallocAsync" || allocator == "cudaMallocFromPoolAsync" || allocator == "cudaMallocManaged";
 }
 
 bool is_p2p(const std::string& name) { return name == "ncclSend" || name == "ncclRecv"; }

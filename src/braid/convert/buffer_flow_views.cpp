@@ -1,0 +1,139 @@
+// BufferFlow (buffer_flow.hpp): views of a buffer. A `std::span<T>` made from a pointer points into
+// what the pointer points into, whatever part of it the view covers: `std::span<float>(p, n).data()`,
+// `view.data()` of `std::span<float> view(p, n)`, `grads.subspan(off, n).data()`, a parameter
+// `std::span<const T> in` followed to what its callers pass, a field declared as a span.
+// `.data()` is stripped only where the receiver is known to be a view: for any other class it is the
+// class's own accessor (follow_accessor), or a container's storage braid does not follow.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+namespace {
+
+// `x . name ( args )` ending t: the index of the '.' (or '->') and of the '(', or {SIZE_MAX, 0}.
+std::pair<std::size_t, std::size_t> trailing_method(const std::vector<Token>& t, const std::string& name) {
+  const std::size_t n = t.size();
+  if (n < 5 || t[n - 1].text != ")") return {SIZE_MAX, 0};
+  for (std::size_t open = n - 1; open-- > 2;) {
+    if (t[open].text != "(" || match_forward(t, open, n) != n - 1) continue;
+    // `first<4>()`: a template argument list between the name and '('
+    std::size_t m = open - 1;
+    if (t[m].text == ">")
+      for (int depth = 0; m > 0; --m) {
+        if (t[m].text == ">") ++depth;
+        else if (t[m].text == "<" && --depth == 0) break;
+      }
+    if (t[m].text == "<") --m;
+    if (t[m].text != name || (t[m - 1].text != "." && t[m - 1].text != "->")) return {SIZE_MAX, 0};
+    return {m - 1, open};
+  }
+  return {SIZE_MAX, 0};
+}
+
+}  // namespace
+
+// `using FloatView = std::span<float>;` (also under a template) names a view type as `span` does.
+void BufferFlow::collect_view_types() {
+  view_types_ = {"span"};
+  for (std::size_t k = 0; k + 3 < code_.size(); ++k) {
+    if (code_[k].text != "using" || code_[k + 1].kind != TokenKind::Identifier || code_[k + 2].text != "=") continue;
+    std::size_t j = k + 3;
+    while (j + 1 < code_.size() && (code_[j].text == "const" || code_[j + 1].text == "::"))
+      j += code_[j].text == "const" ? 1 : 2;
+    if (j < code_.size() && view_types_.count(code_[j].text)) view_types_.insert(code_[k + 1].text);
+  }
+}
+
+// Whether code token `d` (an identifier) is declared there with a view type: `std::span<T> d`,
+// `const std::span<const T>& d`, `FloatView d`.
+bool BufferFlow::declared_view_at(std::size_t d) const {
+  std::size_t j = d;
+  while (j > 0 && (code_[j - 1].text == "&" || code_[j - 1].text == "&&" || code_[j - 1].text == "const")) --j;
+  if (j == 0) return false;
+  if (view_types_.count(code_[j - 1].text)) return code_[j - 1].kind == TokenKind::Identifier;
+  return code_[j - 1].text == ">" && view_types_.count(template_name_before(code_, j - 1)) > 0;
+}
+
+bool BufferFlow::declared_view(const std::string& name, const std::string& function, int depth) const {
+  if (depth < 0) return false;
+  for (const FunctionDef& f : functions_) {
+    if (f.name != function) continue;
+    for (std::size_t d = f.name_token + 1; d < f.body_close; ++d)
+      if (code_[d].text == name && code_[d].kind == TokenKind::Identifier && declared_view_at(d)) return true;
+  }
+  // `auto view = grads.subspan(off, n)`: a variable initialised with a view.
+  if (auto it = aliases_.find(function); it != aliases_.end())
+    for (const Alias& a : it->second)
+      if (a.name == name && view_expression(a.init, function, depth - 1)) return true;
+  return false;
+}
+
+bool BufferFlow::view_field(const std::string& field) const {
+  for (const ClassBody& c : classes_)
+    for (std::size_t d = c.open + 1; d < c.close; ++d)
+      if (code_[d].text == field && code_[d].kind == TokenKind::Identifier && declared_view_at(d)) return true;
+  return false;
+}
+
+// `std::span<T>(p, n)`, `std::span{p, n}`, `v.subspan(...)`/`first`/`last` of a view, a variable,
+// parameter or field declared as a view.
+bool BufferFlow::view_expression(const std::string& expr, const std::string& function, int depth) const {
+  return !view_source(expr, function, depth).empty();
+}
+
+std::string BufferFlow::view_source(const std::string& expr, const std::string& function, int depth) const {
+  if (depth < 0) return "";
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  const std::size_t n = t.size();
+  if (addr || n == 0) return "";
+  // A construction: `[std::]span<T>(p, n)` or `[std::]span<T>{p, n}`: the pointer it is made from.
+  std::size_t name = t[0].text == "::" ? 1 : 0;
+  while (name + 2 < n && t[name].kind == TokenKind::Identifier && t[name + 1].text == "::") name += 2;
+  if (view_types_.count(t[name].text)) {
+    std::size_t open = name + 1;
+    if (open < n && t[open].text == "<") open = after_template_args(t, open, n);
+    if (open < n && (t[open].text == "(" || t[open].text == "{") && match_forward(t, open, n) == n - 1) {
+      const std::vector<std::string> args = split_top(t, open, n - 1);
+      return args.empty() ? "" : args.front();
+    }
+    return "";
+  }
+  // A part of a view is a view of the same buffer.
+  for (const char* part : {"subspan", "first", "last"}) {
+    const auto [dot, open] = trailing_method(t, part);
+    if (dot == SIZE_MAX) continue;
+    const std::string receiver = join(t, 0, dot);
+    return view_expression(receiver, function, depth - 1) ? receiver : "";
+  }
+  // A name, or a field, declared as a view: itself (followed as a variable, parameter or field).
+  if (n == 1 && t[0].kind == TokenKind::Identifier) return declared_view(t[0].text, function, depth) ? expr : "";
+  if (n >= 3 && t[n - 1].kind == TokenKind::Identifier && (t[n - 2].text == "." || t[n - 2].text == "->") &&
+      !access_path(expr, false).empty())
+    return view_field(t[n - 1].text) ? expr : "";
+  return "";
+}
+
+std::string BufferFlow::viewed_pointer(const std::string& expr, const std::string& function) const {
+  LexResult lr = lex(expr);
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr || t.empty()) return "";
+  // `view.data()`: what the view is of. `view` itself: what it was made from, or the view named.
+  const auto [dot, open] = trailing_method(t, "data");
+  const bool data = dot != SIZE_MAX && open + 2 == t.size();
+  const std::string view = data ? join(t, 0, dot) : join(t, 0, t.size());
+  const std::string source = view_source(view, function, 4);
+  if (source.empty() || (!data && source == view)) return "";
+  return source;
+}
+
+}  // namespace braid::convert
