@@ -71,7 +71,7 @@ BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>
         continue;
       Resolution value;
       if (const FunctionDef* h = access_path(x.value, false).empty() ? returning_helper(x.value) : nullptr) {
-        std::vector<std::string> stack;  // `x = device_alloc<float>(n)`: what the helper returns
+        std::vector<std::string> stack;                     // `x = device_alloc<float>(n)`: what the helper returns
         follow_namesakes_returns(*h, "", 6, value, stack);  // resolve()'s depth
         if (!value.reason.empty()) value.paths.clear();
       } else {
