@@ -561,6 +561,8 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     flags=()
     grep -q '^#ifdef MULTI_GPU' "$f" && flags=(-DMULTI_GPU)
     grep -q '^#ifdef USE_BF16' "$f" && flags+=(-DUSE_BF16)
+    grep -q '^#ifdef USE_FP16' "$f" && flags+=(-DUSE_FP16)
+    [ -d "$(dirname "$f")/include" ] && flags+=(-I "$(dirname "$f")/include")  # the user corpus's own headers
     if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"; continue; fi
     (
       end_children_with_me
@@ -588,6 +590,8 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
       grep -q "created non-blocking" "$cv_out/$n.log"; then
       echo "| $n | left untouched (a non-blocking communicator: no symmetric windows; expected) | | | |"
+    elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null; then
+      echo "| $n | nothing converted by rules (host NCCL kept; the reasons are in $n.log) | | | |"
     else
       echo "| $n | FAIL: $(grep -h "braid:\|original does not\|differ" "$cv_out/$n.log" | head -1 | cut -c1-160) | | | |"
     fi
