@@ -74,6 +74,7 @@ int do_convert(const ConvertArgs& o) {
     const BuildResult br = compile_only(conversion.source, work / "compile", "converted",
                                         std::filesystem::absolute(o.input).parent_path(), flags.compile_flags());
     if (!br.ok) {
+      std::fflush(stdout);  // the plan printed so far comes first when both go to one pipe
       std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n",
                    o.input.string().c_str(), br.error.c_str());
       return 1;
@@ -107,6 +108,7 @@ int do_convert(const ConvertArgs& o) {
       write_file_atomic(o.json_path, j.dump(2) + "\n");
     }
     if (!r.passed) {
+      std::fflush(stdout);
       std::fprintf(stderr, "braid: %s: the verification gate failed; nothing written as accepted:\n%s\n",
                    o.input.string().c_str(), r.failure.c_str());
       write_file_atomic(work / "gate.json", summary.dump(2) + "\n");
@@ -135,6 +137,7 @@ int do_convert(const ConvertArgs& o) {
   write_file_atomic(output.string() + ".summary.json", summary.dump(2) + "\n");
   write_file_atomic(output.string() + ".summary.txt", text);
   if (!o.explain) std::printf("%s", text.c_str());
+  std::fflush(stdout);
   std::fprintf(stderr, "wrote %s (%s)\n", output.string().c_str(), status.c_str());
   return 0;
 }

@@ -106,9 +106,11 @@ int main(int argc, char** argv) {
   try {
     return action();
   } catch (const braid::UserError& e) {
+    std::fflush(stdout);  // what the command printed comes first when both go to one pipe
     std::fprintf(stderr, "braid: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "braid: error: %s\n", with_hint(e.what()).c_str());
     return kEnvironmentFailure;
   }
