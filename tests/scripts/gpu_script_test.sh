@@ -80,7 +80,7 @@ expect "goal: one evolve per seed" "$(run | count 'evolve workloads/gemm_allgath
 args=(goal ring-attention --dry-run --ranks 4 --braid /bin/true --resume 3)
 expect "goal --resume: braid resume of the seed's run" "$(run | count 'true resume .*/seed3 -g 60')" 1
 args=(convert-gate --dry-run --braid /bin/true --out "$tmp/cg")
-expect "convert-gate: the user corpus too (differential gate)" "$(run | count 'corpus_user/mpi_dp_grads.cu -o')" 1
+expect "convert-gate: the user corpus too (differential gate)" "$(run | count 'corpus_user/mpi_dp_grads.cu -I .*corpus_user/include -o')" 1
 expect "convert-gate: MULTI_GPU programs built with it" "$(run | count 'llmc_style_trainer.cu -DMULTI_GPU')" 1
 args+=(--no-user)
 expect "convert-gate --no-user: annotated corpus and seed only" "$(run | count 'corpus_user/')" 0
