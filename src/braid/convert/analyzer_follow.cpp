@@ -171,11 +171,12 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a) {
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     Call c = a.calls[ci];  // a scratch copy: resolve_sites notes how it followed the argument
-    if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister") || c.args.size() < 2) continue;
+    const bool ipc = c.name == "cudaIpcGetMemHandle";
+    if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister" && !ipc) || c.args.size() < 2) continue;
     auto tok = token_at.find(c.call_begin);
     if (tok == token_at.end()) continue;
     for (const std::string& key : resolve_sites(flow, a, c.args[1].text, tok->second, c))
-      a.buffers.at(key).registered_line = c.line;
+      (ipc ? a.buffers.at(key).ipc_exported_line : a.buffers.at(key).registered_line) = c.line;
   }
 }
 

@@ -102,7 +102,9 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
-// Buffer::registered_line, so that the rules never register them a second time.
+// Buffer::registered_line, so that the rules never register them a second time; and those it
+// shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace): their
+// Buffer::ipc_exported_line, since legacy IPC refuses ncclMemAlloc (cuMem) memory.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
 // lambda holding the ncclSend) are members of that group, as if written in it; one reached from

@@ -111,6 +111,11 @@ std::string own_reason(const Analysis& a, const Call& c) {
       if (b.registered_line > 0)
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                "): a second registration as a window is not made";
+      if (b.ipc_exported_line > 0)
+        return "buffer `" + key + "` is exported through cudaIpcGetMemHandle (line " +
+               std::to_string(b.ipc_exported_line) +
+               "), which refuses ncclMemAlloc (cuMem) memory: it stays cudaMalloc, so the program's own IPC path "
+               "(a custom all-reduce) keeps working";
       if (b.conditional_call_line > 0)
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) + ") in " + b.conditional_caller +
                "(), which may run on some ranks only (called under a condition, or constructed out of braid's sight, "
