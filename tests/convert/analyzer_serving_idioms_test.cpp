@@ -53,3 +53,40 @@ TEST(AnalyzerServingIdioms, BuffersExportedThroughCudaIpcStayCudaMalloc) {
   EXPECT_TRUE(contains(c.source, "cudaMalloc(&arena, 1 << 20)")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ids, 4096)")) << c.source;
 }
+
+// A decode step captured into a CUDA graph per batch size, its send/recv in a helper called inside
+// the capture: a converted send/recv plans its messages on the host at each launch, which a
+// replayed graph would repeat stale, so they stay host NCCL (and with them every send/recv on the
+// communicator). A collective in the capture converts where the communicator is created in the
+// file (the windows are registered there, never inside the capture), and stays host otherwise.
+TEST(AnalyzerServingIdioms, SendRecvCapturedIntoAGraphStayHost) {
+  const std::string src = kPrologue +
+                          "ncclComm_t comm; cudaStream_t s; float *h, *g;\n"
+                          "void step(int peer, int n) {\n"
+                          "  ncclSend(h, n, ncclFloat, peer, comm, s);\n"
+                          "  ncclRecv(h, n, ncclFloat, peer, comm, s);\n"
+                          "  ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  cudaMalloc(&h, 4096); cudaMalloc(&g, 4096);\n"
+                          "  cudaGraph_t graph;\n"
+                          "  for (int bs = 1; bs <= 8; bs *= 2) {\n"
+                          "    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
+                          "    step(1, bs);\n"
+                          "    cudaStreamEndCapture(s, &graph);\n"
+                          "  }\n"
+                          "  ncclSend(h, 4, ncclFloat, 1, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "captured into a CUDA graph (cudaStreamBeginCapture at line 14)")) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce")) << c.source;
+  EXPECT_FALSE(contains(c.source, "braid_converted::send")) << c.source;
+  // Without the creation in the file, the first converted call would bind inside the capture.
+  std::string lazy = src;
+  lazy.replace(lazy.find("ncclCommInitRank(&comm, 2, id, 0);"), 34, "");
+  const Conversion l = convert_text(lazy);
+  EXPECT_EQ(l.converted_calls, 0) << conversion_to_text(l);
+  EXPECT_TRUE(told(l, "would register the windows inside the capture")) << conversion_to_text(l);
+}

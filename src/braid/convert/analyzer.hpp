@@ -69,6 +69,7 @@ struct Call {
   std::vector<std::string> comm_paths;  // the communicator argument, followed like a buffer
   std::vector<std::string> comm_via;    // how it was followed (parameters, fields set by constructors)
   bool conditional = false;             // under if/else/switch/?: (may run on some ranks only)
+  int captured_line = 0;                // runs inside a CUDA graph capture begun at this line
   // A call written in a macro's body: index into Analysis::macro_uses (its use is this call site:
   // call_begin/call_end and the statement are the use's) and the name's offset in its expansion.
   int macro_use = -1;

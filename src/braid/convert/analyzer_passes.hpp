@@ -101,6 +101,9 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// NCCL calls that run while a stream is captured into a CUDA graph (between cudaStreamBeginCapture
+// and its cudaStreamEndCapture, or in a function called there): their Call::captured_line.
+void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
 // Buffer::registered_line, so that the rules never register them a second time; and those it
 // shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace): their

@@ -68,6 +68,14 @@ std::string own_reason(const Analysis& a, const Call& c) {
            ", which braid does not rewrite (it writes only this file): host NCCL";
   if (std::string r = type_op_reason(c, *sig); !r.empty()) return r;
   if (!c.unresolved.empty()) return c.unresolved;
+  // A converted send/recv numbers its messages per peer on the host at launch and copies its plan
+  // from host memory: replayed from a graph, it would reuse the sequence numbers captured once
+  // (and a plan long gone), and meet the wrong posting. NCCL's own send/recv are graph-safe.
+  if (c.captured_line > 0 && is_p2p(c.name))
+    return fmt::format(
+        "captured into a CUDA graph (cudaStreamBeginCapture at line {}): a converted send/recv plans its "
+        "messages on the host at each launch, which a replayed graph would repeat stale; host NCCL",
+        c.captured_line);
   for (int idx : window_args(c.name, *sig)) {
     auto it = c.arg_buffers.find(idx);
     if (it == c.arg_buffers.end() || it->second.empty())
@@ -178,6 +186,11 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
       p.reason[ci] = "on communicator `" + c.comm_paths.front() +
                      "`; the converted runtime serves one communicator per process (`" + p.bound +
                      "`, used by most convertible calls): host NCCL";
+    else if (c.captured_line > 0 && !p.bound_init)
+      p.reason[ci] = fmt::format(
+          "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
+          "the first converted call would register the windows inside the capture",
+          c.captured_line, p.bound);
     else if (is_p2p(c.name) && !p.bound_init &&
              (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
       p.reason[ci] =
