@@ -90,3 +90,25 @@ TEST(AnalyzerServingIdioms, SendRecvCapturedIntoAGraphStayHost) {
   EXPECT_EQ(l.converted_calls, 0) << conversion_to_text(l);
   EXPECT_TRUE(told(l, "would register the windows inside the capture")) << conversion_to_text(l);
 }
+
+// A workspace carved in steps, each view a field set from the one before it (`ws.b = ws.a + n`,
+// `ws.a = ws.base`, a cast included): every view is the one allocation of `ws.base`.
+TEST(AnalyzerServingIdioms, WorkspaceViewsCarvedFromEachOtherAreTheirAllocation) {
+  const std::string src = kPrologue +
+                          "struct Workspace { char* base; float* a; float* b; int* counts; };\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Workspace ws;\n"
+                          "  cudaMalloc(reinterpret_cast<void**>(&ws.base), 1 << 20);\n"
+                          "  ws.a = reinterpret_cast<float*>(ws.base);\n"
+                          "  ws.b = ws.a + 4096;\n"
+                          "  ws.counts = reinterpret_cast<int*>(ws.b + 4096);\n"
+                          "  ncclAllGather(ws.a, ws.b, 1024, ncclFloat, comm, s);\n"
+                          "  ncclAllGather(ws.counts, ws.counts + 8, 1, ncclInt32, comm, s);\n"
+                          "  cudaFree(ws.base);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(reinterpret_cast<void**>(&ws.base), 1 << 20)"))
+      << c.source;
+}

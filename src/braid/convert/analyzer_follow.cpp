@@ -35,18 +35,25 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         keys.push_back(key);
         found = true;
       }
-    // A field the file writes with another buffer (`model.params = alloc_params(n)`).
-    if (!found) {
-      const BufferFlow::Resolution w = flow.written_to(path);
+    // A field the file writes with another buffer (`model.params = alloc_params(n)`), or with a
+    // view of another such field (a workspace carved in steps: `ws.b = ws.a + n; ws.a = ws.base;`).
+    std::vector<std::string> pending{path}, steps;
+    for (std::size_t k = 0; !found && k < pending.size() && k < 16; ++k) {
+      const BufferFlow::Resolution w = flow.written_to(pending[k]);
       if (!w.reason.empty() && c.unresolved.empty()) c.unresolved = w.reason;
-      for (const std::string& p : w.paths)
+      steps.insert(steps.end(), w.via.begin(), w.via.end());
+      for (const std::string& p : w.paths) {
+        bool matched = false;
         for (const auto& [key, b] : a.buffers)
           if (path_matches(p, b.path)) {
             keys.push_back(key);
-            found = true;
+            matched = true;
           }
-      if (found) c.via.insert(c.via.end(), w.via.begin(), w.via.end());
+        found = found || matched;
+        if (!matched && std::find(pending.begin(), pending.end(), p) == pending.end()) pending.push_back(p);
+      }
     }
+    if (found) c.via.insert(c.via.end(), steps.begin(), steps.end());
     // An element of a container filled with copies of a variable whose fields were allocated.
     for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path))
       for (const auto& [key, b] : a.buffers)
