@@ -112,3 +112,41 @@ TEST(AnalyzerServingIdioms, WorkspaceViewsCarvedFromEachOtherAreTheirAllocation)
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(reinterpret_cast<void**>(&ws.base), 1 << 20)"))
       << c.source;
 }
+
+// Disaggregated serving: the decode worker holds a larger KV pool than the prefill one. A window
+// is registered collectively with one size on every rank, so a buffer whose size depends on the
+// rank (through a role chosen from it, a value assigned under a condition on it, or a helper's
+// parameter given one) stays as written; one sized by the rank count converts.
+TEST(AnalyzerServingIdioms, BuffersSizedByTheRankStayAsWritten) {
+  const std::string src =
+      kPrologue +
+      "#include <mpi.h>\n"
+      "struct Worker { int role; int blocks; float* pool; };\n"
+      "float* make(size_t bytes) { float* p; cudaMalloc(&p, bytes); return p; }\n"
+      "int main() {\n"
+      "  int rank, world; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, world, id, rank);\n"
+      "  Worker w; w.role = rank == 0 ? 0 : 1;\n"
+      "  w.blocks = w.role == 0 ? 256 : 1024;\n"
+      "  cudaMalloc(&w.pool, (size_t)w.blocks * 4096);\n"
+      "  size_t scratch = 0;\n"
+      "  if (w.role == 0) scratch = 1 << 20; else scratch = 1 << 16;\n"
+      "  float* s1; cudaMalloc(&s1, scratch);\n"
+      "  float* s2 = make(rank * 4096 + 4096);\n"
+      "  float* even; cudaMalloc(&even, world * 4096);\n"
+      "  ncclAllReduce(w.pool, w.pool, 16, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(s1, s1, 16, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(s2, s2, 16, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(even, even, 16, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "buffer `w.pool` is allocated (line 11) with a size that depends on the rank"))
+      << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "buffer `s1` is allocated (line 14) with a size that depends on the rank"))
+      << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "buffer `p` is allocated (line 5) with a size that depends on the rank"))
+      << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&even, world * 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "cudaMalloc(&w.pool, (size_t)w.blocks * 4096)")) << c.source;
+}

@@ -41,6 +41,7 @@ struct Buffer {
   std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
   int conditional_call_line = 0;      // ... at this line
   int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
+  std::string rank_dependent_size;    // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
   int ipc_exported_line = 0;          // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
   std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };

@@ -101,6 +101,11 @@ void mark_conditional_calls(const BufferFlow& flow, const TokenIndex& token_at, 
 // creations; a call whose buffer cannot be followed keeps the reason (it stays host NCCL).
 void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token_at,
                                  const std::vector<std::size_t>& collectives, Analysis& a);
+// Allocations whose size names a value that depends on the rank (MPI_Comm_rank, ncclCommUserRank,
+// a RANK environment variable, and what is computed from them or assigned under a condition on
+// them): their Buffer::rank_dependent_size, since a window is registered with one size on every rank.
+void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
+                               Analysis& a);
 // NCCL calls that run while a stream is captured into a CUDA graph (between cudaStreamBeginCapture
 // and its cudaStreamEndCapture, or in a function called there): their Call::captured_line.
 void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);

@@ -119,6 +119,11 @@ std::string own_reason(const Analysis& a, const Call& c) {
       if (b.registered_line > 0)
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                "): a second registration as a window is not made";
+      if (!b.rank_dependent_size.empty())
+        return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +
+               ") with a size that depends on the rank (`" + b.bytes_expr +
+               (b.rank_dependent_size == b.bytes_expr ? "" : "`, through `" + b.rank_dependent_size) +
+               "`): a window is registered collectively with the same size on every rank";
       if (b.ipc_exported_line > 0)
         return "buffer `" + key + "` is exported through cudaIpcGetMemHandle (line " +
                std::to_string(b.ipc_exported_line) +
