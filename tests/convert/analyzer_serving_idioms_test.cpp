@@ -150,3 +150,28 @@ TEST(AnalyzerServingIdioms, BuffersSizedByTheRankStayAsWritten) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&even, world * 4096)")) << c.source;
   EXPECT_TRUE(contains(c.source, "cudaMalloc(&w.pool, (size_t)w.blocks * 4096)")) << c.source;
 }
+
+// A paged KV pool hands out views through a getter taking the block's coordinates
+// (`pool.block(layer, id)` returning `blocks + (layer * n + id) * elems`, or `&blocks[...]`): the
+// view is the field's allocation, followed in the caller's terms.
+TEST(AnalyzerServingIdioms, ViewGettersTakingArgumentsAreTheirField) {
+  const std::string src =
+      kPrologue +
+      "struct KvPool {\n"
+      "  float* blocks; int n;\n"
+      "  float* block(int layer, int id) const { return blocks + ((size_t)layer * n + id) * 4096; }\n"
+      "  float* first(int layer) { return &blocks[layer * n * 4096]; }\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  KvPool pool; pool.n = 64;\n"
+      "  cudaMalloc(&pool.blocks, 4 * 64 * 4096 * sizeof(float));\n"
+      "  ncclGroupStart();\n"
+      "  for (int id = 0; id < 8; ++id) ncclSend(pool.block(0, id), 4096, ncclFloat, 1, comm, s);\n"
+      "  ncclRecv(pool.first(1), 4096, ncclFloat, 1, comm, s);\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&pool.blocks")) << c.source;
+}
