@@ -175,3 +175,32 @@ TEST(AnalyzerServingIdioms, ViewGettersTakingArgumentsAreTheirField) {
   EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&pool.blocks")) << c.source;
 }
+
+// An expert-parallel step sized from counts the rank copies back from its own device (after the
+// router, or an all-to-all of counts): each rank allocates a different size, so the receive buffer
+// stays as written and the sends and receives stay host NCCL.
+TEST(AnalyzerServingIdioms, BuffersSizedByCountsCopiedFromTheDeviceStayAsWritten) {
+  const std::string src = kPrologue +
+                          "#include <vector>\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  int *d_counts; cudaMalloc(&d_counts, 64);\n"
+                          "  float* send; cudaMalloc(&send, 1 << 20);\n"
+                          "  std::vector<int> h(2);\n"
+                          "  for (int step = 0; step < 4; ++step) {\n"
+                          "    cudaMemcpy(h.data(), d_counts, 8, cudaMemcpyDeviceToHost);\n"
+                          "    size_t total = 0;\n"
+                          "    for (int p = 0; p < 2; ++p) total += h[p];\n"
+                          "    float* recv; cudaMalloc(&recv, total * 4096);\n"
+                          "    ncclGroupStart();\n"
+                          "    ncclSend(send, 1024, ncclFloat, 1, comm, s);\n"
+                          "    ncclRecv(recv, 1024, ncclFloat, 1, comm, s);\n"
+                          "    ncclGroupEnd();\n"
+                          "    cudaFree(recv);\n"
+                          "  }\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 0) << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "buffer `recv` is allocated (line 13) with a size that depends on the rank (`total * 4096`"))
+      << conversion_to_text(c);
+}

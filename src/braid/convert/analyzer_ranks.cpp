@@ -1,11 +1,13 @@
-// The analyzer's rank pass (analyzer_passes.hpp): which values of the file depend on the rank, and
+// The analyzer's rank pass (analyzer_passes.hpp): which values of the file depend on the rank (or
+// differ between ranks: what a rank copies back from its own device or receives alone), and
 // the allocations whose size is one of them. A symmetric window is registered collectively, with
 // the same size on every rank (NCCL's default), so a buffer sized by role or rank (a decode
 // worker's larger KV pool, a receive buffer sized by this rank's expected tokens) stays as written.
-// Names are followed by their text across the file, whatever their scope: a name that is
-// rank-dependent anywhere counts everywhere, which may keep a buffer host but never converts one
-// wrongly.
+// A field path is followed by its text across the file (the object is passed around), a plain
+// name within its function (a parameter through every call's argument): a path or name that is
+// rank-dependent anywhere counts everywhere, which may keep a buffer host without need.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
@@ -142,11 +144,24 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
 
 void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
                                Analysis& a) {
+  // The seeds: the rank itself, and what each rank reads from its own device (per-peer token counts
+  // copied back after a router kernel or an all-to-all) or receives alone over MPI.
+  static const std::map<std::string, std::size_t> kSeeds = {
+      {"MPI_Comm_rank", 1}, {"ncclCommUserRank", 1}, {"cudaMemcpy", 0},  {"cudaMemcpyAsync", 0}, {"MPI_Recv", 0},
+      {"MPI_Alltoall", 3},  {"MPI_Alltoallv", 4},    {"MPI_Scatter", 3}, {"MPI_Scatterv", 4}};
   Tainted tainted;
   for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
-    if ((toks[i].text != "MPI_Comm_rank" && toks[i].text != "ncclCommUserRank") || toks[i + 1].text != "(") continue;
+    const auto seed = kSeeds.find(toks[i].text);
+    if (seed == kSeeds.end() || toks[i + 1].text != "(") continue;
     const std::vector<std::string> args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size()));
-    if (args.size() == 2 && args[1].rfind("&", 0) == 0) tainted.add(flow.function_at(i), access_path(args[1], true));
+    if (args.size() <= seed->second) continue;
+    const bool copy = toks[i].text.rfind("cudaMemcpy", 0) == 0;
+    if (copy && (args.size() < 4 || (args[3].find("DeviceToHost") == std::string::npos &&
+                                     args[3].find("cudaMemcpyDefault") == std::string::npos)))
+      continue;
+    const std::string& dst = args[seed->second];
+    const std::string path = access_path(dst, true);
+    tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
   }
   for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {
   }
