@@ -126,7 +126,9 @@ int main(int argc, char** argv) {
   c.rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0");
   c.world = std::atoi(std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "1");
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
-  const std::string id_file = argc > 2 ? argv[2] : "/tmp/dp_attn_nccl_id";
+  // The launcher names a fresh id file per job; a fixed path could hold a stale id.
+  const char* env_id_file = std::getenv("NCCL_ID_FILE");
+  const std::string id_file = env_id_file ? env_id_file : (argc > 2 ? argv[2] : "/tmp/dp_attn_nccl_id");
   CK(cudaSetDevice(c.rank));
   CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
 
