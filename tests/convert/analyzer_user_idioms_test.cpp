@@ -417,9 +417,12 @@ TEST(AnalyzerUserIdioms, ABlockingCommunicatorBesideANonBlockingOneConverts) {
   EXPECT_TRUE(contains(b.source, "braid_converted::comm_init_rank_config(dp, n, id, r, &cfg)")) << b.source;
 }
 
-// A buffer the program registers as a window itself is never registered a second time: calls
-// that need it as a window stay host NCCL; its other buffers convert.
-TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {
+// A window the program registers on a whole buffer is the runtime's own (NCCL's symmetric-memory
+// examples: ncclMemAlloc, then ncclCommWindowRegister, then host collectives): the calls on it
+// convert, and the program's register/deregister get and leave the runtime's handle. A buffer
+// registered any other way (a window from inside it, ncclCommRegister) is never registered a
+// second time: calls that need it as a window stay host NCCL.
+TEST(AnalyzerUserIdioms, TheProgramsWholeBufferWindowIsTheRuntimesOwn) {
   const std::string src = kPrologue +
                           "int main() {\n"
                           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
@@ -428,13 +431,30 @@ TEST(AnalyzerUserIdioms, BuffersTheProgramRegistersStayItsOwn) {
                           "  ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC);\n"
                           "  ncclAllReduce(mine, mine, 16, ncclFloat, ncclSum, comm, s);\n"
                           "  ncclAllReduce(plain, plain, 16, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclCommWindowDeregister(comm, win);\n"
+                          "  ncclMemFree(mine);\n"
                           "}\n";
   const Conversion c = convert_text(src);
-  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
-  bool told = false;
-  for (const Unconverted& u : c.left) told = told || contains(u.reason, "registered by the program itself (line 9)");
-  EXPECT_TRUE(told) << conversion_to_text(c);
-  EXPECT_TRUE(contains(c.source, "ncclMemAlloc(&mine, 4096)"));
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_nccl_alloc(&mine, 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::window_register(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::window_deregister(comm, win)"));
+
+  for (const std::string other :
+       {"ncclCommWindowRegister(comm, (char*)mine + 1024, 2048, &win, NCCL_WIN_COLL_SYMMETRIC)",
+        "ncclCommRegister(comm, mine, 4096, &handle)"}) {
+    std::string own = src;
+    const std::string whole = "ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC)";
+    own.replace(own.find(whole), whole.size(), other);
+    own.replace(own.find("ncclWindow_t win;"), 17, "ncclWindow_t win; void* handle;");
+    const Conversion k = convert_text(own);
+    EXPECT_EQ(k.converted_calls, 1) << other << "\n" << conversion_to_text(k);
+    bool told = false;
+    for (const Unconverted& u : k.left) told = told || contains(u.reason, "registered by the program itself (line 9");
+    EXPECT_TRUE(told) << conversion_to_text(k);
+    EXPECT_TRUE(contains(k.source, "ncclMemAlloc(&mine, 4096)"));
+    EXPECT_FALSE(contains(k.source, "braid_converted::window_register"));
+  }
 }
 
 // A program whose own header includes mpi.h (llm.c's train_gpt2.cu through llmc/zero.cuh) is an

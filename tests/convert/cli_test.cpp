@@ -206,3 +206,39 @@ TEST(ConvertCli, HeaderMacrosAndDefinesAreRead) {
   EXPECT_EQ(calls.find("NCCL_REAL"), std::string::npos);
   std::filesystem::remove_all(d);
 }
+
+// A helper in the program's header converts with the file (the header is written in), the user's
+// -std replaces braid's default (a C++17 program that names a variable `requires`), and
+// --keep-headers leaves the header's call host NCCL.
+TEST(ConvertCli, HeaderHelpersConvertAndTheUsersStandardIsKept) {
+  const auto d = fresh_dir("helper-header");
+  std::filesystem::create_directories(d / "include");
+  braid::write_file_atomic(d / "include/comm.h",
+                           "#pragma once\n#include <nccl.h>\n"
+                           "inline void sum(float* g, size_t n, ncclComm_t c, cudaStream_t s) {\n"
+                           "  ncclAllReduce(g, g, n, ncclFloat, ncclSum, c, s);\n}\n");
+  braid::write_file_atomic(d / "main.cu",
+                           "#include <nccl.h>\n#include \"comm.h\"\n"
+                           "int main() {\n  int requires = 0;\n"
+                           "  ncclUniqueId id; ncclGetUniqueId(&id);\n"
+                           "  ncclComm_t comm; ncclCommInitRank(&comm, 1, id, requires);\n"
+                           "  cudaStream_t s; cudaStreamCreate(&s);\n"
+                           "  float* g; cudaMalloc(&g, 4096);\n  sum(g, 1024, comm, s);\n"
+                           "  ncclAllGather(g, g, 256, ncclFloat, comm, s);\n  cudaFree(g);\n"
+                           "  ncclCommDestroy(comm);\n}\n");
+  const std::vector<std::string> flags = {"-I", (d / "include").string(), "--nvcc-flags", "-std=c++17"};
+  std::vector<std::string> args = {(d / "main.cu").string(), "-o", (d / "out.cu").string()};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const Ran r = braid_convert(args);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 of 2 NCCL calls converted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"comm.h\" is written into the converted file"), std::string::npos) << r.out;
+  EXPECT_NE(braid::read_file(d / "out.cu").find("// braid: begin of \"comm.h\""), std::string::npos);
+
+  args = {(d / "main.cu").string(), "--keep-headers"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const Ran kept = braid_convert(args);
+  ASSERT_EQ(kept.code, 0) << kept.err;
+  EXPECT_NE(kept.out.find("1 of 2 NCCL calls converted"), std::string::npos) << kept.out;
+  std::filesystem::remove_all(d);
+}

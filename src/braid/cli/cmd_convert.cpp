@@ -38,9 +38,11 @@ int do_convert(const ConvertArgs& o) {
   if (std::filesystem::is_directory(o.input))
     throw UserError(o.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!std::filesystem::is_regular_file(o.input)) throw UserError(o.input.string(), "no such file");
-  const std::string source = read_file(o.input);
   const BuildFlags user = to_build_flags(o.flags);
-  const Analysis analysis = analyze(o.input.string(), source, true, SourceContext{user.includes, user.defines});
+  const InlinedSource inlined = read_user_program(o.input, o.flags);
+  const std::string& source = inlined.text;
+  const Analysis analysis =
+      analyze(o.input.string(), source, true, with_inlined(SourceContext{user.includes, user.defines}, inlined));
   const Conversion conversion = transform(analysis, source);
   // nvcc runs in its own folder: every path it gets is absolute.
   const std::filesystem::path output = o.output.empty() ? o.output : std::filesystem::absolute(o.output);
@@ -158,12 +160,7 @@ Registrar convert_reg(40, [](CLI::App& app, Action& action) {
   cmd->add_option(
       "--program-args", args.program_args,
       "The program's command line in the differential gate (programs without markers or harness), one quoted string");
-  cmd->add_option("-I", args.flags.includes, "Include folder for the program's headers (as nvcc -I)");
-  cmd->add_option("-D", args.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
-  cmd->add_option("-L", args.flags.lib_dirs, "Library folder (as nvcc -L)");
-  cmd->add_option("-l", args.flags.lib_names, "Library to link (as nvcc -l)");
-  cmd->add_option("--nvcc-flags", args.flags.nvcc_flags,
-                  "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
+  add_user_flag_options(*cmd, args.flags);
   cmd->callback([&action] { action = [] { return do_convert(args); }; });
 });
 

@@ -56,11 +56,7 @@ Registrar run_reg(12, [](CLI::App& app, Action& action) {
   cmd->add_flag("--no-build", a.no_build,
                 "Do not compile the conversion before annotating it (the evolve builds gen0)");
   cmd->add_option("--until", a.until, "Stop after this step (convert, gate, annotate, workload, record)");
-  cmd->add_option("-I", a.flags.includes, "Include folder for the program's headers (as nvcc -I)");
-  cmd->add_option("-D", a.flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
-  cmd->add_option("-L", a.flags.lib_dirs, "Library folder (as nvcc -L)");
-  cmd->add_option("-l", a.flags.lib_names, "Library to link (as nvcc -l)");
-  cmd->add_option("--nvcc-flags", a.flags.nvcc_flags, "Other nvcc flags, one quoted string");
+  add_user_flag_options(*cmd, a.flags);
   cmd->callback([&action] { action = [] { return do_run(a); }; });
 });
 

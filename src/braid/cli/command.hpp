@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "braid/pipeline/user_flags.hpp"
+
 namespace braid::cli {
 
 using Action = std::function<int()>;
@@ -21,5 +23,9 @@ using CommandSetup = std::function<void(CLI::App& app, Action& action)>;
 struct Registrar {
   Registrar(int order, CommandSetup setup);
 };
+
+// How the program is read and built, the same for `convert` and `run`: -I -D -L -l --nvcc-flags
+// --keep-headers.
+void add_user_flag_options(CLI::App& cmd, UserFlags& flags);
 
 }  // namespace braid::cli

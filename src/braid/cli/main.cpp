@@ -19,6 +19,17 @@ std::vector<std::pair<int, CommandSetup>>& registry() {
 
 Registrar::Registrar(int order, CommandSetup setup) { registry().emplace_back(order, std::move(setup)); }
 
+void add_user_flag_options(CLI::App& cmd, UserFlags& flags) {
+  cmd.add_option("-I", flags.includes, "Include folder for the program's headers (as nvcc -I)");
+  cmd.add_option("-D", flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
+  cmd.add_option("-L", flags.lib_dirs, "Library folder (as nvcc -L)");
+  cmd.add_option("-l", flags.lib_names, "Library to link (as nvcc -l)");
+  cmd.add_option("--nvcc-flags", flags.nvcc_flags, "Other nvcc flags, one quoted string (\"-Xcompiler -fopenmp\")");
+  cmd.add_flag("--keep-headers", flags.keep_headers,
+               "Leave the program's own headers as files: NCCL calls written in them stay host NCCL (by default "
+               "a header whose code calls NCCL is written into the converted file, so that its calls convert too)");
+}
+
 namespace {
 
 // Exit codes (README, "Reliability"): 0 done, 1 braid's environment failed (disk full, database

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "braid/convert/analyzer_passes.hpp"
+#include "braid/convert/header_inline.hpp"
 #include "braid/util/error.hpp"
 
 namespace braid::convert {
@@ -50,7 +51,8 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
                  const SourceContext& context) {
   Analysis a;
   a.file = file;
-  const LexResult lr = lex_source(file, source);
+  LexResult lr = lex_source(file, source);
+  keep_user_lines(lr.tokens, context.inlined);
   require_translation_unit(file, source, lr, code_tokens(lr.tokens));
   // Uses of macros that call NCCL or allocate are read as their expansions, at the use.
   const MacroTable macros(with_context_directives(file, lr.tokens, context));
@@ -88,6 +90,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   find_statement_ranges(toks, token_at, a);
   place_macro_calls(toks, token_at, a);
   mark_header_calls(headers.spans, toks, flow, token_at, a);
+  name_inlined_calls(source, context.inlined, a);
   return a;
 }
 
@@ -108,6 +111,7 @@ json analysis_to_json(const Analysis& a) {
     if (!c.stream.empty()) cj["stream"] = c.stream;
     if (c.macro_use >= 0) cj["macro"] = a.macro_uses[(std::size_t)c.macro_use].name;
     if (!c.header.empty()) cj["header"] = c.header;
+    if (!c.inlined_from.empty()) cj["inlined_from"] = c.inlined_from;
     if (!c.buffers.empty()) cj["buffers"] = c.buffers;
     if (c.group >= 0) cj["group"] = c.group;
     if (c.loop >= 0) cj["loop"] = c.loop;
@@ -171,6 +175,7 @@ std::string analysis_to_text(const Analysis& a) {
       where += fmt::format(" [loop {} line {}]", a.loops[(std::size_t)c.loop].kind, a.loops[(std::size_t)c.loop].line);
     if (c.macro_use >= 0) where += fmt::format(" [in macro {}]", a.macro_uses[(std::size_t)c.macro_use].name);
     if (!c.header.empty()) where += fmt::format(" [in header {}, {}()]", c.header, c.function);
+    if (!c.inlined_from.empty()) where += fmt::format(" [written in from {}]", c.inlined_from);
     std::string bufs;
     for (auto& b : c.buffers) bufs += (bufs.empty() ? "" : ",") + b;
     out += fmt::format("  #{:<3} line {:<4} {:<7} {}{}{}{}\n", i, c.line, call_kind_name(c.kind), c.name,

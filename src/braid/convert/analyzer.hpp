@@ -40,10 +40,21 @@ struct Buffer {
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
   std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
   int conditional_call_line = 0;      // ... at this line
-  int registered_line = 0;            // the program registers it itself (ncclCommWindowRegister/ncclCommRegister) here
+  int registered_line = 0;            // the program registers it itself here (ncclCommRegister, or a window from inside it)
+  int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
   std::string rank_dependent_size;    // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
   int ipc_exported_line = 0;          // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
   std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
+};
+
+// A quoted header written into the analysed text in place of its #include (header_inline.hpp).
+struct InlinedHeader {
+  std::string name;                // as included: "tp_serving.h"
+  std::size_t begin = 0, end = 0;  // its block in the text (braid's comment lines included)
+  std::size_t text_begin = 0;      // where the header's own first line starts
+  int include_line = 0;            // the #include's line in the file as the user wrote it
+  int added_lines = 0;             // lines the block adds to the file
+  bool nested = false;             // included by another inlined header (inside its block)
 };
 
 struct Call {
@@ -78,6 +89,9 @@ struct Call {
   // A call written in a quoted header the file includes ("tp_serving.h:44"): read for the graph and
   // the rules, never rewritten (braid writes only the file). Its byte ranges are the #include's.
   std::string header;
+  // A call in a header written into the file (header_inline.hpp): "tp_serving.h:48". Converted
+  // like the file's own calls; its line is the #include's.
+  std::string inlined_from;
 };
 
 // A use of a macro defined in the file whose body calls NCCL or allocates or frees
@@ -159,6 +173,7 @@ struct Analysis {
   bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
   std::string single_process_why;         // how the file does it, for the reason of every call
   bool uses_harness = false;  // harness_main(...) with a Candidate
+  std::vector<InlinedHeader> inlined;  // headers written into the analysed text (SourceContext)
 
   std::vector<std::size_t> nccl_collectives() const;  // indices of data-moving NCCL calls
   const Buffer* buffer_of_argument(const std::string& arg_text) const;
@@ -193,6 +208,9 @@ StatementRange statement_of(const std::vector<Token>& code, std::size_t name_tok
 struct SourceContext {
   std::vector<std::string> include_dirs;
   std::vector<std::string> defines;  // NAME or NAME=VALUE
+  // Headers written into the source given to analyze(): tokens keep the user's line numbers (a
+  // header's tokens take its #include's line) and each call in one names where it was written.
+  std::vector<InlinedHeader> inlined = {};
 };
 
 // Analyses `source` (named `file` in messages; its folder, when `file` names one, is searched

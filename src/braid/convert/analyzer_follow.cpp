@@ -182,8 +182,14 @@ void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& t
     if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister" && !ipc) || c.args.size() < 2) continue;
     auto tok = token_at.find(c.call_begin);
     if (tok == token_at.end()) continue;
-    for (const std::string& key : resolve_sites(flow, a, c.args[1].text, tok->second, c))
-      (ipc ? a.buffers.at(key).ipc_exported_line : a.buffers.at(key).registered_line) = c.line;
+    // A window on the buffer as allocated can be the runtime's own (braid_converted::window_register);
+    // one from inside it (`buf + off`) or a user-buffer registration stays the program's; a buffer
+    // exported through CUDA IPC stays cudaMalloc (legacy IPC refuses cuMem memory).
+    const std::string& arg = c.args[1].text;
+    const bool whole_window = c.name == "ncclCommWindowRegister" && arg.find_first_of("+-[") == std::string::npos;
+    for (const std::string& key : resolve_sites(flow, a, arg, tok->second, c))
+      (ipc ? a.buffers.at(key).ipc_exported_line
+           : whole_window ? a.buffers.at(key).window_line : a.buffers.at(key).registered_line) = c.line;
   }
 }
 

@@ -5,7 +5,10 @@
 //   analyzer_walk.cpp    the walk: scopes, loops, groups, kernel launches and API calls
 //   analyzer_follow.cpp  after the walk: buffers and communicators followed, order edges, statement ranges
 #pragma once
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +44,22 @@ void require_translation_unit(const std::string& file, const std::string& source
 // once), numbered at the include so that they are in scope after it.
 std::vector<Token> with_context_directives(const std::string& file, const std::vector<Token>& all,
                                            const SourceContext& context);
+// `#include "name"` -> name; "" for any other line (system includes are not read).
+std::string quoted_include(const std::string& directive);
+// A quoted include's file: in `from` (the including file's folder), then in `dirs` (-I); empty if none.
+std::filesystem::path find_header(const std::string& name, const std::filesystem::path& from,
+                                  const std::vector<std::string>& dirs);
+// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
+// was met before or cannot be read or lexed (the compiler will say).
+struct HeaderText {
+  std::string text;
+  LexResult lexed;
+};
+std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen);
+// Whether a header's code tokens call what the rules follow (NCCL, allocations, releases), or
+// declare that API (NCCL's or CUDA's own headers, found through -I): those are not the program's.
+enum class HeaderCalls { None, Program, Library };
+HeaderCalls header_calls(const std::vector<Token>& code);
 // The code of the quoted headers the file includes whose code calls NCCL, allocates or frees
 // (`inline void tp_sum(...) { ncclAllReduce(...); }` in "common.h"), read where the #include
 // stands so that their calls are seen, followed and kept host NCCL (braid writes only the file).
@@ -109,9 +128,11 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
 // NCCL calls that run while a stream is captured into a CUDA graph (between cudaStreamBeginCapture
 // and its cudaStreamEndCapture, or in a function called there): their Call::captured_line.
 void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
-// Buffers the program registers itself (ncclCommWindowRegister, ncclCommRegister): their
-// Buffer::registered_line, so that the rules never register them a second time; and those it
-// shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace): their
+// Buffers the program registers itself: Buffer::window_line for a window on the whole buffer
+// (ncclCommWindowRegister(comm, buf, ...): the runtime's own window serves it, and the program's
+// call gets that handle), Buffer::registered_line for anything else (ncclCommRegister, a window
+// from inside the buffer), so that the rules never register those a second time.
+// And those it shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace):
 // Buffer::ipc_exported_line, since legacy IPC refuses ncclMemAlloc (cuMem) memory.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a

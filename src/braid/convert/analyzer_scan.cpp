@@ -32,45 +32,6 @@ void read_annotation(const std::string& file, const Token& t, const char* kind, 
   a.annotations.push_back(Annotation{kind, name, t.line, t.offset, t.end});
 }
 
-// `#include "name"` -> name; "" for any other line (system includes are not read).
-std::string quoted_include(const std::string& directive) {
-  const std::size_t hash = directive.find('#');
-  const std::size_t kw = directive.find_first_not_of(" \t", hash + 1);
-  if (hash == std::string::npos || kw == std::string::npos || directive.compare(kw, 7, "include") != 0) return "";
-  const std::size_t open = directive.find_first_not_of(" \t", kw + 7);
-  if (open == std::string::npos || directive[open] != '"') return "";
-  const std::size_t close = directive.find('"', open + 1);
-  return close == std::string::npos ? "" : directive.substr(open + 1, close - open - 1);
-}
-
-std::filesystem::path find_header(const std::string& name, const std::filesystem::path& from,
-                                  const std::vector<std::string>& dirs) {
-  std::error_code ec;
-  if (!from.empty() && std::filesystem::is_regular_file(from / name, ec)) return from / name;
-  for (const std::string& d : dirs)
-    if (std::filesystem::is_regular_file(std::filesystem::path(d) / name, ec)) return std::filesystem::path(d) / name;
-  return {};
-}
-
-// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
-// was met before or cannot be read or lexed (the compiler will say).
-struct HeaderText {
-  std::string text;
-  LexResult lexed;
-};
-std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen) {
-  std::error_code ec;
-  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64)
-    return std::nullopt;
-  try {
-    HeaderText h{read_file(header), {}};
-    h.lexed = lex(h.text);
-    if (h.lexed.error.empty()) return h;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 // A header's preprocessor lines, its own quoted includes' first, numbered at `at` (the include in
 // the analysed file). A header that cannot be read or lexed adds nothing (the compiler will say).
 void header_directives(const std::filesystem::path& header, const Token& at, const std::vector<std::string>& dirs,
@@ -125,24 +86,14 @@ void header_code(const std::filesystem::path& header, const std::string& name, c
   const std::string& text = read->text;
   const LexResult& lr = read->lexed;
   const std::vector<Token> code = code_tokens(lr.tokens);
-  const std::vector<std::string>& followed = followed_calls();
-  bool calls = false;
-  for (std::size_t i = 0; i + 1 < code.size(); ++i) {
-    if (code[i + 1].text != "(" || std::find(followed.begin(), followed.end(), code[i].text) == followed.end())
-      continue;
-    // The library's own header declares the API (`ncclResult_t ncclAllReduce(`, cuda_runtime.h's
-    // `cudaError_t cudaMalloc(` wrappers, `CUDARTAPI cudaFree(`), found through `-I` to the toolkit:
-    // not the program's code, nor are the headers it includes.
-    const std::string& before = i > 0 ? code[i - 1].text : "";
-    if (before == "ncclResult_t" || before == "cudaError_t" || before == "CUDARTAPI") return;
-    calls = true;
-  }
+  const HeaderCalls calls = header_calls(code);
+  if (calls == HeaderCalls::Library) return;
   for (const Token& t : lr.tokens)
     if (t.kind == TokenKind::Preprocessor)
       if (const std::string nested = quoted_include(t.text); !nested.empty())
         if (const auto path = find_header(nested, header.parent_path(), dirs); !path.empty())
           header_code(path, nested, at, dirs, seen, out, toks);
-  if (!calls) return;
+  if (calls == HeaderCalls::None) return;
   HeaderSpan span{name, out.end, out.end + text.size(), at.offset, line_starts(text)};
   for (Token x : code) {
     x.offset += span.begin;
@@ -155,6 +106,57 @@ void header_code(const std::filesystem::path& header, const std::string& name, c
 }
 
 }  // namespace
+
+// `#include "name"` -> name; "" for any other line (system includes are not read).
+std::string quoted_include(const std::string& directive) {
+  const std::size_t hash = directive.find('#');
+  const std::size_t kw = directive.find_first_not_of(" \t", hash + 1);
+  if (hash == std::string::npos || kw == std::string::npos || directive.compare(kw, 7, "include") != 0) return "";
+  const std::size_t open = directive.find_first_not_of(" \t", kw + 7);
+  if (open == std::string::npos || directive[open] != '"') return "";
+  const std::size_t close = directive.find('"', open + 1);
+  return close == std::string::npos ? "" : directive.substr(open + 1, close - open - 1);
+}
+
+std::filesystem::path find_header(const std::string& name, const std::filesystem::path& from,
+                                  const std::vector<std::string>& dirs) {
+  std::error_code ec;
+  if (!from.empty() && std::filesystem::is_regular_file(from / name, ec)) return from / name;
+  for (const std::string& d : dirs)
+    if (std::filesystem::is_regular_file(std::filesystem::path(d) / name, ec)) return std::filesystem::path(d) / name;
+  return {};
+}
+
+// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
+// was met before or cannot be read or lexed (the compiler will say).
+std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen) {
+  std::error_code ec;
+  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64)
+    return std::nullopt;
+  try {
+    HeaderText h{read_file(header), {}};
+    h.lexed = lex(h.text);
+    if (h.lexed.error.empty()) return h;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+HeaderCalls header_calls(const std::vector<Token>& code) {
+  const std::vector<std::string>& followed = followed_calls();
+  HeaderCalls calls = HeaderCalls::None;
+  for (std::size_t i = 0; i + 1 < code.size(); ++i) {
+    if (code[i + 1].text != "(" || std::find(followed.begin(), followed.end(), code[i].text) == followed.end())
+      continue;
+    // The library's own header declares the API (`ncclResult_t ncclAllReduce(`, cuda_runtime.h's
+    // `cudaError_t cudaMalloc(` wrappers, `CUDARTAPI cudaFree(`), found through `-I` to the toolkit:
+    // not the program's code, nor are the headers it includes.
+    const std::string& before = i > 0 ? code[i - 1].text : "";
+    if (before == "ncclResult_t" || before == "cudaError_t" || before == "CUDARTAPI") return HeaderCalls::Library;
+    calls = HeaderCalls::Program;
+  }
+  return calls;
+}
 
 HeaderCode with_header_code(const std::string& file, const std::vector<Token>& all, const std::vector<Token>& code,
                             const SourceContext& context, std::size_t source_size) {
@@ -246,7 +248,7 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
   std::map<const MacroDefinition*, bool> matters;
   const MacroTable::Expands expands = [&](const MacroDefinition& m) {
     auto it = matters.find(&m);
-    return it != matters.end() ? it->second : matters[&m] = macros.calls_any(m, calls);
+    return it != matters.end() ? it->second : (matters[&m] = macros.calls_any(m, calls));
   };
   std::vector<Token> out;
   std::size_t next = source_size + 1;

@@ -1,5 +1,6 @@
 #include "braid/convert/build_flags.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -12,7 +13,15 @@
 namespace braid::convert {
 
 std::vector<std::string> BuildFlags::compile_flags() const {
-  std::vector<std::string> f = default_nvcc_flags();
+  // A default the user gives otherwise (`-std=c++17` for a program that is not C++20 code, `-O0`)
+  // is left out, not overridden with nvcc's "incompatible redefinition" warning.
+  auto option = [](const std::string& flag) {
+    return flag.rfind("-O", 0) == 0 ? "-O" : flag.substr(0, flag.find('='));
+  };
+  std::vector<std::string> f;
+  for (const std::string& d : default_nvcc_flags())
+    if (std::none_of(extra.begin(), extra.end(), [&](const std::string& e) { return option(e) == option(d); }))
+      f.push_back(d);
   for (const auto& d : defines) f.push_back("-D" + d);
   for (const auto& i : includes) f.push_back("-I" + i);
   f.insert(f.end(), extra.begin(), extra.end());
@@ -58,7 +67,8 @@ std::vector<std::string> ask_mpi(const std::string& what) {
     if (r.succeeded() && !r.stdout_text.empty()) {
       std::vector<std::string> out;
       for (const std::string& f : split_flags(r.stdout_text))
-        if (f.rfind("-I", 0) == 0 || f.rfind("-L", 0) == 0 || f.rfind("-l", 0) == 0 || f.rfind("-Wl,", 0) == 0) out.push_back(f);
+        if (f.rfind("-I", 0) == 0 || f.rfind("-L", 0) == 0 || f.rfind("-l", 0) == 0 || f.rfind("-Wl,", 0) == 0)
+          out.push_back(f);
       return out;
     }
   }
@@ -99,7 +109,8 @@ BuildFlags resolve_build_flags(const std::string& file, const std::string& sourc
   const std::vector<std::string> compile = ask_mpi("compile");
   if (compile.empty()) {
     if (!user.includes.empty()) return user;  // the user says where mpi.h is
-    throw UserError(file, "includes mpi.h, but no MPI compiler wrapper (mpicxx --showme) answers here: pass -I/-L/-l for MPI");
+    throw UserError(
+        file, "includes mpi.h, but no MPI compiler wrapper (mpicxx --showme) answers here: pass -I/-L/-l for MPI");
   }
   for (const std::string& f : compile) {
     if (f.rfind("-I", 0) == 0) user.includes.push_back(f.substr(2));

@@ -185,12 +185,32 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   return {"", ""};
 }
 
+// The program's own window calls when it registers a buffer the rules made symmetric: the
+// runtime's window (registered at the allocation or at binding, in the same order on every rank)
+// is handed to the program instead of a second one, and the program's deregistration of it is
+// left to the buffer's release.
+std::pair<std::string, std::string> program_window_of(const Analysis& a, const Rewrite& rw, std::size_t i) {
+  const Call& c = a.calls[i];
+  if (c.name == "ncclCommWindowDeregister")
+    return {"braid_converted::window_deregister",
+            "a window the runtime made is deregistered when its buffer is released; any other as written"};
+  if (c.name != "ncclCommWindowRegister") return {"", ""};
+  for (const std::string& key : rw.symmetric)
+    if (a.buffers.at(key).window_line == c.line)
+      return {"braid_converted::window_register",
+              "the program's window on `" + key +
+                  "` is the runtime's own (registered with its symmetric allocation, in the same order on every "
+                  "rank): its handle is returned, no second window is made"};
+  return {"", ""};
+}
+
 // Stage A: the allocation sites converted calls touch, every release, the communicator.
 void move_to_symmetric_memory(const Analysis& a, const Plan& plan, Conversion& conv, Rewrite& rw) {
   for (std::size_t i = 0; i < a.calls.size(); ++i) {
     const Call& c = a.calls[i];
     if (c.args.empty() || !c.header.empty()) continue;  // a header's calls are never rewritten
-    const auto [after, why] = infrastructure_of(a, plan, rw, i);
+    auto [after, why] = infrastructure_of(a, plan, rw, i);
+    if (after.empty()) std::tie(after, why) = program_window_of(a, rw, i);
     if (after.empty()) {
       if (c.name == "ncclCommWindowRegister" || c.name == "ncclDevCommCreate")
         conv.left.push_back(
@@ -318,6 +338,23 @@ std::size_t prelude_position(const std::string& source) {
   return pos;
 }
 
+namespace {
+
+// Lines of a header written into the file are its #include's: say so next to each.
+void name_inlined_lines(const Analysis& a, Conversion& conv) {
+  for (const InlinedHeader& h : a.inlined) {
+    if (h.nested) continue;
+    conv.inlined_headers.push_back(h.name);
+    const std::string note = " (code of \"" + h.name + "\", written into the file)";
+    for (Change& ch : conv.changes)
+      if (ch.line == h.include_line) ch.why += note;
+    for (Unconverted& u : conv.left)
+      if (u.line == h.include_line) u.reason += note;
+  }
+}
+
+}  // namespace
+
 Conversion transform(const Analysis& a, const std::string& source) {
   Conversion conv;
   conv.file = a.file;
@@ -334,9 +371,12 @@ Conversion transform(const Analysis& a, const std::string& source) {
   if (a.uses_harness && conv.converted_calls > 0) hook_harness(a, source, conv, rw);
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   if (conv.converted_calls > 0) {
-    const std::size_t at = prelude_position(source);
+    // Before the first header written in, whose code may now call the prelude's primitives.
+    std::size_t at = prelude_position(source);
+    for (const InlinedHeader& h : a.inlined) at = std::min(at, h.begin);
     rw.edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness)});
   }
+  name_inlined_lines(a, conv);
   std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });
   std::sort(conv.left.begin(), conv.left.end(),
             [](const Unconverted& x, const Unconverted& y) { return x.line < y.line; });
@@ -490,6 +530,7 @@ json conversion_to_json(const Conversion& c) {
               {"converted_calls", c.converted_calls},
               {"call_sites", c.call_sites},
               {"complete", c.complete()},
+              {"inlined_headers", c.inlined_headers},
               {"changes", changes},
               {"unconverted", left}};
 }
@@ -497,6 +538,8 @@ json conversion_to_json(const Conversion& c) {
 std::string conversion_to_text(const Conversion& c) {
   std::string out = fmt::format("{}: {} of {} NCCL calls converted by rules{}\n", c.file, c.converted_calls,
                                 c.nccl_calls, c.complete() ? " (complete)" : "");
+  for (const std::string& h : c.inlined_headers)
+    out += fmt::format("  \"{}\" is written into the converted file: its calls convert with the file's\n", h);
   for (const Change& ch : c.changes)
     out += fmt::format("  line {:<4} stage {} {:<15} {} -> {}\n             {}\n", ch.line, ch.stage, ch.rule,
                        ch.before.empty() ? "(insert)" : ch.before, ch.after, ch.why);

@@ -41,6 +41,7 @@ struct Conversion {
   int call_sites = 0;
   int converted_calls = 0;
   int nccl_calls = 0;
+  std::vector<std::string> inlined_headers;  // headers written into the file (header_inline.hpp)
   bool complete() const { return left.empty() && converted_calls == nccl_calls; }
 };
 

@@ -118,6 +118,7 @@ std::string own_reason(const Analysis& a, const Call& c) {
                "allocator";
       if (b.registered_line > 0)
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
+               (b.allocator == "ncclMemAlloc" ? ", not as a window on the whole buffer" : "") +
                "): a second registration as a window is not made";
       if (!b.rank_dependent_size.empty())
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +

@@ -46,10 +46,12 @@ void Pipeline::read_input() {
   if (fs::is_directory(o_.input))
     throw UserError(o_.input.string(), "is a folder: give one CUDA/NCCL source file (.cu)");
   if (!fs::is_regular_file(o_.input)) throw UserError(o_.input.string(), "no such file");
-  original_ = read_file(o_.input);
+  // The program's own headers that call NCCL are written into it (the seed), so that their calls convert too.
+  const convert::InlinedSource inlined = read_user_program(o_.input, o_.flags);
+  original_ = inlined.text;
   flags_ = convert::resolve_build_flags(o_.input.string(), original_, to_build_flags(o_.flags));
-  analysis_ =
-      convert::analyze(o_.input.string(), original_, true, convert::SourceContext{flags_.includes, flags_.defines});
+  analysis_ = convert::analyze(o_.input.string(), original_, true,
+                               convert::with_inlined(convert::SourceContext{flags_.includes, flags_.defines}, inlined));
   rules_ = convert::transform(analysis_, original_);
   if (rules_.converted_calls == 0 && !wants_llm(o_.llm))
     throw UserError(o_.input.string(),

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "braid/util/fs.hpp"
+
 namespace braid {
 
 convert::BuildFlags to_build_flags(const UserFlags& user) {
@@ -13,6 +15,13 @@ convert::BuildFlags to_build_flags(const UserFlags& user) {
   for (const auto& l : user.lib_names) flags.libs.push_back("-l" + l);
   flags.extra = convert::split_flags(user.nvcc_flags);
   return flags;
+}
+
+convert::InlinedSource read_user_program(const std::filesystem::path& input, const UserFlags& user) {
+  std::string source = read_file(input);
+  if (user.keep_headers) return {std::move(source), {}};
+  const convert::BuildFlags flags = to_build_flags(user);
+  return convert::inline_headers(input.string(), source, convert::SourceContext{flags.includes, flags.defines});
 }
 
 }  // namespace braid

@@ -100,3 +100,30 @@ inline ncclResult_t comm_finalize(ncclComm_t comm) {
   teardown(comm);
   return ncclCommFinalize(comm);
 }
+// The program's own window on a buffer the rules made symmetric: the runtime registered that
+// buffer's window at its allocation or at binding (in allocation order, the same on every rank),
+// so the program gets that handle and no second window is made. The program's registration is a
+// collective call every rank makes, so binding here, if the runtime is not bound yet, is too.
+// Anything else (another communicator, a buffer the runtime does not hold) registers as asked.
+inline ncclResult_t window_register(ncclComm_t comm, void* buf, size_t size, ncclWindow_t* win, int flags) {
+  State& s = state();
+  for (Allocation& a : s.allocations) {
+    if (a.base != static_cast<char*>(buf) || a.external || size > a.bytes) continue;
+    if (a.win == nullptr && (s.comm == nullptr || s.comm == comm)) ensure(comm);
+    if (a.win != nullptr && s.comm == comm) {
+      *win = a.win;
+      return ncclSuccess;
+    }
+    break;
+  }
+  return ncclCommWindowRegister(comm, buf, size, win, flags);
+}
+// A window the runtime made is deregistered with its buffer's release (sym_free) or the
+// communicator's teardown, in the same order on every rank; any other as the program asks.
+inline ncclResult_t window_deregister(ncclComm_t comm, ncclWindow_t win) {
+  const State& s = state();
+  if (win != nullptr && s.comm == comm)
+    for (const Allocation& a : s.allocations)
+      if (a.win == win && !a.external) return ncclSuccess;
+  return ncclCommWindowDeregister(comm, win);
+}
