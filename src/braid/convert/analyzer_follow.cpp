@@ -188,8 +188,9 @@ void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& t
     const std::string& arg = c.args[1].text;
     const bool whole_window = c.name == "ncclCommWindowRegister" && arg.find_first_of("+-[") == std::string::npos;
     for (const std::string& key : resolve_sites(flow, a, arg, tok->second, c))
-      (ipc ? a.buffers.at(key).ipc_exported_line
-           : whole_window ? a.buffers.at(key).window_line : a.buffers.at(key).registered_line) = c.line;
+      (ipc            ? a.buffers.at(key).ipc_exported_line
+       : whole_window ? a.buffers.at(key).window_line
+                      : a.buffers.at(key).registered_line) = c.line;
   }
 }
 
