@@ -217,10 +217,15 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"hierarchical_node_split_fields", 2},
                                            std::pair<std::string, int>{"power_iter_bcast_allgatherv", 3},
                                            std::pair<std::string, int>{"jacobi_halo_std_swap_l2norm", 5},
-
                                            std::pair<std::string, int>{"process_group_virtual_dp", 3},
                                            std::pair<std::string, int>{"ddp_span_buckets_work_queue", 2},
                                            std::pair<std::string, int>{"tp_inference_mempool_allocators", 0},
                                            std::pair<std::string, int>{"pipeline_batch_isend_irecv_ops", 2},
-                                           std::pair<std::string, int>{"reducer_hooks_work_handles", 2}),
+                                           std::pair<std::string, int>{"reducer_hooks_work_handles", 2},
+
+                                           std::pair<std::string, int>{"disagg_prefill_decode_kv", 1},
+                                           std::pair<std::string, int>{"moe_ep_fp8_dispatch_arena", 8},
+                                           std::pair<std::string, int>{"tp_custom_allreduce_ipc_fallback", 1},
+                                           std::pair<std::string, int>{"dp_attention_graphs_per_bs", 3},
+                                           std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1}),
                          [](const auto& info) { return info.param.first; });

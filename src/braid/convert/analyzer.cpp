@@ -80,6 +80,8 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   attach_reached_group_members(flow, token_at, collectives, a);
   hold_calls_near_group_brackets(flow, toks, token_at, collectives, a);
   mark_program_registered_buffers(flow, token_at, a);
+  mark_captured_calls(flow, token_at, a);
+  mark_rank_dependent_sizes(toks, flow, token_at, a);
   collect_comm_inits(flow, toks, token_at, a);
   match_member_communicators(a);
   detect_threaded_ranks(toks, lr.tokens, flow, token_at, a);

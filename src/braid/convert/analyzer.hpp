@@ -42,6 +42,8 @@ struct Buffer {
   int conditional_call_line = 0;      // ... at this line
   int registered_line = 0;            // the program registers it itself here (ncclCommRegister, or a window from inside it)
   int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
+  std::string rank_dependent_size;    // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
+  int ipc_exported_line = 0;          // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
   std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };
 
@@ -79,6 +81,7 @@ struct Call {
   std::vector<std::string> comm_paths;  // the communicator argument, followed like a buffer
   std::vector<std::string> comm_via;    // how it was followed (parameters, fields set by constructors)
   bool conditional = false;             // under if/else/switch/?: (may run on some ranks only)
+  int captured_line = 0;                // runs inside a CUDA graph capture begun at this line
   // A call written in a macro's body: index into Analysis::macro_uses (its use is this call site:
   // call_begin/call_end and the statement are the use's) and the name's offset in its expansion.
   int macro_use = -1;

@@ -4,6 +4,9 @@
 //   analyzer_scan.cpp    before the walk: the source check, annotations, constants, pointer types, harness buffers
 //   analyzer_walk.cpp    the walk: scopes, loops, groups, kernel launches and API calls
 //   analyzer_follow.cpp  after the walk: buffers and communicators followed, order edges, statement ranges
+//   analyzer_comms.cpp   after the walk: communicator creations and modes, members' communicators, ranks per process
+//   analyzer_streams.cpp, analyzer_capture.cpp, analyzer_ranks.cpp: calls on several streams, calls in graph
+//                        captures, sizes that depend on the rank
 #pragma once
 #include <filesystem>
 #include <map>
@@ -125,10 +128,20 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
 // and stays host NCCL: its launches may overlap on one rank (analyzer_streams.cpp).
 void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& token_at,
                                    const std::vector<std::size_t>& collectives, Analysis& a);
+// Allocations whose size names a value that depends on the rank (MPI_Comm_rank, ncclCommUserRank,
+// a RANK environment variable, and what is computed from them or assigned under a condition on
+// them): their Buffer::rank_dependent_size, since a window is registered with one size on every rank.
+void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
+                               Analysis& a);
+// NCCL calls that run while a stream is captured into a CUDA graph (between cudaStreamBeginCapture
+// and its cudaStreamEndCapture, or in a function called there): their Call::captured_line.
+void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Buffers the program registers itself: Buffer::window_line for a window on the whole buffer
 // (ncclCommWindowRegister(comm, buf, ...): the runtime's own window serves it, and the program's
 // call gets that handle), Buffer::registered_line for anything else (ncclCommRegister, a window
 // from inside the buffer), so that the rules never register those a second time.
+// And those it shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace):
+// Buffer::ipc_exported_line, since legacy IPC refuses ncclMemAlloc (cuMem) memory.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
 // lambda holding the ncclSend) are members of that group, as if written in it; one reached from

@@ -21,7 +21,7 @@ CallKind api_kind(const std::string& name) {
   if (name.rfind("cudaStream", 0) == 0) return CallKind::Stream;
   if (name.rfind("cudaEvent", 0) == 0) return CallKind::Event;
   if (name.rfind("cudaMalloc", 0) == 0 || name.rfind("cudaFree", 0) == 0 || name.rfind("cudaMemcpy", 0) == 0 ||
-      name.rfind("cudaMemset", 0) == 0 || name == "cudaDeviceSynchronize")
+      name.rfind("cudaMemset", 0) == 0 || name == "cudaDeviceSynchronize" || name == "cudaIpcGetMemHandle")
     return CallKind::Memory;
   return CallKind::Other;
 }

@@ -198,7 +198,9 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     if (t.kind != TokenKind::Identifier) continue;
     const std::string& prev = code_[k - 1].text;
     const bool this_field = prev == "->" && code_[k - 2].text == "this";
-    if (prev == "&" || (this_field && code_[k - 3].text == "&")) member_addressed_.insert(key + t.text);
+    // `&field[i]` is an element's address (a view), not the field's: it cannot write the field.
+    if ((prev == "&" || (this_field && code_[k - 3].text == "&")) && code_[k + 1].text != "[")
+      member_addressed_.insert(key + t.text);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
     while (e < f.body_close && code_[e].text != ";")
@@ -274,19 +276,26 @@ bool BufferFlow::declares_field(const std::string& cls, const std::string& name)
   return false;
 }
 
-// The field a member getter returns (`T* data() const { return data_; }`, `this->data_`), when
-// every member function of that name is such a getter of a field its class declares and its own
-// code never sets; else "".
+// The field a member getter returns (`T* data() const { return data_; }`, `this->data_`), or a
+// view into it, which may take parameters (a paged pool's `T* block(int layer, int id) const
+// { return blocks + (layer * n + id) * elems; }`, `return &blocks[i];`), when every member
+// function of that name is such a getter of a field its class declares and its own code never
+// sets; else "".
 std::string BufferFlow::returned_field(const std::string& getter) const {
   std::string field;
   for (const FunctionDef& f : functions_) {
     if (f.name != getter) continue;
-    if (f.owner.empty() || !f.params.empty()) return "";
+    if (f.owner.empty()) return "";
     const std::vector<std::size_t> returns = return_statements(f);
     if (returns.size() != 1) return "";
     std::size_t k = returns[0] + 1;
     if (k + 2 < f.body_close && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
-    if (k + 1 >= f.body_close || code_[k].kind != TokenKind::Identifier || code_[k + 1].text != ";") return "";
+    if (k + 2 < f.body_close && code_[k].text == "&" && code_[k + 2].text == "[") ++k;  // `&blocks[i]`
+    if (k + 1 >= f.body_close || code_[k].kind != TokenKind::Identifier) return "";
+    const std::string& next = code_[k + 1].text;
+    const bool view = next == "+" || (next == "[" && code_[k - 1].text == "&");
+    if (next != ";" && !(view && flow_tokens::statement_end(code_, k, f.body_close) < f.body_close)) return "";
+    if (std::find(f.params.begin(), f.params.end(), code_[k].text) != f.params.end()) return "";
     if (!declares_field(f.owner, code_[k].text) || (!field.empty() && field != code_[k].text)) return "";
     // A field the class's own code sets (its constructor allocates it) is followed as a member
     // (follow_member); this form is for plain holders filled from outside (a factory's `t.data_`).
@@ -308,16 +317,19 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
   const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
   if (addr) return false;
   for (std::size_t i = 0; i + 2 < t.size(); ++i) {
-    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(" || t[i + 2].text != ")") continue;
+    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(") continue;
     const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
+    // `pool.block(layer, id)`: a view getter given arguments (only that form takes them).
+    const std::size_t close = t[i + 2].text == ")" ? i + 2 : flow_tokens::match_forward(t, i + 1, t.size());
+    if (close >= t.size() || (close != i + 2 && !(member && !returned_field(t[i].text).empty()))) continue;
     if (i > 0 && !member) return false;
-    const std::string rest = access_path("r" + join(t, i + 3, t.size()), false);
+    const std::string rest = access_path("r" + join(t, close + 1, t.size()), false);
     if (rest.empty() || rest[0] != 'r') return false;
     // `obj.data()` of a getter returning a field (`return data_;`) is `obj.data_`, followed in the
     // caller's terms (the object may be a parameter, an element, a copy of a factory's result).
     if (const std::string field = member ? returned_field(t[i].text) : ""; !field.empty()) {
       out.via.push_back(fmt::format("{}() returns its field {}", t[i].text, field));
-      resolve_into(join(t, 0, i - 1) + " . " + field + join(t, i + 3, t.size()), function, at, depth, out, stack);
+      resolve_into(join(t, 0, i - 1) + " . " + field + join(t, close + 1, t.size()), function, at, depth, out, stack);
       return true;
     }
     bool any = false;

@@ -68,6 +68,14 @@ std::string own_reason(const Analysis& a, const Call& c) {
            ", which braid does not rewrite (it writes only this file): host NCCL";
   if (std::string r = type_op_reason(c, *sig); !r.empty()) return r;
   if (!c.unresolved.empty()) return c.unresolved;
+  // A converted send/recv numbers its messages per peer on the host at launch and copies its plan
+  // from host memory: replayed from a graph, it would reuse the sequence numbers captured once
+  // (and a plan long gone), and meet the wrong posting. NCCL's own send/recv are graph-safe.
+  if (c.captured_line > 0 && is_p2p(c.name))
+    return fmt::format(
+        "captured into a CUDA graph (cudaStreamBeginCapture at line {}): a converted send/recv plans its "
+        "messages on the host at each launch, which a replayed graph would repeat stale; host NCCL",
+        c.captured_line);
   for (int idx : window_args(c.name, *sig)) {
     auto it = c.arg_buffers.find(idx);
     if (it == c.arg_buffers.end() || it->second.empty())
@@ -112,6 +120,16 @@ std::string own_reason(const Analysis& a, const Call& c) {
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                (b.allocator == "ncclMemAlloc" ? ", not as a window on the whole buffer" : "") +
                "): a second registration as a window is not made";
+      if (!b.rank_dependent_size.empty())
+        return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +
+               ") with a size that depends on the rank (`" + b.bytes_expr +
+               (b.rank_dependent_size == b.bytes_expr ? "" : "`, through `" + b.rank_dependent_size) +
+               "`): a window is registered collectively with the same size on every rank";
+      if (b.ipc_exported_line > 0)
+        return "buffer `" + key + "` is exported through cudaIpcGetMemHandle (line " +
+               std::to_string(b.ipc_exported_line) +
+               "), which refuses ncclMemAlloc (cuMem) memory: it stays cudaMalloc, so the program's own IPC path "
+               "(a custom all-reduce) keeps working";
       if (b.conditional_call_line > 0)
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) + ") in " + b.conditional_caller +
                "(), which may run on some ranks only (called under a condition, or constructed out of braid's sight, "
@@ -174,6 +192,11 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
       p.reason[ci] = "on communicator `" + c.comm_paths.front() +
                      "`; the converted runtime serves one communicator per process (`" + p.bound +
                      "`, used by most convertible calls): host NCCL";
+    else if (c.captured_line > 0 && !p.bound_init)
+      p.reason[ci] = fmt::format(
+          "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
+          "the first converted call would register the windows inside the capture",
+          c.captured_line, p.bound);
     else if (is_p2p(c.name) && !p.bound_init &&
              (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
       p.reason[ci] =

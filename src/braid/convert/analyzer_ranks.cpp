@@ -1,0 +1,177 @@
+// The analyzer's rank pass (analyzer_passes.hpp): which values of the file depend on the rank (or
+// differ between ranks: what a rank copies back from its own device or receives alone), and
+// the allocations whose size is one of them. A symmetric window is registered collectively, with
+// the same size on every rank (NCCL's default), so a buffer sized by role or rank (a decode
+// worker's larger KV pool, a receive buffer sized by this rank's expected tokens) stays as written.
+// A field path is followed by its text across the file (the object is passed around), a plain
+// name within its function (a parameter through every call's argument): a path or name that is
+// rank-dependent anywhere counts everywhere, which may keep a buffer host without need.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "braid/convert/analyzer_passes.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+namespace {
+
+using flow_tokens::match_forward;
+using flow_tokens::split_top;
+using flow_tokens::statement_end;
+
+bool is_member_step(const Token& t) { return t.text == "." || t.text == "->"; }
+
+// Rank-dependent names: a field path (`w.pool.num_blocks`, `p->n` read as `p.n`) by its text in
+// every function (the object is passed around), a plain name in its own function (or, written at
+// file scope, in every one).
+struct Tainted {
+  std::set<std::string> keys;
+  static std::string key(const std::string& function, const std::string& path) {
+    return path.find('.') != std::string::npos ? path : function + "|" + path;
+  }
+  bool has(const std::string& function, const std::string& path) const {
+    return keys.count(key(function, path)) || (path.find('.') == std::string::npos && keys.count("|" + path));
+  }
+  bool add(const std::string& function, const std::string& path) {
+    return !path.empty() && keys.insert(key(function, path)).second;
+  }
+};
+
+// The first rank-dependent name among tokens [b, e) of `function` (a path or one of its prefixes),
+// or an environment variable naming the rank; "" when none is.
+std::string tainted_in(const std::vector<Token>& t, std::size_t b, std::size_t e, const std::string& function,
+                       const Tainted& tainted) {
+  for (std::size_t i = b; i < e && i < t.size(); ++i) {
+    if (t[i].kind == TokenKind::String &&
+        (t[i].text.find("RANK") != std::string::npos || t[i].text.find("PROCID") != std::string::npos))
+      return t[i].text;
+    if (t[i].kind != TokenKind::Identifier || (i > b && (is_member_step(t[i - 1]) || t[i - 1].text == "::"))) continue;
+    std::string path = t[i].text;
+    if (tainted.has(function, path)) return path;
+    for (std::size_t j = i; j + 2 < e && is_member_step(t[j + 1]) && t[j + 2].kind == TokenKind::Identifier; j += 2)
+      if (tainted.has(function, path += "." + t[j + 2].text)) return path;
+  }
+  return "";
+}
+
+// Where the value assigned from t[from] ends: `;` or `,` at its depth, or a bracket it did not open
+// (`for (int h = x; h < n; h += step)`).
+std::size_t value_end(const std::vector<Token>& t, std::size_t from) {
+  int depth = 0;
+  for (std::size_t i = from; i < t.size(); ++i) {
+    const std::string& w = t[i].text;
+    if (w == "(" || w == "[" || w == "{") ++depth;
+    else if (w == ")" || w == "]" || w == "}") {
+      if (--depth < 0) return i;
+    } else if ((w == ";" || w == ",") && depth == 0) return i;
+  }
+  return t.size();
+}
+
+// The path assigned by the `=` (or `+=`, ...) at t[q]: `w.role`, `counts` for `counts[i]`; "".
+std::string assigned_path(const std::vector<Token>& t, std::size_t q) {
+  std::size_t k = q;
+  if (k > 0 && t[k - 1].text == "]") {
+    for (int depth = 0; k > 0;) {
+      --k;
+      if (t[k].text == "]") ++depth;
+      if (t[k].text == "[" && --depth == 0) break;
+    }
+  }
+  std::string path;
+  for (std::size_t i = k; i > 0 && t[i - 1].kind == TokenKind::Identifier; i -= 2) {
+    path = t[i - 1].text + (path.empty() ? "" : "." + path);
+    if (i < 2 || !is_member_step(t[i - 2])) break;
+  }
+  return path;
+}
+
+// The token ranges run under a condition naming a rank-dependent value (`if (role == Prefill)
+// n = 256; else n = 4096;`, a loop bounded by the rank): what they assign depends on the rank.
+std::vector<std::pair<std::size_t, std::size_t>> tainted_ranges(const std::vector<Token>& t, const BufferFlow& flow,
+                                                                const Tainted& tainted) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (std::size_t i = 0; i + 1 < t.size(); ++i) {
+    const std::string& w = t[i].text;
+    if ((w != "if" && w != "while" && w != "for" && w != "switch") || t[i + 1].text != "(") continue;
+    const std::size_t close = match_forward(t, i + 1, t.size());
+    if (close + 2 >= t.size() || tainted_in(t, i + 2, close, flow.function_at(i), tainted).empty()) continue;
+    const auto body_end = [&](std::size_t at) {
+      return t[at].text == "{" ? match_forward(t, at, t.size()) : statement_end(t, at, t.size());
+    };
+    std::size_t end = body_end(close + 1);
+    if (end + 2 < t.size() && t[end + 1].text == "else") end = body_end(end + 2);
+    ranges.push_back({close, end});
+  }
+  return ranges;
+}
+
+bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tainted) {
+  bool grew = false;
+  const auto ranges = tainted_ranges(t, flow, tainted);
+  const auto under = [&](std::size_t q) {
+    return std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) { return q > r.first && q < r.second; });
+  };
+  static const std::set<std::string> kAssign = {"=", "+=", "-=", "*=", "/=", "<<=", ">>=", "%="};
+  for (std::size_t q = 1; q + 1 < t.size(); ++q) {
+    if (t[q].kind != TokenKind::Punct || !kAssign.count(t[q].text)) continue;
+    const std::string lhs = assigned_path(t, q), function = flow.function_at(q);
+    if (lhs.empty() || tainted.has(function, lhs)) continue;
+    // A variable declared under such a condition lives in that branch only (a loop counter of the
+    // same name elsewhere is another variable): it depends on the rank through its value alone.
+    const bool declared = q >= 2 && t[q - 1].text == lhs &&
+                          (t[q - 2].kind == TokenKind::Identifier || t[q - 2].text == "*" || t[q - 2].text == "&" ||
+                           t[q - 2].text == ">" || t[q - 2].text == ",");
+    if ((under(q) && !declared) || !tainted_in(t, q + 1, value_end(t, q + 1), function, tainted).empty())
+      grew = tainted.add(function, lhs) || grew;
+  }
+  // A parameter given a rank-dependent argument at any call (`Arena arena(rank_bytes)`, `alloc(p, n)`).
+  for (const FunctionDef& f : flow.functions())
+    for (std::size_t site : flow.call_sites_of(f.name)) {
+      if (site + 1 >= t.size() || t[site + 1].text != "(") continue;
+      const std::vector<std::string> args = split_top(t, site + 1, match_forward(t, site + 1, t.size()));
+      for (std::size_t i = 0; i < args.size() && i < f.params.size(); ++i) {
+        const std::vector<Token> arg = code_tokens(lex(args[i]).tokens);
+        if (!tainted_in(arg, 0, arg.size(), flow.function_at(site), tainted).empty())
+          grew = tainted.add(f.name, f.params[i]) || grew;
+      }
+    }
+  return grew;
+}
+
+}  // namespace
+
+void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
+                               Analysis& a) {
+  // The seeds: the rank itself, and what each rank reads from its own device (per-peer token counts
+  // copied back after a router kernel or an all-to-all) or receives alone over MPI.
+  static const std::map<std::string, std::size_t> kSeeds = {
+      {"MPI_Comm_rank", 1}, {"ncclCommUserRank", 1}, {"cudaMemcpy", 0},  {"cudaMemcpyAsync", 0}, {"MPI_Recv", 0},
+      {"MPI_Alltoall", 3},  {"MPI_Alltoallv", 4},    {"MPI_Scatter", 3}, {"MPI_Scatterv", 4}};
+  Tainted tainted;
+  for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
+    const auto seed = kSeeds.find(toks[i].text);
+    if (seed == kSeeds.end() || toks[i + 1].text != "(") continue;
+    const std::vector<std::string> args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size()));
+    if (args.size() <= seed->second) continue;
+    const bool copy = toks[i].text.rfind("cudaMemcpy", 0) == 0;
+    if (copy && (args.size() < 4 || (args[3].find("DeviceToHost") == std::string::npos &&
+                                     args[3].find("cudaMemcpyDefault") == std::string::npos)))
+      continue;
+    const std::string& dst = args[seed->second];
+    const std::string path = access_path(dst, true);
+    tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
+  }
+  for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {
+  }
+  for (auto& [key, b] : a.buffers) {
+    if (b.bytes || b.bytes_expr.empty() || b.alloc_call >= a.calls.size()) continue;
+    const auto tok = token_at.find(a.calls[b.alloc_call].call_begin);
+    if (tok == token_at.end()) continue;
+    const std::vector<Token> size = code_tokens(lex(b.bytes_expr).tokens);
+    b.rank_dependent_size = tainted_in(size, 0, size.size(), flow.function_at(tok->second), tainted);
+  }
+}
+
+}  // namespace braid::convert
