@@ -81,7 +81,7 @@ std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e) {
 }
 
 // Top-level comma-separated pieces of tokens (b, e).
-std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e) {
+std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e, bool angles) {
   std::vector<std::string> out;
   if (e <= b + 1) return out;
   int depth = 0;
@@ -92,12 +92,14 @@ std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, s
       start = i + 1;
       continue;
     }
-    if (t[i].text == "(" || t[i].text == "[" || t[i].text == "{") ++depth;
-    else if (t[i].text == ")" || t[i].text == "]" || t[i].text == "}") --depth;
+    const std::string& x = t[i].text;
+    if (x == "(" || x == "[" || x == "{" || (angles && x == "<")) ++depth;
+    else if (x == ")" || x == "]" || x == "}" || (angles && x == ">")) --depth;
+    else if (angles && x == ">>") depth -= 2;
+    if (angles) depth = std::max(depth, 0);  // a `>` of a default argument's comparison closes nothing
   }
   return out;
 }
-
 const std::set<std::string> kTypeWords = {
     "const", "volatile", "void", "struct", "unsigned", "signed", "restrict", "__restrict__", "*", "::", "<", ">", "&"};
 
@@ -273,7 +275,7 @@ namespace {
 // unnamed one; none for `(void)`).
 std::vector<std::string> parameter_names(const std::vector<Token>& code, std::size_t open, std::size_t close) {
   std::vector<std::string> names;
-  for (const std::string& param : split_parameters(code, open, close)) {
+  for (const std::string& param : split_top(code, open, close, true)) {
     const std::vector<Token> pt = code_tokens(lex(param).tokens);
     auto eq = std::find_if(pt.begin(), pt.end(), [](const Token& x) { return x.text == "="; });
     std::string name;

@@ -32,7 +32,7 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
   }
   if (!field || eq >= end || code_[eq].text != "=") return;
   const std::size_t e = statement_end(code_, eq + 1, end);
-  field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k});
+  field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k, ""});
 }
 
 // llm.c's `T** ptrs[] = {&p->wte, &p->ln1w, ...}; for (i) { *(ptrs[i]) = it; it += n[i]; }` (or

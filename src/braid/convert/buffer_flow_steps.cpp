@@ -25,29 +25,6 @@ std::string pointee_path(const std::string& expr, const std::string& rest) {
 
 using namespace flow_tokens;
 
-namespace flow_tokens {
-
-std::vector<std::string> split_parameters(const std::vector<Token>& t, std::size_t b, std::size_t e) {
-  std::vector<std::string> out;
-  if (e <= b + 1) return out;
-  int depth = 0;  // `std::array<float*, N>& bufs`: a template's arguments hold commas too
-  std::size_t start = b + 1;
-  for (std::size_t i = b + 1; i <= e; ++i) {
-    if (i == e || (t[i].text == "," && depth == 0)) {
-      out.push_back(join(t, start, i));
-      start = i + 1;
-      continue;
-    }
-    const std::string& x = t[i].text;
-    depth += x == "(" || x == "[" || x == "{" || x == "<" ? 1 : x == ")" || x == "]" || x == "}" || x == ">" ? -1 : 0;
-    if (x == ">>") depth -= 2;
-    depth = std::max(depth, 0);  // a `>` of a default argument's comparison closes nothing
-  }
-  return out;
-}
-
-}  // namespace flow_tokens
-
 // `using device_ptr = std::unique_ptr<T, CudaFree>;` (also under a template) and
 // `typedef std::shared_ptr<float> FloatPtr;` name smart pointer types as std's own names do.
 void BufferFlow::collect_smart_types() {

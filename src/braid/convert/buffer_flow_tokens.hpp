@@ -18,11 +18,9 @@ std::size_t after_template_args(const std::vector<Token>& code, std::size_t lt, 
 std::string template_name_before(const std::vector<Token>& code, std::size_t gt);
 // Tokens [b, e) joined with single spaces.
 std::string join(const std::vector<Token>& t, std::size_t b, std::size_t e);
-// Top-level comma-separated pieces of tokens (b, e).
-std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e);
-// Top-level comma-separated parameter declarations of a parameter list (b, e): as split_top, with a
-// template's `<...>` a bracket too (`std::array<float*, N>& bufs, size_t n` is two parameters).
-std::vector<std::string> split_parameters(const std::vector<Token>& t, std::size_t b, std::size_t e);
+// Top-level comma-separated pieces of tokens (b, e). With `angles` (a parameter list), a
+// template's `<...>` is a bracket too (`std::array<float*, N>& bufs, size_t n` is two parameters).
+std::vector<std::string> split_top(const std::vector<Token>& t, std::size_t b, std::size_t e, bool angles = false);
 // The first `;` at bracket depth 0 in [from, end) (`end` when none): where a statement ends.
 std::size_t statement_end(const std::vector<Token>& t, std::size_t from, std::size_t end);
 // Removes casts, outer parentheses and `&`; `addr` tells whether an `&` was removed.

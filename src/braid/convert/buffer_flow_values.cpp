@@ -43,7 +43,7 @@ void BufferFlow::collect_lambdas() {
       l.body_close = match_forward(code_, p, f.body_close);
       l.enclosing = f.name;
       if (params_open)
-        for (const std::string& param : split_parameters(code_, params_open, params_close)) {
+        for (const std::string& param : split_top(code_, params_open, params_close, true)) {
           std::vector<Token> pt = code_tokens(lex(param).tokens);
           std::string name;
           for (const Token& w : pt)
