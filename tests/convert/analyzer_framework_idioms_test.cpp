@@ -6,19 +6,10 @@
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/transform.hpp"
 
+#include "analyzer_test_util.hpp"
+
 using namespace braid::convert;
-
-namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string left_text(const Conversion& c) {
-  std::string out;
-  for (const auto& l : c.left) out += l.reason + "\n";
-  return out;
-}
-
-}  // namespace
+using namespace braid::convert::test;
 
 // `std::make_unique<tinyfw::NcclProcessGroup>(comm, ...)` constructs the class: its `comm_` is
 // followed to the communicator passed (before, the namespace hid the class and every call on

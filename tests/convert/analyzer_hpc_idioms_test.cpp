@@ -5,17 +5,12 @@
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/transform.hpp"
 
+#include "analyzer_test_util.hpp"
+
 using namespace braid::convert;
+using namespace braid::convert::test;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-const Call& first_call(const Analysis& a, const std::string& name) {
-  for (const Call& c : a.calls)
-    if (c.name == name) return c;
-  throw std::runtime_error("no call " + name);
-}
 
 const std::string kPrologue =
     "#include <nccl.h>\n"

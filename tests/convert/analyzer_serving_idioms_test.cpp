@@ -7,19 +7,12 @@
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/transform.hpp"
 
+#include "analyzer_test_util.hpp"
+
 using namespace braid::convert;
+using namespace braid::convert::test;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-Conversion convert_text(const std::string& src) { return transform(analyze("serving.cu", src, true, {}), src); }
-
-bool told(const Conversion& c, const std::string& part) {
-  for (const Unconverted& u : c.left)
-    if (contains(u.reason, part)) return true;
-  return false;
-}
 
 const std::string kPrologue =
     "#include <nccl.h>\n"

@@ -11,21 +11,12 @@
 #include "braid/convert/transform.hpp"
 #include "braid/util/fs.hpp"
 
+#include "analyzer_test_util.hpp"
+
 using namespace braid::convert;
+using namespace braid::convert::test;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-const Call& first_call(const Analysis& a, const std::string& name) {
-  for (const Call& c : a.calls)
-    if (c.name == name) return c;
-  throw std::runtime_error("no call " + name);
-}
-
-Conversion convert_text(const std::string& src, const SourceContext& context = {}) {
-  return transform(analyze("user.cu", src, true, context), src);
-}
 
 const std::string kPrologue =
     "#include <nccl.h>\n"
