@@ -127,3 +127,18 @@ TEST(HeaderInline, HeadersWithoutCallsTheLibrarysOwnAndBraidWorkloadsStayFiles) 
   const std::string workload = p.main_text("#include \"braid/harness.cuh\"\n#include \"comm.h\"");
   EXPECT_EQ(inline_headers((p.dir / "main.cu").string(), workload, context).text, workload);
 }
+
+// A header included inside braces (`extern "C" {`, a namespace) gets the converted primitives
+// before that construct: inside it, their templates would take C linkage or the namespace's name.
+TEST(HeaderInline, ThePrimitivesGoOutsideBracesAroundTheInclude) {
+  Project p("braces");
+  const std::string src = p.main_text("namespace util {\n#include \"comm.h\"\n}\nusing util::allreduce_grads;");
+  const SourceContext context{{(p.dir / "include").string()}, {}};
+  const InlinedSource in = inline_headers((p.dir / "main.cu").string(), src, context);
+  ASSERT_EQ(in.headers.size(), 1u);
+  const std::size_t at = before_written_headers(in.text, in.headers);
+  EXPECT_EQ(in.text.substr(at, 16), "\nnamespace util ") << in.text.substr(at, 40);
+  const Conversion c = transform(analyze("main.cu", in.text, true, with_inlined(context, in)), in.text);
+  EXPECT_LT(c.source.find("namespace braid_converted"), c.source.find("namespace util"));
+  EXPECT_EQ(before_written_headers(src, {}), src.size());
+}

@@ -180,6 +180,22 @@ SourceContext with_inlined(SourceContext context, const InlinedSource& in) {
   return context;
 }
 
+std::size_t before_written_headers(const std::string& text, const std::vector<InlinedHeader>& headers) {
+  std::size_t first = text.size();
+  for (const InlinedHeader& h : headers) first = std::min(first, h.begin);
+  if (first == text.size()) return first;
+  // The start of the top-level construct holding it: after the last `;`, `}` or directive at depth 0.
+  std::size_t start = 0;
+  int depth = 0;
+  for (const Token& t : lex(text.substr(0, first)).tokens) {
+    if (t.kind == TokenKind::Comment) continue;
+    if (t.text == "{") ++depth;
+    else if (t.text == "}") --depth;
+    if (depth == 0 && (t.text == ";" || t.text == "}" || t.kind == TokenKind::Preprocessor)) start = t.end;
+  }
+  return depth > 0 ? start : first;
+}
+
 void keep_user_lines(std::vector<Token>& tokens, const std::vector<InlinedHeader>& headers) {
   if (headers.empty()) return;
   for (Token& t : tokens) {

@@ -28,6 +28,11 @@ InlinedSource inline_headers(const std::string& file, const std::string& source,
 // The context analyze() needs for text from inline_headers.
 SourceContext with_inlined(SourceContext context, const InlinedSource& in);
 
+// Where the converted primitives must be declared at the latest in text from inline_headers: before
+// the first written header (its code may call them), outside any braces around its #include
+// (`extern "C" {`, a namespace); text.size() when no header was written.
+std::size_t before_written_headers(const std::string& text, const std::vector<InlinedHeader>& headers);
+
 // For analyze(), on text from inline_headers: tokens given the user's line numbers (a block's take
 // its #include's line; those after it lose the lines it added), and each call in a block named by
 // where it was written (Call::inlined_from, "tp_serving.h:48").

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "braid/convert/header_inline.hpp"
 #include "braid/convert/transform_plan.hpp"
 
 namespace braid::convert {
@@ -372,8 +373,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   if (conv.converted_calls > 0) {
     // Before the first header written in, whose code may now call the prelude's primitives.
-    std::size_t at = prelude_position(source);
-    for (const InlinedHeader& h : a.inlined) at = std::min(at, h.begin);
+    const std::size_t at = std::min(prelude_position(source), before_written_headers(source, a.inlined));
     rw.edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness)});
   }
   name_inlined_lines(a, conv);
