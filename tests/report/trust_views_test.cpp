@@ -195,7 +195,9 @@ TEST_F(TrustViews, CandidateListHasKnobAndMetricColumnsSortable) {
   for (const auto& c : page["items"]) {
     ASSERT_TRUE(c.contains("reruns") && c.contains("rebench_median")) << c.dump();
     remeasured += c["reruns"].empty() ? 0 : 1;
-    if (c["id"] == a_->confirmed_id) EXPECT_EQ(c["reruns"].size(), 6u);
+    if (c["id"] == a_->confirmed_id) {
+      EXPECT_EQ(c["reruns"].size(), 6u);
+    }
   }
   EXPECT_EQ(remeasured, 3);
 }

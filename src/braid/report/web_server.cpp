@@ -1,5 +1,8 @@
 #include "braid/report/web_server.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <httplib.h>
 
 #include <netdb.h>
@@ -333,9 +336,26 @@ int WebServer::bind() {
   return port;
 }
 
-void WebServer::listen() { server_->listen_after_bind(); }
+void WebServer::listen() {
+  {
+    std::lock_guard<std::mutex> lock(state_);
+    if (stopped_) return;
+    listening_ = true;
+  }
+  server_->listen_after_bind();
+}
 
-void WebServer::stop() { server_->stop(); }
+void WebServer::stop() {
+  {
+    std::lock_guard<std::mutex> lock(state_);
+    stopped_ = true;
+    if (!listening_) return;  // listen() will not start
+  }
+  // listen() is starting: httplib stops only a running server, so wait for it to run (briefly:
+  // a listen that failed never does).
+  for (int i = 0; i < 500 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server_->stop();
+}
 
 void WebServer::install_routes() {
   auto& s = *server_;

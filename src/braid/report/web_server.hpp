@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,8 @@ class WebServer {
   // Binds the socket; returns the port (the chosen one when options.port was 0). Throws
   // SystemError when the address cannot be bound.
   int bind();
-  // Serves until stop() (from another thread or a signal handler's thread).
+  // Serves until stop() (from another thread or a signal handler's thread). A stop() that comes
+  // first, even before the listening thread has started, makes listen() return at once.
   void listen();
   void stop();
 
@@ -41,6 +43,8 @@ class WebServer {
   std::vector<std::unique_ptr<RunReader>> runs_;
   ServeOptions options_;
   std::unique_ptr<httplib::Server> server_;
+  std::mutex state_;  // orders listen() and stop(): httplib's stop() is lost on a server not yet running
+  bool listening_ = false, stopped_ = false;
 };
 
 }  // namespace braid::report
