@@ -121,8 +121,8 @@ TEST(PipelineState, StoredOptionsComeBackForAContinuation) {
   TempFolder t;
   PipelineState s(t.dir);
   s.root()["input"] = "/x/seed.cu";
-  s.root()["options"] = {{"ranks", 4},         {"gate", false},      {"build", true},          {"llm", "m"},
-                         {"includes", {"/i"}}, {"nvcc_flags", "-g"}, {"gate_timeout_s", 300.0}};
+  s.root()["options"] = {{"ranks", 4},         {"gate", false},      {"build", true},           {"llm", "m"},
+                         {"includes", {"/i"}}, {"nvcc_flags", "-g"}, {"gate_timeout_s", 300.0}, {"keep_headers", true}};
   s.save();
   const PipelineOptions o = stored_pipeline_options(t.dir);
   EXPECT_EQ(o.input, "/x/seed.cu");
@@ -134,6 +134,7 @@ TEST(PipelineState, StoredOptionsComeBackForAContinuation) {
   EXPECT_EQ(o.llm, "m");
   EXPECT_EQ(o.flags.includes, std::vector<std::string>{"/i"});
   EXPECT_EQ(o.flags.nvcc_flags, "-g");
+  EXPECT_TRUE(o.flags.keep_headers);  // read again as the run read it
 }
 
 }  // namespace

@@ -119,7 +119,8 @@ void Pipeline::record_options() {
                   {"defines", f.defines},
                   {"lib_dirs", f.lib_dirs},
                   {"lib_names", f.lib_names},
-                  {"nvcc_flags", f.nvcc_flags}};
+                  {"nvcc_flags", f.nvcc_flags},
+                  {"keep_headers", f.keep_headers}};
   state_.save();
 }
 
@@ -239,6 +240,7 @@ PipelineOptions stored_pipeline_options(const std::filesystem::path& results) {
   o.flags.lib_dirs = opts.value("lib_dirs", std::vector<std::string>());
   o.flags.lib_names = opts.value("lib_names", std::vector<std::string>());
   o.flags.nvcc_flags = opts.value("nvcc_flags", std::string());
+  o.flags.keep_headers = opts.value("keep_headers", false);  // a resume reads the program as the run did
   return o;
 }
 
