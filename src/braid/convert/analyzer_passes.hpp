@@ -59,6 +59,8 @@ struct HeaderText {
   LexResult lexed;
 };
 std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen);
+// A header's text and tokens; none when it cannot be read or lexed (the compiler will say).
+std::optional<HeaderText> read_header(const std::filesystem::path& header);
 // Whether a header's code tokens call what the rules follow (NCCL, allocations, releases), or
 // declare that API (NCCL's or CUDA's own headers, found through -I): those are not the program's.
 enum class HeaderCalls { None, Program, Library };

@@ -128,12 +128,7 @@ std::filesystem::path find_header(const std::string& name, const std::filesystem
   return {};
 }
 
-// A header's text and tokens, the first time it is met (`seen`, at most 64 headers); none when it
-// was met before or cannot be read or lexed (the compiler will say).
-std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen) {
-  std::error_code ec;
-  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64)
-    return std::nullopt;
+std::optional<HeaderText> read_header(const std::filesystem::path& header) {
   try {
     HeaderText h{read_file(header), {}};
     h.lexed = lex(h.text);
@@ -141,6 +136,13 @@ std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, s
   } catch (const std::exception&) {
   }
   return std::nullopt;
+}
+
+std::optional<HeaderText> lex_header_once(const std::filesystem::path& header, std::set<std::string>& seen) {
+  std::error_code ec;
+  if (!seen.insert(std::filesystem::weakly_canonical(header, ec).string()).second || seen.size() > 64)
+    return std::nullopt;
+  return read_header(header);
 }
 
 HeaderCalls header_calls(const std::vector<Token>& code) {

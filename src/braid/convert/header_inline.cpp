@@ -111,9 +111,8 @@ class Inliner {
     const std::string key = canonical_name(header);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second ? &*it->second : nullptr;
     std::optional<Read> r;
-    std::set<std::string> fresh;
     if (cache_.size() < 64)
-      if (std::optional<HeaderText> h = lex_header_once(header, fresh)) {
+      if (std::optional<HeaderText> h = read_header(header)) {
         r = Read{std::move(h->text), std::move(h->lexed.tokens), HeaderCalls::None};
         r->calls = header_calls(code_tokens(r->tokens));
       }
