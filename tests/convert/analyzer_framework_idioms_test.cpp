@@ -410,3 +410,33 @@ TEST(AnalyzerFrameworkIdioms, StdArraysInitialisedWithBuffers) {
   ASSERT_EQ(c.left.size(), 1u) << left_text(c);
   EXPECT_TRUE(contains(c.left[0].reason, "mixed")) << c.left[0].reason;
 }
+
+// A function object's call operator (`void operator()(T* buf, size_t n)` of a class template in a
+// namespace) is a function: `reduce(grads, n)` on an object of that class is its call, so `buf` is
+// followed to the caller's allocation (before, the operator was not read as a function and the
+// all-reduce stayed host NCCL: "buffer `buf` has no allocation in this file").
+TEST(AnalyzerFrameworkIdioms, AFunctionObjectsCallOperatorIsFollowedToItsCallers) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "namespace dist {\n"
+      "template <typename T> class AllReducer {\n"
+      " public:\n"
+      "  AllReducer(ncclComm_t c, cudaStream_t s) : comm_(c), stream_(s) {}\n"
+      "  void operator()(T* buf, size_t n) { ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_); }\n"
+      " private:\n"
+      "  ncclComm_t comm_;\n"
+      "  cudaStream_t stream_;\n"
+      "};\n"
+      "}  // namespace dist\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  cudaStream_t s; cudaStreamCreate(&s);\n"
+      "  float* grads; cudaMalloc(&grads, 1 << 22);\n"
+      "  dist::AllReducer<float> reduce(comm, s);\n"
+      "  for (int step = 0; step < 10; ++step) reduce(grads, 1 << 20);\n"
+      "  cudaFree(grads);\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads")) << c.source;
+}

@@ -108,10 +108,13 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   }
   if (p == 0 || code[p - 1].text != ")") return {};
   const std::size_t open = open_of(code, p - 1);
-  if (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
-      kNotFunctions.count(code[open - 1].text))
+  // A function object's call operator, `void operator()(T* buf, size_t n)`: named by `operator`.
+  const bool call_operator = open != SIZE_MAX && open >= 3 && code[open - 1].text == ")" &&
+                             code[open - 2].text == "(" && code[open - 3].text == "operator";
+  if (!call_operator && (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+                         kNotFunctions.count(code[open - 1].text)))
     return {};
-  h.name = open - 1;
+  h.name = call_operator ? open - 3 : open - 1;
   h.open = open;
   h.close = p - 1;
   return h;
