@@ -340,12 +340,11 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     }
   }
   // Aliases (`T* name = init;`, `auto& b = ...`, range-for `auto& b : container`) and call sites.
-  std::set<std::string> defined, callable_classes;
+  std::set<std::string> defined, callable_classes, callable_objects;  // classes with operator(), objects of them
   for (const FunctionDef& f : functions_) {
     defined.insert(f.name);
     if (f.name == "operator()" && !f.owner.empty()) callable_classes.insert(f.owner);
   }
-  std::set<std::string> callable_objects;  // declared as one of those classes: `dist::AllReducer<float> reduce(...)`
   for (std::size_t fi = 0; fi < functions_.size(); ++fi) {
     const FunctionDef& f = functions_[fi];
     for (std::size_t k = f.body_open + 1; k + 1 < f.body_close; ++k) {
@@ -398,17 +397,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       record_exchange(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
       record_construction(k, f.name, f.body_close);
-      const std::string declared_class = prev.text == ">" ? template_name_before(code_, k - 1) : prev.text;
-      if (callable_classes.count(declared_class)) {
-        callable_objects.insert(t.text);
-      } else if (code_[k + 1].text == "(" && callable_objects.count(t.text)) {  // `reduce(grads, n)`
-        const std::size_t close = match_forward(code_, k + 1, f.body_close);
-        calls_["operator()"].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
-      }
-      if (code_[k + 1].text == "(" && defined.count(t.text) && !(k == f.name_token)) {
-        const std::size_t close = match_forward(code_, k + 1, f.body_close);
-        calls_[t.text].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
-      }
+      record_call(k, f, defined, callable_classes, callable_objects);
     }
   }
   record_value_uses();

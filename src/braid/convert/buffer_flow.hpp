@@ -274,6 +274,8 @@ class BufferFlow {
   };
   std::vector<Exchange> exchanges_;  // `x = v;` into access paths, both ways of `std::swap(x, y)`
   void record_exchange(std::size_t k, const std::string& function, std::size_t end);
+  void record_call(std::size_t k, const FunctionDef& f, const std::set<std::string>& defined,
+                   const std::set<std::string>& callable_classes, std::set<std::string>& objects);
   std::vector<FieldWrite> field_writes_;  // `a.b = v;` statements, and stores through arrays of their addresses
   struct ClassBody {
     std::string name;

@@ -279,4 +279,21 @@ BufferFlow::ArrayInit BufferFlow::array_initialiser(const std::string& function,
   return found;
 }
 
+// A call at code token k in f: of a function defined in the file, or `obj(args)` on an object
+// declared of a class with a call operator (`dist::AllReducer<float> reduce(...)`; declarations
+// are noted in `objects` as they come).
+void BufferFlow::record_call(std::size_t k, const FunctionDef& f, const std::set<std::string>& defined,
+                             const std::set<std::string>& callable_classes, std::set<std::string>& objects) {
+  const Token& t = code_[k];
+  const std::string& prev = code_[k - 1].text;
+  const std::string declared_class = prev == ">" ? template_name_before(code_, k - 1) : prev;
+  std::string callee;
+  if (callable_classes.count(declared_class)) objects.insert(t.text);
+  else if (code_[k + 1].text == "(" && objects.count(t.text)) callee = "operator()";  // `reduce(grads, n)`
+  if (callee.empty() && code_[k + 1].text == "(" && defined.count(t.text) && k != f.name_token) callee = t.text;
+  if (callee.empty()) return;
+  const std::size_t close = match_forward(code_, k + 1, f.body_close);
+  calls_[callee].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
+}
+
 }  // namespace braid::convert
