@@ -542,9 +542,14 @@ cmd_check() {
 # its NCCL path (`#ifdef MULTI_GPU`) or picks its type (`#ifdef USE_BF16`) gets it. Programs the
 # converter leaves untouched on purpose (several ranks in one process, a non-blocking communicator)
 # are listed as such.
-convert_gate_programs() {  # with-user-corpus
-  ls "$root"/tests/convert/corpus/*.cu "$root"/workloads/gemm_allgather/seed.cu
-  [ "$1" = 1 ] && ls "$root"/tests/convert/corpus_user/*.cu
+convert_gate_programs() {  # with-user-corpus  (only the names in $cg_programs, when set)
+  local f
+  {
+    ls "$root"/tests/convert/corpus/*.cu "$root"/workloads/gemm_allgather/seed.cu
+    [ "$1" = 1 ] && ls "$root"/tests/convert/corpus_user/*.cu
+  } | while read -r f; do
+    [ -z "${cg_programs:-}" ] || [[ " $cg_programs " == *" $(basename "$f" .cu) "* ]] && echo "$f"
+  done
   return 0
 }
 convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
@@ -606,6 +611,7 @@ spec_convert_gate() {
   opt --braid braid_bin BRAID_CONVERT_BIN "" "braid with \`convert\` (default .device-carry/bin/braid, build/braid, build-convert/braid)"
   opt --ranks ranks BRAID_CONVERT_RANKS 2 "local ranks of every program"
   switch --no-user no_user BRAID_CONVERT_NO_USER "only the annotated corpus and the seed (gpu.sh check runs it so), not the user corpus"
+  opt --programs cg_programs BRAID_CONVERT_PROGRAMS "" "only these programs (names without .cu, space-separated), e.g. to re-run the failures of a table"
   opt --gate-timeout gate_timeout BRAID_CONVERT_GATE_TIMEOUT 300 "seconds each side of a program may run in its gate (every program's gate runs at once, so a run waits for the GPUs)"
   limit convert 700
 }
