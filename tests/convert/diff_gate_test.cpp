@@ -274,6 +274,88 @@ TEST(DiffGateRun, HangNamesTheRanksStillRunning) {
   EXPECT_NE(hang_failure("converted", run, ranked, 5).find("ranks 1, 2 still running"), std::string::npos);
 }
 
+// An original that writes `first` in its first run and `later` in every later one (per rank), as
+// a program with atomicAdd partial sums or timings in a buffer does.
+std::filesystem::path changing_original(const std::filesystem::path& dir, const std::string& manifest,
+                                        const std::string& first, const std::string& later) {
+  const auto p = dir / "original";
+  write_file_atomic(p,
+                    "#!/usr/bin/env bash\n"
+                    "r=${BRAID_RANK:-0}\nd=$BRAID_SNAPSHOT_DIR/rank$r\nmkdir -p \"$d\"\n"
+                    "runs=\"" +
+                        dir.string() +
+                        "/runs$r\"\n"
+                        "printf '" +
+                        manifest +
+                        "' > \"$d/manifest.tsv\"\n"
+                        "if [ -f \"$runs\" ]; then printf '" +
+                        later + "' > \"$d/0.bin\"; else printf '" + first + "' > \"$d/0.bin\"; touch \"$runs\"; fi\n");
+  std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+  return p;
+}
+
+const char* const kFloatReducedByTheProgram =  // a buffer the program reduces in fp32; no converted reduction
+    "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
+const char* const kUntypedBuffer = "buffer\\t0\\t8\\tcudaMallocManaged\\tfreed\\nend\\n";
+const char* const kOnePlus4Ulp = "\\x04\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";
+const char* const kOnePlus8Ulp = "\\x08\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";
+const char* const kOnePointFive = "\\x00\\x00\\xc0\\x3f\\x00\\x00\\x00\\x40";
+
+TEST(DiffGateRun, WhatTheOriginalDoesNotReproduceIsHeldToItsOwnSpread) {
+  const auto dir = fresh_dir("spread");
+  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePlus4Ulp);
+  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kOnePlus8Ulp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_TRUE(g.passed) << g.failure;
+  EXPECT_TRUE(g.details["original_again"]["ran"].get<bool>());
+  EXPECT_EQ(g.details["original_again"]["buffers_within_its_spread"], 2);  // one buffer on each rank
+  EXPECT_NE(g.details["buffers"][0]["tolerance"].get<std::string>().find("differs from itself by up to 4.77e-07"),
+            std::string::npos)
+      << g.details["buffers"][0];
+  EXPECT_NE(diff_gate_summary(g).find("the original wrote 2 of them differently in a second run: 2 held to its own "
+                                      "spread, 0 not compared"),
+            std::string::npos)
+      << diff_gate_summary(g);
+}
+
+TEST(DiffGateRun, BeyondTheOriginalsOwnSpreadStillFails) {
+  const auto dir = fresh_dir("spread-beyond");
+  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePlus4Ulp);
+  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kOnePointFive);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_FALSE(g.passed);
+  EXPECT_NE(g.failure.find("element 0: original 1 converted 1.5"), std::string::npos) << g.failure;
+}
+
+TEST(DiffGateRun, AReproducibleOriginalKeepsTheStrictComparison) {
+  const auto dir = fresh_dir("spread-none");
+  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePlusOne);
+  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kOnePlusUlp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_FALSE(g.passed);  // bit-exact: no converted reduction, and the original reproduces itself
+  EXPECT_EQ(g.details["original_again"]["buffers_within_its_spread"], 0);
+  EXPECT_TRUE(std::filesystem::exists(dir / "work" / "original-again" / "snapshots" / "rank1" / "0.bin"));
+}
+
+TEST(DiffGateRun, AnUntypedBufferTheOriginalDoesNotReproduceIsNotCompared) {
+  const auto dir = fresh_dir("spread-untyped");
+  const auto o = changing_original(dir, kUntypedBuffer, kOnePlusOne, kOnePointFive);  // e.g. timings
+  const auto c = fake_program(dir, "converted", kUntypedBuffer, kOnePlusUlp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_TRUE(g.passed) << g.failure;
+  EXPECT_FALSE(g.details["buffers"][0]["compared"].get<bool>());
+  EXPECT_NE(diff_gate_to_text(g).find("not compared (not compared: the original writes it differently from run to "
+                                      "run, and it has no floating element type"),
+            std::string::npos)
+      << diff_gate_to_text(g);
+  // ... but its size still counts.
+  const auto dir2 = fresh_dir("spread-untyped-size");
+  const auto o2 = changing_original(dir2, kUntypedBuffer, kOnePlusOne, kOnePointFive);
+  const auto c2 =
+      fake_program(dir2, "converted", "buffer\\t0\\t4\\tcudaMallocManaged\\tfreed\\nend\\n", "\\x00\\x00\\x80\\x3f");
+  EXPECT_FALSE(diff_programs(o2, c2, local_spec(dir2), {}).passed);
+}
+
 TEST(DiffGateRun, NoSnapshotIsAFailureNotAPass) {
   const auto dir = fresh_dir("nosnap");
   const auto p = dir / "plain";

@@ -116,10 +116,8 @@ int do_convert(const ConvertArgs& o) {
     }
     status = "verified";
     if (differential)
-      std::printf(
-          "gate (differential, %s): %zu buffers match on %d ranks; wall time original %.3f s, converted %.3f s\n",
-          r.details.value("launcher", std::string()).c_str(), r.details.value("buffers", json::array()).size(),
-          r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0);
+      std::printf("gate (differential, %s): %s\n", r.details.value("launcher", std::string()).c_str(),
+                  diff_gate_summary(r).c_str());
     else
       std::printf("gate: outputs match on %d ranks; original %.3f ms, converted %.3f ms, ratio %.3f\n", o.ranks,
                   r.original_ms, r.converted_ms, r.original_ms > 0 ? r.converted_ms / r.original_ms : 0.0);

@@ -23,16 +23,16 @@ namespace braid::convert {
 enum class CallKind { Nccl, Kernel, Cublas, Stream, Event, Memory, Other };
 
 struct Argument {
-  std::string text;            // the argument's source text, whitespace-normalised
+  std::string text;                // the argument's source text, whitespace-normalised
   std::size_t begin = 0, end = 0;  // byte range in the source
 };
 
 struct Buffer {
-  std::string name;                   // variable (or harness buffer variable)
-  std::string element_type;           // "float", "__nv_bfloat16", "" if unknown
-  std::string allocator;              // cudaMalloc | ncclMemAlloc | cudaMallocAsync | harness
-  std::string bytes_expr;             // allocation size as written
-  std::optional<uint64_t> bytes;      // evaluated when every name in it is a known constant
+  std::string name;               // variable (or harness buffer variable)
+  std::string element_type;       // "float", "__nv_bfloat16", "" if unknown
+  std::string allocator;          // cudaMalloc | ncclMemAlloc | cudaMallocAsync | harness
+  std::string bytes_expr;         // allocation size as written
+  std::optional<uint64_t> bytes;  // evaluated when every name in it is a known constant
   int line = 0;
   std::string harness_name;           // c.buffer("x") / c.alloc("x", ...)
   std::size_t alloc_call = SIZE_MAX;  // index into calls of the allocating call, if any
@@ -40,11 +40,12 @@ struct Buffer {
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
   std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
   int conditional_call_line = 0;      // ... at this line
-  int registered_line = 0;            // the program registers it itself here (ncclCommRegister, or a window from inside it)
-  int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
-  std::string rank_dependent_size;    // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
-  int ipc_exported_line = 0;          // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
-  std::string freed_in_header;        // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
+  int registered_line = 0;  // the program registers it itself here (ncclCommRegister, or a window from inside it)
+  int window_line = 0;      // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
+  std::string rank_dependent_size;  // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
+  int ipc_exported_line =
+      0;  // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
+  std::string freed_in_header;  // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")
 };
 
 // A quoted header written into the analysed text in place of its #include (header_inline.hpp).
@@ -59,15 +60,15 @@ struct InlinedHeader {
 
 struct Call {
   CallKind kind = CallKind::Other;
-  std::string name;                  // ncclAllReduce, the kernel's name, cublasGemmEx, ...
+  std::string name;  // ncclAllReduce, the kernel's name, cublasGemmEx, ...
   int line = 0;
   std::vector<Argument> args;
-  std::vector<Argument> launch_config;  // kernels: grid, block, shared, stream
-  std::string stream;                // stream expression ("0" where defaulted, "" if none)
-  std::vector<std::string> buffers;  // buffers among the arguments, by variable name
-  int group = -1;                    // index into groups when inside ncclGroupStart/End
-  int loop = -1;                     // innermost enclosing loop, index into loops
-  std::string function;              // enclosing function
+  std::vector<Argument> launch_config;       // kernels: grid, block, shared, stream
+  std::string stream;                        // stream expression ("0" where defaulted, "" if none)
+  std::vector<std::string> buffers;          // buffers among the arguments, by variable name
+  int group = -1;                            // index into groups when inside ncclGroupStart/End
+  int loop = -1;                             // innermost enclosing loop, index into loops
+  std::string function;                      // enclosing function
   std::size_t stmt_begin = 0, stmt_end = 0;  // the whole statement (wrapper macro included, ';' included);
                                              // both 0 when the call is not a statement of its own
                                              // (a condition, a lambda argument)
@@ -78,10 +79,10 @@ struct Call {
   std::vector<std::string> via;
   std::string unresolved;
   std::map<int, std::vector<std::string>> arg_buffers;  // argument index -> allocation sites
-  std::vector<std::string> comm_paths;  // the communicator argument, followed like a buffer
-  std::vector<std::string> comm_via;    // how it was followed (parameters, fields set by constructors)
-  bool conditional = false;             // under if/else/switch/?: (may run on some ranks only)
-  int captured_line = 0;                // runs inside a CUDA graph capture begun at this line
+  std::vector<std::string> comm_paths;                  // the communicator argument, followed like a buffer
+  std::vector<std::string> comm_via;                    // how it was followed (parameters, fields set by constructors)
+  bool conditional = false;                             // under if/else/switch/?: (may run on some ranks only)
+  int captured_line = 0;                                // runs inside a CUDA graph capture begun at this line
   // A call written in a macro's body: index into Analysis::macro_uses (its use is this call site:
   // call_begin/call_end and the statement are the use's) and the name's offset in its expansion.
   int macro_use = -1;
@@ -101,8 +102,8 @@ struct Call {
 struct MacroUse {
   std::string name;
   int line = 0;
-  std::size_t begin = 0, end = 0;  // the use in the source: name .. ')' (the name of an object-like macro)
-  std::string expansion;           // the use expanded (macros without such calls, NCCLCHECK, left as written)
+  std::size_t begin = 0, end = 0;    // the use in the source: name .. ')' (the name of an object-like macro)
+  std::string expansion;             // the use expanded (macros without such calls, NCCLCHECK, left as written)
   std::size_t expansion_offset = 0;  // where the expansion's tokens are numbered in the analysed token stream
 };
 
@@ -172,8 +173,8 @@ struct Analysis {
   std::vector<MacroUse> macro_uses;
   bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
   std::string single_process_why;         // how the file does it, for the reason of every call
-  bool uses_harness = false;  // harness_main(...) with a Candidate
-  std::vector<InlinedHeader> inlined;  // headers written into the analysed text (SourceContext)
+  bool uses_harness = false;              // harness_main(...) with a Candidate
+  std::vector<InlinedHeader> inlined;     // headers written into the analysed text (SourceContext)
 
   std::vector<std::size_t> nccl_collectives() const;  // indices of data-moving NCCL calls
   const Buffer* buffer_of_argument(const std::string& arg_text) const;

@@ -10,8 +10,8 @@
 #include "braid/convert/gate.hpp"
 #include "braid/convert/lexer.hpp"
 #include "braid/convert/rewrite_loop.hpp"
-#include "braid/platform/toolchain.hpp"
 #include "braid/llm/client.hpp"
+#include "braid/platform/toolchain.hpp"
 #include "braid/program/program.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
@@ -24,7 +24,8 @@ constexpr const char* kPreludeEnd = "==== end of braid convert's replacements ==
 constexpr const char* kKnobsBlock = "knobs";
 
 // Replacements whose launch shape the knobs set (send/recv are tuned through their group_end).
-const std::set<std::string> kTunable = {"all_gather", "all_reduce", "reduce_scatter", "broadcast", "bcast", "all_to_all", "group_end"};
+const std::set<std::string> kTunable = {"all_gather", "all_reduce", "reduce_scatter", "broadcast",
+                                        "bcast",      "all_to_all", "group_end"};
 const std::set<std::string> kCommOnly = {"group_start", "send", "recv"};
 
 const char* const kIssuerDomain = "braid::dev::Issuer::Thread|braid::dev::Issuer::Warp|braid::dev::Issuer::Cta";
@@ -61,11 +62,13 @@ bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 
 // harness hooks, host NCCL, output.
 bool is_stop_call(const std::vector<Token>& code, std::size_t k) {
   const std::string& n = code[k].text;
-  static const std::set<std::string> allowed_cuda = {"cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy2DAsync", "cudaGetLastError",
-                                                     "cudaPeekAtLastError"};
+  static const std::set<std::string> allowed_cuda = {"cudaMemcpyAsync", "cudaMemsetAsync", "cudaMemcpy2DAsync",
+                                                     "cudaGetLastError", "cudaPeekAtLastError"};
   static const std::set<std::string> stop_names = {
-      "adopt_harness", "release_harness", "sym_malloc", "sym_free", "sym_nccl_alloc", "sym_nccl_free", "comm_destroy", "comm_finalize",
-      "comm_abort", "harness_main", "init_comm", "bootstrap_rank", "printf", "fprintf", "puts", "exit", "abort", "cublasCreate", "cublasDestroy"};
+      "adopt_harness", "release_harness", "sym_malloc",    "sym_free",     "sym_nccl_alloc",
+      "sym_nccl_free", "comm_destroy",    "comm_finalize", "comm_abort",   "harness_main",
+      "init_comm",     "bootstrap_rank",  "printf",        "fprintf",      "puts",
+      "exit",          "abort",           "cublasCreate",  "cublasDestroy"};
   if (starts_with(n, "nccl")) return true;
   if (starts_with(n, "cuda") && !allowed_cuda.count(n)) return true;
   if (starts_with(n, "MPI_")) return true;
@@ -74,16 +77,21 @@ bool is_stop_call(const std::vector<Token>& code, std::size_t k) {
 
 bool is_compute_call(const std::vector<Token>& code, std::size_t k) {
   const std::string& n = code[k].text;
-  static const std::set<std::string> not_calls = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "static_cast",
-                                                  "reinterpret_cast", "const_cast", "dynamic_cast", "static_assert", "new", "delete"};
+  static const std::set<std::string> not_calls = {
+      "if",         "for",          "while",         "switch",      "return",
+      "sizeof",     "alignof",      "decltype",      "static_cast", "reinterpret_cast",
+      "const_cast", "dynamic_cast", "static_assert", "new",         "delete"};
   if (not_calls.count(n)) return false;
   if (k > 0 && (code[k - 1].text == "." || code[k - 1].text == "->")) return false;  // member calls: accessors
   if (k > 1 && code[k - 1].text == "::" && code[k - 2].text == "std") return false;
   if (starts_with(n, "cublas")) return n != "cublasSetStream" && n != "cublasSetWorkspace" && n != "cublasSetMathMode";
-  if (n == "cudaMemcpyAsync" || n == "cudaMemcpy2DAsync" || n == "cudaMemsetAsync") return true;  // stream-ordered data movement
+  if (n == "cudaMemcpyAsync" || n == "cudaMemcpy2DAsync" || n == "cudaMemsetAsync")
+    return true;  // stream-ordered data movement
   if (starts_with(n, "cuda") || starts_with(n, "nccl") || n == "braid_converted") return false;
   // Upper-case names are error-check macros (BRAID_CUDA, CHECK): their argument decides.
-  if (std::all_of(n.begin(), n.end(), [](char c) { return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_'; }))
+  if (std::all_of(n.begin(), n.end(), [](char c) {
+        return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+      }))
     return false;
   // A declaration with a constructor call (`Type name(args)`) is neutral: the name follows a type.
   if (k > 0 && code[k - 1].kind == TokenKind::Identifier) return false;
@@ -187,7 +195,7 @@ std::size_t enclosing_open(const std::vector<Token>& code, std::size_t i) {
 struct Site {
   int site = 0;
   std::string function;
-  std::size_t token = 0;       // index of `braid_converted`
+  std::size_t token = 0;                         // index of `braid_converted`
   std::size_t number_begin = 0, number_end = 0;  // the site number's bytes (replaced by its Site type)
   int line = 0;
 };
@@ -197,13 +205,13 @@ std::vector<Site> find_sites(const std::vector<Token>& code) {
   // for its knobs to shape, so it gets none.
   std::set<std::string> p2p_sites;
   for (std::size_t i = 0; i + 4 < code.size(); ++i)
-    if (code[i].text == "braid_converted" && code[i + 1].text == "::" && (code[i + 2].text == "send" || code[i + 2].text == "recv") &&
-        code[i + 3].text == "<")
+    if (code[i].text == "braid_converted" && code[i + 1].text == "::" &&
+        (code[i + 2].text == "send" || code[i + 2].text == "recv") && code[i + 3].text == "<")
       p2p_sites.insert(code[i + 4].text);
   std::vector<Site> out;
   for (std::size_t i = 0; i + 6 < code.size(); ++i) {
-    if (code[i].text != "braid_converted" || code[i + 1].text != "::" || code[i + 3].text != "<" || code[i + 4].kind != TokenKind::Number ||
-        code[i + 5].text != ">" || code[i + 6].text != "(")
+    if (code[i].text != "braid_converted" || code[i + 1].text != "::" || code[i + 3].text != "<" ||
+        code[i + 4].kind != TokenKind::Number || code[i + 5].text != ">" || code[i + 6].text != "(")
       continue;
     if (!kTunable.count(code[i + 2].text)) continue;
     if (code[i + 2].text == "group_end" && !p2p_sites.count(code[i + 4].text)) continue;
@@ -239,7 +247,9 @@ bool frozen_between(const std::vector<Token>& all, std::size_t a, std::size_t b)
   for (const Token& t : all) {
     if (t.offset < a || t.offset >= b) continue;
     if (t.kind == TokenKind::Preprocessor) return true;
-    if (t.kind == TokenKind::Comment && (t.text.find("braid:") != std::string::npos || t.text.find("EVOLVE-BLOCK") != std::string::npos)) return true;
+    if (t.kind == TokenKind::Comment &&
+        (t.text.find("braid:") != std::string::npos || t.text.find("EVOLVE-BLOCK") != std::string::npos))
+      return true;
   }
   return false;
 }
@@ -250,25 +260,32 @@ struct Region {
 };
 
 std::string site_knob_lines(const Site& s) {
-  std::string t = fmt::format("// site {}: braid_converted::{} (line {} of the converted program)\n", s.site, s.function, s.line);
-  t += fmt::format("constexpr braid::dev::Issuer kSite{}Issuer = braid::dev::Issuer::Cta;  // braid:knob {}\n", s.site, kIssuerDomain);
+  std::string t =
+      fmt::format("// site {}: braid_converted::{} (line {} of the converted program)\n", s.site, s.function, s.line);
+  t += fmt::format("constexpr braid::dev::Issuer kSite{}Issuer = braid::dev::Issuer::Cta;  // braid:knob {}\n", s.site,
+                   kIssuerDomain);
   t += fmt::format("constexpr int kSite{}Ctas = 0;  // braid:knob {}\n", s.site, kCtasDomain);
   t += fmt::format("constexpr size_t kSite{}ChunkBytes = 0;  // braid:knob {}\n", s.site, kChunkDomain);
-  t += fmt::format("constexpr braid::dev::Backend kSite{}Backend = braid::dev::Backend::Lsa;  // braid:knob {}\n", s.site, kBackendDomain);
+  t += fmt::format("constexpr braid::dev::Backend kSite{}Backend = braid::dev::Backend::Lsa;  // braid:knob {}\n",
+                   s.site, kBackendDomain);
   t += fmt::format("// braid:require kSite{}Backend == braid::dev::Backend::Lsa\n", s.site);
-  t += fmt::format("using BraidSite{0} = braid_converted::Site<{0}, kSite{0}Issuer, kSite{0}Ctas, kSite{0}ChunkBytes, kSite{0}Backend>;\n", s.site);
+  t += fmt::format(
+      "using BraidSite{0} = braid_converted::Site<{0}, kSite{0}Issuer, kSite{0}Ctas, kSite{0}ChunkBytes, "
+      "kSite{0}Backend>;\n",
+      s.site);
   return t;
 }
 
 struct Insert {
   std::size_t at = 0;
   std::string text;
-  int order = 0;            // among inserts at one offset: END markers (0) before START markers (1)
+  int order = 0;             // among inserts at one offset: END markers (0) before START markers (1)
   std::size_t replaced = 0;  // bytes at `at` that `text` replaces
 };
 
 std::string apply_inserts(const std::string& src, std::vector<Insert> ins) {
-  std::stable_sort(ins.begin(), ins.end(), [](const Insert& a, const Insert& b) { return a.at != b.at ? a.at > b.at : a.order > b.order; });
+  std::stable_sort(ins.begin(), ins.end(),
+                   [](const Insert& a, const Insert& b) { return a.at != b.at ? a.at > b.at : a.order > b.order; });
   std::string out = src;
   for (const Insert& i : ins) out.replace(i.at, i.replaced, i.text);
   return out;
@@ -305,9 +322,10 @@ std::vector<std::string> frozen_lines(const Program& p) {
 // Lines that only frozen code may hold (the prelude aside): what the harness, initialisation and
 // verification are made of.
 bool frozen_only_line(const std::string& line) {
-  static const char* const needles[] = {"braid:input", "braid:output", "harness_main", "Synchronize", "cudaMalloc", "cudaFree",
-                                        "ncclComm",    "init_comm",    "bootstrap_rank", "adopt_harness", "release_harness", "sym_",
-                                        "cudaEvent",   "cudaStreamWaitEvent", "return"};
+  static const char* const needles[] = {
+      "braid:input",     "braid:output", "harness_main", "Synchronize",         "cudaMalloc",
+      "cudaFree",        "ncclComm",     "init_comm",    "bootstrap_rank",      "adopt_harness",
+      "release_harness", "sym_",         "cudaEvent",    "cudaStreamWaitEvent", "return"};
   for (const char* n : needles)
     if (line.find(n) != std::string::npos) return true;
   return false;
@@ -327,7 +345,8 @@ void count_parts(AnnotatedProgram& a) {
 json AnnotatedProgram::to_json() const {
   json sites_j = json::array();
   for (const AnnotatedSite& s : sites)
-    sites_j.push_back({{"site", s.site}, {"function", s.function}, {"line", s.line}, {"block", s.block}, {"knobs", s.knobs}});
+    sites_j.push_back(
+        {{"site", s.site}, {"function", s.function}, {"line", s.line}, {"block", s.block}, {"knobs", s.knobs}});
   json j = {{"method", method}, {"blocks", blocks}, {"knob_count", knob_count}, {"sites", sites_j}};
   if (!llm_outcome.empty()) {
     j["llm_outcome"] = llm_outcome;
@@ -341,20 +360,23 @@ AnnotatedProgram annotate_rules(const std::string& file, const std::string& src)
   if (!lexed.error.empty()) throw UserError(file, lexed.error);
   for (const Token& t : lexed.tokens)
     if (t.kind == TokenKind::Comment && t.text.find("EVOLVE-BLOCK-START") != std::string::npos)
-      throw UserError(file, "line " + std::to_string(t.line) + ": already annotated (EVOLVE-BLOCK markers); evolve it as it is");
+      throw UserError(
+          file, "line " + std::to_string(t.line) + ": already annotated (EVOLVE-BLOCK markers); evolve it as it is");
   const std::vector<Token> code = code_tokens(lexed.tokens);
   const std::vector<Site> sites = find_sites(code);
   if (sites.empty()) throw UserError(file, "no converted collective (braid_converted::<call><SITE>) to annotate");
   const std::size_t prelude_end = src.find(kPreludeEnd);
-  if (prelude_end == std::string::npos) throw UserError(file, "not a program converted by braid (no prelude of replacements)");
+  if (prelude_end == std::string::npos)
+    throw UserError(file, "not a program converted by braid (no prelude of replacements)");
 
   AnnotatedProgram a;
   a.method = "rules";
   std::vector<Insert> inserts;
   // Knobs block after the prelude (file scope, before any use).
-  std::string knobs = "\n// EVOLVE-BLOCK-START knobs\n"
-                      "// Launch shape of each converted collective, passed to braid_converted::<call><SITE, issuer, CTAs,\n"
-                      "// chunk bytes, backend>. 0 CTAs / 0 bytes = the rules' choice; the defaults are the converted program.\n";
+  std::string knobs =
+      "\n// EVOLVE-BLOCK-START knobs\n"
+      "// Launch shape of each converted collective, passed to braid_converted::<call><SITE, issuer, CTAs,\n"
+      "// chunk bytes, backend>. 0 CTAs / 0 bytes = the rules' choice; the defaults are the converted program.\n";
   std::set<int> seen;
   for (const Site& s : sites) {
     if (!seen.insert(s.site).second) continue;
@@ -362,7 +384,8 @@ AnnotatedProgram annotate_rules(const std::string& file, const std::string& src)
   }
   knobs += "// EVOLVE-BLOCK-END\n";
   inserts.push_back(Insert{line_end(src, prelude_end), knobs, 1});
-  for (const Site& s : sites) inserts.push_back(Insert{s.number_begin, site_type(s.site), 0, s.number_end - s.number_begin});
+  for (const Site& s : sites)
+    inserts.push_back(Insert{s.number_begin, site_type(s.site), 0, s.number_end - s.number_begin});
 
   // Regions around each site's statement.
   std::vector<Region> regions;
@@ -376,7 +399,9 @@ AnnotatedProgram annotate_rules(const std::string& file, const std::string& src)
     for (std::size_t m = 0; m < stmts.size(); ++m)
       if (stmts[m].first <= s.token && s.token <= stmts[m].last) k = m;
     if (k == SIZE_MAX || stmts[k].kind != StmtKind::Comm) continue;
-    auto gap_frozen = [&](std::size_t m) { return frozen_between(lexed.tokens, code[stmts[m].last].end, code[stmts[m + 1].first].offset); };
+    auto gap_frozen = [&](std::size_t m) {
+      return frozen_between(lexed.tokens, code[stmts[m].last].end, code[stmts[m + 1].first].offset);
+    };
     std::size_t lo = k, hi = k;
     while (lo > 0 && stmts[lo - 1].kind != StmtKind::Stop && !gap_frozen(lo - 1)) --lo;
     while (hi + 1 < stmts.size() && stmts[hi + 1].kind != StmtKind::Stop && !gap_frozen(hi)) ++hi;
@@ -388,7 +413,9 @@ AnnotatedProgram annotate_rules(const std::string& file, const std::string& src)
     if (!only_space(src, lb, b)) continue;
     bool tail_ok = true;
     for (const Token& t : lexed.tokens)
-      if (t.offset >= e && t.offset < le && !(t.kind == TokenKind::Comment && t.text.find("braid:") == std::string::npos)) tail_ok = false;
+      if (t.offset >= e && t.offset < le &&
+          !(t.kind == TokenKind::Comment && t.text.find("braid:") == std::string::npos))
+        tail_ok = false;
     if (!tail_ok || frozen_between(lexed.tokens, b, e)) continue;
     regions.push_back(Region{lb, le, {s.site}});
   }
@@ -422,7 +449,8 @@ AnnotatedProgram annotate_rules(const std::string& file, const std::string& src)
     as.function = s.function;
     as.line = s.line;
     as.block = block_of_site.count(s.site) ? block_of_site[s.site] : "";
-    for (const char* k : {"Issuer", "Ctas", "ChunkBytes", "Backend"}) as.knobs.push_back(fmt::format("kSite{}{}", s.site, k));
+    for (const char* k : {"Issuer", "Ctas", "ChunkBytes", "Backend"})
+      as.knobs.push_back(fmt::format("kSite{}{}", s.site, k));
     a.sites.push_back(as);
   }
   count_parts(a);
@@ -481,8 +509,9 @@ std::string annotate_llm_problem(const std::string& converted_source, const std:
   std::multiset<std::string> need;
   std::size_t offset = 0;
   for (const std::string& l : original) {
-    const bool in_prelude = prelude_start != std::string::npos && offset >= line_begin(converted_source, prelude_start) &&
-                            prelude_end != std::string::npos && offset <= prelude_end;
+    const bool in_prelude = prelude_start != std::string::npos &&
+                            offset >= line_begin(converted_source, prelude_start) && prelude_end != std::string::npos &&
+                            offset <= prelude_end;
     if ((in_prelude || frozen_only_line(l)) && !trim(l).empty()) need.insert(l);
     offset = line_end(converted_source, offset);
   }
@@ -491,22 +520,28 @@ std::string annotate_llm_problem(const std::string& converted_source, const std:
   return "";
 }
 
-AnnotatedProgram annotate(const std::string& file, const std::string& converted_source, const AnnotateOptions& options) {
+AnnotatedProgram annotate(const std::string& file, const std::string& converted_source,
+                          const AnnotateOptions& options) {
   AnnotatedProgram rules = annotate_rules(file, converted_source);
   if (options.llm == nullptr) return rules;
   llm::LlmRequest req;
   req.system =
       "You annotate CUDA programs for braid, an evolutionary search over program variants. Regions between "
-      "`// EVOLVE-BLOCK-START name` and `// EVOLVE-BLOCK-END` lines may be changed by the search; everything else is frozen. "
+      "`// EVOLVE-BLOCK-START name` and `// EVOLVE-BLOCK-END` lines may be changed by the search; everything else is "
+      "frozen. "
       "Knobs are lines `constexpr T kName = value;  // braid:knob v1|v2|...` inside a block, optional constraints "
       "`// braid:require expr`. Answer with the whole annotated program in one fenced ```cuda block.";
   req.messages.push_back(llm::ChatMessage{
       "user",
-      "Below is a converted program with braid's rule-based annotation. Improve the annotation: place evolve blocks around the "
-      "communication (braid_converted:: calls) and the compute that can overlap with it, and add knobs wired to real code "
-      "(each knob value must select a working variant; the default values must reproduce the program as it is). Rules: do not "
+      "Below is a converted program with braid's rule-based annotation. Improve the annotation: place evolve blocks "
+      "around the "
+      "communication (braid_converted:: calls) and the compute that can overlap with it, and add knobs wired to real "
+      "code "
+      "(each knob value must select a working variant; the default values must reproduce the program as it is). Rules: "
+      "do not "
       "change any line outside the blocks; keep the prelude, `// braid:input` / `// braid:output` lines, allocation, "
-      "synchronisation, communicator set-up and teardown outside the blocks; no preprocessor directive inside a block; keep the "
+      "synchronisation, communicator set-up and teardown outside the blocks; no preprocessor directive inside a block; "
+      "keep the "
       "existing knobs.\n\n```cuda\n" +
           rules.source + "```\n"});
   req.max_tokens = options.llm_max_tokens;
@@ -532,8 +567,10 @@ AnnotatedProgram annotate(const std::string& file, const std::string& converted_
   if (!parsed.ok()) return fall_back("parse_failed", parsed.error()->message);
   if (const std::string problem = annotate_llm_problem(converted_source, code); !problem.empty())
     return fall_back("frozen_changed", problem);
-  if (!find_cuda_toolchain()) return fall_back("build_failed", "no nvcc here: the answer could not be compiled, so it is not taken");
-  const BuildResult built = compile_only(code, options.work_dir / "annotate-llm", "annotated", options.source_dir, options.flags);
+  if (!find_cuda_toolchain())
+    return fall_back("build_failed", "no nvcc here: the answer could not be compiled, so it is not taken");
+  const BuildResult built =
+      compile_only(code, options.work_dir / "annotate-llm", "annotated", options.source_dir, options.flags);
   if (!built.ok) return fall_back("build_failed", built.error);
   AnnotatedProgram a = rules;
   a.source = code;

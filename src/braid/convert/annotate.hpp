@@ -47,24 +47,25 @@ struct AnnotatedSite {
 };
 
 struct AnnotateOptions {
-  llm::LlmClient* llm = nullptr;           // nullptr: rules only
-  std::filesystem::path work_dir;          // nvcc -c of the LLM's answer happens here
-  std::filesystem::path source_dir;        // -I for the program's own headers
-  std::vector<std::string> flags;          // nvcc flags; default_nvcc_flags() when empty
+  llm::LlmClient* llm = nullptr;     // nullptr: rules only
+  std::filesystem::path work_dir;    // nvcc -c of the LLM's answer happens here
+  std::filesystem::path source_dir;  // -I for the program's own headers
+  std::vector<std::string> flags;    // nvcc flags; default_nvcc_flags() when empty
   int llm_max_tokens = 16384;
-  std::filesystem::path record_dir;        // prompt and answer written here ("" = not written)
+  std::filesystem::path record_dir;  // prompt and answer written here ("" = not written)
 };
 
 struct AnnotatedProgram {
-  std::string source;        // the annotated program (gen0)
-  std::string method;        // "rules" | "llm"
+  std::string source;  // the annotated program (gen0)
+  std::string method;  // "rules" | "llm"
   std::vector<AnnotatedSite> sites;
   std::vector<std::string> blocks;  // block names in order
   int knob_count = 0;
   std::string rules_source;  // the rules' annotation (equal to source when method == "rules")
-  std::string llm_outcome;   // "" (no LLM) | accepted | llm_error | no_code | parse_failed | frozen_changed | build_failed
-  std::string llm_detail;    // why the LLM's answer was not taken, one paragraph
-  json to_json() const;      // without the sources
+  std::string
+      llm_outcome;  // "" (no LLM) | accepted | llm_error | no_code | parse_failed | frozen_changed | build_failed
+  std::string llm_detail;  // why the LLM's answer was not taken, one paragraph
+  json to_json() const;    // without the sources
 };
 
 // The rules' annotation of a converted program. Throws UserError when the text has no converted

@@ -185,9 +185,10 @@ DiagnosticReport locate_failing_step(const Instrumented& inst, const std::vector
     for (std::size_t r = 0; r < ranks.size() && chosen < 0; ++r)
       if (!ranks[r].succeeded() && (pass == 1 || !ranks[r].timed_out)) chosen = (int)r;
   if (chosen < 0) {
-    rep.text = ranks.empty() ? "the instrumented rerun ran no rank"
-                             : "the instrumented rerun passed on every rank: with a synchronisation after every step the "
-                               "failure does not occur, so an ordering problem between streams or kernels is likely";
+    rep.text = ranks.empty()
+                   ? "the instrumented rerun ran no rank"
+                   : "the instrumented rerun passed on every rank: with a synchronisation after every step the "
+                     "failure does not occur, so an ordering problem between streams or kernels is likely";
     return rep;
   }
   const RankMarks& m = marks[(std::size_t)chosen];
@@ -206,7 +207,8 @@ DiagnosticReport locate_failing_step(const Instrumented& inst, const std::vector
     rep.located = true;
     rep.step = *s;
     rep.text = fmt::format("{} (rank {}{})", describe(*s, rep.error), chosen,
-                           m.last_ok > 0 ? fmt::format(", after step {} at line {} passed", m.last_ok, inst.steps[(std::size_t)m.last_ok - 1].line)
+                           m.last_ok > 0 ? fmt::format(", after step {} at line {} passed", m.last_ok,
+                                                       inst.steps[(std::size_t)m.last_ok - 1].line)
                                          : std::string(", before any instrumented step passed"));
   } else {
     rep.text = fmt::format("rank {} ended ({}) after the last instrumented step (line {}) passed", chosen, rep.error,

@@ -14,10 +14,10 @@
 namespace braid::convert {
 
 struct InstrumentedStep {
-  int step = 0;          // 1-based, in source order
-  int line = 0;          // line of the call in the program given
-  std::string call;      // the call's name
-  std::string text;      // the call's text, shortened to one line
+  int step = 0;      // 1-based, in source order
+  int line = 0;      // line of the call in the program given
+  std::string call;  // the call's name
+  std::string text;  // the call's text, shortened to one line
 };
 
 struct Instrumented {
@@ -39,9 +39,9 @@ Instrumented instrument_for_diagnosis(const Analysis& analysis, const std::strin
 struct DiagnosticReport {
   bool located = false;
   int failing_rank = -1;
-  InstrumentedStep step;    // the failing step (or the step after the last one that passed)
-  std::string error;        // the CUDA/NCCL error text printed, or how the rank ended
-  std::string text;         // "the failing step: line N `call(...)`: error" or why not located
+  InstrumentedStep step;  // the failing step (or the step after the last one that passed)
+  std::string error;      // the CUDA/NCCL error text printed, or how the rank ended
+  std::string text;       // "the failing step: line N `call(...)`: error" or why not located
 };
 
 // Reads the markers in every rank's stderr (index = rank) and how each rank ended.

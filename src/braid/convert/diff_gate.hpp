@@ -93,6 +93,10 @@ GateResult run_diff_gate(const Analysis& analysis, const std::string& original_s
                          const std::string& converted_source, const std::vector<ConvertedReduction>& reductions,
                          const GateOptions& options);
 
+// A passed differential gate in one line: "4 buffers match on 2 ranks; wall time original 1.200 s,
+// converted 0.800 s", then what the original did not reproduce from run to run, if anything.
+std::string diff_gate_summary(const GateResult& g);
+
 // The per-buffer table of a differential gate's details, for --explain.
 std::string diff_gate_to_text(const GateResult& g);
 

@@ -75,7 +75,8 @@ std::string compare_output(const std::string& kind, const std::string& a, const 
       x = p;
       y = q;
     }
-    const double tol = kind == "b16" ? 1e-2 * (1.0 + std::fabs(x)) + std::max(0, ranks - 2) / 128.0 : 1e-5 * (1.0 + std::fabs(x));
+    const double tol =
+        kind == "b16" ? 1e-2 * (1.0 + std::fabs(x)) + std::max(0, ranks - 2) / 128.0 : 1e-5 * (1.0 + std::fabs(x));
     if (!(std::fabs(x - y) <= tol) && !(std::isnan(x) && std::isnan(y)))
       return fmt::format("element {}: original {} converted {}", i / esize, x, y);
   }
@@ -95,9 +96,9 @@ std::string rank_failures(const std::vector<SubprocessResult>& runs, const std::
 
 }  // namespace
 
-std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args, int ranks,
-                                        const std::filesystem::path& dir, unsigned long long seed, double timeout_s,
-                                        const std::map<std::string, std::string>& env) {
+std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                                              int ranks, const std::filesystem::path& dir, unsigned long long seed,
+                                              double timeout_s, const std::map<std::string, std::string>& env) {
   std::vector<SubprocessResult> out((std::size_t)ranks);
   std::vector<std::thread> threads;
   const std::string run_id = fmt::format("gate{}_{}", (long)::getpid(), dir.filename().string());
@@ -107,10 +108,14 @@ std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, 
       o.argv = {exe.string()};
       o.argv.insert(o.argv.end(), args.begin(), args.end());
       o.cwd = dir;
-      o.env_add = {{"BRAID_RANK", std::to_string(r)},        {"BRAID_WORLD_SIZE", std::to_string(ranks)},
-                   {"BRAID_LOCAL_RANK", std::to_string(r)},  {"BRAID_EVAL_DIR", dir.string()},
-                   {"BRAID_RUN_ID", run_id},                 {"BRAID_GATE_DIR", dir.string()},
-                   {"BRAID_GATE_SEED", std::to_string(seed)}, {"NCCL_NVLS_ENABLE", "0"}};
+      o.env_add = {{"BRAID_RANK", std::to_string(r)},
+                   {"BRAID_WORLD_SIZE", std::to_string(ranks)},
+                   {"BRAID_LOCAL_RANK", std::to_string(r)},
+                   {"BRAID_EVAL_DIR", dir.string()},
+                   {"BRAID_RUN_ID", run_id},
+                   {"BRAID_GATE_DIR", dir.string()},
+                   {"BRAID_GATE_SEED", std::to_string(seed)},
+                   {"NCCL_NVLS_ENABLE", "0"}};
       for (const auto& [name, value] : env) o.env_add[name] = value == "{rank}" ? std::to_string(r) : value;
       o.timeout_s = timeout_s;
       o.stdout_path = dir / fmt::format("rank{}.stdout", r);
@@ -131,7 +136,8 @@ BuildResult compile_only(const std::string& source, const std::filesystem::path&
   NvccBuilder builder = make_builder(work);
   std::vector<std::string> f = flags.empty() ? default_nvcc_flags() : flags;
   f.push_back("-c");  // compile and assemble; CI has no GPU to run on and need not link
-  return build(builder, src, work / (name + ".o"), source_dir.empty() ? source_dir : std::filesystem::absolute(source_dir), f);
+  return build(builder, src, work / (name + ".o"),
+               source_dir.empty() ? source_dir : std::filesystem::absolute(source_dir), f);
 }
 
 namespace {
@@ -193,7 +199,8 @@ GateResult gate_texts(const Analysis& a, bool harness, const std::string& orig_t
       auto metrics = json::parse(read_file(sides[i].dir / "metrics.json"));
       g.details[sides[i].name] = {{"correct", correct}, {"public", metrics.value("public", json::object())}};
       if (!correct.value("correct", false)) {
-        g.failure = fmt::format("{} fails the harness verification: {}", sides[i].name, correct.value("error", std::string()));
+        g.failure =
+            fmt::format("{} fails the harness verification: {}", sides[i].name, correct.value("error", std::string()));
         return g;
       }
       double ms = 0;
@@ -254,9 +261,11 @@ BuildResult build_program(const std::string& source, const std::filesystem::path
   return build(builder, dir / "program.cu", dir / "program", o.source_dir, o.flags, o.libs);
 }
 
-GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv, const GateOptions& o) {
+GateResult run_gate(const Analysis& a, const std::string& original_source, const Conversion& conv,
+                    const GateOptions& o) {
   const bool harness = a.uses_harness && a.annotations.empty();
-  if (!harness && a.annotations.empty()) return run_diff_gate(a, original_source, conv.source, converted_reductions(a, conv), o);
+  if (!harness && a.annotations.empty())
+    return run_diff_gate(a, original_source, conv.source, converted_reductions(a, conv), o);
   const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
   // The converted side is the same rules applied to the instrumented original (the prelude's own
   // NCCL calls would not survive a second analysis); both sides then differ only by the rules.
@@ -267,7 +276,8 @@ GateResult run_gate(const Analysis& a, const std::string& original_source, const
 GateResult run_gate_on_candidate(const Analysis& a, const std::string& original_source, const Analysis& candidate,
                                  const std::string& candidate_source, const GateOptions& o) {
   const bool harness = a.uses_harness && a.annotations.empty();
-  if (!harness && a.annotations.empty()) return run_diff_gate(a, original_source, candidate_source, all_reductions(a), o);
+  if (!harness && a.annotations.empty())
+    return run_diff_gate(a, original_source, candidate_source, all_reductions(a), o);
   const std::string orig_text = harness ? original_source : instrument_for_gate(a, original_source);
   const std::string cand_text = harness ? candidate_source : instrument_for_gate(candidate, candidate_source);
   return gate_texts(a, harness, orig_text, cand_text, o);

@@ -24,23 +24,23 @@
 namespace braid::convert {
 
 struct GateOptions {
-  std::filesystem::path work_dir;              // both builds and runs live here
-  std::filesystem::path source_dir;            // the original's folder: -I for its own headers
-  std::vector<std::string> flags;              // nvcc flags; default_nvcc_flags() when empty
-  std::vector<std::string> libs;               // link arguments besides -lcublas (-L/-l; MPI's)
+  std::filesystem::path work_dir;    // both builds and runs live here
+  std::filesystem::path source_dir;  // the original's folder: -I for its own headers
+  std::vector<std::string> flags;    // nvcc flags; default_nvcc_flags() when empty
+  std::vector<std::string> libs;     // link arguments besides -lcublas (-L/-l; MPI's)
   int ranks = 2;
   unsigned long long seed = 1;
   double run_timeout_s = 120.0;
   std::string harness_args = "--size 4096 --warmup 2 --iters 10 --input_sets 2 --rtol 0.02 --atol 0.02";
-  bool run = true;                             // false: compile both, do not run
-  std::vector<std::string> program_args;       // the differential gate: the program's command line
+  bool run = true;                        // false: compile both, do not run
+  std::vector<std::string> program_args;  // the differential gate: the program's command line
 };
 
 struct GateResult {
-  bool built = false;          // both versions compiled
-  bool ran = false;            // both ran on every rank
-  bool passed = false;         // outputs matched on every rank
-  std::string failure;         // why not, one paragraph
+  bool built = false;   // both versions compiled
+  bool ran = false;     // both ran on every rank
+  bool passed = false;  // outputs matched on every rank
+  std::string failure;  // why not, one paragraph
   double original_ms = 0.0, converted_ms = 0.0;
   json details = json::object();
 };
@@ -53,8 +53,9 @@ GateResult run_gate(const Analysis& analysis, const std::string& original_source
 // `candidate_source` keeps the original's annotations (or harness entry) and is instrumented the
 // same way as the original; `candidate` is its analysis. An original with neither goes through the
 // differential gate, every reduction of the original counted as possibly moved to device code.
-GateResult run_gate_on_candidate(const Analysis& original, const std::string& original_source, const Analysis& candidate,
-                                 const std::string& candidate_source, const GateOptions& options);
+GateResult run_gate_on_candidate(const Analysis& original, const std::string& original_source,
+                                 const Analysis& candidate, const std::string& candidate_source,
+                                 const GateOptions& options);
 
 // Writes `source` to dir/program.cu and links dir/program with the gate's flags (cache under
 // options.work_dir), for reruns of one side (diagnostic_rerun.hpp).

@@ -12,7 +12,7 @@ enum class TokenKind { Identifier, Number, String, Char, Punct, Preprocessor, Co
 struct Token {
   TokenKind kind = TokenKind::Punct;
   std::string text;
-  int line = 0;          // 1-based line of the first character
+  int line = 0;            // 1-based line of the first character
   std::size_t offset = 0;  // byte offset of the first character in the source
   std::size_t end = 0;     // one past the last character
 };

@@ -44,13 +44,13 @@ struct RewriteAttempt {
 
 struct RewriteOptions {
   int max_iterations_per_stage = 4;
-  GateOptions gate;              // work_dir, source_dir, flags, ranks, ... (gate.run is set by run_gate)
-  bool run_gate = true;          // false: stop at compilation (no GPU)
-  std::filesystem::path record_dir;  // attempts written here as files ("" = not written)
-  std::filesystem::path prompts_dir; // overrides of prompts/*.md by name ("" = shipped prompts)
-  int max_tokens = 16384;        // rewrite answers hold a whole program
+  GateOptions gate;                   // work_dir, source_dir, flags, ranks, ... (gate.run is set by run_gate)
+  bool run_gate = true;               // false: stop at compilation (no GPU)
+  std::filesystem::path record_dir;   // attempts written here as files ("" = not written)
+  std::filesystem::path prompts_dir;  // overrides of prompts/*.md by name ("" = shipped prompts)
+  int max_tokens = 16384;             // rewrite answers hold a whole program
   int judge_max_tokens = 800;
-  bool diagnostic_rerun = true;  // on run_failed, rerun instrumented to locate the failing step
+  bool diagnostic_rerun = true;               // on run_failed, rerun instrumented to locate the failing step
   std::string replay_key_prefix = "convert";  // requests are keyed <prefix>/<stage>/<iteration>[/judge]
                                               // (exchange recording and replay): one prefix per program
 };
@@ -82,13 +82,14 @@ std::string frozen_parts_problem(const Analysis& original, const std::string& ca
 // becomes the one line kFoldMarker (a model need not read or copy ~500 generated lines), its
 // interface (the replacements' declarations) goes into the prompt, and unfold_prelude() puts the
 // block back into an answer that kept the marker line.
-inline constexpr const char* kFoldMarker = "// ==== braid convert's replacements (generated; folded: keep this line as it is) ====";
+inline constexpr const char* kFoldMarker =
+    "// ==== braid convert's replacements (generated; folded: keep this line as it is) ====";
 struct FoldedProgram {
-  std::string text;        // the program with the block folded ("" prelude: nothing to fold)
-  std::string prelude;     // the folded block
-  std::string api;         // declarations of the replacements a rewrite may call
-  int marker_line = 0;     // line of the marker in `text` (= first line of the block unfolded)
-  int prelude_lines = 0;   // lines of the block
+  std::string text;       // the program with the block folded ("" prelude: nothing to fold)
+  std::string prelude;    // the folded block
+  std::string api;        // declarations of the replacements a rewrite may call
+  int marker_line = 0;    // line of the marker in `text` (= first line of the block unfolded)
+  int prelude_lines = 0;  // lines of the block
 };
 FoldedProgram fold_prelude(const std::string& program);
 std::string unfold_prelude(const std::string& program, const FoldedProgram& folded);

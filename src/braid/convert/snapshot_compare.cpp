@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "braid/util/fs.hpp"
@@ -229,14 +231,34 @@ std::string compare_bytes(const std::string& a, const std::string& b, const Tole
     if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
     const double d = std::fabs(x - y);
     if (max_diff && !std::isnan(d)) *max_diff = std::max(*max_diff, d);
-    if (!(d <= t.rel * std::fabs(x) + t.rel * scale) && first.empty())
-      first =
-          fmt::format("element {}: original {} converted {} (allowed {:.3g})", i, x, y, t.rel * (std::fabs(x) + scale));
+    const double allowed = t.rel * (std::fabs(x) + scale) + t.abs;
+    if (!(d <= allowed) && first.empty())
+      first = fmt::format("element {}: original {} converted {} (allowed {:.3g})", i, x, y, allowed);
   }
   return first;
 }
 
 namespace {
+
+bool readable_state(const std::string& state) { return state == "freed" || state == "live-at-exit"; }
+
+std::optional<std::string> snapshot_bytes(const std::filesystem::path& dir, std::size_t index) {
+  return try_read_file(dir / fmt::format("{}.bin", index));
+}
+
+bool floating(int dtype) { return dtype >= 0 && dtype < (int)std::size(kDtypes) && kDtypes[dtype].eps > 0; }
+
+// The element type of a buffer with no reduction of its own: the program's one floating reduction
+// type (recorded by the shim on any buffer, else named by a converted call); -1 when none or several.
+int program_float_dtype(const RankSnapshot& run, const std::vector<ConvertedReduction>& converted) {
+  std::set<int> seen;
+  for (const SnapshotReduction& r : run.reductions)
+    if (floating(r.dtype)) seen.insert(r.dtype);
+  if (seen.empty())
+    for (const ConvertedReduction& c : converted)
+      if (c.dtype && floating(*c.dtype)) seen.insert(*c.dtype);
+  return seen.size() == 1 ? *seen.begin() : -1;
+}
 
 // One buffer present on both sides: sizes, readability, then contents within the tolerance.
 BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::path& odir, const SnapshotBuffer& c,
@@ -251,16 +273,15 @@ BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::pa
     r.detail = fmt::format("sizes differ: original {} bytes, converted {}", o.bytes, c.bytes);
     return r;
   }
-  const auto readable = [](const std::string& state) { return state == "freed" || state == "live-at-exit"; };
-  if (!readable(o.state) || !readable(c.state)) {
+  if (!readable_state(o.state) || !readable_state(c.state)) {
     // What the original could not show cannot be checked; a converted buffer that became
     // unreadable where the original's was not is a difference.
-    r.match = !readable(o.state) || c.state == "skipped";
+    r.match = !readable_state(o.state) || c.state == "skipped";
     r.detail = fmt::format("not compared: original {}, converted {}", o.state, c.state);
     return r;
   }
-  const auto a = try_read_file(odir / fmt::format("{}.bin", o.index));
-  const auto b = try_read_file(cdir / fmt::format("{}.bin", c.index));
+  const auto a = snapshot_bytes(odir, o.index);
+  const auto b = snapshot_bytes(cdir, c.index);
   if (!a || !b) {
     r.detail = fmt::format("snapshot file {}.bin missing on the {} side", o.index, !a ? "original" : "converted");
     return r;
@@ -273,17 +294,71 @@ BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::pa
 
 }  // namespace
 
+OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem::path& first_dir,
+                               const RankSnapshot& again, const std::filesystem::path& again_dir,
+                               const std::vector<ConvertedReduction>& converted, int ranks) {
+  OriginalSpread out;
+  const int program_dtype = program_float_dtype(first, converted);
+  for (const SnapshotBuffer& b : first.buffers) {
+    const auto twin = std::find_if(again.buffers.begin(), again.buffers.end(),
+                                   [&](const SnapshotBuffer& a) { return a.index == b.index; });
+    // A buffer the second run lacks, or sized or kept differently, is compared as before.
+    if (twin == again.buffers.end() || twin->bytes != b.bytes || !readable_state(b.state) ||
+        !readable_state(twin->state))
+      continue;
+    const auto x = snapshot_bytes(first_dir, b.index), y = snapshot_bytes(again_dir, b.index);
+    if (!x || !y || *x == *y) continue;
+    Tolerance t = buffer_tolerance(first, b.index, converted, ranks);
+    if (t.exact && (program_dtype < 0 || b.bytes % kDtypes[program_dtype].size != 0)) {
+      out.not_defined[b.index] =
+          "the original writes it differently from run to run, and it has no floating element "
+          "type to compare it by";
+      continue;
+    }
+    if (t.exact) t = reduction_tolerance(program_dtype, 0, ranks);  // read as the program's floating type
+    double spread = 0.0;
+    bool finite = true;
+    for (std::size_t i = 0; i < x->size() / t.element; ++i) {
+      const double u = element(*x, i, t.dtype), v = element(*y, i, t.dtype);
+      if (u == v || (std::isnan(u) && std::isnan(v))) continue;
+      const double d = std::fabs(u - v);
+      if (std::isfinite(d)) spread = std::max(spread, d);
+      else finite = false;
+    }
+    if (!finite) {
+      out.not_defined[b.index] = "the original writes it differently from run to run, with non-finite differences";
+      continue;
+    }
+    t.abs = kSpreadFactor * spread;
+    t.text += fmt::format("; the original differs from itself by up to {:.3g} between two runs (+ {:g} x that)", spread,
+                          kSpreadFactor);
+    out.within[b.index] = t;
+  }
+  return out;
+}
+
 std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const std::filesystem::path& odir,
                                            const RankSnapshot& converted, const std::filesystem::path& cdir,
-                                           const std::vector<ConvertedReduction>& reductions, int ranks) {
+                                           const std::vector<ConvertedReduction>& reductions, int ranks,
+                                           const OriginalSpread* spread) {
   std::vector<BufferComparison> out;
   const std::size_t n = std::max(original.buffers.size(), converted.buffers.size());
   for (std::size_t i = 0; i < n; ++i) {
     const SnapshotBuffer* o = i < original.buffers.size() ? &original.buffers[i] : nullptr;
     const SnapshotBuffer* c = i < converted.buffers.size() ? &converted.buffers[i] : nullptr;
     BufferComparison r;
-    if (o && c && o->index == c->index) {
-      r = compare_pair(*o, odir, *c, cdir, buffer_tolerance(original, o->index, reductions, ranks));
+    if (o && c && o->index == c->index && spread && spread->not_defined.count(o->index)) {
+      // Sizes and readability still count; contents the original does not define do not.
+      r = compare_pair(*o, odir, *c, cdir, reduction_tolerance(-1, -1, ranks));
+      if (r.compared) {
+        r.compared = false;
+        r.match = true;
+        r.detail = "not compared: " + spread->not_defined.at(o->index);
+      }
+    } else if (o && c && o->index == c->index) {
+      const bool widened = spread && spread->within.count(o->index);
+      r = compare_pair(*o, odir, *c, cdir,
+                       widened ? spread->within.at(o->index) : buffer_tolerance(original, o->index, reductions, ranks));
     } else {
       const SnapshotBuffer& only = o ? *o : *c;
       r.index = only.index;

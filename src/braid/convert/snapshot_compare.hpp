@@ -15,9 +15,12 @@
 //   order the device code may choose differently; the buffer-wide term covers sums that cancel.
 //   Integer dtypes and min/max stay bit-exact (their results do not depend on the order).
 //   NaN matches NaN.
+//   A buffer the original itself writes differently from run to run is held to its own spread
+//   instead (original_spread, below).
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,12 +77,29 @@ struct Tolerance {
   int dtype = -1;           // the element type read when not exact
   std::size_t element = 1;  // its size
   double rel = 0.0;
+  double abs = 0.0;  // added to every element's allowance (the original's own spread)
   std::string text;  // "bit-exact", "fp32 sum over 4 ranks: rel 4.8e-07 (+ rel * max|x|)"
 };
 Tolerance reduction_tolerance(int dtype, int op, int ranks);
 // The tolerance of buffer `index`: the widest over its reductions that match a converted one.
 Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
                            const std::vector<ConvertedReduction>& converted, int ranks);
+
+// The original run a second time, after the converted program differed from it: what the original
+// itself does not reproduce (atomicAdd partial sums, timings, slots claimed in a race) is not the
+// conversion's doing. A buffer that differs between the two runs of the original is held to the
+// original's own spread: read as the element type of its reductions (else of the program's one
+// floating reduction type), each converted element may differ from the first run by its usual
+// allowance plus kSpreadFactor times the largest difference between the two runs. With no element
+// type to read it by (or non-finite differences), it is not compared, and the gate says so.
+inline constexpr double kSpreadFactor = 10.0;
+struct OriginalSpread {
+  std::map<std::size_t, Tolerance> within;         // buffer index -> tolerance widened by the spread
+  std::map<std::size_t, std::string> not_defined;  // buffer index -> why it is not compared
+};
+OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem::path& first_dir,
+                               const RankSnapshot& again, const std::filesystem::path& again_dir,
+                               const std::vector<ConvertedReduction>& converted, int ranks);
 
 // "" when `converted` matches `original` within `t`, else the first difference.
 std::string compare_bytes(const std::string& original, const std::string& converted, const Tolerance& t,
@@ -101,7 +121,8 @@ struct BufferComparison {
 // Every buffer of one rank: counts, sizes and contents (files <dir>/<index>.bin of each side).
 std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const std::filesystem::path& original_dir,
                                            const RankSnapshot& converted, const std::filesystem::path& converted_dir,
-                                           const std::vector<ConvertedReduction>& reductions, int ranks);
+                                           const std::vector<ConvertedReduction>& reductions, int ranks,
+                                           const OriginalSpread* spread = nullptr);
 
 // Numbers (integers, decimals, exponents) replaced by '#', for stdout lines that hold timings.
 std::string mask_numbers(const std::string& line);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "braid/convert/annotate.hpp"
+#include "braid/convert/diff_gate.hpp"
 #include "braid/convert/gate.hpp"
 #include "braid/convert/rewrite_loop.hpp"
 #include "braid/pipeline/pipeline_impl.hpp"
@@ -116,11 +117,8 @@ StepResult Pipeline::step_gate() {
                      ": the converted program failed the gate; fix it or rerun with --no-gate to evolve it unverified"};
     }
     if (r.details.value("mode", std::string()) == "differential")  // a program without markers or harness
-      say("gate",
-          fmt::format("verified (differential, {}): {} device buffers match on {} ranks; wall time original {:.3f} s, "
-                      "converted {:.3f} s",
-                      r.details.value("launcher", std::string()), r.details.value("buffers", json::array()).size(),
-                      r.details.value("ranks", 0), r.original_ms / 1000.0, r.converted_ms / 1000.0));
+      say("gate", fmt::format("verified (differential, {}): {}", r.details.value("launcher", std::string()),
+                              diff_gate_summary(r)));
     else
       say("gate", fmt::format("verified: outputs match on {} ranks; original {:.3f} ms, converted {:.3f} ms", o_.ranks,
                               r.original_ms, r.converted_ms));
