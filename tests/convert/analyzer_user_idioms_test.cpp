@@ -410,9 +410,10 @@ TEST(AnalyzerUserIdioms, ABlockingCommunicatorBesideANonBlockingOneConverts) {
 
 // A window the program registers on a whole buffer is the runtime's own (NCCL's symmetric-memory
 // examples: ncclMemAlloc, then ncclCommWindowRegister, then host collectives): the calls on it
-// convert, and the program's register/deregister get and leave the runtime's handle. A buffer
-// registered any other way (a window from inside it, ncclCommRegister) is never registered a
-// second time: calls that need it as a window stay host NCCL.
+// convert, and the program's register/deregister get and leave the runtime's handle. A window from
+// inside a buffer is never registered a second time: calls that need it as a window stay host NCCL.
+// ncclCommRegister is a local registration, not a window: it stays as written and the buffer's
+// calls convert (NCCL's example 04_user_buffer_registration).
 TEST(AnalyzerUserIdioms, TheProgramsWholeBufferWindowIsTheRuntimesOwn) {
   const std::string src = kPrologue +
                           "int main() {\n"
@@ -432,8 +433,7 @@ TEST(AnalyzerUserIdioms, TheProgramsWholeBufferWindowIsTheRuntimesOwn) {
   EXPECT_TRUE(contains(c.source, "braid_converted::window_deregister(comm, win)"));
 
   for (const std::string other :
-       {"ncclCommWindowRegister(comm, (char*)mine + 1024, 2048, &win, NCCL_WIN_COLL_SYMMETRIC)",
-        "ncclCommRegister(comm, mine, 4096, &handle)"}) {
+       {"ncclCommWindowRegister(comm, (char*)mine + 1024, 2048, &win, NCCL_WIN_COLL_SYMMETRIC)"}) {
     std::string own = src;
     const std::string whole = "ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC)";
     own.replace(own.find(whole), whole.size(), other);
@@ -446,6 +446,22 @@ TEST(AnalyzerUserIdioms, TheProgramsWholeBufferWindowIsTheRuntimesOwn) {
     EXPECT_TRUE(contains(k.source, "ncclMemAlloc(&mine, 4096)"));
     EXPECT_FALSE(contains(k.source, "braid_converted::window_register"));
   }
+
+  std::string local = src;  // cudaMalloc'd buffers, each registered locally, as NCCL's example 04 does
+  local.replace(local.find("ncclWindow_t win;"), 17, "void *sh, *rh;");
+  local.replace(local.find("ncclMemAlloc(&mine, 4096);"), 26, "cudaMalloc(&mine, 4096);");
+  const std::string whole = "ncclCommWindowRegister(comm, mine, 4096, &win, NCCL_WIN_COLL_SYMMETRIC)";
+  local.replace(local.find(whole), whole.size(),
+                "ncclCommRegister(comm, mine, 4096, &sh); ncclCommRegister(comm, plain, 4096, &rh)");
+  local.replace(local.find("ncclCommWindowDeregister(comm, win)"), 35,
+                "ncclCommDeregister(comm, sh); ncclCommDeregister(comm, rh)");
+  local.replace(local.find("ncclMemFree(mine)"), 17, "cudaFree(mine); cudaFree(plain)");
+  const Conversion l = convert_text(local);
+  EXPECT_EQ(l.converted_calls, 2) << conversion_to_text(l);
+  EXPECT_TRUE(contains(l.source, "braid_converted::sym_malloc(&mine, 4096)")) << l.source;
+  EXPECT_TRUE(contains(l.source, "ncclCommRegister(comm, mine, 4096, &sh)")) << l.source;
+  EXPECT_TRUE(contains(l.source, "ncclCommDeregister(comm, rh)")) << l.source;
+  EXPECT_TRUE(contains(l.source, "braid_converted::sym_free(plain)")) << l.source;
 }
 
 // A program whose own header includes mpi.h (llm.c's train_gpt2.cu through llmc/zero.cuh) is an

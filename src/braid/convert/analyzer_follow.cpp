@@ -179,7 +179,9 @@ void list_not_followed(const std::vector<Token>& toks, Analysis& a) {
       {"cudaLaunchKernel", "kernel launched through the runtime API: its buffers and stream are not followed"},
       {"cudaLaunchCooperativeKernel",
        "kernel launched through the runtime API: its buffers and stream are not followed"},
-      {"ncclCommRegister", "user buffer registration: kept as written, the rules register windows themselves"}};
+      {"ncclCommRegister",
+       "user buffer registration: kept as written (a local registration for host NCCL, on the buffer as allocated, "
+       "symmetric or not); the rules register windows themselves"}};
   for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
     auto it = kNotFollowed.find(toks[i].text);
     if (it != kNotFollowed.end() && toks[i + 1].text == "(")
@@ -214,12 +216,15 @@ void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& t
   for (std::size_t ci = 0; ci < a.calls.size(); ++ci) {
     Call c = a.calls[ci];  // a scratch copy: resolve_sites notes how it followed the argument
     const bool ipc = c.name == "cudaIpcGetMemHandle";
-    if ((c.name != "ncclCommWindowRegister" && c.name != "ncclCommRegister" && !ipc) || c.args.size() < 2) continue;
+    // ncclCommRegister is not among them: a local registration for host NCCL's user-buffer paths,
+    // not a window, so it stays as written on whatever the rules allocate (ncclMemAlloc memory is
+    // what NCCL recommends registering) and the buffer's collectives convert like any other.
+    if ((c.name != "ncclCommWindowRegister" && !ipc) || c.args.size() < 2) continue;
     auto tok = token_at.find(c.call_begin);
     if (tok == token_at.end()) continue;
     // A window on the buffer as allocated can be the runtime's own (braid_converted::window_register);
-    // one from inside it (`buf + off`) or a user-buffer registration stays the program's; a buffer
-    // exported through CUDA IPC stays cudaMalloc (legacy IPC refuses cuMem memory).
+    // one from inside it (`buf + off`) stays the program's; a buffer exported through CUDA IPC stays
+    // cudaMalloc (legacy IPC refuses cuMem memory).
     const std::string& arg = c.args[1].text;
     const bool whole_window = c.name == "ncclCommWindowRegister" && arg.find_first_of("+-[") == std::string::npos;
     for (const std::string& key : resolve_sites(flow, a, arg, tok->second, c))

@@ -140,8 +140,9 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
 void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
 // Buffers the program registers itself: Buffer::window_line for a window on the whole buffer
 // (ncclCommWindowRegister(comm, buf, ...): the runtime's own window serves it, and the program's
-// call gets that handle), Buffer::registered_line for anything else (ncclCommRegister, a window
-// from inside the buffer), so that the rules never register those a second time.
+// call gets that handle), Buffer::registered_line for a window from inside the buffer, so that the
+// rules never register it a second time (ncclCommRegister is a local registration, not a window:
+// not recorded).
 // And those it shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace):
 // Buffer::ipc_exported_line, since legacy IPC refuses ncclMemAlloc (cuMem) memory.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
