@@ -3,7 +3,9 @@
 // during backward: a lambda per ready bucket is queued in a std::function work queue and the queue is
 // flushed once at the end of the step. Activations of the last three micro-steps sit in a
 // std::array<float*, 3> and are all-gathered through a span-taking helper for a metrics pass.
-// File-based bootstrap (rank 0 writes the unique id), ranks from the launcher's environment.
+// File-based bootstrap (rank 0 writes the unique id to the launcher's NCCL_ID_FILE, else DDP_ID_FILE,
+// else /tmp/ddp_nccl_id; readers take only a file written during this run, and rank 0 removes it
+// once every rank has joined), ranks from the launcher's environment.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <span>
@@ -40,28 +43,49 @@ namespace ddp {
 struct Env {
   int rank = 0, world = 1;
   std::string id_path = "/tmp/ddp_nccl_id";
+  std::filesystem::file_time_type started = std::filesystem::file_time_type::clock::now();
   static Env from_environment() {
     Env e;
     if (const char* r = std::getenv("RANK")) e.rank = std::atoi(r);
     if (const char* w = std::getenv("WORLD_SIZE")) e.world = std::atoi(w);
-    if (const char* p = std::getenv("DDP_ID_FILE")) e.id_path = p;
+    // the launcher's per-run file first; the fixed default is shared by every run on the machine
+    if (const char* p = std::getenv("NCCL_ID_FILE"))
+      e.id_path = p;
+    else if (const char* p = std::getenv("DDP_ID_FILE"))
+      e.id_path = p;
     return e;
   }
 };
+
+// A file left by an earlier run (one that died before removing it) holds a dead root's id: a reader
+// that took it would fail while rank 0 waits for it forever. Readers take only a file written after
+// they started, less a margin for ranks launched a little after rank 0.
+constexpr std::chrono::seconds kIdFileMargin{30};
 
 ncclUniqueId exchange_id(const Env& env) {
   ncclUniqueId id;
   if (env.rank == 0) {
     NCK(ncclGetUniqueId(&id));
-    std::ofstream(env.id_path + ".part", std::ios::binary).write(reinterpret_cast<const char*>(&id), sizeof(id));
-    std::rename((env.id_path + ".part").c_str(), env.id_path.c_str());
+    const std::string part = env.id_path + ".part";
+    std::ofstream(part, std::ios::binary).write(reinterpret_cast<const char*>(&id), sizeof(id));
+    std::rename(part.c_str(), env.id_path.c_str());
     return id;
   }
   for (;;) {
-    std::ifstream in(env.id_path, std::ios::binary);
-    if (in && in.read(reinterpret_cast<char*>(&id), sizeof(id))) return id;
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(env.id_path, ec);
+    if (!ec && written >= env.started - kIdFileMargin) {
+      std::ifstream in(env.id_path, std::ios::binary);
+      if (in && in.read(reinterpret_cast<char*>(&id), sizeof(id))) return id;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// Once the communicator exists every rank has read the id: the file is not left for the next run.
+void remove_id_file(const Env& env) {
+  std::error_code ec;
+  if (env.rank == 0) std::filesystem::remove(env.id_path, ec);
 }
 
 // Collectives recorded during backward and issued together at the end of the step.
@@ -119,6 +143,7 @@ int main() {
   ncclUniqueId id = ddp::exchange_id(env);
   ncclComm_t comm;
   NCK(ncclCommInitRank(&comm, env.world, id, env.rank));
+  ddp::remove_id_file(env);
   cudaStream_t compute, comm_stream;
   CK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));

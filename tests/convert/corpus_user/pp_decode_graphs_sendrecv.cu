@@ -5,6 +5,15 @@
 // sizes change every step (requests join and finish) and are padded to the captured sizes; a step
 // with no running request is skipped by every stage (the scheduler's decision is broadcast).
 // fp16 activations, int32 token ids, a final float max of the per-stage step time.
+//
+// The ring of token ids: stage 0's step k receives the ids the last stage sent at the end of step
+// k - 1, so the last stage sends once before the first step (the prime, which stage 0's first step
+// receives) and stage 0 receives once after the last step (the drain). The ids always travel as
+// kMaxBatch ints: a send and its receive need the same count, and consecutive steps have
+// different batches. One eager step runs before the capture: NCCL connects peers on the host at a
+// rank's first send/recv to each, pairing it with the peer's first, which inside the capture would
+// pair stage 0's receive with the last stage's receive; and the capture is thread-local, since
+// NCCL's own threads make CUDA calls (buffer registration for the graph) while it runs.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -77,7 +86,7 @@ void stage_step(Stage& s, int batch) {
   const int n = batch * kHidden;
   const int grid = (n + 255) / 256;
   if (s.first()) {
-    NCCL_TRY(ncclRecv(s.buf.token_ids, batch, ncclInt32, s.count - 1, s.comm, s.stream));
+    NCCL_TRY(ncclRecv(s.buf.token_ids, kMaxBatch, ncclInt32, s.count - 1, s.comm, s.stream));
     embed<<<grid, 256, 0, s.stream>>>(s.buf.hidden_in, s.buf.token_ids, batch);
   } else {
     NCCL_TRY(ncclRecv(s.buf.hidden_in, n, ncclFloat16, s.index - 1, s.comm, s.stream));
@@ -92,7 +101,7 @@ void stage_step(Stage& s, int batch) {
   }
   if (s.last()) {
     sample<<<(batch + 63) / 64, 64, 0, s.stream>>>(s.buf.token_ids, s.buf.hidden_in, batch);
-    NCCL_TRY(ncclSend(s.buf.token_ids, batch, ncclInt32, 0, s.comm, s.stream));
+    NCCL_TRY(ncclSend(s.buf.token_ids, kMaxBatch, ncclInt32, 0, s.comm, s.stream));
   } else {
     NCCL_TRY(ncclSend(s.buf.hidden_in, n, ncclFloat16, s.index + 1, s.comm, s.stream));
   }
@@ -107,7 +116,7 @@ int padded_batch(int batch) {
 void capture_all(Stage& s) {
   for (int bs : kGraphBatchSizes) {
     cudaGraph_t graph;
-    CUDA_TRY(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal));
+    CUDA_TRY(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
     stage_step(s, bs);
     CUDA_TRY(cudaStreamEndCapture(s.stream, &graph));
     CUDA_TRY(cudaGraphInstantiate(&s.graphs[bs], graph, 0));
@@ -142,11 +151,12 @@ int main(int argc, char** argv) {
   CUDA_TRY(cudaMalloc(&s.buf.token_ids, pp::kMaxBatch * sizeof(int)));
   CUDA_TRY(cudaMemset(s.buf.token_ids, 0, pp::kMaxBatch * sizeof(int)));
 
-  if (use_graphs) pp::capture_all(s);
-
-  // Stage 0 primes the ring: the "previous" token ids come from the last stage.
+  // The last stage primes the ring: stage 0's first step receives these "previous" token ids.
   if (s.last()) NCCL_TRY(ncclSend(s.buf.token_ids, pp::kMaxBatch, ncclInt32, 0, s.comm, s.stream));
-  if (s.first()) NCCL_TRY(ncclRecv(s.buf.token_ids, pp::kMaxBatch, ncclInt32, s.count - 1, s.comm, s.stream));
+  // Warm-up: one eager step connects every stage to its peers before anything is captured.
+  pp::stage_step(s, pp::kGraphBatchSizes[0]);
+  CUDA_TRY(cudaStreamSynchronize(s.stream));
+  if (use_graphs) pp::capture_all(s);
 
   float slowest_ms = 0.f;
   for (int step = 0; step < steps; ++step) {
@@ -164,9 +174,8 @@ int main(int argc, char** argv) {
     const float ms = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count();
     slowest_ms = std::max(slowest_ms, ms);
   }
-  // Drain the ids the last stage sent after the final step.
+  // Drain the ids the last stage sent at the end of the final step.
   if (s.first()) NCCL_TRY(ncclRecv(s.buf.token_ids, pp::kMaxBatch, ncclInt32, s.count - 1, s.comm, s.stream));
-  if (s.last()) NCCL_TRY(ncclSend(s.buf.token_ids, pp::kMaxBatch, ncclInt32, 0, s.comm, s.stream));
 
   float* d_ms = nullptr;
   CUDA_TRY(cudaMalloc(&d_ms, sizeof(float)));

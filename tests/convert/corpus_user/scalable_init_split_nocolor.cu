@@ -62,8 +62,11 @@ int main(int argc, char** argv) {
     if (rank == root) CHECK_NCCL(ncclGetUniqueId(&ids[i]));
     MPI_Bcast(&ids[i], sizeof(ncclUniqueId), MPI_BYTE, root, MPI_COMM_WORLD);
   }
+  // NCCL validates the CTA bounds as a pair (a minimum alone is compared with the still-unset
+  // maximum, NCCL_CONFIG_UNDEF_INT, and rejected as an invalid argument): set both.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.minCTAs = 4;
+  config.maxCTAs = 32;
   ncclComm_t world;
   CHECK_NCCL(ncclCommInitRankScalable(&world, nranks, rank, nIds, ids, &config));
 
