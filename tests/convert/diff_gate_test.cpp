@@ -337,6 +337,23 @@ TEST(DiffGateRun, AReproducibleOriginalKeepsTheStrictComparison) {
   EXPECT_TRUE(std::filesystem::exists(dir / "work" / "original-again" / "snapshots" / "rank1" / "0.bin"));
 }
 
+TEST(DiffGateRun, ATimingTheOriginalDoesNotReproduceIsNotCompared) {
+  // 1.0 then 1.25 ms between two runs of the original: beyond any rounding, so not a function of the
+  // inputs; the converted program's 3.0 ms (a slower first step) is not a wrong result.
+  const auto dir = fresh_dir("spread-timing");
+  const char* const kOnePointTwoFive = "\\x00\\x00\\xa0\\x3f\\x00\\x00\\x00\\x40";
+  const char* const kThree = "\\x00\\x00\\x40\\x40\\x00\\x00\\x00\\x40";
+  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePointTwoFive);
+  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kThree);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_TRUE(g.passed) << g.failure;
+  EXPECT_EQ(g.details["original_again"]["buffers_not_defined"], 2);
+  EXPECT_NE(diff_gate_to_text(g).find("differ by up to 0.25 (0.12 of its largest value): not a function of the "
+                                      "program's inputs"),
+            std::string::npos)
+      << diff_gate_to_text(g);
+}
+
 TEST(DiffGateRun, AnUntypedBufferTheOriginalDoesNotReproduceIsNotCompared) {
   const auto dir = fresh_dir("spread-untyped");
   const auto o = changing_original(dir, kUntypedBuffer, kOnePlusOne, kOnePointFive);  // e.g. timings

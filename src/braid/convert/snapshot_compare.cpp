@@ -248,6 +248,11 @@ std::optional<std::string> snapshot_bytes(const std::filesystem::path& dir, std:
 
 bool floating(int dtype) { return dtype >= 0 && dtype < (int)std::size(kDtypes) && kDtypes[dtype].eps > 0; }
 
+// Rounding in another order moves a value by a few units of its last place, a little more after
+// many iterations; two runs of the original further apart than this (relative to the buffer's
+// largest value) computed something other than a function of the inputs.
+double not_a_function_of_inputs(int dtype) { return std::max(1e-3, 64 * kDtypes[dtype].eps); }
+
 // The element type of a buffer with no reduction of its own: the program's one floating reduction
 // type (recorded by the shim on any buffer, else named by a converted call); -1 when none or several.
 int program_float_dtype(const RankSnapshot& run, const std::vector<ConvertedReduction>& converted) {
@@ -316,10 +321,11 @@ OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem:
       continue;
     }
     if (t.exact) t = reduction_tolerance(program_dtype, 0, ranks);  // read as the program's floating type
-    double spread = 0.0;
+    double spread = 0.0, scale = 0.0;
     bool finite = true;
     for (std::size_t i = 0; i < x->size() / t.element; ++i) {
       const double u = element(*x, i, t.dtype), v = element(*y, i, t.dtype);
+      if (std::isfinite(u)) scale = std::max(scale, std::fabs(u));
       if (u == v || (std::isnan(u) && std::isnan(v))) continue;
       const double d = std::fabs(u - v);
       if (std::isfinite(d)) spread = std::max(spread, d);
@@ -327,6 +333,13 @@ OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem:
     }
     if (!finite) {
       out.not_defined[b.index] = "the original writes it differently from run to run, with non-finite differences";
+      continue;
+    }
+    if (spread > not_a_function_of_inputs(t.dtype) * scale) {
+      out.not_defined[b.index] = fmt::format(
+          "the original's two runs differ by up to {:.3g} ({:.2g} of its largest value): not a function of the "
+          "program's inputs (a timing, a clock, a race's outcome)",
+          spread, scale > 0 ? spread / scale : 0.0);
       continue;
     }
     t.abs = kSpreadFactor * spread;

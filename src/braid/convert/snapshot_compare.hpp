@@ -90,8 +90,10 @@ Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
 // conversion's doing. A buffer that differs between the two runs of the original is held to the
 // original's own spread: read as the element type of its reductions (else of the program's one
 // floating reduction type), each converted element may differ from the first run by its usual
-// allowance plus kSpreadFactor times the largest difference between the two runs. With no element
-// type to read it by (or non-finite differences), it is not compared, and the gate says so.
+// allowance plus kSpreadFactor times the largest difference between the two runs. It is not
+// compared, and the gate says so, when it has no element type to read it by, when the differences
+// are not finite, or when they are beyond rounding (more than max(1e-3, 64 eps) of its largest
+// value: a timing, a clock, a race's outcome is not a function of the program's inputs).
 inline constexpr double kSpreadFactor = 10.0;
 struct OriginalSpread {
   std::map<std::size_t, Tolerance> within;         // buffer index -> tolerance widened by the spread
