@@ -560,7 +560,10 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
   fi
   fresh_dir "$cv_out"
   start=$(date +%s)
-  # Builds dominate: the programs go through the gate side by side (runs take seconds each).
+  # Builds dominate: the programs go through the gate side by side (runs take seconds each), at most
+  # --jobs at once: 79 gates at once on 2 x H100 ran NCCL out of device memory ("unhandled cuda
+  # error" in ncclCommInitRank, originals hanging), where 2 x H200 had room for them.
+  local running=0
   for f in $(convert_gate_programs "$user"); do
     n=$(basename "$f" .cu)
     flags=()
@@ -569,11 +572,13 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     grep -q '^#ifdef USE_FP16' "$f" && flags+=(-DUSE_FP16)
     [ -d "$(dirname "$f")/include" ] && flags+=(-I "$(dirname "$f")/include")  # the user corpus's own headers
     if [ "$dry" = 1 ]; then run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"; continue; fi
+    if [ "$running" -ge "${cg_jobs:-16}" ]; then wait -n; running=$((running - 1)); fi
     (
       end_children_with_me
       run_to "$cv_out/$n.log" "$secs" "$braid" convert "$f" "${flags[@]}" -o "$cv_out/$n.cu" --verify --ranks "$ranks" --gate-timeout "${gate_timeout:-300}" --work "$cv_out/$n.work"
       echo "$n $?" >>"$cv_out/rc.txt"
     ) &
+    running=$((running + 1))
     pids+=($!)
     child_groups+=($!)
   done
@@ -611,6 +616,7 @@ spec_convert_gate() {
   opt --braid braid_bin BRAID_CONVERT_BIN "" "braid with \`convert\` (default .device-carry/bin/braid, build/braid, build-convert/braid)"
   opt --ranks ranks BRAID_CONVERT_RANKS 2 "local ranks of every program"
   switch --no-user no_user BRAID_CONVERT_NO_USER "only the annotated corpus and the seed (gpu.sh check runs it so), not the user corpus"
+  opt --jobs cg_jobs BRAID_CONVERT_JOBS 16 "programs in the gate at once (each builds two programs, then runs them on --ranks GPUs)"
   opt --programs cg_programs BRAID_CONVERT_PROGRAMS "" "only these programs (names without .cu, space-separated), e.g. to re-run the failures of a table"
   opt --gate-timeout gate_timeout BRAID_CONVERT_GATE_TIMEOUT 300 "seconds each side of a program may run in its gate (every program's gate runs at once, so a run waits for the GPUs)"
   limit convert 700
