@@ -84,6 +84,9 @@ expect "convert-gate: the user corpus too (differential gate)" "$(run | count 'c
 expect "convert-gate: MULTI_GPU programs built with it" "$(run | count 'llmc_style_trainer.cu -DMULTI_GPU')" 1
 args+=(--no-user)
 expect "convert-gate --no-user: annotated corpus and seed only" "$(run | count 'corpus_user/')" 0
+args=(convert-gate --dry-run --braid /bin/true --out "$tmp/cg" --programs "seed mpi_dp_grads")
+expect "convert-gate --programs: only those" "$(run | count ' convert ')" 2
+expect "convert-gate --programs: the user program among them" "$(run | count 'corpus_user/mpi_dp_grads.cu')" 1
 args=(goal moe --dry-run --braid /bin/true 7)
 expect "goal moe: its goal.yaml and every timed size" "$(run | grep -c 'workloads/moe/bench/goal.yaml\|--target 1.10 --sizes 1280321.*40960325')" 2
 args=(scale --dry-run --gpus 4 --ranks 2 --workload workloads/gemm_allgather --braid /bin/true)
