@@ -98,6 +98,16 @@ double element(const std::string& bytes, std::size_t i, int dtype) {
   }
 }
 
+bool floating(int dtype) { return dtype >= 0 && dtype < (int)std::size(kDtypes) && kDtypes[dtype].eps > 0; }
+
+// max |x| over the finite elements of a buffer read as `dtype`: the scale of its differences.
+double largest_magnitude(const std::string& bytes, int dtype) {
+  double scale = 0.0;
+  for (std::size_t i = 0; i < bytes.size() / kDtypes[dtype].size; ++i)
+    if (const double x = element(bytes, i, dtype); std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  return scale;
+}
+
 std::string compare_exact(const std::string& a, const std::string& b) {
   const auto diff = std::mismatch(a.begin(), a.end(), b.begin());
   if (diff.first == a.end()) return "";
@@ -189,9 +199,7 @@ std::vector<ConvertedReduction> all_reductions(const Analysis& a) {
 Tolerance reduction_tolerance(int dtype, int op, int ranks) {
   Tolerance t;
   t.text = "bit-exact";
-  if (dtype < 0 || dtype >= (int)std::size(kDtypes) || kDtypes[dtype].eps == 0 || op < 0 || op > 4 || op == 2 ||
-      op == 3)
-    return t;
+  if (!floating(dtype) || op < 0 || op > 4 || op == 2 || op == 3) return t;
   const int p = std::max(ranks, 1);
   t.exact = false;
   t.dtype = dtype;
@@ -222,9 +230,7 @@ std::string compare_bytes(const std::string& a, const std::string& b, const Tole
   if (a.size() != b.size()) return fmt::format("sizes differ ({} vs {} bytes)", a.size(), b.size());
   if (t.exact || a.size() % t.element != 0) return compare_exact(a, b);
   const std::size_t n = a.size() / t.element;
-  double scale = 0.0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (const double x = element(a, i, t.dtype); std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  const double scale = largest_magnitude(a, t.dtype);
   std::string first;
   for (std::size_t i = 0; i < n; ++i) {
     const double x = element(a, i, t.dtype), y = element(b, i, t.dtype);
@@ -246,8 +252,6 @@ std::optional<std::string> snapshot_bytes(const std::filesystem::path& dir, std:
   return try_read_file(dir / fmt::format("{}.bin", index));
 }
 
-bool floating(int dtype) { return dtype >= 0 && dtype < (int)std::size(kDtypes) && kDtypes[dtype].eps > 0; }
-
 // Rounding in another order moves a value by a few units of its last place, a little more after
 // many iterations; two runs of the original further apart than this (relative to the buffer's
 // largest value) computed something other than a function of the inputs.
@@ -266,8 +270,11 @@ int program_float_dtype(const RankSnapshot& run, const std::vector<ConvertedRedu
 }
 
 // One buffer present on both sides: sizes, readability, then contents within the tolerance.
+// `not_defined`: why the contents are not compared (the original does not define them); sizes and
+// readability still are, and the files are not read.
 BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::path& odir, const SnapshotBuffer& c,
-                              const std::filesystem::path& cdir, const Tolerance& t) {
+                              const std::filesystem::path& cdir, const Tolerance& t,
+                              const std::string* not_defined = nullptr) {
   BufferComparison r;
   r.index = o.index;
   r.bytes = o.bytes;
@@ -283,6 +290,11 @@ BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::pa
     // unreadable where the original's was not is a difference.
     r.match = !readable_state(o.state) || c.state == "skipped";
     r.detail = fmt::format("not compared: original {}, converted {}", o.state, c.state);
+    return r;
+  }
+  if (not_defined) {
+    r.match = true;
+    r.detail = "not compared: " + *not_defined;
     return r;
   }
   const auto a = snapshot_bytes(odir, o.index);
@@ -321,11 +333,11 @@ OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem:
       continue;
     }
     if (t.exact) t = reduction_tolerance(program_dtype, 0, ranks);  // read as the program's floating type
-    double spread = 0.0, scale = 0.0;
+    const double scale = largest_magnitude(*x, t.dtype);
+    double spread = 0.0;
     bool finite = true;
     for (std::size_t i = 0; i < x->size() / t.element; ++i) {
       const double u = element(*x, i, t.dtype), v = element(*y, i, t.dtype);
-      if (std::isfinite(u)) scale = std::max(scale, std::fabs(u));
       if (u == v || (std::isnan(u) && std::isnan(v))) continue;
       const double d = std::fabs(u - v);
       if (std::isfinite(d)) spread = std::max(spread, d);
@@ -361,13 +373,7 @@ std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const s
     const SnapshotBuffer* c = i < converted.buffers.size() ? &converted.buffers[i] : nullptr;
     BufferComparison r;
     if (o && c && o->index == c->index && spread && spread->not_defined.count(o->index)) {
-      // Sizes and readability still count; contents the original does not define do not.
-      r = compare_pair(*o, odir, *c, cdir, reduction_tolerance(-1, -1, ranks));
-      if (r.compared) {
-        r.compared = false;
-        r.match = true;
-        r.detail = "not compared: " + spread->not_defined.at(o->index);
-      }
+      r = compare_pair(*o, odir, *c, cdir, reduction_tolerance(-1, -1, ranks), &spread->not_defined.at(o->index));
     } else if (o && c && o->index == c->index) {
       const bool widened = spread && spread->within.count(o->index);
       r = compare_pair(*o, odir, *c, cdir,
