@@ -10,6 +10,8 @@
 //   $BRAID_SNAPSHOT_DIR/rank<r>/manifest.tsv     one line per event:
 //     buffer <index> <bytes> <allocator> <freed|live-at-exit|unreadable|skipped>
 //     reduce <index> <dtype> <op> <call>         a host NCCL reduction wrote into buffer <index>
+//     addresses <index>                          buffer <index> is a table of device addresses:
+//                                                <index>.addr says what each word points to
 //     end                                        the process reached exit()
 // Each new allocation is zero-filled (on its stream for cudaMallocAsync; BRAID_SNAPSHOT_FILL=0
 // turns this off), so a program that reads memory it never wrote reads the same on both sides.
@@ -31,11 +33,14 @@
 #include <dlfcn.h>
 
 #include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -55,7 +60,8 @@ struct Live {
 
 struct Shim {
   std::mutex mu;
-  std::map<std::uintptr_t, Live> live;  // base address -> allocation
+  std::map<std::uintptr_t, Live> live;   // base address -> allocation
+  std::map<std::uintptr_t, Live> known;  // every allocation made, freed or not (a table may outlive its targets)
   std::size_t next_index = 0;
   std::size_t written_bytes = 0;
   std::size_t budget = (std::size_t)1 << 32;  // BRAID_SNAPSHOT_MAX_BYTES; beyond it buffers are `skipped`
@@ -109,6 +115,57 @@ void append_line(const Shim& s, const std::string& line) {
   }
 }
 
+// A table of device addresses (peer pointers opened over IPC, per-expert operand pointers) holds
+// values that differ between two programs computing the same thing: where the allocator put each
+// buffer. So a small buffer whose every 8-byte word is null or a device address, one at least not
+// null, is also written as what each word points to, one line per word: `-` null, `#<index>+<offset>`
+// inside one of the program's own allocations (the same numbering on both sides), `device` other
+// device memory (a peer's buffer, a window). Empty when the buffer is not such a table; the first
+// word that is not an address ends the test, so a buffer of numbers costs one lookup.
+std::string address_words(const Shim& s, const std::vector<char>& host) {
+  constexpr std::size_t kLargestTable = 64 << 10;
+  if (host.empty() || host.size() % 8 != 0 || host.size() > kLargestTable) return "";
+  using Attrs = cudaError_t (*)(cudaPointerAttributes*, const void*);
+  static auto attributes = any<Attrs>("cudaPointerGetAttributes");
+  std::string out;
+  bool any_address = false;
+  for (std::size_t i = 0; i < host.size(); i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, host.data() + i, 8);
+    if (w == 0) {
+      out += "-\n";
+      continue;
+    }
+    auto it = s.known.upper_bound(w);
+    if (it != s.known.begin() && w < std::prev(it)->first + std::max<std::size_t>(std::prev(it)->second.bytes, 1)) {
+      --it;
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on the chained operator+.
+      out += '#';
+      out += std::to_string(it->second.index);
+      out += '+';
+      out += std::to_string(w - it->first);
+      out += '\n';
+    } else {
+      cudaPointerAttributes at;
+      std::memset(&at, 0, sizeof(at));
+      if (attributes == nullptr || attributes(&at, reinterpret_cast<const void*>(w)) != cudaSuccess ||
+          (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged))
+        return "";
+      out += "device\n";
+    }
+    any_address = true;
+  }
+  return any_address ? out : "";
+}
+
+bool write_whole(const std::string& path, const char* data, std::size_t bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const bool written = bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
+  std::fclose(f);
+  return written;
+}
+
 // Copies one buffer to <index>.bin; the state word of its manifest line.
 const char* snapshot(Shim& s, const void* ptr, const Live& a) {
   if (s.written_bytes + a.bytes > s.budget) return "skipped";
@@ -136,11 +193,12 @@ const char* snapshot(Shim& s, const void* ptr, const Live& a) {
       sync() == cudaSuccess && (a.bytes == 0 || copy(host.data(), ptr, a.bytes, cudaMemcpyDefault) == cudaSuccess);
   if (set_device != nullptr && dev >= 0 && dev != old && old >= 0) set_device(old);
   if (!ok) return "unreadable";
-  FILE* f = std::fopen((s.dir + "/" + std::to_string(a.index) + ".bin").c_str(), "wb");
-  if (f == nullptr) return "unreadable";
-  const bool written = a.bytes == 0 || std::fwrite(host.data(), 1, a.bytes, f) == a.bytes;
-  std::fclose(f);
+  const std::string base = s.dir + "/" + std::to_string(a.index);
+  const bool written = write_whole(base + ".bin", host.data(), a.bytes);
   s.written_bytes += a.bytes;
+  if (const std::string words = address_words(s, host);
+      written && !words.empty() && write_whole(base + ".addr", words.data(), words.size()))
+    append_line(s, "addresses\t" + std::to_string(a.index));
   return written ? (s.exiting ? "live-at-exit" : "freed") : "unreadable";
 }
 
@@ -199,8 +257,9 @@ void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long
     s.exit_hook = true;
     std::atexit(at_exit);
   }
-  s.live[reinterpret_cast<std::uintptr_t>(ptr)] =
-      Live{s.next_index++, request > 0 ? (std::size_t)request : bytes, allocator};
+  const Live a{s.next_index++, request > 0 ? (std::size_t)request : bytes, allocator};
+  s.live[reinterpret_cast<std::uintptr_t>(ptr)] = a;
+  s.known[reinterpret_cast<std::uintptr_t>(ptr)] = a;
 }
 
 void release(const void* ptr) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/diff_gate.hpp"
@@ -184,6 +185,40 @@ TEST(DiffGateCompare, RankCountsSizesAndStates) {
   EXPECT_NE(compare_rank(o, dir / "o", bigger, dir / "c", {}, 2)[0].detail.find("sizes differ"), std::string::npos);
   const RankSnapshot lost = parse_manifest("buffer\t0\t8\tcudaMalloc\tunreadable\n");
   EXPECT_FALSE(compare_rank(o, dir / "o", lost, dir / "c", {}, 2)[0].match);  // readable in the original only
+}
+
+// Per-rank peer pointers, expert operand tables: the allocator's addresses differ between the two
+// programs (and a converted program's symmetric heap moves them), what they point to must not.
+TEST(DiffGateCompare, AddressTablesByWhatEachWordPointsTo) {
+  const auto dir = fresh_dir("addr");
+  for (const char* side : {"o", "c"}) std::filesystem::create_directories(dir / side);
+  write_file_atomic(dir / "o/1.bin", std::string("\x00\x10\x00\x04\x7f\x00\x00\x00", 8) + std::string(8, '\0'));
+  write_file_atomic(dir / "c/1.bin", std::string("\x00\x10\x00\x00\x7f\x00\x00\x00", 8) + std::string(8, '\0'));
+  write_file_atomic(dir / "o/1.addr", "#0+4096\ndevice\n");
+  write_file_atomic(dir / "c/1.addr", "#0+4096\ndevice\n");
+  const RankSnapshot o = parse_manifest("addresses\t1\nbuffer\t1\t16\tcudaMalloc\tfreed\n");
+  RankSnapshot c = o;
+  ASSERT_EQ(o.address_tables, std::set<std::size_t>{1});
+  auto r = compare_rank(o, dir / "o", c, dir / "c", {}, 2);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r[0].match) << r[0].detail;
+  EXPECT_TRUE(r[0].compared);
+  EXPECT_NE(r[0].tolerance.find("device addresses"), std::string::npos);
+
+  write_file_atomic(dir / "c/1.addr", "#0+4096\n#2+0\n");  // the peer's buffer became one of its own
+  r = compare_rank(o, dir / "o", c, dir / "c", {}, 2);
+  EXPECT_FALSE(r[0].match);
+  EXPECT_NE(r[0].detail.find("word 1: the original points to device memory"), std::string::npos) << r[0].detail;
+  EXPECT_NE(r[0].detail.find("to buffer #2+0"), std::string::npos) << r[0].detail;
+
+  c.address_tables.clear();  // numbers where the original had addresses
+  r = compare_rank(o, dir / "o", c, dir / "c", {}, 2);
+  EXPECT_FALSE(r[0].match);
+  EXPECT_NE(r[0].detail.find("device addresses in the original only"), std::string::npos) << r[0].detail;
+
+  // The original's second run pointing the same way adds nothing to its spread.
+  write_file_atomic(dir / "c/1.addr", "#0+4096\ndevice\n");
+  EXPECT_TRUE(original_spread(o, dir / "o", o, dir / "c", {}, 2).not_defined.empty());
 }
 
 TEST(DiffGateStdout, NumbersMasked) {
@@ -424,7 +459,7 @@ TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
   ASSERT_TRUE(s.found);
   EXPECT_TRUE(s.ended);
   EXPECT_TRUE(s.problems.empty());
-  ASSERT_EQ(s.buffers.size(), 3u);  // the prelude-marked allocation took no number
+  ASSERT_EQ(s.buffers.size(), 4u);  // the prelude-marked allocation took no number
   EXPECT_EQ(s.buffers[0].bytes, 16u);
   EXPECT_EQ(s.buffers[0].state, "freed");
   EXPECT_EQ(s.buffers[1].allocator, "ncclMemAlloc");
@@ -437,5 +472,8 @@ TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
   EXPECT_EQ(read_file(dir / "snap/rank1/0.bin"), floats({1.0f, 2.0f, 3.0f, 4.0f}));
   EXPECT_EQ(read_file(dir / "snap/rank1/1.bin"), "symmetri");
   EXPECT_EQ(read_file(dir / "snap/rank1/2.bin"), std::string(12, '\0'));  // zero-filled at allocation
+  // The table of addresses, written as what its words point to; a buffer of numbers is not one.
+  EXPECT_EQ(s.address_tables, std::set<std::size_t>{3});
+  EXPECT_EQ(read_file(dir / "snap/rank1/3.addr"), "#1+4\n-\n");
 #endif
 }

@@ -135,6 +135,8 @@ RankSnapshot parse_manifest(const std::string& text) {
       r.index = index;
       r.call = f[4];
       s.reductions.push_back(r);
+    } else if (f[0] == "addresses" && f.size() == 2 && parse_size(f[1], &index)) {
+      s.address_tables.insert(index);
     } else {
       s.problems.push_back(fmt::format("manifest line {}: `{}`", n, line));
     }
@@ -252,6 +254,28 @@ std::optional<std::string> snapshot_bytes(const std::filesystem::path& dir, std:
   return try_read_file(dir / fmt::format("{}.bin", index));
 }
 
+// What each word of an address table points to, one line per word (the shim's <index>.addr):
+// "" when it is the same on both sides, else the first word that differs.
+std::string compare_address_tables(const RankSnapshot& o, const std::filesystem::path& odir, const RankSnapshot& c,
+                                   const std::filesystem::path& cdir, std::size_t index) {
+  const auto words = [&](const RankSnapshot& s, const std::filesystem::path& dir) -> std::vector<std::string> {
+    if (!s.address_tables.count(index)) return {};
+    const auto text = try_read_file(dir / fmt::format("{}.addr", index));
+    return text ? split(*text, '\n') : std::vector<std::string>{};
+  };
+  const auto a = words(o, odir), b = words(c, cdir);
+  if (a.empty() || b.empty())
+    return fmt::format("device addresses in the {} only", a.empty() ? "converted program" : "original");
+  const auto point = [](const std::string& w) {
+    return w == "-" ? std::string("null") : w[0] == '#' ? "buffer " + w : "device memory of no buffer of its own";
+  };
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if (i >= a.size() || i >= b.size() || a[i] != b[i])
+      return fmt::format("word {}: the original points to {}, the converted program to {}", i,
+                         i < a.size() ? point(a[i]) : "nothing", i < b.size() ? point(b[i]) : "nothing");
+  return "";
+}
+
 // Rounding in another order moves a value by a few units of its last place, a little more after
 // many iterations; two runs of the original further apart than this (relative to the buffer's
 // largest value) computed something other than a function of the inputs.
@@ -272,9 +296,9 @@ int program_float_dtype(const RankSnapshot& run, const std::vector<ConvertedRedu
 // One buffer present on both sides: sizes, readability, then contents within the tolerance.
 // `not_defined`: why the contents are not compared (the original does not define them); sizes and
 // readability still are, and the files are not read.
-BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::path& odir, const SnapshotBuffer& c,
-                              const std::filesystem::path& cdir, const Tolerance& t,
-                              const std::string* not_defined = nullptr) {
+BufferComparison compare_pair(const RankSnapshot& os, const SnapshotBuffer& o, const std::filesystem::path& odir,
+                              const RankSnapshot& cs, const SnapshotBuffer& c, const std::filesystem::path& cdir,
+                              const Tolerance& t, const std::string* not_defined = nullptr) {
   BufferComparison r;
   r.index = o.index;
   r.bytes = o.bytes;
@@ -295,6 +319,13 @@ BufferComparison compare_pair(const SnapshotBuffer& o, const std::filesystem::pa
   if (not_defined) {
     r.match = true;
     r.detail = "not compared: " + *not_defined;
+    return r;
+  }
+  if (os.address_tables.count(o.index) || cs.address_tables.count(c.index)) {
+    r.compared = true;
+    r.tolerance = "device addresses: by the buffer and offset each word points to";
+    r.detail = compare_address_tables(os, odir, cs, cdir, o.index);
+    r.match = r.detail.empty();
     return r;
   }
   const auto a = snapshot_bytes(odir, o.index);
@@ -323,6 +354,11 @@ OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem:
     if (twin == again.buffers.end() || twin->bytes != b.bytes || !readable_state(b.state) ||
         !readable_state(twin->state))
       continue;
+    if (first.address_tables.count(b.index) || again.address_tables.count(b.index)) {
+      if (const std::string d = compare_address_tables(first, first_dir, again, again_dir, b.index); !d.empty())
+        out.not_defined[b.index] = "the original's addresses point elsewhere from run to run (" + d + ")";
+      continue;
+    }
     const auto x = snapshot_bytes(first_dir, b.index), y = snapshot_bytes(again_dir, b.index);
     if (!x || !y || *x == *y) continue;
     Tolerance t = buffer_tolerance(first, b.index, converted, ranks);
@@ -373,10 +409,11 @@ std::vector<BufferComparison> compare_rank(const RankSnapshot& original, const s
     const SnapshotBuffer* c = i < converted.buffers.size() ? &converted.buffers[i] : nullptr;
     BufferComparison r;
     if (o && c && o->index == c->index && spread && spread->not_defined.count(o->index)) {
-      r = compare_pair(*o, odir, *c, cdir, reduction_tolerance(-1, -1, ranks), &spread->not_defined.at(o->index));
+      r = compare_pair(original, *o, odir, converted, *c, cdir, reduction_tolerance(-1, -1, ranks),
+                       &spread->not_defined.at(o->index));
     } else if (o && c && o->index == c->index) {
       const bool widened = spread && spread->within.count(o->index);
-      r = compare_pair(*o, odir, *c, cdir,
+      r = compare_pair(original, *o, odir, converted, *c, cdir,
                        widened ? spread->within.at(o->index) : buffer_tolerance(original, o->index, reductions, ranks));
     } else {
       const SnapshotBuffer& only = o ? *o : *c;

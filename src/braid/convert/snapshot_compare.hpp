@@ -17,11 +17,15 @@
 //   NaN matches NaN.
 //   A buffer the original itself writes differently from run to run is held to its own spread
 //   instead (original_spread, below).
+//   A table of device addresses (the shim's `addresses` lines) is compared by what each word
+//   points to (the allocation's number and the offset), not by the addresses themselves, which
+//   are the allocator's choice.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,7 +54,8 @@ struct RankSnapshot {
   bool ended = false;                   // the process reached exit()
   std::vector<SnapshotBuffer> buffers;  // by index
   std::vector<SnapshotReduction> reductions;
-  std::vector<std::string> problems;  // manifest lines that could not be read
+  std::set<std::size_t> address_tables;  // buffers of device addresses: <index>.addr, what each word points to
+  std::vector<std::string> problems;     // manifest lines that could not be read
 };
 
 // One manifest (manifest.tsv's text); `found` is the caller's.

@@ -1,6 +1,7 @@
 // A "program" for the snapshot shim's CPU test: allocations through the fake CUDA runtime
 // (fake_cudart.cpp), one marked as the converted prelude's own, one symmetric allocation whose
-// requested size the prelude announces, a host reduction, frees and a buffer left live at exit.
+// requested size the prelude announces, a host reduction, frees, a buffer left live at exit and a
+// table of device addresses (one into the symmetric allocation, one null).
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -25,7 +26,11 @@ int main() {
   void* scratch = nullptr;
   cudaMallocAsync(&scratch, 12, nullptr);  // #2, zero-filled
   cudaFreeAsync(scratch, nullptr);
+  void** table = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&table), 2 * sizeof(void*));  // #3
+  void* const entries[2] = {sym + 4, nullptr};
+  cudaMemcpy(table, entries, sizeof(entries), cudaMemcpyHostToDevice);
   cudaFree(a);
   cudaFree(internal);
-  return 0;  // #1 live at exit
+  return 0;  // #1 and #3 live at exit
 }
