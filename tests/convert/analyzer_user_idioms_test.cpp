@@ -162,7 +162,9 @@ TEST(AnalyzerUserIdioms, HelpersCalledInsideAGroupJoinIt) {
 }
 
 // One communicator per local GPU (nccl-tests' `-g N`): several ranks in one process, untouched.
-TEST(AnalyzerUserIdioms, CommunicatorsCreatedInALoopLeaveTheFileUntouched) {
+// nccl-tests' `-g N`: one thread creates a communicator per GPU inside one group. Converted: that
+// group is bracketed too, so the runtime binds the communicators together when it ends.
+TEST(AnalyzerUserIdioms, CommunicatorsCreatedInALoopOfOneThreadConvert) {
   const std::string src =
       kPrologue +
       "int main(int argc, char** argv) {\n"
@@ -171,12 +173,21 @@ TEST(AnalyzerUserIdioms, CommunicatorsCreatedInALoopLeaveTheFileUntouched) {
       "  for (int i = 0; i < n; i++) { cudaSetDevice(i); ncclCommInitRank(comms + i, n, id, i); }\n"
       "  ncclGroupEnd();\n"
       "  for (int i = 0; i < n; i++) cudaMalloc(&bufs[i], 16);\n"
+      "  ncclGroupStart();\n"
       "  for (int i = 0; i < n; i++) ncclAllReduce(bufs[i], bufs[i], 4, ncclFloat, ncclSum, comms[i], 0);\n"
+      "  ncclGroupEnd();\n"
       "}\n";
   const Analysis a = analyze("user.cu", src);
   EXPECT_TRUE(a.single_process_multi_gpu);
+  EXPECT_TRUE(a.one_thread_drives_ranks);
   EXPECT_TRUE(contains(a.single_process_why, "in a loop (line 8)")) << a.single_process_why;
-  EXPECT_EQ(transform(a, src).converted_calls, 0);
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  // The creating group opens and closes through the runtime (bound at its end).
+  const std::size_t create = c.source.find("braid_converted::comm_init_rank(comms + i");
+  ASSERT_NE(create, std::string::npos) << c.source;
+  EXPECT_NE(c.source.rfind("braid_converted::group_start()", create), std::string::npos);
+  EXPECT_NE(c.source.find("braid_converted::group_end<", create), std::string::npos);
 }
 
 // A program constant named like an enumerator (llm.c's `ncclFloatX`) is decided at run time;

@@ -74,15 +74,21 @@ TEST(PreludeHeader, CompilesWithNvcc) {
   braid::BuildResult r =
       compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
+  // One thread driving every rank of the process (ncclCommInitAll): the per-GPU bindings.
+  r = compile_only(braid::read_file(path), work / "one-thread", "prelude_header", path.parent_path(),
+                   {"-O0", "-std=c++20", "--expt-relaxed-constexpr", "-DBRAID_ONE_THREAD_DRIVES_RANKS=true"});
+  EXPECT_TRUE(r.ok) << r.error;
 }
 
 TEST(PreludeHeader, IsTheInsertedText) {
   const auto dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device/include/braid/converted";
-  const std::string preamble = "\nnamespace braid_converted { constexpr int kCallSites = 3; }\n\n";
+  const std::string preamble =
+      "\nnamespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = false; }\n\n";
   const std::string prelude = with_parts_inlined(dir);
   EXPECT_EQ(converted_prelude(3, false), preamble + prelude);
   EXPECT_EQ(converted_prelude(3, true), preamble + prelude + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
-  EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1; }\n", 0), 0u);
+  EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1;", 0), 0u);
+  EXPECT_NE(converted_prelude(3, false, true).find("constexpr bool kOneThreadDrivesRanks = true; }"), std::string::npos);
 }
 
 // prelude.cuh is split by concern into parts it includes; the inserted text is self-contained:
@@ -112,9 +118,8 @@ INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,
                                            "loop_reduce_scatter", "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
 
 // Programs written the way ML engineers write them (tests/convert/corpus_user, listed in
-// docs/run.md): each converts by rules (the single-process ncclCommInitAll one stays untouched,
-// and compiles as it is), and the result compiles with nvcc with the program's own flags (MPI's
-// found through mpicxx).
+// docs/run.md): each converts by rules (the thread-per-GPU one stays untouched, and compiles as it
+// is), and the result compiles with nvcc with the program's own flags (MPI's found through mpicxx).
 namespace {
 
 class UserProgramCompiles : public ::testing::TestWithParam<std::pair<std::string, int>> {};
@@ -165,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"moe_dispatch_uneven", 2},
                                            std::pair<std::string, int>{"fsdp_model_struct", 2},
                                            std::pair<std::string, int>{"dp_tp_two_comms", 1},
-                                           std::pair<std::string, int>{"single_process_init_all", 0},
+                                           std::pair<std::string, int>{"single_process_init_all", 1},
+                                           std::pair<std::string, int>{"single_thread_group_init_fp16", 3},
                                            std::pair<std::string, int>{"loss_stats_reduce", 3},
                                            std::pair<std::string, int>{"broadcast_weights_array", 1},
                                            std::pair<std::string, int>{"workspace_cast_alias", 2},

@@ -4,7 +4,10 @@
 // instantiated, plain and with an annotated Site.
 #include "braid/harness.cuh"
 
-namespace braid_converted { constexpr int kCallSites = 3; }
+#ifndef BRAID_ONE_THREAD_DRIVES_RANKS  // compiled both ways (nvcc_compile_test.cpp)
+#define BRAID_ONE_THREAD_DRIVES_RANKS false
+#endif
+namespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = BRAID_ONE_THREAD_DRIVES_RANKS; }
 #include "braid/converted/prelude.cuh"
 #include "braid/converted/prelude_harness.cuh"
 
@@ -13,6 +16,9 @@ using Tuned = bc::Site<2, braid::dev::Issuer::Warp, 4, 4096>;
 
 ncclResult_t every_replacement(float* a, float* b, size_t n, ncclComm_t comm, cudaStream_t s) {
   ncclResult_t r = ncclSuccess;
+  ncclComm_t comms[2];
+  const int devs[2] = {0, 1};
+  r = bc::comm_init_all(comms, 2, devs);
   r = bc::all_gather<0>(a, b, n, ncclFloat32, comm, s);
   r = bc::all_reduce<0>(a, b, n, ncclFloat32, ncclSum, comm, s);
   r = bc::reduce_scatter<0>(a, b, n, ncclBfloat16, ncclMax, comm, s);

@@ -42,7 +42,8 @@ TEST(Transform, EveryCorpusProgramConvertsCompletely) {
     // Stage A: symmetric allocation, teardown before the communicator goes, the prelude.
     EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&"));
     EXPECT_TRUE(contains(c.source, "braid_converted::comm_destroy(comm)"));
-    EXPECT_TRUE(contains(c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) + "; }"));
+    EXPECT_TRUE(contains(c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) +
+                                       "; constexpr bool kOneThreadDrivesRanks = false; }"));
     EXPECT_FALSE(contains(c.source, "BRAID_NCCL(ncclAllReduce(") || contains(c.source, "BRAID_NCCL(ncclAllGather("));
     // Annotations stay for the gate.
     EXPECT_TRUE(contains(c.source, "// braid:input"));
@@ -125,20 +126,46 @@ TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
   EXPECT_EQ(c.source, src);  // nothing converted: no prelude, no renamed brackets
 }
 
-TEST(Transform, SingleProcessMultiGpuIsLeftUntouched) {
+// One thread driving a rank per GPU (ncclCommInitAll): converted, the communicators bound together
+// at their creation, the runtime told so (kOneThreadDrivesRanks), the program's group kept open in NCCL.
+TEST(Transform, OneThreadDrivingEveryGpuConverts) {
   const std::string src =
       "#include <nccl.h>\n"
       "int main() {\n"
       "  float* x[2];\n"
       "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n"
       "  ncclCommInitAll(comms, 2, devs);\n"
+      "  ncclGroupStart();\n"
       "  for (int i = 0; i < 2; ++i) ncclAllReduce(x[i], x[i], 256, ncclFloat, ncclSum, comms[i], s[i]);\n"
+      "  ncclGroupEnd();\n"
       "}\n";
   Conversion c = transform(analyze("all.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_all(comms, 2, devs)"));
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&x[i], 1024)"));
+  EXPECT_TRUE(contains(c.source, "constexpr bool kOneThreadDrivesRanks = true;"));
+  EXPECT_TRUE(contains(conversion_to_text(c), "opens the NCCL group"));
+}
+
+// A thread per GPU (each creating its own communicator) is still left untouched.
+TEST(Transform, AThreadPerGpuIsLeftUntouched) {
+  const std::string src =
+      "#include <nccl.h>\n#include <thread>\n"
+      "void worker(int r, ncclUniqueId id, float* x) {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, r);\n"
+      "  ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n"
+      "int main() {\n"
+      "  float* x[2]; ncclUniqueId id;\n"
+      "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n"
+      "  std::thread a(worker, 0, id, x[0]), b(worker, 1, id, x[1]);\n"
+      "  a.join(); b.join();\n"
+      "}\n";
+  Conversion c = transform(analyze("threads.cu", src), src);
   EXPECT_EQ(c.converted_calls, 0);
   EXPECT_EQ(c.source, src);
   ASSERT_FALSE(c.left.empty());
-  EXPECT_TRUE(contains(c.left[0].reason, "ncclCommInitAll"));
+  EXPECT_TRUE(contains(c.left[0].reason, "a rank per thread")) << c.left[0].reason;
 }
 
 TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {

@@ -173,6 +173,8 @@ struct Analysis {
   std::vector<MacroUse> macro_uses;
   bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
   std::string single_process_why;         // how the file does it, for the reason of every call
+  bool one_thread_drives_ranks = false;   // of those, one thread drives every rank (ncclCommInitAll, a group
+                                          // or loop of creations), not a thread per rank
   bool uses_harness = false;              // harness_main(...) with a Candidate
   std::vector<InlinedHeader> inlined;     // headers written into the analysed text (SourceContext)
 

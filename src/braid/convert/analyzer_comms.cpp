@@ -50,7 +50,7 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     if (creates_by_rank(c.name) && !c.args.empty()) target = 0;
     else if (c.name == "ncclCommSplit" && c.args.size() >= 4) target = 3;
     else if (c.name == "ncclCommInitAll") {
-      a.single_process_multi_gpu = true;
+      a.single_process_multi_gpu = a.one_thread_drives_ranks = true;
       a.single_process_why = "creates its communicators with ncclCommInitAll";
     }
     if (target < 0) continue;
@@ -59,7 +59,7 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
                                                 return o.group == c.group && creates_by_rank(o.name);
                                               }) > 1;
     if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
-      a.single_process_multi_gpu = true;
+      a.single_process_multi_gpu = a.one_thread_drives_ranks = true;
       a.single_process_why = fmt::format("creates communicators {} (line {}): a rank per GPU of this process",
                                          c.loop >= 0 ? "in a loop" : "together in one group", c.line);
     }
@@ -106,11 +106,13 @@ void match_member_communicators(Analysis& a) {
 
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
                            const TokenIndex& token_at, Analysis& a) {
-  if (a.single_process_multi_gpu || a.comm_inits.empty()) return;
+  // Creations in a loop may still run in threads (nccl-tests' `-t`): a rank per thread wins.
+  if ((a.single_process_multi_gpu && !a.one_thread_drives_ranks) || a.comm_inits.empty()) return;
   for (const Token& t : all)
     if (t.kind == TokenKind::Preprocessor && t.text.find("pragma") != std::string::npos &&
         t.text.find("omp") != std::string::npos && t.text.find("parallel") != std::string::npos) {
       a.single_process_multi_gpu = true;
+      a.one_thread_drives_ranks = false;
       a.single_process_why =
           fmt::format("creates a communicator and runs `#pragma omp parallel` (line {}): a rank per thread", t.line);
       return;
@@ -168,6 +170,7 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     const std::string runs_in = flow.callers_reach(flow.function_at(tok->second), entries);
     if (!in_lambda && runs_in.empty()) continue;
     a.single_process_multi_gpu = true;
+    a.one_thread_drives_ranks = false;
     a.single_process_why = fmt::format("creates a communicator (line {}) in {} that a thread runs: a rank per thread",
                                        a.calls[ci.call].line, in_lambda ? std::string("a lambda") : runs_in + "()");
     return;

@@ -169,10 +169,6 @@ void add_event_edge(Analysis& a, std::size_t i,
 
 void list_not_followed(const std::vector<Token>& toks, Analysis& a) {
   static const std::map<std::string, std::string> kNotFollowed = {
-      {"ncclCommInitAll",
-       "single-process multi-GPU communicators (several ranks in one process): the converted runtime serves one rank "
-       "per process, "
-       "so the file is left untouched"},
       {"ncclCommShrink", "a derived communicator: calls on it run as host NCCL"},
       {"cudaStreamBeginCapture", "CUDA graph capture: first-use window registration must not be captured"},
       {"cudaGraphLaunch", "CUDA graph launch: the graph's contents are not visible to the analysis"},

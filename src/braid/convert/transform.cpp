@@ -131,6 +131,16 @@ void rename_collectives(const Analysis& a, const std::vector<std::size_t>& colle
   }
 }
 
+// One thread driving every rank creates the communicators inside one group (nccl-tests' `-g N`):
+// they are complete only at its end, so the runtime sees that group too and binds them there.
+void bracket_creating_groups(const Analysis& a, Rewrite& rw) {
+  for (const Call& c : a.calls)
+    if (c.group >= 0 && !rw.group_site.count(c.group) &&
+        (c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable" ||
+         c.name == "ncclCommSplit"))
+      rw.group_site.emplace(c.group, rw.next_site++);
+}
+
 // Group brackets around converted calls.
 void bracket_groups(const Analysis& a, Conversion& conv, Rewrite& rw) {
   for (auto& [g, site] : rw.group_site) {
@@ -142,11 +152,17 @@ void bracket_groups(const Analysis& a, Conversion& conv, Rewrite& rw) {
     rw.edits.push_back(rename(end, end_name));
     conv.changes.push_back(
         Change{start.line, "B", "group", "ncclGroupStart", "braid_converted::group_start",
-               "collects the group's sends and receives; no NCCL group is opened (members are device launches)"});
+               a.one_thread_drives_ranks
+                   ? "registers the windows still pending on every GPU, then opens the NCCL group (one thread drives "
+                     "every rank: host calls of several ranks complete together)"
+                   : "collects the group's sends and receives; no NCCL group is opened (members are device launches)"});
     conv.changes.push_back(
         Change{end.line, "B", "group", "ncclGroupEnd", end_name,
-               "launches the group's sends/receives (if any) as one pairwise p2p kernel (mailbox postings and "
-               "signals between the two ranks of each message, no world barrier)"});
+               std::string("launches the group's sends/receives (if any) as one pairwise p2p kernel (mailbox postings "
+                           "and signals between the two ranks of each message, no world barrier)") +
+                   (a.one_thread_drives_ranks ? "; one per GPU, then closes the NCCL group and binds together the "
+                                                "communicators created in it"
+                                              : "")});
   }
 }
 
@@ -172,6 +188,10 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   if (c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize")
     return {c.name == "ncclCommDestroy" ? "braid_converted::comm_destroy" : "braid_converted::comm_finalize",
             "device communicator destroyed and windows deregistered before the communicator goes"};
+  if (c.name == "ncclCommInitAll")
+    return {"braid_converted::comm_init_all",
+            "one thread drives a rank per GPU: every communicator is bound here in one NCCL group (windows, device "
+            "communicators), later symmetric allocations are registered together at the next converted call"};
   if (c.name == "ncclCommAbort")
     return {"braid_converted::comm_abort",
             "the runtime forgets the communicator (no deregistration on an aborted one); later frees only ncclMemFree"};
@@ -361,10 +381,11 @@ Conversion transform(const Analysis& a, const std::string& source) {
   conv.file = a.file;
   const std::vector<std::size_t> collectives = a.nccl_collectives();
   conv.nccl_calls = (int)collectives.size();
-  if (a.single_process_multi_gpu) return left_untouched(a, collectives, source, conv);
+  if (a.single_process_multi_gpu && !a.one_thread_drives_ranks) return left_untouched(a, collectives, source, conv);
   const Plan plan = plan_conversion(a, collectives);
   Rewrite rw;
   rename_collectives(a, collectives, plan, conv, rw);
+  if (conv.converted_calls > 0 && a.one_thread_drives_ranks) bracket_creating_groups(a, rw);
   bracket_groups(a, conv, rw);
   conv.call_sites = rw.next_site;
   if (conv.converted_calls > 0) move_to_symmetric_memory(a, plan, conv, rw);
@@ -374,7 +395,8 @@ Conversion transform(const Analysis& a, const std::string& source) {
   if (conv.converted_calls > 0) {
     // Before the first header written in, whose code may now call the prelude's primitives.
     const std::size_t at = std::min(prelude_position(source), before_written_headers(source, a.inlined));
-    rw.edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness)});
+    rw.edits.push_back(
+        Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness, a.one_thread_drives_ranks)});
   }
   name_inlined_lines(a, conv);
   std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });
@@ -462,6 +484,7 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"release_harness", ""},
       {"sym_free_async", "cudaFreeAsync"},
       {"comm_init_rank", "ncclCommInitRank"},
+      {"comm_init_all", "ncclCommInitAll"},
       {"comm_split", "ncclCommSplit"},
       {"comm_init_rank_config", "ncclCommInitRankConfig"},
       {"comm_init_rank_scalable", "ncclCommInitRankScalable"}};

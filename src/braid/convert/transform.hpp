@@ -65,7 +65,7 @@ Analysis analyze_converted(const std::string& file, const std::string& source);
 
 // The prelude text inserted after the includes: a kCallSites preamble, then the embedded
 // device/include/braid/converted/prelude.cuh (and prelude_harness.cuh for harness programs).
-std::string converted_prelude(int call_sites, bool harness);
+std::string converted_prelude(int call_sites, bool harness, bool one_thread_drives_ranks = false);
 
 json conversion_to_json(const Conversion& c);
 std::string conversion_to_text(const Conversion& c);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <list>
+#include <map>
 #include <set>
 #include <vector>
 #include <cstdlib>

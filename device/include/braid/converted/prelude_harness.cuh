@@ -6,13 +6,15 @@ inline void adopt_harness(Context& c) {
   s.allocations.erase(std::remove_if(s.allocations.begin(), s.allocations.end(), [](const Allocation& a) { return a.external; }),
                       s.allocations.end());
   for (Buffer& b : c.buffers())
-    if (b.win != nullptr) s.allocations.push_back(Allocation{static_cast<char*>(b.ptr), round_window(b.bytes), b.win, true});
+    if (b.win != nullptr) s.allocations.push_back(Allocation{static_cast<char*>(b.ptr), round_window(b.bytes), b.win, true, 0});
 }
 inline void release_harness(Context&) {
   State& s = state();
-  if (s.dc_made) ncclDevCommDestroy(s.comm, &s.dc);
-  if (s.mailbox_win != nullptr) ncclCommWindowDeregister(s.comm, s.mailbox_win);
-  if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
+  for (Binding& b : s.bound) {
+    if (b.dc_made) ncclDevCommDestroy(b.comm, &b.dc);
+    if (b.mailbox_win != nullptr) ncclCommWindowDeregister(b.comm, b.mailbox_win);
+    if (b.mailbox != nullptr) ncclMemFree(b.mailbox);
+  }
   s = State{};
 }
 

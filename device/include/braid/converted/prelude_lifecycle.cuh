@@ -3,28 +3,31 @@
 //! a fragment, not a header of its own. The embedding (cmake/embed_templates.cmake) writes it out
 //! in place and drops these //! lines.
 // Teardown in the order NCCL needs: device communicator, windows (allocation order), then the
-// communicator; memory is freed by the program's own (converted) frees.
+// communicator; memory is freed by the program's own (converted) frees. Local to the communicator:
+// with one thread driving every rank, each rank's destruction undoes its own binding.
+inline void forget(std::list<Binding>::iterator it) {
+  State& s = state();
+  s.bound.erase(it);
+  if (s.bound.empty()) s.bound_at_creation = false;
+}
 inline void teardown(ncclComm_t comm) {
   State& s = state();
   s.nonblocking.erase(comm);  // a later communicator may reuse the handle
-  if (s.comm != comm) return;
-  if (s.dc_made) ncclDevCommDestroy(comm, &s.dc);
-  s.dc_made = false;
+  Binding* b = binding_of(comm);
+  if (b == nullptr) return;
+  if (b->dc_made) ncclDevCommDestroy(comm, &b->dc);
   for (Allocation& a : s.allocations)
-    if (a.win != nullptr && !a.external) {
+    if (a.win != nullptr && !a.external && binding_serving(a) == b) {
       ncclCommWindowDeregister(comm, a.win);
       a.win = nullptr;
     }
-  if (s.mailbox_win != nullptr) ncclCommWindowDeregister(comm, s.mailbox_win);
-  if (s.mailbox != nullptr) ncclMemFree(s.mailbox);
-  if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
-  if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
-  s.dev_windows = nullptr;
-  s.dev_plans = nullptr;
-  s.mailbox = nullptr;
-  s.mailbox_win = nullptr;
-  s.comm = nullptr;
-  s.bound_at_creation = false;
+  OnDevice on(*b);
+  if (b->mailbox_win != nullptr) ncclCommWindowDeregister(comm, b->mailbox_win);
+  if (b->mailbox != nullptr) ncclMemFree(b->mailbox);
+  if (b->dev_windows != nullptr) cudaFree(b->dev_windows);
+  if (b->dev_plans != nullptr) cudaFree(b->dev_plans);
+  for (auto it = s.bound.begin(); it != s.bound.end(); ++it)
+    if (&*it == b) return forget(it);
 }
 // A communicator made non-blocking is remembered and never bound (State::nonblocking): its config
 // says blocking = 0, or it leaves blocking unset and `unset` says non-blocking (for a new
@@ -41,12 +44,30 @@ inline bool made_nonblocking(ncclResult_t r, ncclComm_t comm, bool nonblocking) 
 // (windows of the symmetric allocations so far, the mailbox, the device communicator), and later
 // symmetric allocations register at once. Point-to-point calls, which run on some ranks only,
 // then never need a collective step of their own.
+// With one thread driving every rank, a creation inside the program's group is only complete at
+// the group's end (group_end binds them all together); outside a group it binds alone.
 inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
   if (r != ncclSuccess || comm == nullptr) return r;  // NCCL_SPLIT_NOCOLOR: this rank has no communicator
   State& s = state();
-  if (s.comm != nullptr) return r;
+  if (kOneThreadDrivesRanks) {
+    if (s.group_depth > 0) s.created_in_group.push_back(comm);
+    else bind_together({comm});
+    return r;
+  }
+  if (!s.bound.empty()) return r;
   s.bound_at_creation = true;  // before ensure: its creation's own mode was checked by the caller
   ensure(comm);
+  return r;
+}
+// ncclCommInitAll: one thread, a rank per listed GPU, every communicator bound at once.
+inline ncclResult_t comm_init_all(ncclComm_t* comms, int ndev, const int* devlist) {
+  const ncclResult_t r = ncclCommInitAll(comms, ndev, devlist);
+  if (r != ncclSuccess) return r;
+  if (env_nonblocking()) {
+    for (int i = 0; i < ndev; ++i) state().nonblocking.insert(comms[i]);
+    return r;
+  }
+  bind_together(std::vector<ncclComm_t>(comms, comms + ndev));
   return r;
 }
 inline ncclResult_t comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
@@ -80,19 +101,15 @@ inline ncclResult_t comm_destroy(ncclComm_t comm) {
 inline ncclResult_t comm_abort(ncclComm_t comm) {
   State& s = state();
   s.nonblocking.erase(comm);
-  if (s.comm == comm) {
+  for (auto it = s.bound.begin(); it != s.bound.end(); ++it) {
+    if (it->comm != comm) continue;
     for (Allocation& a : s.allocations)
-      if (!a.external) a.win = nullptr;
-    if (s.dev_windows != nullptr) cudaFree(s.dev_windows);
-    if (s.dev_plans != nullptr) cudaFree(s.dev_plans);
-    s.dev_windows = nullptr;
-    s.dev_plans = nullptr;
-    s.mailbox = nullptr;  // left allocated: its window went with the aborted communicator
-    s.mailbox_win = nullptr;
-    s.sequencer = braid::convert_p2p::P2pSequencer();
-    s.dc_made = false;
-    s.comm = nullptr;
-    s.bound_at_creation = false;
+      if (!a.external && binding_serving(a) == &*it) a.win = nullptr;
+    OnDevice on(*it);
+    if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
+    if (it->dev_plans != nullptr) cudaFree(it->dev_plans);
+    forget(it);  // its mailbox stays allocated: its window went with the aborted communicator
+    break;
   }
   return ncclCommAbort(comm);
 }
@@ -109,8 +126,8 @@ inline ncclResult_t window_register(ncclComm_t comm, void* buf, size_t size, ncc
   State& s = state();
   for (Allocation& a : s.allocations) {
     if (a.base != static_cast<char*>(buf) || a.external || size > a.bytes) continue;
-    if (a.win == nullptr && (s.comm == nullptr || s.comm == comm)) ensure(comm);
-    if (a.win != nullptr && s.comm == comm) {
+    if (a.win == nullptr && !kOneThreadDrivesRanks && (s.bound.empty() || s.bound.front().comm == comm)) ensure(comm);
+    if (a.win != nullptr && binding_serving(a) != nullptr && binding_serving(a)->comm == comm) {
       *win = a.win;
       return ncclSuccess;
     }
@@ -122,7 +139,7 @@ inline ncclResult_t window_register(ncclComm_t comm, void* buf, size_t size, ncc
 // communicator's teardown, in the same order on every rank; any other as the program asks.
 inline ncclResult_t window_deregister(ncclComm_t comm, ncclWindow_t win) {
   const State& s = state();
-  if (win != nullptr && s.comm == comm)
+  if (win != nullptr && binding_of(comm) != nullptr)
     for (const Allocation& a : s.allocations)
       if (a.win == win && !a.external) return ncclSuccess;
   return ncclCommWindowDeregister(comm, win);

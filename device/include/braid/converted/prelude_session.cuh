@@ -11,6 +11,7 @@ struct Allocation {
   size_t bytes = 0;
   ncclWindow_t win = nullptr;
   bool external = false;  // registered by someone else (the harness): never deregistered here
+  int device = 0;         // where it was made: with one thread driving every rank, the rank it belongs to
 };
 
 // Mailbox of a rank (one window): posts[sender][slot] written by this rank when it receives,
@@ -40,20 +41,31 @@ struct PendingP2p {
   cudaStream_t stream;
 };
 
-struct State {
-  std::vector<Allocation> allocations;  // allocation order: the same on every rank
+// A communicator the runtime is bound to: its rank, its GPU and what the device code needs. One per
+// process, or, when one thread drives every rank of the process (kOneThreadDrivesRanks: ncclCommInitAll,
+// a group of ncclCommInitRank), one per GPU.
+struct Binding {
   ncclComm_t comm = nullptr;
-  bool bound_at_creation = false;       // windows are registered where every rank passes
+  int device = 0, rank = 0, nranks = 1;
   ncclDevComm dc{};
   bool dc_made = false;
-  int rank = 0, nranks = 1, sms = 0;
   char* mailbox = nullptr;
   ncclWindow_t mailbox_win = nullptr;
   ncclWindow_t* dev_windows = nullptr;  // window handles by allocation index, for the p2p kernel
   P2pOp* dev_plans = nullptr;           // one plan per call site
   braid::convert_p2p::P2pSequencer sequencer;
+};
+
+struct State {
+  std::vector<Allocation> allocations;  // allocation order: the same on every rank
+  std::list<Binding> bound;             // a list: NCCL writes windows and device communicators into them at a group's end
+  bool bound_at_creation = false;       // windows are registered where every rank passes
+  int sms = 0;                          // of the bound GPUs (launch shapes are the same on every rank)
   int group_depth = 0;
+  bool nccl_group_open = false;  // kOneThreadDrivesRanks: the program's group is open in NCCL too
   std::vector<PendingP2p> pending;
+  std::vector<ncclComm_t> created_in_group;  // kOneThreadDrivesRanks: bound when the group that creates them ends
+  std::map<int, bool> site_on_device;        // kOneThreadDrivesRanks: each site's choice within the open group
   std::set<int> warned;
   // Made non-blocking (ncclConfig_t.blocking = 0, or split from such a one): never bound, so its
   // converted calls run as host NCCL on every rank. NCCL 2.28 refused window registration on one
@@ -64,6 +76,31 @@ inline State& state() {
   static State s;
   return s;
 }
+inline Binding* binding_of(ncclComm_t comm) {
+  for (Binding& b : state().bound)
+    if (b.comm == comm) return &b;
+  return nullptr;
+}
+// The binding whose windows hold allocation `a`: the one communicator of the process, or the one on
+// the allocation's GPU when one thread drives every rank.
+inline Binding* binding_serving(const Allocation& a) {
+  for (Binding& b : state().bound)
+    if (!kOneThreadDrivesRanks || b.device == a.device) return &b;
+  return nullptr;
+}
+// The launch that follows runs on the binding's GPU; the program's current device is restored after.
+struct OnDevice {
+  int old = -1;
+  explicit OnDevice(const Binding& b) {
+    if (!kOneThreadDrivesRanks) return;
+    cudaGetDevice(&old);
+    if (old != b.device) cudaSetDevice(b.device);
+  }
+  ~OnDevice() {
+    int now = -1;
+    if (old >= 0 && cudaGetDevice(&now) == cudaSuccess && now != old) cudaSetDevice(old);
+  }
+};
 
 inline size_t type_bytes(ncclDataType_t t) {
   switch (t) {
@@ -84,6 +121,18 @@ inline void fell_back(int site, const char* what, const char* why) {
                what, why);
   std::abort();
 }
+// One thread driving every rank reaches a site once per rank inside one group: every rank must take
+// the same path (a device kernel waiting in a barrier for a rank that went to host NCCL never
+// returns). The first rank's choice holds for the group; a rank that cannot follow it stops the
+// program with the reason instead of hanging. A process with one rank always follows its own.
+inline bool same_choice(int site, const char* what, bool on_device) {
+  State& s = state();
+  if (!kOneThreadDrivesRanks || s.group_depth == 0) return on_device;
+  const auto made = s.site_on_device.emplace(site, on_device).first;
+  if (made->second != on_device)
+    fatal(site, what, on_device ? "another rank of this process ran it as host NCCL" : "another rank of this process ran it on the device");
+  return on_device;
+}
 inline void register_window(Allocation& a);
 
 // The differential gate's snapshot shim (device/snapshot/snapshot_shim.cpp), when preloaded,
@@ -103,8 +152,12 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
   if (ncclMemAlloc(&p, round_window(bytes)) != ncclSuccess) return cudaErrorMemoryAllocation;
   *ptr = static_cast<T*>(p);
   State& s = state();
-  s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false});
-  if (s.bound_at_creation) register_window(s.allocations.back());  // every rank allocates here too
+  int device = 0;
+  cudaGetDevice(&device);
+  s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false, device});
+  // Every rank allocates here too; with one thread driving every rank, the others have not yet:
+  // registered at the next converted call (register_pending).
+  if (s.bound_at_creation && !kOneThreadDrivesRanks) register_window(s.allocations.back());
   return cudaSuccess;
 }
 inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
@@ -117,7 +170,8 @@ inline bool sym_release(void* ptr, ncclResult_t* result) {
   State& s = state();
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     if (s.allocations[i].base != ptr || s.allocations[i].external) continue;
-    if (s.allocations[i].win != nullptr && s.comm != nullptr) ncclCommWindowDeregister(s.comm, s.allocations[i].win);
+    const Binding* b = binding_serving(s.allocations[i]);
+    if (s.allocations[i].win != nullptr && b != nullptr) ncclCommWindowDeregister(b->comm, s.allocations[i].win);
     s.allocations.erase(s.allocations.begin() + (long)i);
     *result = ncclMemFree(ptr);
     return true;
@@ -149,17 +203,65 @@ inline ncclResult_t sym_nccl_free(void* ptr) {
   return ncclMemFree(ptr);
 }
 
+// The window's handle in its binding's table for the p2p kernel. Waited for: a pageable cudaMemcpy
+// may return before its DMA lands, and the program's non-blocking streams would not wait for it. Only
+// this copy is waited for, never the program's kernels (one may be waiting on a peer).
+inline void publish_window(const Binding& b, size_t index, ncclWindow_t win) {
+  if (b.dev_windows == nullptr || index >= (size_t)kMaxWindows) return;
+  OnDevice on(b);
+  BRAID_CUDA(cudaMemcpyAsync(b.dev_windows + index, &win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  BRAID_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
 inline void register_window(Allocation& a) {
   State& s = state();
-  if (a.win != nullptr || s.comm == nullptr) return;
-  BRAID_NCCL(ncclCommWindowRegister(s.comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
-  const size_t index = (size_t)(&a - s.allocations.data());
-  if (s.dev_windows != nullptr && index < (size_t)kMaxWindows) {
-    // Waited for: a pageable cudaMemcpy may return before its DMA lands, and the program's
-    // non-blocking streams would not wait for it. Only this copy is waited for, never the
-    // program's kernels (one may be waiting on a peer).
-    BRAID_CUDA(cudaMemcpyAsync(s.dev_windows + index, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
-    BRAID_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  Binding* b = binding_serving(a);
+  if (a.win != nullptr || b == nullptr) return;
+  BRAID_NCCL(ncclCommWindowRegister(b->comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
+  publish_window(*b, (size_t)(&a - s.allocations.data()), a.win);
+}
+
+// One thread driving every rank: the symmetric allocations not yet windows, registered together.
+// Registration is collective and pairs the k-th registration of every communicator, so the k-th
+// pending allocation of every GPU registers with the others' k-th, inside one NCCL group (one thread
+// makes every rank's call), and only when every GPU has as many of them, of the same sizes; otherwise
+// they stay plain memory and their calls run as host NCCL on every rank. Never inside the program's
+// own group: its windows would only exist at that group's end, after the kernels that need them.
+inline void register_pending() {
+  State& s = state();
+  if (!kOneThreadDrivesRanks || s.group_depth > 0 || s.nccl_group_open || s.bound.empty()) return;
+  std::vector<std::vector<size_t>> todo(s.bound.size());
+  bool any = false;
+  for (size_t i = 0; i < s.allocations.size(); ++i) {
+    const Allocation& a = s.allocations[i];
+    if (a.win != nullptr || a.external) continue;
+    size_t k = 0;
+    for (const Binding& b : s.bound) {
+      if (b.device == a.device) todo[k].push_back(i), any = true;
+      ++k;
+    }
+  }
+  if (!any) return;
+  for (const std::vector<size_t>& t : todo) {
+    bool same = t.size() == todo[0].size();
+    for (size_t j = 0; same && j < t.size(); ++j) same = s.allocations[t[j]].bytes == s.allocations[todo[0][j]].bytes;
+    if (!same) {
+      if (s.warned.insert(-1).second)
+        std::fprintf(stderr, "braid_converted: the GPUs of this process made different symmetric allocations; the later ones stay plain memory (host NCCL)\n");
+      return;
+    }
+  }
+  BRAID_NCCL(ncclGroupStart());
+  size_t k = 0;
+  for (const Binding& b : s.bound) {
+    for (size_t i : todo[k]) BRAID_NCCL(ncclCommWindowRegister(b.comm, s.allocations[i].base, s.allocations[i].bytes, &s.allocations[i].win, NCCL_WIN_COLL_SYMMETRIC));
+    ++k;
+  }
+  BRAID_NCCL(ncclGroupEnd());
+  k = 0;
+  for (const Binding& b : s.bound) {
+    for (size_t i : todo[k]) publish_window(b, i, s.allocations[i].win);
+    ++k;
   }
 }
 
@@ -169,53 +271,99 @@ inline bool env_nonblocking() {
   return env != nullptr && std::strcmp(env, "0") == 0;
 }
 
-// Binding to a communicator (a collective step: at its creation, or at the first converted
-// collective): windows for every symmetric allocation so far (allocation order), the p2p
-// mailbox, and one device communicator with barriers for every site. A communicator whose
-// creation braid did not see may be non-blocking through the environment: it is not bound.
-inline bool ensure(ncclComm_t comm) {
+// What a binding needs beside its windows: the p2p mailbox (a window), the window table and plans
+// of the p2p kernel, and one device communicator with barriers for every site. Made on the
+// communicator's GPU. Collective: the mailbox window and the device communicator are outputs
+// NCCL fills at the end of the group when one thread binds every rank.
+inline void make_binding(Binding& b) {
   State& s = state();
-  if (s.comm == nullptr && !s.bound_at_creation && env_nonblocking()) s.nonblocking.insert(comm);
-  if (s.nonblocking.count(comm)) return false;
-  if (s.comm != nullptr && s.comm != comm) return false;  // one communicator is converted
-  if (s.comm == nullptr) {
-    s.comm = comm;
-    ncclCommUserRank(comm, &s.rank);
-    ncclCommCount(comm, &s.nranks);
-    s.sequencer.resize(s.nranks);
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
-    const size_t mail_bytes = round_window(kMailBytes);
-    snapshot_next(-1);
-    BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&s.mailbox), mail_bytes));
-    BRAID_CUDA(cudaMemset(s.mailbox, 0, mail_bytes));
-    BRAID_NCCL(ncclCommWindowRegister(comm, s.mailbox, mail_bytes, &s.mailbox_win, NCCL_WIN_COLL_SYMMETRIC));
-    snapshot_next(-1);
-    BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
-    BRAID_CUDA(cudaMemset(s.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
-    snapshot_next(-1);
-    BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&s.dev_plans), sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites));
+  ncclCommUserRank(b.comm, &b.rank);
+  ncclCommCount(b.comm, &b.nranks);
+  if (kOneThreadDrivesRanks) ncclCommCuDevice(b.comm, &b.device);
+  else cudaGetDevice(&b.device);
+  b.sequencer.resize(b.nranks);
+  OnDevice on(b);
+  if (s.sms == 0) cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, b.device);
+  const size_t mail_bytes = round_window(kMailBytes);
+  snapshot_next(-1);
+  BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&b.mailbox), mail_bytes));
+  BRAID_CUDA(cudaMemset(b.mailbox, 0, mail_bytes));
+  BRAID_NCCL(ncclCommWindowRegister(b.comm, b.mailbox, mail_bytes, &b.mailbox_win, NCCL_WIN_COLL_SYMMETRIC));
+  snapshot_next(-1);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
+  BRAID_CUDA(cudaMemset(b.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
+  snapshot_next(-1);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.dev_plans), sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites));
+}
+inline void make_device_comm(Binding& b) {
+  if (b.dc_made) return;
+  ncclDevCommRequirements r;
+  std::memset(&r, 0, sizeof(r));
+  r.lsaBarrierCount = (int)(kBarriersPerSite * (uint32_t)kCallSites);
+  r.lsaMultimem = false;
+  BRAID_NCCL(ncclDevCommCreate(b.comm, &r, &b.dc));
+  b.dc_made = true;
+}
+inline bool lsa_reaches_every_rank(const Binding& b) { return b.dc.lsaSize == b.nranks && b.nranks <= kMaxLsaPeers; }
+
+// One thread driving every rank: every communicator of the process bound in one NCCL group (each
+// registration and device communicator is collective, and this one thread makes every rank's).
+inline void bind_together(const std::vector<ncclComm_t>& comms) {
+  State& s = state();
+  std::vector<Binding*> made;
+  for (ncclComm_t c : comms)
+    if (c != nullptr && binding_of(c) == nullptr && !s.nonblocking.count(c)) {
+      s.bound.emplace_back();
+      s.bound.back().comm = c;
+      made.push_back(&s.bound.back());
+    }
+  if (made.empty()) return;
+  BRAID_NCCL(ncclGroupStart());
+  for (Binding* b : made) {
+    make_binding(*b);
+    OnDevice on(*b);
+    make_device_comm(*b);
   }
-  for (Allocation& a : s.allocations) register_window(a);
-  if (!s.dc_made) {
-    ncclDevCommRequirements r;
-    std::memset(&r, 0, sizeof(r));
-    r.lsaBarrierCount = (int)(kBarriersPerSite * (uint32_t)kCallSites);
-    r.lsaMultimem = false;
-    BRAID_NCCL(ncclDevCommCreate(comm, &r, &s.dc));
-    s.dc_made = true;
-  }
-  return s.dc.lsaSize == s.nranks && s.nranks <= kMaxLsaPeers;
+  BRAID_NCCL(ncclGroupEnd());
+  s.bound_at_creation = true;
+  register_pending();
 }
 
-// The window holding [p, p + bytes), or -1.
-inline int window_of(const void* p, size_t bytes, size_t* offset) {
+// Binding to a communicator (a collective step: at its creation, or at the first converted
+// collective): windows for every symmetric allocation so far (allocation order), the p2p
+// mailbox, and one device communicator with barriers for every site. The binding, or null when
+// the call runs as host NCCL: a communicator whose creation braid did not see may be non-blocking
+// through the environment, and only one communicator per process is converted (one per GPU when
+// one thread drives every rank, bound where they are created).
+inline Binding* ensure(ncclComm_t comm) {
+  State& s = state();
+  if (kOneThreadDrivesRanks) {
+    Binding* b = binding_of(comm);
+    if (b == nullptr) return nullptr;
+    register_pending();
+    return lsa_reaches_every_rank(*b) ? b : nullptr;
+  }
+  if (s.bound.empty() && !s.bound_at_creation && env_nonblocking()) s.nonblocking.insert(comm);
+  if (s.nonblocking.count(comm)) return nullptr;
+  if (!s.bound.empty() && s.bound.front().comm != comm) return nullptr;  // one communicator is converted
+  if (s.bound.empty()) {
+    s.bound.emplace_back();
+    s.bound.front().comm = comm;
+    make_binding(s.bound.front());
+  }
+  Binding& b = s.bound.front();
+  for (Allocation& a : s.allocations) register_window(a);
+  make_device_comm(b);
+  return lsa_reaches_every_rank(b) ? &b : nullptr;
+}
+
+// The window of binding `b` holding [p, p + bytes), or -1.
+inline int window_of(const Binding& b, const void* p, size_t bytes, size_t* offset) {
   const State& s = state();
   const char* c = static_cast<const char*>(p);
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     const Allocation& a = s.allocations[i];
-    if (a.win != nullptr && c >= a.base && c + bytes <= a.base + a.bytes) {
+    if (a.win != nullptr && (!kOneThreadDrivesRanks || a.device == b.device) && c >= a.base && c + bytes <= a.base + a.bytes) {
       *offset = (size_t)(c - a.base);
       return (int)i;
     }
