@@ -193,11 +193,19 @@ TEST(DeviceHeaders, ConvertedRuntimeNeverBindsNonBlockingCommunicators) {
   }
   EXPECT_EQ(creations, 3);
   const std::string session = read_file(converted / "prelude_session.cuh");
-  const auto ensure = session.find("inline bool ensure(ncclComm_t comm) {");
+  const auto ensure = session.find("inline Binding* ensure(ncclComm_t comm) {");
   ASSERT_NE(ensure, std::string::npos);
-  EXPECT_NE(session.substr(ensure, 300).find("nonblocking.count(comm)) return false;"), std::string::npos);
+  EXPECT_NE(session.substr(ensure, 700).find("nonblocking.count(comm)) return nullptr;"), std::string::npos);
   // A communicator bound at its first converted call (its creation not seen) under NCCL_COMM_BLOCKING=0.
-  EXPECT_NE(session.substr(ensure, 300).find("!s.bound_at_creation && env_nonblocking()"), std::string::npos);
+  EXPECT_NE(session.substr(ensure, 700).find("!s.bound_at_creation && env_nonblocking()"), std::string::npos);
+  // One thread driving every rank: ncclCommInitAll's communicators under NCCL_COMM_BLOCKING=0, and
+  // any remembered as non-blocking, are never bound together.
+  const auto all = lifecycle.find("inline ncclResult_t comm_init_all(");
+  ASSERT_NE(all, std::string::npos);
+  EXPECT_NE(lifecycle.substr(all, 400).find("if (env_nonblocking())"), std::string::npos);
+  const auto together = session.find("inline void bind_together(");
+  ASSERT_NE(together, std::string::npos);
+  EXPECT_NE(session.substr(together, 400).find("!s.nonblocking.count(c)"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@ namespace braid_converted {
 // destroy our device communicator in teardown() before the harness frees them.
 inline void adopt_harness(Context& c) {
   State& s = state();
+  for (Allocation& a : s.allocations)
+    if (a.external) release_slot(binding_serving(a), a);
   s.allocations.erase(std::remove_if(s.allocations.begin(), s.allocations.end(), [](const Allocation& a) { return a.external; }),
                       s.allocations.end());
   for (Buffer& b : c.buffers())

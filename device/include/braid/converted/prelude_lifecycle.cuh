@@ -20,6 +20,7 @@ inline void teardown(ncclComm_t comm) {
     if (a.win != nullptr && !a.external && binding_serving(a) == b) {
       ncclCommWindowDeregister(comm, a.win);
       a.win = nullptr;
+      a.slot = -1;
     }
   OnDevice on(*b);
   if (b->mailbox_win != nullptr) ncclCommWindowDeregister(comm, b->mailbox_win);
@@ -104,7 +105,7 @@ inline ncclResult_t comm_abort(ncclComm_t comm) {
   for (auto it = s.bound.begin(); it != s.bound.end(); ++it) {
     if (it->comm != comm) continue;
     for (Allocation& a : s.allocations)
-      if (!a.external && binding_serving(a) == &*it) a.win = nullptr;
+      if (!a.external && binding_serving(a) == &*it) a.win = nullptr, a.slot = -1;
     OnDevice on(*it);
     if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
     if (it->dev_plans != nullptr) cudaFree(it->dev_plans);

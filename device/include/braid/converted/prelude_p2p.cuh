@@ -30,8 +30,8 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
     if (!q.is_send) {
       size_t off = 0;
       const int w = window_of(b, ops[i].buf, q.bytes, &off);
-      if (w < 0 || w >= kMaxWindows) return "a receive buffer is outside the symmetric windows";
-      op.window = w;
+      if (w < 0 || state().allocations[(size_t)w].slot < 0) return "a receive buffer is outside the symmetric windows";
+      op.window = state().allocations[(size_t)w].slot;
       op.offset = off;
     }
   }

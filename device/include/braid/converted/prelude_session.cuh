@@ -12,6 +12,7 @@ struct Allocation {
   ncclWindow_t win = nullptr;
   bool external = false;  // registered by someone else (the harness): never deregistered here
   int device = 0;         // where it was made: with one thread driving every rank, the rank it belongs to
+  int slot = -1;          // its entry in the binding's window table for the p2p kernel (set when registered)
 };
 
 // Mailbox of a rank (one window): posts[sender][slot] written by this rank when it receives,
@@ -51,9 +52,15 @@ struct Binding {
   bool dc_made = false;
   char* mailbox = nullptr;
   ncclWindow_t mailbox_win = nullptr;
-  ncclWindow_t* dev_windows = nullptr;  // window handles by allocation index, for the p2p kernel
+  ncclWindow_t* dev_windows = nullptr;  // window handles by slot, for the p2p kernel
   P2pOp* dev_plans = nullptr;           // one plan per call site
   braid::convert_p2p::P2pSequencer sequencer;
+  // Slots of the window table in use. A receiver posts its window's slot and the sender looks it up
+  // in its own table, so the same window must have the same slot on every rank: each registration
+  // takes the lowest free slot, and every rank registers and releases in the same order. (Not the
+  // allocation's index: with one thread driving every rank, each GPU's windows sit at different
+  // indices of the process's allocations, and indices move when an allocation is freed.)
+  std::vector<bool> slot_used = std::vector<bool>(kMaxWindows, false);
 };
 
 struct State {
@@ -144,6 +151,12 @@ inline void snapshot_next(long long requested_bytes) {
   if (braid_snapshot_next != nullptr) braid_snapshot_next(requested_bytes);
 }
 
+// A window's slot is free again once the window is gone (the same order on every rank).
+inline void release_slot(Binding* b, Allocation& a) {
+  if (b != nullptr && a.slot >= 0 && a.slot < (int)b->slot_used.size()) b->slot_used[(size_t)a.slot] = false;
+  a.slot = -1;
+}
+
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
 template <typename T>
 inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
@@ -170,8 +183,9 @@ inline bool sym_release(void* ptr, ncclResult_t* result) {
   State& s = state();
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     if (s.allocations[i].base != ptr || s.allocations[i].external) continue;
-    const Binding* b = binding_serving(s.allocations[i]);
+    Binding* b = binding_serving(s.allocations[i]);
     if (s.allocations[i].win != nullptr && b != nullptr) ncclCommWindowDeregister(b->comm, s.allocations[i].win);
+    release_slot(b, s.allocations[i]);
     s.allocations.erase(s.allocations.begin() + (long)i);
     *result = ncclMemFree(ptr);
     return true;
@@ -203,22 +217,27 @@ inline ncclResult_t sym_nccl_free(void* ptr) {
   return ncclMemFree(ptr);
 }
 
-// The window's handle in its binding's table for the p2p kernel. Waited for: a pageable cudaMemcpy
-// may return before its DMA lands, and the program's non-blocking streams would not wait for it. Only
-// this copy is waited for, never the program's kernels (one may be waiting on a peer).
-inline void publish_window(const Binding& b, size_t index, ncclWindow_t win) {
-  if (b.dev_windows == nullptr || index >= (size_t)kMaxWindows) return;
+// The window's handle in its binding's table for the p2p kernel, at the lowest free slot (none left:
+// the allocation's receives cannot be posted, and flush_p2p says so). Waited for: a pageable
+// cudaMemcpy may return before its DMA lands, and the program's non-blocking streams would not wait
+// for it. Only this copy is waited for, never the program's kernels (one may be waiting on a peer).
+inline void publish_window(Binding& b, Allocation& a) {
+  if (b.dev_windows == nullptr || a.slot >= 0) return;
+  const auto free_slot = std::find(b.slot_used.begin(), b.slot_used.end(), false);
+  if (free_slot == b.slot_used.end()) return;
+  *free_slot = true;
+  a.slot = (int)(free_slot - b.slot_used.begin());
   OnDevice on(b);
-  BRAID_CUDA(cudaMemcpyAsync(b.dev_windows + index, &win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  BRAID_CUDA(cudaMemcpyAsync(b.dev_windows + a.slot, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
   BRAID_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
+// A window for `a` (the harness's own come registered) and its slot in the p2p kernel's table.
 inline void register_window(Allocation& a) {
-  State& s = state();
   Binding* b = binding_serving(a);
-  if (a.win != nullptr || b == nullptr) return;
-  BRAID_NCCL(ncclCommWindowRegister(b->comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
-  publish_window(*b, (size_t)(&a - s.allocations.data()), a.win);
+  if (b == nullptr) return;
+  if (a.win == nullptr) BRAID_NCCL(ncclCommWindowRegister(b->comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
+  publish_window(*b, a);
 }
 
 // One thread driving every rank: the symmetric allocations not yet windows, registered together.
@@ -259,8 +278,8 @@ inline void register_pending() {
   }
   BRAID_NCCL(ncclGroupEnd());
   k = 0;
-  for (const Binding& b : s.bound) {
-    for (size_t i : todo[k]) publish_window(b, i, s.allocations[i].win);
+  for (Binding& b : s.bound) {
+    for (size_t i : todo[k]) publish_window(b, s.allocations[i]);
     ++k;
   }
 }
