@@ -3,7 +3,9 @@
 # `braid convert --verify` on user-style corpus programs (tests/convert/corpus_user/):
 # embedding_allgather_types.cu (torchrun-style RANK/WORLD_SIZE bootstrap, any world size) on
 # min(GPUs, 2) local ranks, and, where mpirun and an MPI compiler wrapper exist, mpi_dp_grads.cu
-# under mpirun. Each must pass with every buffer compared and matching.
+# under mpirun; with 2 GPUs or more, the programs where one thread drives every GPU of one process
+# (single_process_init_all.cu: ncclCommInitAll; single_thread_group_init_fp16.cu: creations in one
+# group, a send/recv ring). Each must pass with every buffer compared and matching.
 # Usage: diff_gate_gpu_test.sh <braid binary>. Skips (77) without a GPU.
 set -uo pipefail
 braid=$1
@@ -46,5 +48,11 @@ if command -v mpirun >/dev/null && { command -v mpicxx >/dev/null || command -v 
   gate mpi_dp_grads.cu mpirun
 else
   echo "mpi_dp_grads.cu: SKIPPED (no mpirun or MPI compiler wrapper)"
+fi
+if [ "$gpus" -ge 2 ]; then
+  gate single_process_init_all.cu local
+  gate single_thread_group_init_fp16.cu local
+else
+  echo "single_process_init_all.cu, single_thread_group_init_fp16.cu: SKIPPED (one thread driving several GPUs needs 2)"
 fi
 exit $failed
