@@ -1239,3 +1239,35 @@ TEST(AnalyzerUserIdioms, AbortForgetsTheCommunicator) {
       << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(g);")) << c.source;
 }
+
+// A registry of tensors by name: a struct whose fields a returning helper fills (`t.grad =
+// device_alloc(n)`), moved into a map by `[] = std::move(t)`, `emplace(key, std::move(t))` or
+// `try_emplace(key, t)`, then all-reduced over the map (structured bindings). The map's element
+// is a copy of `t`, and `t.grad` was written with the helper's buffer.
+TEST(AnalyzerUserIdioms, MapElementsCopiedFromStructsWhoseFieldsHelpersFilled) {
+  for (const std::string store : {"params[name] = std::move(t);", "params.emplace(name, std::move(t));",
+                                  "params.try_emplace(name, t);", "params[name] = t;"}) {
+    SCOPED_TRACE(store);
+    const std::string src =
+        kPrologue +
+        "#include <map>\n#include <string>\n"
+        "struct Tensor { float* data; float* grad; size_t numel; };\n"
+        "static float* device_alloc(size_t n) { float* p; cudaMalloc(&p, n * 4); return p; }\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  std::map<std::string, Tensor> params;\n"
+        "  for (const char* name : {\"wq\", \"wk\"}) {\n"
+        "    Tensor t; t.numel = 1024;\n"
+        "    t.grad = device_alloc(t.numel);\n"
+        "    " +
+        store +
+        "\n"
+        "  }\n"
+        "  for (auto& [name, t] : params) ncclAllReduce(t.grad, t.grad, t.numel, ncclFloat, ncclSum, comm, s);\n"
+        "}\n";
+    const Conversion c = convert_text(src);
+    EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * 4)")) << c.source;
+    EXPECT_TRUE(contains(conversion_to_text(c), "params holds copies of t")) << conversion_to_text(c);
+  }
+}

@@ -54,31 +54,42 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         }
     // A field the file writes with another buffer (`model.params = alloc_params(n)`), or with a
     // view of another such field (a workspace carved in steps: `ws.b = ws.a + n; ws.a = ws.base;`).
-    std::vector<std::string> pending{path}, steps;
-    for (std::size_t k = 0; !found && k < pending.size() && k < 16; ++k) {
-      const BufferFlow::Resolution w = flow.written_to(pending[k]);
-      if (!w.reason.empty() && c.unresolved.empty()) c.unresolved = w.reason;
-      steps.insert(steps.end(), w.via.begin(), w.via.end());
-      for (const std::string& p : w.paths) {
-        bool matched = false;
-        for (const auto& [key, b] : a.buffers)
-          if (path_matches(p, b.path)) {
-            keys.push_back(key);
-            matched = true;
-          }
-        found = found || matched;
-        if (!matched && std::find(pending.begin(), pending.end(), p) == pending.end()) pending.push_back(p);
+    const auto through_writes = [&](const std::string& start) {
+      std::vector<std::string> pending{start}, steps;
+      bool reached = false;
+      for (std::size_t k = 0; !reached && k < pending.size() && k < 16; ++k) {
+        const BufferFlow::Resolution w = flow.written_to(pending[k]);
+        if (!w.reason.empty() && c.unresolved.empty()) c.unresolved = w.reason;
+        steps.insert(steps.end(), w.via.begin(), w.via.end());
+        for (const std::string& p : w.paths) {
+          bool matched = false;
+          for (const auto& [key, b] : a.buffers)
+            if (path_matches(p, b.path)) {
+              keys.push_back(key);
+              matched = true;
+            }
+          reached = reached || matched;
+          if (!matched && std::find(pending.begin(), pending.end(), p) == pending.end()) pending.push_back(p);
+        }
       }
-    }
-    if (found) c.via.insert(c.via.end(), steps.begin(), steps.end());
-    // An element of a container filled with copies of a variable whose fields were allocated.
-    for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path))
+      if (reached) c.via.insert(c.via.end(), steps.begin(), steps.end());
+      return reached;
+    };
+    found = found || through_writes(path);
+    // An element of a container filled with copies of a variable whose fields were allocated
+    // there, or written with a helper's buffer (`t.grad = device_alloc(n); params[name] = t;`).
+    for (const std::string& origin : found ? std::vector<std::string>{} : flow.element_origins(path)) {
+      bool matched = false;
       for (const auto& [key, b] : a.buffers)
         if (path_matches(origin, b.path)) {
           keys.push_back(key);
-          found = true;
-          c.via.push_back(fmt::format("{} holds copies of {}", split_root(path).first, split_root(origin).first));
+          matched = true;
         }
+      matched = matched || through_writes(origin);
+      if (matched)
+        c.via.push_back(fmt::format("{} holds copies of {}", split_root(path).first, split_root(origin).first));
+      found = found || matched;
+    }
     // A variable a helper fills through a reference parameter (`alloc(g, n)` with `float*& p`).
     for (const std::string& param : found ? std::vector<std::string>{} : flow.reference_fills(path))
       for (const auto& [key, b] : a.buffers)

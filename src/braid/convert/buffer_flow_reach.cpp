@@ -93,12 +93,20 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   return out;
 }
 
-// `C . push_back|emplace_back ( [std :: move (] v [)] )` or `C [ ... ] = v ;` at code token k (C):
-// v a whole variable (a struct's copy: its fields), or a view into a buffer (`flat + offsets[l]`,
+// `C . push_back|emplace_back ( [std :: move (] v [)] )`, `C [ ... ] = [std::move(] v [)] ;`, or
+// for a map `C . emplace|try_emplace|insert_or_assign ( key , v )` at code token k (C): v a whole
+// variable (a struct's copy: its fields), or a view into a buffer (`flat + offsets[l]`,
 // `(float*)ws + off`, `&buf[i]`: the element is in that allocation).
 void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
   std::size_t v = 0, v_end = 0;
+  // `std::move(v)` is v.
+  const auto unwrap_move = [&]() {
+    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) {
+      v_end = match_forward(code_, v + 3, end);
+      v += 4;
+    }
+  };
   // `std::array<float*, 2> io = {x, out}` / `io{x, out}`: given a list, as `float* io[] = {...}` is.
   if (k > 0 && code_[k - 1].text == ">" && template_name_before(code_, k - 1) == "array" &&
       ((is(k + 1, "{") && !is(k + 2, "}")) || (is(k + 1, "=") && is(k + 2, "{"))))
@@ -118,6 +126,27 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
     else if (close + 2 < end && code_[close + 1].text == "=") {
       v = close + 2;
       v_end = statement_end(code_, v, end);
+      if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(") &&
+          match_forward(code_, v + 3, end) + 1 == v_end) {
+        v_end = match_forward(code_, v + 3, end);
+        v += 4;
+      }
+    }
+  } else if (is(k + 1, ".") && k + 3 < end && is(k + 3, "(") &&
+             (code_[k + 2].text == "emplace" || code_[k + 2].text == "try_emplace" ||
+              code_[k + 2].text == "insert_or_assign") &&
+             is_map(code_[k].text)) {
+    const std::size_t close = match_forward(code_, k + 3, end);
+    const std::vector<std::string> args = split_top(code_, k + 3, close);
+    std::size_t comma = k + 4;  // the value: the second argument, to the call's `)`
+    for (int depth = 0; comma < close && !(code_[comma].text == "," && depth == 0); ++comma)
+      depth += code_[comma].text == "(" || code_[comma].text == "{" || code_[comma].text == "["   ? 1
+               : code_[comma].text == ")" || code_[comma].text == "}" || code_[comma].text == "]" ? -1
+                                                                                                  : 0;
+    if (args.size() == 2 && comma < close) {
+      v = comma + 1;
+      v_end = close;
+      unwrap_move();
     }
   }
   if (v == 0 || v >= v_end || v_end >= end) return;

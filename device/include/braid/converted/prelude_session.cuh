@@ -158,8 +158,14 @@ inline void release_slot(Binding* b, Allocation& a) {
 }
 
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
+// Zero bytes is what cudaMalloc makes of it: success and a null pointer, no allocation and no
+// window (ncclMemAlloc refuses zero bytes, and a call on it has nothing to move: host NCCL).
 template <typename T>
 inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
   void* p = nullptr;
   snapshot_next((long long)bytes);
   if (ncclMemAlloc(&p, round_window(bytes)) != ncclSuccess) return cudaErrorMemoryAllocation;
