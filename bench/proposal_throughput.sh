@@ -5,10 +5,14 @@
 # evaluation. Each is compared with the bound min(evaluation capacity, P / LAT), where
 # evaluation capacity = max_parallel_jobs / (mean measured evaluation time). CPU only.
 #
-#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES LAG SAMPLING)
+#   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES LAG SAMPLING
+#                                                        FOCUS_FOLLOW)
 # LAG: proposal_lag (0: braid's default). SAMPLING=1: the peer's edits vary like a model's at a
 # temperature above 0 (default 0: the prompt alone picks the edit, so a prompt asked again gets
 # the same edit, and a small knob space fills with rejected duplicates).
+# FOCUS_FOLLOW: the share of the peer's answers (0..1, default 1) that keep to a prompt's list of
+# one-knob changes to choose from (its focus among concurrent sibling proposals); the others
+# choose as a model that ignored the line.
 # MODES: the max_parallel_proposals values to run (default "1 $PROPS"). The bound counts one
 # model answer per candidate; a patch that fails and is asked again costs more (see the column).
 # Quick: LAT=2 SPREAD=1 EVAL_S=1 GENS=24 JOBS=2 PROPS=4; the issue's: LAT=20 SPREAD=10 EVAL_S=5.
@@ -34,7 +38,7 @@ grep -q 'slow.sh' "$WL/workload.yaml" && grep -q 'bench_exclusive: false' "$WL/w
 
 # The model: a loopback peer that lives as long as fd 9 stays open.
 rm -f "$OUT/peer.in" && mkfifo "$OUT/peer.in"
-"$BUILD/bench/bench_llm_peer" "$LAT" "$SPREAD" 1 "${SAMPLING:-0}" < "$OUT/peer.in" > "$OUT/peer.url" 2> "$OUT/peer.log" &
+"$BUILD/bench/bench_llm_peer" "$LAT" "$SPREAD" 1 "${SAMPLING:-0}" "${FOCUS_FOLLOW:-1}" < "$OUT/peer.in" > "$OUT/peer.url" 2> "$OUT/peer.log" &
 PEER=$!
 exec 9> "$OUT/peer.in"
 trap 'exec 9>&-; wait $PEER 2>/dev/null || true' EXIT

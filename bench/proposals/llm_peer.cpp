@@ -2,8 +2,10 @@
 // mutation answer comes after a latency drawn uniformly from [mean - spread, mean + spread]
 // seconds; other requests (feedback, meta) are answered at once. Prints its base URL, then
 // serves until killed (or stdin closes).
-//   bench_llm_peer <mean_s> <spread_s> [seed [sampling]]   (sampling 1: answers vary like a model's
-//   at temperature > 0; 0, the default: the prompt alone picks the edit)
+//   bench_llm_peer <mean_s> <spread_s> [seed [sampling [focus_follow]]]   (sampling 1: answers vary
+//   like a model's at temperature > 0; 0, the default: the prompt alone picks the edit;
+//   focus_follow: the share of answers, 0..1, that keep to the prompt's "choose from" list of
+//   one-knob changes, default 1)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,7 +20,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_llm_peer <mean_s> <spread_s> [seed [sampling]]\n");
+    std::fprintf(stderr, "usage: bench_llm_peer <mean_s> <spread_s> [seed [sampling [focus_follow]]]\n");
     return 2;
   }
   char* end = nullptr;
@@ -34,9 +36,15 @@ int main(int argc, char** argv) {
   }
   std::mt19937_64 rng(argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1);
   const bool sampling = argc > 4 && std::string(argv[4]) != "0";
+  const double focus_follow = argc > 5 ? std::strtod(argv[5], &end) : 1.0;
+  if (argc > 5 && (*end != '\0' || focus_follow < 0 || focus_follow > 1)) {
+    std::fprintf(stderr, "bench_llm_peer: focus_follow: expected a share in [0, 1], got '%s'\n", argv[5]);
+    return 2;
+  }
   std::mutex rng_mu;
   std::atomic<int> in_flight{0}, most{0};
   braid::testing::LoopbackLlmServer server;
+  server.set_focus_follow(focus_follow);
   server.set_responder([&](const std::string&, const std::vector<std::pair<std::string, std::string>>& m)
                            -> std::optional<std::string> {
     if (m.empty() || m.front().second.find("EVOLVE-BLOCK") == std::string::npos) return std::nullopt;

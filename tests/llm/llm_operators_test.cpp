@@ -193,6 +193,56 @@ TEST(LlmMutator, PromptNamesTakenKnobChangesAndTheModelAvoidsThem) {
   EXPECT_NE(last.find("- kTile = 1"), std::string::npos) << last;
 }
 
+// A proposal's focus (its share of the parent's one-knob changes, apart from the siblings asked at
+// the same time: search/sibling_focus.hpp) is a list of its own in the prompt and in a retry; the
+// loopback model keeps to it as a model would, and chooses freely without it.
+TEST(LlmMutator, PromptGivesTheFocusAndTheModelKeepsToIt) {
+  Fixture f("focus");
+  LlmMutator m(f.rt);
+  auto c = f.ctx(PatchType::Diff);
+  const std::string header = "Changes of one knob for you to choose from";
+  EXPECT_EQ(m.user_message(f.parent, c).find(header), std::string::npos);
+  for (const std::string change : {"kOrder = Order::B", "kTile = 1", "kTile = 8"}) {
+    c.focus_knob_changes = {change};
+    const std::string user = m.user_message(f.parent, c);
+    const auto at = user.find(header);
+    ASSERT_NE(at, std::string::npos) << user;
+    EXPECT_EQ(user.substr(user.find('\n', at) + 1, change.size() + 3), "- " + change + "\n") << user;
+    Proposal prop = m.propose(f.parent, c);
+    ASSERT_TRUE(prop.ok()) << prop.error;
+    PatchOutcome out = apply_patch(f.parent, prop.patch_type, prop.patch);
+    ASSERT_TRUE(out.ok()) << out.error;
+    const Program child = Program::parse(out.text, "child");
+    const auto eq = change.find(" = ");
+    EXPECT_EQ(child.find_knob(change.substr(0, eq))->value, change.substr(eq + 3)) << prop.patch;
+  }
+  // Asked again: the retry repeats the focus as it stands then.
+  c.previous_error = "knob vector already evaluated: kOrder=Order::A;kTile=8";
+  c.taken_knob_changes = {"kTile = 8"};
+  c.focus_knob_changes = {"kTile = 2"};
+  Proposal retry = m.propose(f.parent, c);
+  ASSERT_TRUE(retry.ok()) << retry.error;
+  const auto reqs = f.server.requests();
+  const auto& msgs = reqs.back().body["messages"];
+  const std::string last = msgs[msgs.size() - 1]["content"];
+  EXPECT_NE(last.find(header), std::string::npos) << last;
+  EXPECT_NE(last.find("- kTile = 2"), std::string::npos) << last;
+  PatchOutcome out = apply_patch(f.parent, retry.patch_type, retry.patch);
+  ASSERT_TRUE(out.ok()) << out.error;
+  EXPECT_EQ(Program::parse(out.text, "retry").find_knob("kTile")->value, "2");
+
+  // A cross with a program that differs in no knob (the islands' seeds are one program) is an edit
+  // like any other: it keeps to the focus too.
+  auto x = f.ctx(PatchType::Cross, 2);
+  x.cross_parents = {&f.parent_rec};
+  x.focus_knob_changes = {"kOrder = Order::B"};
+  Proposal cross = m.propose(f.parent, x);
+  ASSERT_TRUE(cross.ok()) << cross.error;
+  PatchOutcome cross_out = apply_patch(f.parent, cross.patch_type, cross.patch);
+  ASSERT_TRUE(cross_out.ok()) << cross_out.error;
+  EXPECT_EQ(Program::parse(cross_out.text, "cross").find_knob("kOrder")->value, "Order::B");
+}
+
 // The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];
 // they reach the mutation prompt (the parent and the best programs shown) and the feedback
 // agent as lines of their own, not inside the metrics JSON.

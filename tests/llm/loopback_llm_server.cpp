@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 #include <sstream>
@@ -463,6 +464,12 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
     }
   const std::size_t n_knobs = knobs.size();
   std::size_t ki = h % n_knobs, step = 0;
+  // A cross takes the value of the program to combine where it differs in the knob chosen; where
+  // it does not (the islands' seeds are one program), the answer is an edit like any other.
+  const auto other = kind == "cross" ? knobs_of(split_lines(code_after(first, "# Programs to combine")))
+                                     : std::vector<Knob>{};
+  bool combine = false;
+  for (auto& o : other) combine = combine || (o.name == knobs[ki].name && o.value != knobs[ki].value);
   auto value_of = [&](const Knob& knob, std::size_t s) {
     std::size_t cur = 0;
     for (std::size_t i = 0; i < knob.domain.size(); ++i)
@@ -471,17 +478,32 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
     return knob.domain[(cur + 1 + (h / 7 + s) % others) % knob.domain.size()];
   };
   std::string value = value_of(knobs[ki], 0);
-  for (std::size_t tried = 0; kind != "cross" && taken.count(knobs[ki].name + " = " + value) && tried < 64; ++tried) {
+  for (std::size_t tried = 0; !combine && taken.count(knobs[ki].name + " = " + value) && tried < 64; ++tried) {
     if (++step >= knobs[ki].domain.size()) step = 0, ki = (ki + 1) % n_knobs;
     value = value_of(knobs[ki], step);
   }
+  // A prompt that gives changes to choose from (its focus; a retry's list is the newer) is
+  // followed as a model follows it, in `focus_follow_` of the answers: the one in the hashed order
+  // among those not listed as taken.
+  std::vector<std::string> focus;
+  for (const std::string* text : {&last, &first})
+    if (auto at = text->find("Changes of one knob for you to choose from"); focus.empty() && at != std::string::npos) {
+      auto listed = split_lines(text->substr(at));
+      for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i)
+        if (!taken.count(listed[i].substr(2))) focus.push_back(listed[i].substr(2));
+    }
+  if (!combine && !focus.empty() && double((h >> 17) % 1000) < focus_follow_ * 1000.0) {
+    const std::string& change = focus[(h / 7) % focus.size()];
+    const auto eq = change.find(" = ");
+    for (std::size_t i = 0; eq != std::string::npos && i < n_knobs; ++i)
+      if (knobs[i].name == change.substr(0, eq) &&
+          std::count(knobs[i].domain.begin(), knobs[i].domain.end(), change.substr(eq + 3)))
+        ki = i, value = change.substr(eq + 3);
+  }
   const Knob& k = knobs[ki];
-  if (kind == "cross") {
-    // Take a value from the program to combine where it differs.
-    auto other = knobs_of(split_lines(code_after(first, "# Programs to combine")));
+  if (combine)  // take the value from the program to combine
     for (auto& o : other)
       if (o.name == k.name && o.value != k.value) value = o.value;
-  }
   std::vector<std::string> edited = lines;
   edited[k.line] = with_value(lines[k.line], k.value, value);
   if (probe_line < lines.size()) edited[probe_line] = "";  // drop the probe: it never compiled

@@ -2,7 +2,8 @@
 // Azure's deployment path), Anthropic's Messages API (also under Bedrock's /model/<id>/invoke),
 // Gemini's /v1beta/models/<model>:generateContent and /embeddings, for tests. It answers from
 // the prompt it receives, like a model would: it reads the parent program shown in a mutation
-// prompt and edits one of its knobs (diff, full or cross, as asked), writes feedback from the
+// prompt and edits one of its knobs (diff, full or cross, as asked; keeping to the prompt's lists
+// of one-knob changes already taken and to choose from, as a model would), writes feedback from the
 // outcome it is shown, returns meta-summary JSON and novelty verdicts. Faults are injected on
 // request: 429 (with Retry-After), 500, stalls, truncated or malformed JSON, empty answers,
 // answers without a patch, refusals and dropped connections.
@@ -70,6 +71,10 @@ class LoopbackLlmServer {
   // into its choice of knob and value, so the same prompt asked twice may get another edit (by
   // default the choice is a function of the prompt alone: the same prompt, the same edit).
   void set_sampling(std::function<std::uint64_t()> sample) { sample_ = std::move(sample); }
+  // The share of mutation answers (0..1, by the prompt's hash and the sampling) that follow a
+  // prompt's "Changes of one knob for you to choose from" list; the others choose as if it were
+  // not there. Default 1: followed as the list of taken changes is.
+  void set_focus_follow(double share) { focus_follow_ = share; }
   // Fixed answer text for every chat request (overrides the prompt-driven answer).
   void set_fixed_answer(std::string text) { fixed_answer_ = std::move(text); }
   // Scripted answers (the convert rewrite loop's tests): asked first for every chat request with
@@ -107,6 +112,7 @@ class LoopbackLlmServer {
   std::atomic<bool> stopping_{false};  // ends stalls early so the destructor does not wait them out
   std::string key_;
   int break_every_ = 0;
+  double focus_follow_ = 1.0;
   int mutations_ = 0;
   std::atomic<int> broken_{0}, fixes_{0};
   std::string fixed_answer_;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -106,6 +107,34 @@ void expect_replay_identical(const std::filesystem::path& config, const std::fil
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "program " << a[i][0];
 }
 
+// A first mutation prompt as the model read it: generation, the parent's text, the focus list.
+struct FirstAsk {
+  long generation = 0;
+  std::string parent;
+  std::set<std::string> focus;
+};
+
+std::vector<FirstAsk> first_asks(const LoopbackLlmServer& server) {
+  std::vector<FirstAsk> out;
+  std::set<long> seen;
+  for (const auto& r : server.requests()) {
+    const auto& m = r.body.value("messages", nlohmann::json::array());
+    if (m.empty() || m.size() > 2) continue;  // a retry continues the conversation
+    const std::string user = m.back().value("content", "");
+    const auto head = user.find("# Current program (id ");
+    if (head == std::string::npos) continue;
+    FirstAsk a;
+    a.generation = std::stol(user.substr(user.find("generation ", head) + 11));
+    const auto code = user.find("```", head), code_end = user.find("\n```", code + 3);
+    a.parent = user.substr(code, code_end - code);
+    if (auto at = user.find("Changes of one knob for you to choose from"); at != std::string::npos)
+      for (auto line = user.find('\n', at) + 1; user.compare(line, 2, "- ") == 0; line = user.find('\n', line) + 1)
+        a.focus.insert(user.substr(line + 2, user.find('\n', line) - line - 2));
+    if (seen.insert(a.generation).second) out.push_back(std::move(a));
+  }
+  return out;
+}
+
 TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   LoopbackLlmServer server;
   SlowModel model;
@@ -119,6 +148,23 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   ASSERT_EQ(first.code, 0) << first.output;
   EXPECT_GE(model.most.load(), 2) << "proposals were never in flight together";
   EXPECT_EQ(count(run1 / "evolution.db", "SELECT COUNT(DISTINCT generation) " + kChildren), 10);
+  // Proposals for the same parent text asked blind (generations less than 2 x 4 apart) were given
+  // disjoint changes to choose from (search/sibling_focus.hpp).
+  const auto asks = first_asks(server);
+  EXPECT_GE(asks.size(), 10u);
+  int siblings = 0, focused = 0;
+  for (std::size_t i = 0; i < asks.size(); ++i) {
+    focused += !asks[i].focus.empty();  // none once its whole share is taken
+    for (std::size_t j = 0; j < i; ++j) {
+      if (asks[i].parent != asks[j].parent || std::labs(asks[i].generation - asks[j].generation) >= 8) continue;
+      ++siblings;
+      for (const auto& change : asks[i].focus)
+        EXPECT_FALSE(asks[j].focus.count(change))
+            << change << " in the focus of generations " << asks[j].generation << " and " << asks[i].generation;
+    }
+  }
+  EXPECT_GE(siblings, 3) << "no blind siblings to compare";
+  EXPECT_GE(focused * 2, int(asks.size())) << "most first prompts have a focus";
 
   const std::size_t served = server.request_count();
   expect_replay_identical(config, run1, run2, "5");

@@ -75,6 +75,13 @@ std::string taken_list(const MutationContext& ctx) {
   return trimmed(out);
 }
 
+// The parent's one-knob changes this proposal is to choose from, one "- kName = value" line each.
+std::string focus_list(const MutationContext& ctx) {
+  std::string out;
+  for (const auto& t : ctx.focus_knob_changes) out += "- " + t + "\n";
+  return trimmed(out);
+}
+
 }  // namespace
 
 std::string elide(const std::string& text, std::size_t max_chars) {
@@ -174,6 +181,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
                           : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
       {"taken_knob_changes", taken_list(ctx)},
+      {"focus_knob_changes", focus_list(ctx)},
       {"cross_programs", trimmed(cross)},
       {"top_k", trimmed(top_k)},
       {"inspirations", trimmed(inspirations)},
@@ -219,10 +227,9 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
     std::string patch_file = ctx.patch_type == PatchType::Diff   ? "patch_diff.md"
                              : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                  : "patch_cross.md";
-    std::string taken;
-    for (const auto& t : ctx.taken_knob_changes) taken += "- " + t + "\n";
     llm::PromptVars retry_vars = {{"previous_error", trimmed(ctx.previous_error)},
                                   {"taken_knob_changes", taken_list(ctx)},
+                                  {"focus_knob_changes", focus_list(ctx)},
                                   {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))}};
     req.messages = {{"user", previous->user},
                     {"assistant", previous->answer},

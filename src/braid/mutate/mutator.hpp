@@ -41,6 +41,11 @@ struct MutationContext {
   // asked again, so the prompt names them (each a function of recorded answers, so a replayed
   // run shows the same list).
   std::vector<std::string> taken_knob_changes;
+  // The parent's one-knob changes this proposal is asked to choose from when it changes one knob:
+  // its own share of the parent's changes, disjoint from the shares of the proposals for the same
+  // parent text asked at the same time (search/sibling_focus.hpp), less the taken ones. Empty: no
+  // focus (asked alone, nothing left in its share, or an operator that is not concurrent).
+  std::vector<std::string> focus_knob_changes;
   std::mt19937_64* rng = nullptr;         // never null
 };
 

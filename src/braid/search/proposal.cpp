@@ -135,18 +135,45 @@ void name_change(std::vector<std::string>& named, std::string change) {
   if (std::find(named.begin(), named.end(), change) == named.end()) named.push_back(std::move(change));
 }
 
-std::vector<std::string> taken_knob_changes(const Program& parent,
-                                            const std::function<bool(const std::string& key)>& taken) {
-  std::vector<std::string> out;
+namespace {
+
+// Calls `fn(change, key)` for each one-knob change of `parent` valid under its constraints
+// ("kName = value" and the knob vector it makes), in the knobs' and their domains' order.
+template <class Fn>
+void for_each_one_knob_change(const Program& parent, Fn&& fn) {
   const auto values = parent.knob_values();
   for (const auto& k : parent.knobs())
     for (const auto& v : k.domain) {
       if (v == k.value) continue;
       auto changed = values;
       changed[k.name] = v;
-      if (!parent.violated_constraint(changed) && taken(knob_key_of(changed))) out.push_back(k.name + " = " + v);
+      if (!parent.violated_constraint(changed)) fn(k.name + " = " + v, knob_key_of(changed));
     }
+}
+
+}  // namespace
+
+std::vector<std::string> taken_knob_changes(const Program& parent,
+                                            const std::function<bool(const std::string& key)>& taken) {
+  std::vector<std::string> out;
+  for_each_one_knob_change(parent, [&](std::string change, const std::string& key) {
+    if (taken(key)) out.push_back(std::move(change));
+  });
   return out;
+}
+
+std::vector<std::string> one_knob_changes(const Program& parent) {
+  std::vector<std::string> out;
+  for_each_one_knob_change(parent, [&](std::string change, const std::string&) { out.push_back(std::move(change)); });
+  return out;
+}
+
+void narrow_focus(PreparedProposal& p) {
+  auto& focus = p.ctx.focus_knob_changes;
+  focus.clear();
+  const auto& taken = p.ctx.taken_knob_changes;
+  for (const auto& change : p.focus)
+    if (std::find(taken.begin(), taken.end(), change) == taken.end()) focus.push_back(change);
 }
 
 std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g) {
@@ -243,7 +270,10 @@ void ask(PreparedProposal& p, const ProposalSteps& s) {
       // A one-knob change that broke the program (a braid:require) is named with the taken ones:
       // asked the same again, a model would likely repeat it.
       if (!out.ok() && !out.rejected_text.empty())
-        if (auto change = one_knob_change(*p.parent, out.rejected_text)) name_change(p.ctx.taken_knob_changes, *change);
+        if (auto change = one_knob_change(*p.parent, out.rejected_text)) {
+          name_change(p.ctx.taken_knob_changes, *change);
+          narrow_focus(p);
+        }
     }
     if (error.empty()) {
       Program child = Program::parse(out.text, "candidate");

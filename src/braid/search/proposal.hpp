@@ -2,7 +2,8 @@
 //   prepare (search thread, proposal_builder.cpp): plan, parent, inspirations, copied into a
 //       PreparedProposal at the moment generation g - lag is indexed;
 //   ask (any thread, proposal_pool.hpp): [the first ask: the one-knob changes that the first
-//       answers of generations <= g - sibling_lag brought are named as taken, proposal_builder.hpp]
+//       answers of generations <= g - sibling_lag brought are named as taken, proposal_builder.hpp;
+//       its focus, a share of the parent's changes no sibling asked blind holds, sibling_focus.hpp]
 //       the mutator's answer -> patch applied -> novelty against
 //       the population as it was when prepared (embedding similarity, the judge); patch and
 //       novelty failures are asked again here, 429s wait in the pool uncounted;
@@ -42,6 +43,9 @@ struct PreparedProposal {
   std::vector<ProgramRecord> cross_parents, archive, top_k, failed;
   std::optional<ProgramRecord> best;
   MutationContext ctx;              // points into the members above: never moved once made
+  // The share of the parent's one-knob changes this proposal focuses on (search/sibling_focus.hpp;
+  // empty: none); ctx.focus_knob_changes is it less the taken ones (narrow_focus).
+  std::vector<std::string> focus;
   std::size_t similarity_rows = 0;  // population rows with an embedding when prepared
 
   // Attempts so far.
@@ -113,6 +117,11 @@ ProgramRecord rejected_record(PreparedProposal& p, const ProposalSteps& s);
 // `taken` names: shown in the mutation prompt (MutationContext::taken_knob_changes).
 std::vector<std::string> taken_knob_changes(const Program& parent,
                                             const std::function<bool(const std::string& key)>& taken);
+// Every one-knob change of the parent ("kName = value") valid under its constraints, in the
+// knobs' and their domains' order.
+std::vector<std::string> one_knob_changes(const Program& parent);
+// The prompt's focus: p.focus less the changes the prompt names as taken (call after naming more).
+void narrow_focus(PreparedProposal& p);
 // Adds `change` to a list of named changes unless it is there already (the order is the prompt's).
 void name_change(std::vector<std::string>& named, std::string change);
 

@@ -6,7 +6,9 @@
 namespace braid {
 
 ProposalBuilder::ProposalBuilder(ProposalContext ctx)
-    : ctx_(std::move(ctx)), sibling_lag_(2 * std::int64_t(std::max(1, ctx_.cfg.max_parallel_proposals))) {
+    : ctx_(std::move(ctx)),
+      sibling_lag_(2 * std::int64_t(std::max(1, ctx_.cfg.max_parallel_proposals))),
+      focus_(sibling_lag_) {
   if (ctx_.mutator.remote()) pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
   steps_ = make_steps();
   // The mutator steers away from knob vectors already evaluated or in flight.
@@ -59,6 +61,9 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
                       ctx_.meta_recommendations};
   PreparedProposal& p = *(proposing_[g] = prepare_proposal(src, g));
   if (pool_) {
+    // Its share of the parent's changes, apart from its siblings' (search/sibling_focus.hpp).
+    if (p.parent) p.focus = focus_.assign(g, p.parent_rec.code, one_knob_changes(*p.parent), p.ctx.taken_knob_changes);
+    narrow_focus(p);
     submit_ask(p, true);
     return {};
   }
@@ -98,6 +103,7 @@ void ProposalBuilder::name_sibling_changes(PreparedProposal& p) {
   if (keys.empty()) return;
   for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return keys.count(k) > 0; }))
     name_change(p.ctx.taken_knob_changes, std::move(change));
+  narrow_focus(p);
 }
 
 // A knob-only first answer's vector is taken by the time a later generation settles: by this
@@ -122,10 +128,11 @@ void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string&
     auto named = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
     for (auto& change : p.ctx.taken_knob_changes) name_change(named, std::move(change));
     p.ctx.taken_knob_changes = std::move(named);
-    return;
+  } else {
+    for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
+      name_change(p.ctx.taken_knob_changes, std::move(change));
   }
-  for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
-    name_change(p.ctx.taken_knob_changes, std::move(change));
+  narrow_focus(p);
 }
 
 std::optional<SettledProposal> ProposalBuilder::settle(PreparedProposal& p, bool turn, bool* waits) {

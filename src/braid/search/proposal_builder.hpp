@@ -11,7 +11,9 @@
 // the same population), so generation g's first ask waits for the first answers of the
 // generations up to g - sibling_lag (2 x max_parallel_proposals: by then they have nearly always
 // come) and its prompt names the parent's one-knob changes they brought as taken: a function of
-// answers a replay repeats, whatever their timing.
+// answers a replay repeats, whatever their timing. Siblings closer than that are asked blind, so
+// each prompt also gets its own share of the parent's one-knob changes to choose from, disjoint
+// from theirs (search/sibling_focus.hpp), less the changes it names as taken.
 // Search thread only; ask() runs on the pool's threads through thread-safe ProposalSteps.
 #pragma once
 #include <cstdint>
@@ -32,6 +34,7 @@
 #include "braid/search/proposal_pool.hpp"
 #include "braid/search/selection.hpp"
 #include "braid/search/shared_database.hpp"
+#include "braid/search/sibling_focus.hpp"
 
 namespace braid {
 
@@ -117,6 +120,7 @@ class ProposalBuilder {
   ProposalSteps steps_;
   std::map<std::int64_t, std::string> pending_knob_keys_;  // accepted, not yet indexed: generation -> knob key
   std::int64_t sibling_lag_ = 0;
+  SiblingFocus focus_;  // search thread: generations' shares of their parents' changes
   std::mutex first_mu_;
   std::map<std::int64_t, std::string> first_keys_;  // knob vector of a knob-only first answer, by generation
   std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing_;

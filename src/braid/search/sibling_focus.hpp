@@ -1,0 +1,43 @@
+// Distinct changes for concurrent sibling proposals (issue #25). Proposals for the same parent
+// text whose generations are less than `window` apart (2 x max_parallel_proposals, the builder's
+// sibling lag) are asked blind: neither prompt can name the other's answer. Each is therefore
+// given its own share of the parent's one-knob changes to choose from ("focus"), dealt round
+// robin over min(window, changes) shares, so two such siblings never share a change: generation
+// g takes the first share, counting from g mod shares, that no earlier sibling within the window
+// holds and that has a change not yet taken when g is prepared (else the first it holds not; the
+// least recently held one when every share is held). A function of the generations' parents and
+// what was evaluated when they were prepared, so a replay repeats it whatever the timing of the
+// answers.
+// Search thread only; generations are assigned in increasing order.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+// The changes of share `share` of `shares`: every change whose index is share mod shares.
+std::vector<std::string> focus_share(const std::vector<std::string>& changes, int share, int shares);
+
+class SiblingFocus {
+ public:
+  explicit SiblingFocus(std::int64_t window) : window_(window) {}
+  // Generation g's share of `changes` (the parent's one-knob changes in a fixed order), its
+  // parent text being `parent_code`, `taken` the changes already taken. Empty when the parent
+  // has no change.
+  std::vector<std::string> assign(std::int64_t g, const std::string& parent_code,
+                                  const std::vector<std::string>& changes, const std::vector<std::string>& taken = {});
+  // The share assign() gave generation g (-1: none, or out of the window by now).
+  int share_of(std::int64_t g) const;
+
+ private:
+  struct Held {
+    std::string parent;  // hash of the parent text
+    int share = -1;
+  };
+  std::int64_t window_;
+  std::map<std::int64_t, Held> held_;  // generations within the window of the latest one
+};
+
+}  // namespace braid
