@@ -440,3 +440,32 @@ TEST(AnalyzerFrameworkIdioms, AFunctionObjectsCallOperatorIsFollowedToItsCallers
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads")) << c.source;
 }
+
+// A RAII buffer class with a move constructor and a move assignment (`ptr_(o.ptr_)`,
+// `ptr_ = std::exchange(o.ptr_, nullptr)`: another instance's field, nothing new): its buffers are
+// followed to the allocating constructor alone, and the collectives on them convert. (Kept in a
+// std::vector, its elements would still be constructed out of braid's sight.)
+TEST(AnalyzerFrameworkIdioms, MovableRaiiBuffersAreFollowedToTheirAllocatingConstructor) {
+  const std::string src =
+      "#include <nccl.h>\n#include <utility>\n"
+      "template <typename T> class DeviceBuffer {\n"
+      " public:\n"
+      "  explicit DeviceBuffer(size_t n) : n_(n) { cudaMalloc(&ptr_, n * sizeof(T)); }\n"
+      "  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; }\n"
+      "  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept { ptr_ = std::exchange(o.ptr_, nullptr); return *this; }\n"
+      "  ~DeviceBuffer() { if (ptr_) cudaFree(ptr_); }\n"
+      "  T* data() const { return ptr_; }\n"
+      "  size_t size() const { return n_; }\n"
+      " private:\n"
+      "  T* ptr_ = nullptr;\n"
+      "  size_t n_ = 0;\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  DeviceBuffer<float> shard(1024), full(2048);\n"
+      "  ncclAllGather(shard.data(), full.data(), shard.size(), ncclFloat, comm, s);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ptr_")) << c.source;
+}

@@ -184,16 +184,36 @@ int BufferFlow::hidden_construction(const std::string& cls) const {
   return 0;
 }
 
+// A copy or move constructor or assignment setting `field` from the same field of the instance it
+// is given (`ptr_(o.ptr_)`, `ptr_ = std::exchange(o.ptr_, nullptr)`): the field then holds what
+// some instance's field holds, which adds no allocation of its own (value tokens [b, e)).
+bool BufferFlow::copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const {
+  if (f.name != f.owner && f.name != "operator=") return false;
+  if (e > b + 4 && code_[b].text == "std" && code_[b + 1].text == "::" &&
+      (code_[b + 2].text == "move" || code_[b + 2].text == "exchange") && code_[b + 3].text == "(") {
+    const std::size_t close = match_forward(code_, b + 3, e);
+    std::size_t arg_end = b + 4;
+    while (arg_end < close && code_[arg_end].text != ",") ++arg_end;
+    if (close + 1 != e) return false;
+    b += 4;
+    e = arg_end;
+  }
+  return e == b + 3 && std::find(f.params.begin(), f.params.end(), code_[b].text) != f.params.end() &&
+         (code_[b + 1].text == "." || code_[b + 1].text == "->") && code_[b + 2].text == field;
+}
+
 // The fields a member function writes: its member-initialiser list (from `init_colon`), `field = x;`
-// and `this->field = x;` in its body, and `&field` (written through its address).
+// and `this->field = x;` in its body, and `&field` (written through its address). A copy or move
+// from another instance of the class is not a write of anything new (copies_own_field).
 void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_colon) {
   if (f.owner.empty()) return;
   const std::string key = f.owner + "::";
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
-    member_writes_[key + code_[k].text].push_back(
-        MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+    if (!copies_own_field(f, k + 2, close, code_[k].text))
+      member_writes_[key + code_[k].text].push_back(
+          MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -208,7 +228,8 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     std::size_t e = k + 2;
     while (e < f.body_close && code_[e].text != ";")
       e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
-    member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
+    if (!copies_own_field(f, k + 2, e, t.text))
+      member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
 
