@@ -158,7 +158,8 @@ class BufferFlow {
   // The line where `cls` is a template argument that constructs it out of braid's sight
   // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`); 0 when there is none.
   int hidden_construction(const std::string& cls) const;
-bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;
+  // A copy or move of another instance's same field (buffer_flow_members.cpp): no write of its own.
+  bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
   std::string owner_of(const std::string& function) const;
