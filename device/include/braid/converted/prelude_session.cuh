@@ -255,21 +255,21 @@ inline void register_window(Allocation& a) {
 inline void register_pending() {
   State& s = state();
   if (!kOneThreadDrivesRanks || s.group_depth > 0 || s.nccl_group_open || s.bound.empty()) return;
-  std::vector<std::vector<size_t>> todo(s.bound.size());
+  std::vector<std::vector<size_t>> unregistered(s.bound.size());
   bool any = false;
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     const Allocation& a = s.allocations[i];
     if (a.win != nullptr || a.external) continue;
     size_t k = 0;
     for (const Binding& b : s.bound) {
-      if (b.device == a.device) todo[k].push_back(i), any = true;
+      if (b.device == a.device) unregistered[k].push_back(i), any = true;
       ++k;
     }
   }
   if (!any) return;
-  for (const std::vector<size_t>& t : todo) {
-    bool same = t.size() == todo[0].size();
-    for (size_t j = 0; same && j < t.size(); ++j) same = s.allocations[t[j]].bytes == s.allocations[todo[0][j]].bytes;
+  for (const std::vector<size_t>& t : unregistered) {
+    bool same = t.size() == unregistered[0].size();
+    for (size_t j = 0; same && j < t.size(); ++j) same = s.allocations[t[j]].bytes == s.allocations[unregistered[0][j]].bytes;
     if (!same) {
       if (s.warned.insert(-1).second)
         std::fprintf(stderr, "braid_converted: the GPUs of this process made different symmetric allocations; the later ones stay plain memory (host NCCL)\n");
@@ -279,13 +279,13 @@ inline void register_pending() {
   BRAID_NCCL(ncclGroupStart());
   size_t k = 0;
   for (const Binding& b : s.bound) {
-    for (size_t i : todo[k]) BRAID_NCCL(ncclCommWindowRegister(b.comm, s.allocations[i].base, s.allocations[i].bytes, &s.allocations[i].win, NCCL_WIN_COLL_SYMMETRIC));
+    for (size_t i : unregistered[k]) BRAID_NCCL(ncclCommWindowRegister(b.comm, s.allocations[i].base, s.allocations[i].bytes, &s.allocations[i].win, NCCL_WIN_COLL_SYMMETRIC));
     ++k;
   }
   BRAID_NCCL(ncclGroupEnd());
   k = 0;
   for (Binding& b : s.bound) {
-    for (size_t i : todo[k]) publish_window(b, s.allocations[i]);
+    for (size_t i : unregistered[k]) publish_window(b, s.allocations[i]);
     ++k;
   }
 }
