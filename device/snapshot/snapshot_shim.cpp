@@ -13,6 +13,9 @@
 //     addresses <index>                          buffer <index> is a table of device addresses:
 //                                                <index>.addr says what each word points to
 //     end                                        the process reached exit()
+// With BRAID_SNAPSHOT_PER_DEVICE=1 (several ranks in one process) indices count per GPU,
+// <device> * 100000 + <order on that device>: threads of a rank per GPU allocate in an order that
+// varies from run to run, each GPU's own order does not.
 // Each new allocation is zero-filled (on its stream for cudaMallocAsync; BRAID_SNAPSHOT_FILL=0
 // turns this off), so a program that reads memory it never wrote reads the same on both sides.
 // The rank is BRAID_RANK, else OMPI_COMM_WORLD_RANK, else PMI_RANK, else 0.
@@ -63,6 +66,8 @@ struct Shim {
   std::map<std::uintptr_t, Live> live;   // base address -> allocation
   std::map<std::uintptr_t, Live> known;  // every allocation made, freed or not (a table may outlive its targets)
   std::size_t next_index = 0;
+  bool per_device = false;                    // BRAID_SNAPSHOT_PER_DEVICE
+  std::map<int, std::size_t> next_on_device;  // per_device: the next index of each GPU
   std::size_t written_bytes = 0;
   std::size_t budget = (std::size_t)1 << 32;  // BRAID_SNAPSHOT_MAX_BYTES; beyond it buffers are `skipped`
   std::string dir;                            // $BRAID_SNAPSHOT_DIR/rank<r>; empty: disabled
@@ -238,6 +243,16 @@ long long take_request() {
   return request;
 }
 
+// The index of the allocation being recorded (the current device's, with per_device).
+std::size_t next_index(Shim& s) {
+  if (!s.per_device) return s.next_index++;
+  using GetDev = cudaError_t (*)(int*);
+  static auto get_device = any<GetDev>("cudaGetDevice");
+  int dev = 0;
+  if (get_device != nullptr && get_device(&dev) != cudaSuccess) dev = 0;
+  return (std::size_t)dev * 100000 + s.next_on_device[dev]++;
+}
+
 void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long long request,
                        cudaStream_t stream = nullptr) {
   if (ptr == nullptr || request < 0) return;
@@ -257,7 +272,7 @@ void record_allocation(void* ptr, std::size_t bytes, const char* allocator, long
     s.exit_hook = true;
     std::atexit(at_exit);
   }
-  const Live a{s.next_index++, request > 0 ? (std::size_t)request : bytes, allocator};
+  const Live a{next_index(s), request > 0 ? (std::size_t)request : bytes, allocator};
   s.live[reinterpret_cast<std::uintptr_t>(ptr)] = a;
   s.known[reinterpret_cast<std::uintptr_t>(ptr)] = a;
 }
@@ -304,6 +319,7 @@ __attribute__((constructor)) void start() {
   ::mkdir(s.dir.c_str(), 0755);
   if (const char* b = std::getenv("BRAID_SNAPSHOT_MAX_BYTES")) s.budget = std::strtoull(b, nullptr, 10);
   if (const char* f = std::getenv("BRAID_SNAPSHOT_FILL")) s.fill = std::strcmp(f, "0") != 0;
+  if (const char* d = std::getenv("BRAID_SNAPSHOT_PER_DEVICE")) s.per_device = std::strcmp(d, "1") == 0;
   std::atexit(at_exit_end);
 }
 

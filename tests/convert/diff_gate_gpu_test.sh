@@ -5,7 +5,9 @@
 # min(GPUs, 2) local ranks, and, where mpirun and an MPI compiler wrapper exist, mpi_dp_grads.cu
 # under mpirun; with 2 GPUs or more, the programs where one thread drives every GPU of one process
 # (single_process_init_all.cu: ncclCommInitAll; single_thread_group_init_fp16.cu: creations in one
-# group, a send/recv ring). Each must pass with every buffer compared and matching.
+# group, a send/recv ring) and where a thread per GPU is a rank (thread_per_gpu_ranks.cu: std::thread;
+# pthread_per_gpu_fp16_ring.cu: pthreads, fp16, a ring, main frees after the join). Each must pass
+# with every buffer compared and matching.
 # Usage: diff_gate_gpu_test.sh <braid binary>. Skips (77) without a GPU.
 set -uo pipefail
 braid=$1
@@ -52,7 +54,9 @@ fi
 if [ "$gpus" -ge 2 ]; then
   gate single_process_init_all.cu local
   gate single_thread_group_init_fp16.cu local
+  gate thread_per_gpu_ranks.cu local
+  gate pthread_per_gpu_fp16_ring.cu local
 else
-  echo "single_process_init_all.cu, single_thread_group_init_fp16.cu: SKIPPED (one thread driving several GPUs needs 2)"
+  echo "single_process_init_all.cu, single_thread_group_init_fp16.cu, thread_per_gpu_ranks.cu, pthread_per_gpu_fp16_ring.cu: SKIPPED (several GPUs of one process need 2)"
 fi
 exit $failed

@@ -2,6 +2,7 @@
 // program through the builder's content-addressed cache in the build folder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -78,17 +79,24 @@ TEST(PreludeHeader, CompilesWithNvcc) {
   r = compile_only(braid::read_file(path), work / "one-thread", "prelude_header", path.parent_path(),
                    {"-O0", "-std=c++20", "--expt-relaxed-constexpr", "-DBRAID_ONE_THREAD_DRIVES_RANKS=true"});
   EXPECT_TRUE(r.ok) << r.error;
+  // A rank per thread: a state per thread, buffers crossing threads under the registry's lock.
+  r = compile_only(braid::read_file(path), work / "rank-per-thread", "prelude_header", path.parent_path(),
+                   {"-O0", "-std=c++20", "--expt-relaxed-constexpr", "-DBRAID_RANK_PER_THREAD=true"});
+  EXPECT_TRUE(r.ok) << r.error;
 }
 
 TEST(PreludeHeader, IsTheInsertedText) {
   const auto dir = std::filesystem::path(BRAID_SOURCE_DIR) / "device/include/braid/converted";
   const std::string preamble =
-      "\nnamespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = false; }\n\n";
+      "\nnamespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = false; "
+      "constexpr bool kRankPerThread = false; }\n\n";
   const std::string prelude = with_parts_inlined(dir);
   EXPECT_EQ(converted_prelude(3, false), preamble + prelude);
   EXPECT_EQ(converted_prelude(3, true), preamble + prelude + "\n" + braid::read_file(dir / "prelude_harness.cuh"));
   EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1;", 0), 0u);
-  EXPECT_NE(converted_prelude(3, false, true).find("constexpr bool kOneThreadDrivesRanks = true; }"), std::string::npos);
+  EXPECT_NE(converted_prelude(3, false, RanksInProcess::OneThreadDrivesAll).find("kOneThreadDrivesRanks = true; "),
+            std::string::npos);
+  EXPECT_NE(converted_prelude(3, false, RanksInProcess::ThreadPerRank).find("kRankPerThread = true; }"), std::string::npos);
 }
 
 // prelude.cuh is split by concern into parts it includes; the inserted text is self-contained:
@@ -118,8 +126,9 @@ INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,
                                            "loop_reduce_scatter", "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
 
 // Programs written the way ML engineers write them (tests/convert/corpus_user, listed in
-// docs/run.md): each converts by rules (the thread-per-GPU one stays untouched, and compiles as it
-// is), and the result compiles with nvcc with the program's own flags (MPI's found through mpicxx).
+// docs/run.md): each converts by rules (those left untouched compile as they are), and the result
+// compiles with nvcc with the program's own flags (MPI's found through mpicxx) as `braid convert`
+// builds it (C++17 when braid's C++20 default fails and the program names no standard).
 namespace {
 
 class UserProgramCompiles : public ::testing::TestWithParam<std::pair<std::string, int>> {};
@@ -154,12 +163,11 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
   } catch (const braid::UserError& e) {
     GTEST_SKIP() << e.what();  // no MPI here
   }
-  std::vector<std::string> f = {"-O0", "-std=c++20", "--expt-relaxed-constexpr"};
-  for (const auto& d : flags.defines) f.push_back("-D" + d);
-  for (const auto& i : flags.includes) f.push_back("-I" + i);
-  f.insert(f.end(), flags.extra.begin(), flags.extra.end());
+  flags.extra.insert(flags.extra.begin(), "-O0");  // braid's other defaults, as `braid convert` builds it
   const auto work = std::filesystem::current_path() / "convert-nvcc-user" / name;
-  braid::BuildResult r = compile_only(c.converted_calls > 0 ? c.source : src, work, "converted", path.parent_path(), f);
+  std::string note;
+  braid::BuildResult r =
+      compile_user_program(c.converted_calls > 0 ? c.source : src, work, "converted", path.parent_path(), flags, &note);
   EXPECT_TRUE(r.ok) << r.error;
 }
 
@@ -188,7 +196,8 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"zero1_bucket_shards", 2},
                                            std::pair<std::string, int>{"graph_captured_tp_decode", 1},
                                            std::pair<std::string, int>{"alloc_helpers_member_dp", 3},
-                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 0},
+                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 1},
+                                           std::pair<std::string, int>{"pthread_per_gpu_fp16_ring", 4},
                                            std::pair<std::string, int>{"communicator_class_members", 2},
                                            std::pair<std::string, int>{"macro_wrapped_collectives", 3},
                                            std::pair<std::string, int>{"trainer_initlist_comm", 2},
@@ -236,3 +245,24 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"dp_attention_graphs_per_bs", 3},
                                            std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1}),
                          [](const auto& info) { return info.param.first; });
+
+// A program that is C++17 and not C++20 (a u8 literal is char8_t in C++20) builds as C++17 when it
+// names no standard, and `flags` keep that for later builds; a standard the user names is kept and
+// its failure reported as such.
+TEST(CompileUserProgram, FallsBackToCxx17OnlyWhenNoStandardIsNamed) {
+  if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc";
+  const std::string src = "const char* greeting = u8\"hello\";\nint main() { return greeting[0] == 'h' ? 0 : 1; }\n";
+  const auto work = std::filesystem::current_path() / "convert-nvcc-user" / "cxx17_only";
+  BuildFlags flags;
+  std::string note;
+  braid::BuildResult r = compile_user_program(src, work, "p", {}, flags, &note);
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_NE(note.find("built as C++17"), std::string::npos) << note;
+  EXPECT_NE(std::find(flags.extra.begin(), flags.extra.end(), "-std=c++17"), flags.extra.end());
+  BuildFlags named;
+  named.extra = {"-std=c++20"};
+  std::string none;
+  EXPECT_FALSE(compile_user_program(src, work / "named", "p", {}, named, &none).ok);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(named.extra, std::vector<std::string>{"-std=c++20"});
+}

@@ -4,10 +4,13 @@
 // instantiated, plain and with an annotated Site.
 #include "braid/harness.cuh"
 
-#ifndef BRAID_ONE_THREAD_DRIVES_RANKS  // compiled both ways (nvcc_compile_test.cpp)
+#ifndef BRAID_ONE_THREAD_DRIVES_RANKS  // compiled three ways (nvcc_compile_test.cpp)
 #define BRAID_ONE_THREAD_DRIVES_RANKS false
 #endif
-namespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = BRAID_ONE_THREAD_DRIVES_RANKS; }
+#ifndef BRAID_RANK_PER_THREAD
+#define BRAID_RANK_PER_THREAD false
+#endif
+namespace braid_converted { constexpr int kCallSites = 3; constexpr bool kOneThreadDrivesRanks = BRAID_ONE_THREAD_DRIVES_RANKS; constexpr bool kRankPerThread = BRAID_RANK_PER_THREAD; }
 #include "braid/converted/prelude.cuh"
 #include "braid/converted/prelude_harness.cuh"
 

@@ -43,7 +43,7 @@ TEST(Transform, EveryCorpusProgramConvertsCompletely) {
     EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&"));
     EXPECT_TRUE(contains(c.source, "braid_converted::comm_destroy(comm)"));
     EXPECT_TRUE(contains(c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) +
-                                       "; constexpr bool kOneThreadDrivesRanks = false; }"));
+                                       "; constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false; }"));
     EXPECT_FALSE(contains(c.source, "BRAID_NCCL(ncclAllReduce(") || contains(c.source, "BRAID_NCCL(ncclAllGather("));
     // Annotations stay for the gate.
     EXPECT_TRUE(contains(c.source, "// braid:input"));
@@ -147,8 +147,9 @@ TEST(Transform, OneThreadDrivingEveryGpuConverts) {
   EXPECT_TRUE(contains(conversion_to_text(c), "opens the NCCL group"));
 }
 
-// A thread per GPU (each creating its own communicator) is still left untouched.
-TEST(Transform, AThreadPerGpuIsLeftUntouched) {
+// A thread per GPU given buffers the main thread made: the thread's function is started with
+// arguments braid does not follow, so the call stays host NCCL with that reason (on every rank).
+TEST(Transform, AThreadPerGpuGivenMainsBuffersKeepsThemOnHost) {
   const std::string src =
       "#include <nccl.h>\n#include <thread>\n"
       "void worker(int r, ncclUniqueId id, float* x) {\n"
@@ -164,8 +165,8 @@ TEST(Transform, AThreadPerGpuIsLeftUntouched) {
   Conversion c = transform(analyze("threads.cu", src), src);
   EXPECT_EQ(c.converted_calls, 0);
   EXPECT_EQ(c.source, src);
-  ASSERT_FALSE(c.left.empty());
-  EXPECT_TRUE(contains(c.left[0].reason, "a rank per thread")) << c.left[0].reason;
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "`x` is a parameter of worker()")) << c.left[0].reason;
 }
 
 TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {
@@ -332,9 +333,10 @@ TEST(Transform, BuffersFromReturningAllocationHelpers) {
   EXPECT_TRUE(contains(c.left[0].reason, "scratch() is called under a condition")) << c.left[0].reason;
 }
 
-// One process, a rank per thread: the converted runtime's state is per process, so the file is
-// left untouched with the reason, whichever way the thread is started.
-TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
+// One process, a rank per thread (each thread makes its communicator and every NCCL call of its
+// rank): converted, whichever way the thread is started, with a runtime state per thread
+// (kRankPerThread).
+TEST(Transform, ARankPerThreadConverts) {
   const std::string worker =
       "#include <nccl.h>\n"
       "void worker(int r, int n, ncclUniqueId id) {\n"
@@ -348,14 +350,15 @@ TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
       "int main() { std::thread t(worker, 0, 1, id); t.join(); }\n",
       "void* entry(void* a) { worker(0, 1, id); return nullptr; }\n"
       "int main() { pthread_t t; pthread_create(&t, nullptr, entry, nullptr); }\n",
-      "int main() {\n#pragma omp parallel num_threads(4)\n  worker(omp_get_thread_num(), 4, id);\n}\n"};
+      "int main() {\n#pragma omp parallel num_threads(4)\n  worker(omp_get_thread_num(), 4, id);\n}\n",
+      "int main() {\n#pragma omp parallel num_threads(4)\n  {\n    int r = omp_get_thread_num();\n    worker(r, 4, id);\n  }\n}\n"};
   for (const std::string& start : starts) {
     const std::string src = worker + start;
     Conversion c = transform(analyze("p.cu", src), src);
-    EXPECT_EQ(c.converted_calls, 0) << start;
-    EXPECT_EQ(c.source, src);
-    ASSERT_FALSE(c.left.empty());
-    EXPECT_TRUE(contains(c.left[0].reason, "several ranks in one process")) << c.left[0].reason;
+    EXPECT_EQ(c.converted_calls, 1) << start << conversion_to_text(c);
+    EXPECT_TRUE(contains(c.source, "constexpr bool kRankPerThread = true;")) << start;
+    EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&comm, n, id, r)")) << start;
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&b, 4096)")) << start;
   }
   // A lambda thread that creates the communicator.
   const std::string lambda =
@@ -370,7 +373,8 @@ TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
       "  });\n"
       "}\n";
   Conversion c = transform(analyze("p.cu", lambda), lambda);
-  EXPECT_EQ(c.converted_calls, 0);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "constexpr bool kRankPerThread = true;"));
   // A helper thread that does not create a communicator changes nothing.
   const std::string loader =
       "#include <nccl.h>\n"
@@ -384,6 +388,48 @@ TEST(Transform, ARankPerThreadLeavesTheFileUntouched) {
       "}\n";
   Conversion d = transform(analyze("p.cu", loader), loader);
   EXPECT_EQ(d.converted_calls, 1) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.source, "constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false;"));
+}
+
+// Threads that share communicators are left untouched with the reason: a communicator made in a
+// thread but used outside it, and nccl-tests' `-t` shape (one thread makes every GPU's
+// communicator, a thread per GPU then drives each).
+TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
+  const std::string made_in_thread =
+      "#include <nccl.h>\n"
+      "ncclComm_t comms[2]; float* b[2];\n"
+      "void init(int r, ncclUniqueId id) { cudaSetDevice(r); ncclCommInitRank(&comms[r], 2, id, r); }\n"
+      "int main() {\n"
+      "  std::vector<std::thread> ts;\n"
+      "  for (int r = 0; r < 2; ++r) ts.emplace_back(init, r, id);\n"
+      "  for (auto& t : ts) t.join();\n"
+      "  for (int r = 0; r < 2; ++r) cudaMalloc(&b[r], 4096);\n"
+      "  ncclGroupStart();\n"
+      "  for (int r = 0; r < 2; ++r) ncclAllReduce(b[r], b[r], 1024, ncclFloat, ncclSum, comms[r], 0);\n"
+      "  ncclGroupEnd();\n"
+      "}\n";
+  Conversion c = transform(analyze("p.cu", made_in_thread), made_in_thread);
+  EXPECT_EQ(c.converted_calls, 0);
+  EXPECT_EQ(c.source, made_in_thread);
+  ASSERT_FALSE(c.left.empty());
+  EXPECT_TRUE(contains(c.left[0].reason, "outside the threads")) << c.left[0].reason;
+  const std::string driven_by_threads =
+      "#include <nccl.h>\n"
+      "ncclComm_t comms[2]; float* b[2];\n"
+      "void run(int r) { cudaSetDevice(r); ncclAllReduce(b[r], b[r], 1024, ncclFloat, ncclSum, comms[r], 0); }\n"
+      "int main() {\n"
+      "  ncclGroupStart();\n"
+      "  for (int r = 0; r < 2; ++r) { cudaSetDevice(r); cudaMalloc(&b[r], 4096); ncclCommInitRank(&comms[r], 2, id, r); }\n"
+      "  ncclGroupEnd();\n"
+      "  std::vector<std::thread> ts;\n"
+      "  for (int r = 0; r < 2; ++r) ts.emplace_back(run, r);\n"
+      "  for (auto& t : ts) t.join();\n"
+      "}\n";
+  Conversion d = transform(analyze("p.cu", driven_by_threads), driven_by_threads);
+  EXPECT_EQ(d.converted_calls, 0);
+  EXPECT_EQ(d.source, driven_by_threads);
+  ASSERT_FALSE(d.left.empty());
+  EXPECT_TRUE(contains(d.left[0].reason, "shared between threads")) << d.left[0].reason;
 }
 
 // A communicator class: member functions name the field bare (`comm`); it is the communicator

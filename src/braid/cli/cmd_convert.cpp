@@ -65,14 +65,16 @@ int do_convert(const ConvertArgs& o) {
                     fmt::format("no NCCL call can be converted by rules ({} found, reasons above); nothing written",
                                 conversion.nccl_calls));
   }
-  const BuildFlags flags = resolve_build_flags(o.input.string(), source, user);
+  BuildFlags flags = resolve_build_flags(o.input.string(), source, user);
   const std::filesystem::path work = o.work_dir.empty() ? output.parent_path() / (output.filename().string() + ".work")
                                                         : std::filesystem::absolute(o.work_dir);
   json summary = conversion_to_json(conversion);
   std::string status = "unchecked";
   if (!o.no_build) {
-    const BuildResult br = compile_only(conversion.source, work / "compile", "converted",
-                                        std::filesystem::absolute(o.input).parent_path(), flags.compile_flags());
+    std::string note;
+    const BuildResult br = compile_user_program(conversion.source, work / "compile", "converted",
+                                                std::filesystem::absolute(o.input).parent_path(), flags, &note);
+    if (!note.empty()) std::fprintf(stderr, "braid: %s: %s\n", o.input.string().c_str(), note.c_str());
     if (!br.ok) {
       std::fflush(stdout);  // the plan printed so far comes first when both go to one pipe
       std::fprintf(stderr, "braid: %s: the converted program does not compile; nothing written:\n%s\n",

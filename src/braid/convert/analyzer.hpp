@@ -175,6 +175,8 @@ struct Analysis {
   std::string single_process_why;         // how the file does it, for the reason of every call
   bool one_thread_drives_ranks = false;   // of those, one thread drives every rank (ncclCommInitAll, a group
                                           // or loop of creations), not a thread per rank
+  bool rank_per_thread = false;           // of those, a thread per rank, every rank's NCCL calls made in its
+                                          // thread (each thread's runtime state is its own)
   bool uses_harness = false;              // harness_main(...) with a Candidate
   std::vector<InlinedHeader> inlined;     // headers written into the analysed text (SourceContext)
 

@@ -1,6 +1,6 @@
 // The analyzer's passes on communicators (analyzer_passes.hpp): their creations and modes
 // (blocking or not, inherited through splits), the communicator a member function names, and
-// programs that run several ranks in one process.
+// programs that run several ranks in one process (one thread driving every GPU, or a thread per rank).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,26 +104,60 @@ void match_member_communicators(Analysis& a) {
   }
 }
 
-void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
-                           const TokenIndex& token_at, Analysis& a) {
-  // Creations in a loop may still run in threads (nccl-tests' `-t`): a rank per thread wins.
-  if ((a.single_process_multi_gpu && !a.one_thread_drives_ranks) || a.comm_inits.empty()) return;
-  for (const Token& t : all)
-    if (t.kind == TokenKind::Preprocessor && t.text.find("pragma") != std::string::npos &&
-        t.text.find("omp") != std::string::npos && t.text.find("parallel") != std::string::npos) {
-      a.single_process_multi_gpu = true;
-      a.one_thread_drives_ranks = false;
-      a.single_process_why =
-          fmt::format("creates a communicator and runs `#pragma omp parallel` (line {}): a rank per thread", t.line);
-      return;
-    }
-  // Thread entries: the first argument of a thread's construction, a function name or a lambda.
+namespace {
+
+// The code threads run: functions named as a thread's entry (std::thread/jthread, emplace_back into
+// a vector of threads, pthread_create, std::async) or called from a body threads run, and those
+// bodies (a lambda given to a thread, the statement under `#pragma omp parallel`).
+struct ThreadCode {
   std::set<std::string> entries;
-  std::vector<std::pair<std::size_t, std::size_t>> lambda_bodies;
-  const bool has_threads = std::any_of(toks.begin(), toks.end(), [](const Token& t) {
-    return t.text == "thread" || t.text == "jthread" || t.text == "pthread_create" || t.text == "async";
-  });
-  if (!has_threads) return;
+  std::vector<std::pair<std::size_t, std::size_t>> bodies;  // token ranges [begin, end]
+  bool unparsed_omp = false;                                // an omp region whose statement was not found
+  int omp_line = 0;
+
+  bool empty() const { return entries.empty() && bodies.empty() && !unparsed_omp; }
+  // Where a thread runs the token at `at` from: "worker()", "a lambda", "an OpenMP region"; empty
+  // when no thread does.
+  std::string runs(std::size_t at, const BufferFlow& flow, const std::vector<Token>& toks) const {
+    for (const auto& [b, e] : bodies)
+      if (at > b && at < e)
+        return b > 0 && toks[b - 1].kind == TokenKind::Preprocessor ? "an OpenMP region" : "a lambda";
+    const std::string via = flow.callers_reach(flow.function_at(at), entries);
+    return via.empty() ? "" : via + "()";
+  }
+};
+
+// The statement that starts at token k: a block, a loop or `if` with its body, or up to `;`.
+std::size_t statement_end(const std::vector<Token>& toks, std::size_t k) {
+  if (k >= toks.size()) return k;
+  if (toks[k].text == "{") return matching(toks, k);
+  if ((toks[k].text == "for" || toks[k].text == "while" || toks[k].text == "if") && k + 1 < toks.size() &&
+      toks[k + 1].text == "(")
+    return statement_end(toks, matching(toks, k + 1) + 1);
+  while (k < toks.size() && toks[k].text != ";") {
+    if (toks[k].text == "(" || toks[k].text == "[" || toks[k].text == "{") k = matching(toks, k);
+    ++k;
+  }
+  return k;
+}
+
+ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<Token>& all) {
+  ThreadCode tc;
+  for (const Token& t : all) {
+    if (t.kind != TokenKind::Preprocessor || t.text.find("pragma") == std::string::npos ||
+        t.text.find("omp") == std::string::npos || t.text.find("parallel") == std::string::npos)
+      continue;
+    // The region is the statement on the lines after the pragma (its first token in `toks`).
+    const auto first = std::find_if(toks.begin(), toks.end(), [&](const Token& x) { return x.line > t.line; });
+    if (first == toks.end()) {
+      tc.unparsed_omp = true, tc.omp_line = t.line;
+      continue;
+    }
+    const std::size_t b = (std::size_t)(first - toks.begin());
+    // Stored as starting one before its first token, so `runs` sees the region begin there.
+    tc.bodies.emplace_back(b == 0 ? 0 : b - 1, statement_end(toks, b));
+    tc.omp_line = t.line;
+  }
   for (std::size_t k = 0; k + 2 < toks.size(); ++k) {
     const std::string& x = toks[k].text;
     std::size_t open = 0;
@@ -157,24 +191,75 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     if (toks[at].text == "[") {  // a lambda: its body
       std::size_t b = matching(toks, at) + 1;
       while (b < close && toks[b].text != "{") ++b;
-      if (b < close) lambda_bodies.emplace_back(b, matching(toks, b));
+      if (b < close) tc.bodies.emplace_back(b, matching(toks, b));
     } else if (toks[at].kind == TokenKind::Identifier && toks[at + 1].text != "(") {
-      entries.insert(toks[at].text);
+      tc.entries.insert(toks[at].text);
     }
   }
-  for (const CommInit& ci : a.comm_inits) {
-    auto tok = token_at.find(a.calls[ci.call].call_begin);
-    if (tok == token_at.end()) continue;
-    const bool in_lambda = std::any_of(lambda_bodies.begin(), lambda_bodies.end(),
-                                       [&](const auto& r) { return tok->second > r.first && tok->second < r.second; });
-    const std::string runs_in = flow.callers_reach(flow.function_at(tok->second), entries);
-    if (!in_lambda && runs_in.empty()) continue;
+  // What those bodies call runs in the threads too.
+  for (const auto& [b, e] : tc.bodies)
+    for (std::size_t k = b + 1; k + 1 < e && k + 1 < toks.size(); ++k)
+      if (toks[k].kind == TokenKind::Identifier && toks[k + 1].text == "(") tc.entries.insert(toks[k].text);
+  return tc;
+}
+
+// A call on a communicator that one rank's thread must make itself: data movement, groups,
+// windows and creations. Destruction, queries and unique ids may come from any thread (the
+// runtime finds a thread's binding from any thread).
+bool rank_thread_call(const Call& c) {
+  return nccl_signature(c.name) != nullptr || c.name == "ncclGroupStart" || c.name == "ncclGroupEnd" ||
+         c.name == "ncclCommWindowRegister" || creates_by_rank(c.name) || c.name == "ncclCommInitAll" ||
+         c.name == "ncclCommSplit";
+}
+
+}  // namespace
+
+void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
+                           const TokenIndex& token_at, Analysis& a) {
+  if ((a.single_process_multi_gpu && !a.one_thread_drives_ranks) || a.comm_inits.empty()) return;
+  const ThreadCode tc = find_thread_code(toks, all);
+  if (tc.empty()) return;
+  auto runs_in = [&](const Call& c) {
+    auto tok = token_at.find(c.call_begin);
+    return tok == token_at.end() ? std::string() : tc.runs(tok->second, flow, toks);
+  };
+  const auto left = [&](std::string why) {
     a.single_process_multi_gpu = true;
-    a.one_thread_drives_ranks = false;
-    a.single_process_why = fmt::format("creates a communicator (line {}) in {} that a thread runs: a rank per thread",
-                                       a.calls[ci.call].line, in_lambda ? std::string("a lambda") : runs_in + "()");
-    return;
+    a.one_thread_drives_ranks = a.rank_per_thread = false;
+    a.single_process_why = std::move(why);
+  };
+  if (tc.unparsed_omp)
+    return left(
+        fmt::format("runs `#pragma omp parallel` (line {}) with no statement braid can find after it", tc.omp_line));
+  const CommInit* threaded = nullptr;
+  for (const CommInit& ci : a.comm_inits)
+    if (threaded == nullptr && !runs_in(a.calls[ci.call]).empty()) threaded = &ci;
+  const Call* outside = nullptr;  // the first call a rank's thread must make that runs outside the threads
+  const Call* inside = nullptr;   // the first such call inside them
+  for (const Call& c : a.calls) {
+    if (c.kind != CallKind::Nccl || !rank_thread_call(c)) continue;
+    const Call*& first = runs_in(c).empty() ? outside : inside;
+    if (first == nullptr) first = &c;
   }
+  if (threaded == nullptr) {
+    // Communicators made outside the threads: only a problem when the threads call NCCL on them
+    // (nccl-tests' `-t`: one thread makes every GPU's communicator, a thread per GPU drives each).
+    if (inside == nullptr || !a.one_thread_drives_ranks) return;
+    return left(
+        fmt::format("creates its communicators in one thread (line {}) and calls {} (line {}) in {}, which "
+                    "threads run: the communicators are shared between threads",
+                    a.calls[a.comm_inits.front().call].line, inside->name, inside->line, runs_in(*inside)));
+  }
+  const std::string where = runs_in(a.calls[threaded->call]);
+  if (outside != nullptr)
+    return left(
+        fmt::format("creates a communicator (line {}) in {}, which threads run, and calls {} (line {}) "
+                    "outside the threads",
+                    a.calls[threaded->call].line, where, outside->name, outside->line));
+  a.single_process_multi_gpu = a.rank_per_thread = true;
+  a.one_thread_drives_ranks = false;
+  a.single_process_why = fmt::format("creates a communicator (line {}) in {}, which threads run: a rank per thread",
+                                     a.calls[threaded->call].line, where);
 }
 
 }  // namespace braid::convert

@@ -168,7 +168,9 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
 void match_member_communicators(Analysis& a);
 // Several ranks in one process through threads: a communicator created in a function (or lambda)
 // that a thread runs (std::thread/jthread, emplace_back into threads, pthread_create, std::async),
-// or under `#pragma omp parallel`. The converted runtime's state is per process.
+// or under `#pragma omp parallel`. A rank per thread converts (Analysis::rank_per_thread) when every
+// creation, group, window registration and data movement runs in the threads; otherwise, and when
+// threads call NCCL on communicators one thread made for every GPU, the file is left untouched.
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
                            const TokenIndex& token_at, Analysis& a);
 // NCCL collectives named without a call (taken by address, through a function pointer).

@@ -378,7 +378,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         // not an alias, the variable itself is the allocation's path.
         const std::string init = join(code_, k + 2, e);
         if (init != "nullptr" && init != "NULL" && init != "0")
-          aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&"});
+          aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&", prev.text == "*"});
       } else if (const std::string owned = smart_initialiser(k, f.body_close); !owned.empty()) {
         aliases_[f.name].push_back(Alias{t.text, owned, k, block_end[k], false});
       } else if (declared && code_[k + 1].text == ":" && k >= 3) {  // for (auto& b : container)
@@ -417,44 +417,6 @@ const BufferFlow::Alias* BufferFlow::nearest_alias(const std::string& function, 
   for (const Alias& al : it->second)
     if (al.name == root && al.token < at && at <= al.scope_end && (!best || al.token > best->token)) best = &al;
   return best;
-}
-
-std::string BufferFlow::target_path(const std::string& path, const std::string& function, std::size_t at) const {
-  std::string p = path, fn = function;
-  for (int guard = 0; guard < 8 && !p.empty(); ++guard) {
-    const auto [root, rest] = split_root(p);
-    const Alias* al = nearest_alias(fn, root, at);
-    const FunctionDef* f = function_named(fn);
-    if (!al && f && !f->enclosing.empty() && std::find(f->params.begin(), f->params.end(), root) == f->params.end()) {
-      fn = f->enclosing;  // a lambda's capture
-      continue;
-    }
-    if (!al && f && !rest.empty()) {  // `cudaMalloc(&l->out, ..)` in a helper given `&layer`: `layer.out`
-      const std::string through = through_struct_pointer(*f, root);
-      if (through.empty()) return p;
-      const CallSite& c = calls_.at(fn).front();
-      p = through + rest, fn = c.caller, at = c.token;
-      continue;
-    }
-    if (!al || !al->reference) return p;
-    std::string base = access_path(al->init, false);
-    if (base.empty()) {  // `auto& s = mpu();`: the one path the accessor returns a reference to
-      const FunctionDef* helper = returning_helper(al->init);
-      const std::vector<std::size_t> returns = helper ? return_statements(*helper) : std::vector<std::size_t>{};
-      if (returns.size() != 1) return p;
-      std::size_t e = returns[0] + 1;
-      while (e < helper->body_close && code_[e].text != ";") ++e;
-      base = access_path(join(code_, returns[0] + 1, e), false);
-      if (base.empty()) return p;
-      fn = helper->name;
-      at = returns[0];
-      p = base + rest;
-      continue;
-    }
-    p = base + rest;
-    at = al->token;
-  }
-  return p;
 }
 
 // The caller's struct behind a pointer parameter, where the helper has one call in this file, on

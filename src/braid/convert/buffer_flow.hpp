@@ -236,7 +236,10 @@ class BufferFlow {
     std::size_t token = 0;
     std::size_t scope_end = SIZE_MAX;  // the block (or range-for) it is declared in ends here
     bool reference = false;            // `T& name = ...`, `for (auto& name : ...)`
+    bool pointer = false;              // `T* name = ...`: its fields are the pointee's
   };
+  // True when `name = ...` is written between code tokens `from` and `to`.
+  bool assigned_between(const std::string& name, std::size_t from, std::size_t to) const;
   // The alias of `root` in scope at code token `at` of `function` (the nearest declaration), or nullptr.
   const Alias* nearest_alias(const std::string& function, const std::string& root, std::size_t at) const;
   std::vector<std::pair<std::size_t, std::size_t>> unnamed_lambdas_;  // '[' .. '}' of lambdas bound to no name
@@ -251,6 +254,9 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+  // A thread started on the function named at code token k, read as a call of it with the thread's
+  // arguments; false when the name is used otherwise.
+  bool thread_start(std::size_t k, CallSite* call) const;
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
   struct ElementFields {

@@ -296,4 +296,61 @@ void BufferFlow::record_call(std::size_t k, const FunctionDef& f, const std::set
   calls_[callee].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
 }
 
+bool BufferFlow::assigned_between(const std::string& name, std::size_t from, std::size_t to) const {
+  for (std::size_t k = from + 1; k < to && k + 1 < code_.size(); ++k)
+    if (code_[k].text == name && code_[k + 1].text == "=" && code_[k - 1].text != "." && code_[k - 1].text != "->")
+      return true;
+  return false;
+}
+
+std::string BufferFlow::target_path(const std::string& path, const std::string& function, std::size_t at) const {
+  std::string p = path, fn = function;
+  for (int guard = 0; guard < 8 && !p.empty(); ++guard) {
+    const auto [root, rest] = split_root(p);
+    const Alias* al = nearest_alias(fn, root, at);
+    const FunctionDef* f = function_named(fn);
+    if (!al && f && !f->enclosing.empty() && std::find(f->params.begin(), f->params.end(), root) == f->params.end()) {
+      fn = f->enclosing;  // a lambda's capture
+      continue;
+    }
+    if (!al && f && !rest.empty()) {  // `cudaMalloc(&l->out, ..)` in a helper given `&layer`: `layer.out`
+      const std::string through = through_struct_pointer(*f, root);
+      if (through.empty()) return p;
+      const CallSite& c = calls_.at(fn).front();
+      p = through + rest, fn = c.caller, at = c.token;
+      continue;
+    }
+    if (al && al->pointer && !rest.empty() && !assigned_between(root, al->token, at)) {
+      // `Worker* w = (Worker*)arg; cudaMalloc(&w->grads, ..)`: a field through a pointer is its
+      // pointee's (a pointer's fields are reached only through `->`): `arg->grads`, or with
+      // `Worker* w = &workers[r]`, `workers[r].grads`.
+      bool addr = false;
+      const std::vector<Token> t = strip(code_tokens(lex(al->init).tokens), addr);
+      const std::string pointee = access_path(join(t, 0, t.size()), false);
+      if (pointee.empty()) return p;
+      p = pointee + rest;
+      at = al->token;
+      continue;
+    }
+    if (!al || !al->reference) return p;
+    std::string base = access_path(al->init, false);
+    if (base.empty()) {  // `auto& s = mpu();`: the one path the accessor returns a reference to
+      const FunctionDef* helper = returning_helper(al->init);
+      const std::vector<std::size_t> returns = helper ? return_statements(*helper) : std::vector<std::size_t>{};
+      if (returns.size() != 1) return p;
+      std::size_t e = returns[0] + 1;
+      while (e < helper->body_close && code_[e].text != ";") ++e;
+      base = access_path(join(code_, returns[0] + 1, e), false);
+      if (base.empty()) return p;
+      fn = helper->name;
+      at = returns[0];
+      p = base + rest;
+      continue;
+    }
+    p = base + rest;
+    at = al->token;
+  }
+  return p;
+}
+
 }  // namespace braid::convert

@@ -197,10 +197,53 @@ std::string BufferFlow::stored_field(std::size_t k) const {
   return index < fields.size() ? fields[index] : "";
 }
 
+// `std::thread t(f, a, b)`, `std::thread(f, ...)`, `threads.emplace_back(f, ...)`, `std::async([policy,]
+// f, ...)` call f with the arguments after it (std::ref(x) passes x); `pthread_create(&t, attr, f,
+// arg)` calls f(arg). Each thread runs f once with them, as a call would.
+bool BufferFlow::thread_start(std::size_t k, CallSite* call) const {
+  std::size_t first = k > 0 && code_[k - 1].text == "&" ? k - 1 : k;  // `&f`
+  if (first == 0) return false;
+  // The call the name is an argument of: the bracket before it, skipping earlier arguments.
+  std::size_t open = first - 1;
+  int index = 0;
+  for (int depth = 0; open > 0; --open) {
+    const std::string& x = code_[open].text;
+    if (x == ")" || x == "]" || x == "}") ++depth;
+    else if ((x == "(" || x == "[" || x == "{") && depth > 0) --depth;
+    else if ((x == "(" || x == "{") && depth == 0) break;
+    else if (x == "," && depth == 0) ++index;
+    else if (depth == 0 && (x == ";" || x == "[")) return false;
+  }
+  if (open == 0) return false;
+  const std::string& callee = code_[open - 1].text;
+  const std::string& before = open >= 2 ? code_[open - 2].text : "";
+  const bool thread_ctor =
+      callee == "thread" || callee == "jthread" ||
+      (code_[open - 1].kind == TokenKind::Identifier && (before == "thread" || before == "jthread"));
+  const bool starts = (index == 0 && (thread_ctor || callee == "emplace_back" || callee == "async")) ||
+                      (index == 1 && callee == "async" && code_[open + 1].text == "std") ||
+                      (index == 2 && callee == "pthread_create");
+  if (!starts || (code_[open].text == "{" && !thread_ctor)) return false;
+  const std::size_t close = match_forward(code_, open, code_.size());
+  if (close >= code_.size()) return false;
+  std::vector<std::string> args = split_top(code_, open, close);
+  args.erase(args.begin(), args.begin() + std::min<std::size_t>(args.size(), (std::size_t)index + 1));
+  for (std::string& a : args)  // std::ref(x) / std::cref(x): x itself
+    for (const char* wrap : {"std :: ref (", "std :: cref ("})
+      if (a.rfind(wrap, 0) == 0 && a.back() == ')')
+        a = a.substr(std::string(wrap).size(), a.size() - std::string(wrap).size() - 1);
+  for (std::string& a : args) {
+    while (!a.empty() && a.front() == ' ') a.erase(0, 1);
+    while (!a.empty() && a.back() == ' ') a.pop_back();
+  }
+  *call = CallSite{function_at(k), args, k, code_[k].line};
+  return true;
+}
+
 // A function whose name is used other than in a call or its definition may be called through a
-// pointer or a copy. Where every such use stores it into a function-pointer field, and the field
-// is used nowhere but in its struct, in such stores and in calls through it (`p->run(...)`),
-// those calls are its call sites; otherwise its parameters stay unfollowed (value_uses_).
+// pointer or a copy (a thread started on it is a call: thread_start). Where every such use stores it into a
+// function-pointer field, and the field is used nowhere but in its struct, in such stores and in calls through it
+// (`p->run(...)`), those calls are its call sites; otherwise its parameters stay unfollowed (value_uses_).
 void BufferFlow::record_value_uses() {
   std::set<std::string> names;
   for (const FunctionDef& f : functions_) names.insert(f.name);
@@ -221,6 +264,10 @@ void BufferFlow::record_value_uses() {
     const bool type_before = prev == ">" || (k > 0 && code_[k - 1].kind == TokenKind::Identifier && prev != "return" &&
                                              prev != "throw" && prev != "co_return");
     if (type_before && (next == ";" || next == "{")) continue;
+    if (CallSite started; thread_start(k, &started)) {
+      calls_[t.text].push_back(started);
+      continue;
+    }
     uses[t.text].push_back(k);
   }
   // Each function's fields, or none when one of its uses is no store into a field.

@@ -51,6 +51,7 @@ SideRun run_local(const std::filesystem::path& exe, const std::filesystem::path&
   auto env = user_rank_env(spec.ranks, dir);
   env["BRAID_SNAPSHOT_DIR"] = (dir / "snapshots").string();
   env["LD_PRELOAD"] = spec.shim.string();
+  if (spec.per_device) env["BRAID_SNAPSHOT_PER_DEVICE"] = "1";
   const auto runs = run_local_ranks(exe, spec.args, spec.ranks, dir, 1, spec.timeout_s, env);
   SideRun side;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -71,6 +72,7 @@ SideRun run_mpirun(const std::filesystem::path& exe, const std::filesystem::path
   l.argv.insert(l.argv.end(), spec.args.begin(), spec.args.end());
   l.cwd = dir;
   l.env = side_env(dir);
+  if (spec.per_device) l.env["BRAID_SNAPSHOT_PER_DEVICE"] = "1";
   l.log_dir = dir / "logs";
   l.timeout_s = spec.timeout_s;
   l.name = dir.filename().string();
@@ -299,6 +301,8 @@ GateResult run_diff_gate(const Analysis& a, const std::string& original_source, 
   spec.launcher = choose_launcher(original_source, path ? path : "");
   spec.ranks = a.single_process_multi_gpu ? 1 : o.ranks;  // ncclCommInitAll drives every GPU from one process
   spec.world = o.ranks;
+  // Threads of a rank per GPU allocate in an order that varies between runs; each GPU's does not.
+  spec.per_device = a.single_process_multi_gpu;
   spec.args = o.program_args;
   spec.work_dir = o.work_dir;
   spec.timeout_s = o.run_timeout_s;

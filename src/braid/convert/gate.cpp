@@ -140,6 +140,22 @@ BuildResult compile_only(const std::string& source, const std::filesystem::path&
                source_dir.empty() ? source_dir : std::filesystem::absolute(source_dir), f);
 }
 
+BuildResult compile_user_program(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
+                                 const std::filesystem::path& source_dir, BuildFlags& flags, std::string* note) {
+  const BuildResult first = compile_only(source, work_dir, name, source_dir, flags.compile_flags());
+  const bool standard_named = std::any_of(flags.extra.begin(), flags.extra.end(),
+                                          [](const std::string& f) { return f.rfind("-std=", 0) == 0; });
+  if (first.ok || standard_named) return first;
+  BuildFlags cxx17 = flags;
+  cxx17.extra.push_back("-std=c++17");
+  const BuildResult again = compile_only(source, work_dir / "c++17", name, source_dir, cxx17.compile_flags());
+  if (!again.ok) return first;
+  flags = cxx17;
+  const std::string error = first.error.substr(0, first.error.find('\n', first.error.find_first_not_of(" \n")));
+  *note = "built as C++17 (nvcc's default; no -std given): braid's default -std=c++20 failed: " + error;
+  return again;
+}
+
 namespace {
 
 // Builds, runs and compares the two gate-ready texts (instrumented or harness programs).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid/convert/analyzer.hpp"
+#include "braid/convert/build_flags.hpp"
 #include "braid/convert/transform.hpp"
 #include "braid/eval/nvcc_builder.hpp"
 #include "braid/util/json.hpp"
@@ -71,6 +72,14 @@ std::vector<SubprocessResult> run_local_ranks(const std::filesystem::path& exe, 
 // nvcc -c only (no link): the check that a conversion compiles, for CI without GPUs.
 BuildResult compile_only(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
                          const std::filesystem::path& source_dir, const std::vector<std::string>& flags);
+
+// compile_only of a user's program (or its conversion) with `flags`; when that fails and the user
+// named no language standard, once more with nvcc's own default, C++17, which the user's build most
+// likely used (nvcc 13 rejects some C++17 code in braid's C++20 mode: a std::vector of an unnamed
+// `typedef struct {...} T` is an internal compiler error). When the retry builds, `flags` keep
+// -std=c++17 for every later build (the gate, the workload) and `note` says why.
+BuildResult compile_user_program(const std::string& source, const std::filesystem::path& work_dir, const std::string& name,
+                                 const std::filesystem::path& source_dir, BuildFlags& flags, std::string* note);
 
 json gate_to_json(const GateResult& g);
 

@@ -21,12 +21,14 @@ const std::string& embedded(const std::string& name) {
 
 }  // namespace
 
-std::string converted_prelude(int call_sites, bool harness, bool one_thread_drives_ranks) {
-  // The headers read braid_converted::kCallSites and kOneThreadDrivesRanks: the parts that vary
-  // with the program.
+std::string converted_prelude(int call_sites, bool harness, RanksInProcess ranks) {
+  // The headers read braid_converted::kCallSites, kOneThreadDrivesRanks and kRankPerThread: the
+  // parts that vary with the program.
   const std::string preamble = fmt::format(
-      "\nnamespace braid_converted {{ constexpr int kCallSites = {}; constexpr bool kOneThreadDrivesRanks = {}; }}\n",
-      call_sites < 1 ? 1 : call_sites, one_thread_drives_ranks ? "true" : "false");
+      "\nnamespace braid_converted {{ constexpr int kCallSites = {}; constexpr bool kOneThreadDrivesRanks = {}; "
+      "constexpr bool kRankPerThread = {}; }}\n",
+      call_sites < 1 ? 1 : call_sites, ranks == RanksInProcess::OneThreadDrivesAll ? "true" : "false",
+      ranks == RanksInProcess::ThreadPerRank ? "true" : "false");
   // Only programs built on the harness know Context and Buffer.
   return preamble + "\n" + embedded("prelude.cuh") + (harness ? "\n" + embedded("prelude_harness.cuh") : "");
 }

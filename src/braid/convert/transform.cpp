@@ -68,7 +68,14 @@ const std::map<std::string, std::string> kRuleWhy = {
     {"ncclRecv",
      "pairwise receive: posts the destination in the mailbox, waits for the sender's signal (no world barrier)"}};
 
-// Several ranks in one process: the runtime's state is per process, so nothing is converted.
+RanksInProcess ranks_in_process(const Analysis& a) {
+  return a.one_thread_drives_ranks ? RanksInProcess::OneThreadDrivesAll
+         : a.rank_per_thread       ? RanksInProcess::ThreadPerRank
+                                   : RanksInProcess::One;
+}
+
+// Several ranks in one process in a way the runtime cannot serve (threads sharing a communicator):
+// nothing is converted.
 Conversion left_untouched(const Analysis& a, const std::vector<std::size_t>& collectives, const std::string& source,
                           Conversion& conv) {
   for (std::size_t ci : collectives)
@@ -381,7 +388,8 @@ Conversion transform(const Analysis& a, const std::string& source) {
   conv.file = a.file;
   const std::vector<std::size_t> collectives = a.nccl_collectives();
   conv.nccl_calls = (int)collectives.size();
-  if (a.single_process_multi_gpu && !a.one_thread_drives_ranks) return left_untouched(a, collectives, source, conv);
+  if (a.single_process_multi_gpu && !a.one_thread_drives_ranks && !a.rank_per_thread)
+    return left_untouched(a, collectives, source, conv);
   const Plan plan = plan_conversion(a, collectives);
   Rewrite rw;
   rename_collectives(a, collectives, plan, conv, rw);
@@ -395,8 +403,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   if (conv.converted_calls > 0) {
     // Before the first header written in, whose code may now call the prelude's primitives.
     const std::size_t at = std::min(prelude_position(source), before_written_headers(source, a.inlined));
-    rw.edits.push_back(
-        Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness, a.one_thread_drives_ranks)});
+    rw.edits.push_back(Edit{at, at, "\n" + converted_prelude(conv.call_sites, a.uses_harness, ranks_in_process(a))});
   }
   name_inlined_lines(a, conv);
   std::sort(conv.changes.begin(), conv.changes.end(), [](const Change& x, const Change& y) { return x.line < y.line; });

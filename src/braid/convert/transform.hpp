@@ -63,9 +63,13 @@ std::size_t prelude_position(const std::string& source);
 // positions and lines are the converted program's own. Throws UserError like analyze().
 Analysis analyze_converted(const std::string& file, const std::string& source);
 
+// How the ranks of a converted program sit in its processes, as its runtime must know: one per
+// process, every rank of the process driven by one thread (ncclCommInitAll), or a thread per rank.
+enum class RanksInProcess { One, OneThreadDrivesAll, ThreadPerRank };
+
 // The prelude text inserted after the includes: a kCallSites preamble, then the embedded
 // device/include/braid/converted/prelude.cuh (and prelude_harness.cuh for harness programs).
-std::string converted_prelude(int call_sites, bool harness, bool one_thread_drives_ranks = false);
+std::string converted_prelude(int call_sites, bool harness, RanksInProcess ranks = RanksInProcess::One);
 
 json conversion_to_json(const Conversion& c);
 std::string conversion_to_text(const Conversion& c);

@@ -71,10 +71,11 @@ StepResult Pipeline::step_convert() {
 StepResult Pipeline::compile_conversion(std::string& compiled) {
   compiled = o_.no_build ? "not checked (--no-build)" : "not checked (no CUDA toolkit here)";
   if (o_.no_build || !find_cuda_toolchain()) return {};
+  std::string note;
   const BuildResult br =
-      convert::compile_only(converted_, results_ / "convert/compile", "converted", seed_dir(), flags_.compile_flags());
+      convert::compile_user_program(converted_, results_ / "convert/compile", "converted", seed_dir(), flags_, &note);
   if (!br.ok) return {1, o_.input.string() + ": the converted program does not compile:\n" + br.error};
-  compiled = "compiles (nvcc -c)";
+  compiled = note.empty() ? "compiles (nvcc -c)" : "compiles (nvcc -c), " + note;
   return {};
 }
 

@@ -25,11 +25,15 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+thread_local int current_device = 0;
 cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
+  *d = current_device;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) {
+  current_device = d;
+  return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes*, const void*) { return cudaErrorInvalidValue; }
 int ncclMemAlloc(void** p, size_t n) { return cudaMalloc(p, n) == cudaSuccess ? 0 : 1; }
 int ncclMemFree(void* p) {

@@ -1,7 +1,7 @@
 // A "program" for the snapshot shim's CPU test: allocations through the fake CUDA runtime
 // (fake_cudart.cpp), one marked as the converted prelude's own, one symmetric allocation whose
 // requested size the prelude announces, a host reduction, frees, a buffer left live at exit and a
-// table of device addresses (one into the symmetric allocation, one null).
+// table of device addresses (one into the symmetric allocation, one null), and a buffer on a second GPU.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -32,5 +32,9 @@ int main() {
   cudaMemcpy(table, entries, sizeof(entries), cudaMemcpyHostToDevice);
   cudaFree(a);
   cudaFree(internal);
-  return 0;  // #1 and #3 live at exit
+  cudaSetDevice(1);
+  void* other = nullptr;
+  cudaMalloc(&other, 4);  // #4, or with per-device numbering GPU 1's first: #100000
+  cudaMemcpy(other, "gpu1", 4, cudaMemcpyHostToDevice);
+  return 0;  // #1, #3 and #4 live at exit
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <mutex>
 #include <set>
 #include <vector>
 #include <cstdlib>

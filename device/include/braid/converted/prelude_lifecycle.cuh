@@ -5,19 +5,21 @@
 // Teardown in the order NCCL needs: device communicator, windows (allocation order), then the
 // communicator; memory is freed by the program's own (converted) frees. Local to the communicator:
 // with one thread driving every rank, each rank's destruction undoes its own binding.
-inline void forget(std::list<Binding>::iterator it) {
-  State& s = state();
+inline void forget(State& s, std::list<Binding>::iterator it) {
   s.bound.erase(it);
   if (s.bound.empty()) s.bound_at_creation = false;
 }
+// Every call here is local to this rank (none waits for a peer), so the lock may be held.
 inline void teardown(ncclComm_t comm) {
-  State& s = state();
-  s.nonblocking.erase(comm);  // a later communicator may reuse the handle
-  Binding* b = binding_of(comm);
-  if (b == nullptr) return;
+  CrossThreads guard;
+  state().nonblocking.erase(comm);  // a later communicator may reuse the handle
+  State* holder = state_bound_to(comm);
+  if (holder == nullptr) return;
+  State& s = *holder;
+  Binding* b = binding_of(s, comm);
   if (b->dc_made) ncclDevCommDestroy(comm, &b->dc);
   for (Allocation& a : s.allocations)
-    if (a.win != nullptr && !a.external && binding_serving(a) == b) {
+    if (a.win != nullptr && !a.external && binding_serving(s, a) == b) {
       ncclCommWindowDeregister(comm, a.win);
       a.win = nullptr;
       a.slot = -1;
@@ -28,7 +30,7 @@ inline void teardown(ncclComm_t comm) {
   if (b->dev_windows != nullptr) cudaFree(b->dev_windows);
   if (b->dev_plans != nullptr) cudaFree(b->dev_plans);
   for (auto it = s.bound.begin(); it != s.bound.end(); ++it)
-    if (&*it == b) return forget(it);
+    if (&*it == b) return forget(s, it);
 }
 // A communicator made non-blocking is remembered and never bound (State::nonblocking): its config
 // says blocking = 0, or it leaves blocking unset and `unset` says non-blocking (for a new
@@ -100,17 +102,20 @@ inline ncclResult_t comm_destroy(ncclComm_t comm) {
 // deregistered or destroyed on it (those are collective, and its peers may be gone); the runtime
 // forgets it, so later frees of symmetric allocations only ncclMemFree them.
 inline ncclResult_t comm_abort(ncclComm_t comm) {
-  State& s = state();
-  s.nonblocking.erase(comm);
-  for (auto it = s.bound.begin(); it != s.bound.end(); ++it) {
-    if (it->comm != comm) continue;
-    for (Allocation& a : s.allocations)
-      if (!a.external && binding_serving(a) == &*it) a.win = nullptr, a.slot = -1;
-    OnDevice on(*it);
-    if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
-    if (it->dev_plans != nullptr) cudaFree(it->dev_plans);
-    forget(it);  // its mailbox stays allocated: its window went with the aborted communicator
-    break;
+  {
+    CrossThreads guard;
+    state().nonblocking.erase(comm);
+    if (State* s = state_bound_to(comm))
+      for (auto it = s->bound.begin(); it != s->bound.end(); ++it) {
+        if (it->comm != comm) continue;
+        for (Allocation& a : s->allocations)
+          if (!a.external && binding_serving(*s, a) == &*it) a.win = nullptr, a.slot = -1;
+        OnDevice on(*it);
+        if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
+        if (it->dev_plans != nullptr) cudaFree(it->dev_plans);
+        forget(*s, it);  // its mailbox stays allocated: its window went with the aborted communicator
+        break;
+      }
   }
   return ncclCommAbort(comm);
 }

@@ -79,22 +79,62 @@ struct State {
   // ("invalid argument", 2 x H100, also with every earlier call waited out).
   std::set<ncclComm_t> nonblocking;
 };
+// A rank per thread (kRankPerThread: a std::thread, pthread or OpenMP thread per GPU, each making
+// its own communicator): each thread is a rank, and its state is its own, as a process's is. The
+// states live as long as the process (a thread may end before the main thread frees what it
+// allocated), listed in a registry whose lock guards what crosses threads: allocations, releases
+// of another thread's buffer, buffers the main thread made for a GPU. The lock is never held across
+// a collective NCCL call (a registration waits for every rank's thread).
+struct Registry {
+  std::mutex mu;
+  std::list<State> states;
+};
+inline Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: threads may outlive main's statics
+  return *r;
+}
+struct CrossThreads {
+  std::unique_lock<std::mutex> lock;
+  CrossThreads() {
+    if constexpr (kRankPerThread) lock = std::unique_lock<std::mutex>(registry().mu);
+  }
+};
 inline State& state() {
+  if constexpr (kRankPerThread) {
+    thread_local State* mine = nullptr;
+    if (mine == nullptr) {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      mine = &registry().states.emplace_back();
+    }
+    return *mine;
+  }
   static State s;
   return s;
 }
-inline Binding* binding_of(ncclComm_t comm) {
-  for (Binding& b : state().bound)
+inline Binding* binding_of(State& s, ncclComm_t comm) {
+  for (Binding& b : s.bound)
     if (b.comm == comm) return &b;
   return nullptr;
 }
-// The binding whose windows hold allocation `a`: the one communicator of the process, or the one on
-// the allocation's GPU when one thread drives every rank.
-inline Binding* binding_serving(const Allocation& a) {
-  for (Binding& b : state().bound)
+inline Binding* binding_of(ncclComm_t comm) { return binding_of(state(), comm); }
+// The state bound to `comm`: this thread's, or with a rank per thread another's (the main thread
+// destroying the communicators its workers made). Called under the lock (CrossThreads).
+inline State* state_bound_to(ncclComm_t comm) {
+  if (binding_of(state(), comm) != nullptr) return &state();
+  if constexpr (kRankPerThread)
+    for (State& o : registry().states)
+      if (binding_of(o, comm) != nullptr) return &o;
+  return nullptr;
+}
+// The binding of state `s` whose windows hold allocation `a`: the one communicator of the process
+// (of the thread, with a rank per thread), or the one on the allocation's GPU when one thread
+// drives every rank.
+inline Binding* binding_serving(State& s, const Allocation& a) {
+  for (Binding& b : s.bound)
     if (!kOneThreadDrivesRanks || b.device == a.device) return &b;
   return nullptr;
 }
+inline Binding* binding_serving(const Allocation& a) { return binding_serving(state(), a); }
 // The launch that follows runs on the binding's GPU; the program's current device is restored after.
 struct OnDevice {
   int old = -1;
@@ -173,7 +213,10 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
   State& s = state();
   int device = 0;
   cudaGetDevice(&device);
-  s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false, device});
+  {
+    CrossThreads guard;
+    s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false, device});
+  }
   // Every rank allocates here too; with one thread driving every rank, the others have not yet:
   // registered at the next converted call (register_pending).
   if (s.bound_at_creation && !kOneThreadDrivesRanks) register_window(s.allocations.back());
@@ -185,18 +228,35 @@ inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
 // Every release goes to the allocator that made the pointer: a symmetric allocation (ours) is
 // deregistered and ncclMemFree'd; anything else goes to the program's own free. Decided by
 // looking the pointer up, so no static mapping of names can pair a free with the wrong allocator.
+// The state holding symmetric allocation `ptr` (ours, not the harness's) and its index there, or
+// null. With a rank per thread it may be another thread's (the main thread freeing what its workers
+// allocated). Called under the lock (CrossThreads).
+inline State* holder_of(const void* ptr, size_t* index) {
+  State& mine = state();
+  std::vector<State*> states = {&mine};
+  if constexpr (kRankPerThread)
+    for (State& o : registry().states)
+      if (&o != &mine) states.push_back(&o);
+  for (State* s : states)
+    for (size_t i = 0; i < s->allocations.size(); ++i)
+      if (s->allocations[i].base == ptr && !s->allocations[i].external) {
+        *index = i;
+        return s;
+      }
+  return nullptr;
+}
+// Deregistration and ncclMemFree are local calls (no rank waits for another): safe under the lock.
 inline bool sym_release(void* ptr, ncclResult_t* result) {
-  State& s = state();
-  for (size_t i = 0; i < s.allocations.size(); ++i) {
-    if (s.allocations[i].base != ptr || s.allocations[i].external) continue;
-    Binding* b = binding_serving(s.allocations[i]);
-    if (s.allocations[i].win != nullptr && b != nullptr) ncclCommWindowDeregister(b->comm, s.allocations[i].win);
-    release_slot(b, s.allocations[i]);
-    s.allocations.erase(s.allocations.begin() + (long)i);
-    *result = ncclMemFree(ptr);
-    return true;
-  }
-  return false;
+  CrossThreads guard;
+  size_t i = 0;
+  State* s = holder_of(ptr, &i);
+  if (s == nullptr) return false;
+  Binding* b = binding_serving(*s, s->allocations[i]);
+  if (s->allocations[i].win != nullptr && b != nullptr) ncclCommWindowDeregister(b->comm, s->allocations[i].win);
+  release_slot(b, s->allocations[i]);
+  s->allocations.erase(s->allocations.begin() + (long)i);
+  *result = ncclMemFree(ptr);
+  return true;
 }
 inline cudaError_t sym_free(void* ptr) {
   ncclResult_t r;
@@ -208,14 +268,17 @@ inline cudaError_t sym_free(void* ptr) {
 // symmetric pointer reaches here when the LLM loop moved its allocation to sym_malloc, and is
 // released only once the work queued on the stream is done (ncclMemFree is not stream-ordered).
 inline cudaError_t sym_free_async(void* ptr, cudaStream_t stream) {
+  bool ours = false;
+  {
+    CrossThreads guard;
+    size_t i = 0;
+    ours = holder_of(ptr, &i) != nullptr;
+  }
+  if (!ours) return cudaFreeAsync(ptr, stream);
+  cudaStreamSynchronize(stream);  // work queued on the stream may still use it
   ncclResult_t r;
-  for (const Allocation& a : state().allocations)
-    if (a.base == ptr && !a.external) {
-      cudaStreamSynchronize(stream);  // work queued on the stream may still use it
-      sym_release(ptr, &r);
-      return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
-    }
-  return cudaFreeAsync(ptr, stream);
+  sym_release(ptr, &r);
+  return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
 }
 inline ncclResult_t sym_nccl_free(void* ptr) {
   ncclResult_t r;
@@ -354,6 +417,28 @@ inline void bind_together(const std::vector<ncclComm_t>& comms) {
   register_pending();
 }
 
+// A rank per thread: buffers another thread made for this thread's GPU before any thread bound
+// them (the main thread allocating every GPU's buffers, then starting a thread per GPU) belong to
+// this rank, registered first, in the order they were made: every rank's thread adopts its own
+// GPU's the same way, so the k-th windows pair up.
+inline void adopt_for_gpu(State& s, int device) {
+  if constexpr (!kRankPerThread) return;
+  CrossThreads guard;
+  std::vector<Allocation> adopted;
+  for (State& o : registry().states) {
+    if (&o == &s || !o.bound.empty()) continue;
+    for (auto it = o.allocations.begin(); it != o.allocations.end();) {
+      if (it->device != device || it->external || it->win != nullptr) {
+        ++it;
+        continue;
+      }
+      adopted.push_back(*it);
+      it = o.allocations.erase(it);
+    }
+  }
+  s.allocations.insert(s.allocations.begin(), adopted.begin(), adopted.end());
+}
+
 // Binding to a communicator (a collective step: at its creation, or at the first converted
 // collective): windows for every symmetric allocation so far (allocation order), the p2p
 // mailbox, and one device communicator with barriers for every site. The binding, or null when
@@ -375,6 +460,7 @@ inline Binding* ensure(ncclComm_t comm) {
     s.bound.emplace_back();
     s.bound.front().comm = comm;
     make_binding(s.bound.front());
+    adopt_for_gpu(s, s.bound.front().device);
   }
   Binding& b = s.bound.front();
   for (Allocation& a : s.allocations) register_window(a);
