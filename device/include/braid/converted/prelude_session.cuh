@@ -93,12 +93,6 @@ inline Registry& registry() {
   static Registry* r = new Registry;  // never destroyed: threads may outlive main's statics
   return *r;
 }
-struct CrossThreads {
-  std::unique_lock<std::mutex> lock;
-  CrossThreads() {
-    if constexpr (kRankPerThread) lock = std::unique_lock<std::mutex>(registry().mu);
-  }
-};
 inline State& state() {
   if constexpr (kRankPerThread) {
     thread_local State* mine = nullptr;
@@ -111,6 +105,17 @@ inline State& state() {
   static State s;
   return s;
 }
+// Holds the registry's lock. The thread's own state is made first: state() takes the lock to make it
+// (the main thread's first call may be a release of its workers' buffers, under this lock).
+struct CrossThreads {
+  std::unique_lock<std::mutex> lock;
+  CrossThreads() {
+    if constexpr (kRankPerThread) {
+      state();
+      lock = std::unique_lock<std::mutex>(registry().mu);
+    }
+  }
+};
 inline Binding* binding_of(State& s, ncclComm_t comm) {
   for (Binding& b : s.bound)
     if (b.comm == comm) return &b;
