@@ -6,7 +6,8 @@
 # under mpirun; with 2 GPUs or more, the programs where one thread drives every GPU of one process
 # (single_process_init_all.cu: ncclCommInitAll; single_thread_group_init_fp16.cu: creations in one
 # group, a send/recv ring) and where a thread per GPU is a rank (thread_per_gpu_ranks.cu: std::thread;
-# pthread_per_gpu_fp16_ring.cu: pthreads, fp16, a ring, main frees after the join). Each must pass
+# pthread_per_gpu_fp16_ring.cu: pthreads, fp16, a ring, main frees after the join;
+# threads_main_allocates_bf16.cu: buffers the main thread made, adopted by each GPU's thread). Each must pass
 # with every buffer compared and matching.
 # Usage: diff_gate_gpu_test.sh <braid binary>. Skips (77) without a GPU.
 set -uo pipefail
@@ -56,7 +57,8 @@ if [ "$gpus" -ge 2 ]; then
   gate single_thread_group_init_fp16.cu local
   gate thread_per_gpu_ranks.cu local
   gate pthread_per_gpu_fp16_ring.cu local
+  gate threads_main_allocates_bf16.cu local
 else
-  echo "single_process_init_all.cu, single_thread_group_init_fp16.cu, thread_per_gpu_ranks.cu, pthread_per_gpu_fp16_ring.cu: SKIPPED (several GPUs of one process need 2)"
+  echo "single_process_init_all.cu, single_thread_group_init_fp16.cu, thread_per_gpu_ranks.cu, pthread_per_gpu_fp16_ring.cu, threads_main_allocates_bf16.cu: SKIPPED (several GPUs of one process need 2)"
 fi
 exit $failed

@@ -147,10 +147,12 @@ TEST(Transform, OneThreadDrivingEveryGpuConverts) {
   EXPECT_TRUE(contains(conversion_to_text(c), "opens the NCCL group"));
 }
 
-// A thread per GPU given buffers the main thread made: the thread's function is started with
-// arguments braid does not follow, so the call stays host NCCL with that reason (on every rank).
-TEST(Transform, AThreadPerGpuGivenMainsBuffersKeepsThemOnHost) {
-  const std::string src =
+// A thread per GPU given buffers the main thread made, started as later declarators of one
+// declaration (`std::thread a(f, ..), b(f, ..)`): each start is a call of worker(), so `x` is
+// followed to main's allocation. Started through a function pointer instead, the arguments are out
+// of sight: the call stays host NCCL with that reason (on every rank).
+TEST(Transform, AThreadPerGpuGivenMainsBuffers) {
+  const std::string worker =
       "#include <nccl.h>\n#include <thread>\n"
       "void worker(int r, ncclUniqueId id, float* x) {\n"
       "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, r);\n"
@@ -158,15 +160,24 @@ TEST(Transform, AThreadPerGpuGivenMainsBuffersKeepsThemOnHost) {
       "}\n"
       "int main() {\n"
       "  float* x[2]; ncclUniqueId id;\n"
-      "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n"
-      "  std::thread a(worker, 0, id, x[0]), b(worker, 1, id, x[1]);\n"
-      "  a.join(); b.join();\n"
-      "}\n";
-  Conversion c = transform(analyze("threads.cu", src), src);
-  EXPECT_EQ(c.converted_calls, 0);
-  EXPECT_EQ(c.source, src);
-  ASSERT_EQ(c.left.size(), 1u);
-  EXPECT_TRUE(contains(c.left[0].reason, "`x` is a parameter of worker()")) << c.left[0].reason;
+      "  for (int i = 0; i < 2; ++i) cudaMalloc(&x[i], 1024);\n";
+  const std::string declared = worker +
+                               "  std::thread a(worker, 0, id, x[0]), b(worker, 1, id, x[1]);\n"
+                               "  a.join(); b.join();\n"
+                               "}\n";
+  Conversion c = transform(analyze("threads.cu", declared), declared);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "constexpr bool kRankPerThread = true;"));
+  const std::string through_pointer = worker +
+                                      "  auto entry = worker;\n"
+                                      "  std::thread a(entry, 0, id, x[0]), b(entry, 1, id, x[1]);\n"
+                                      "  a.join(); b.join();\n"
+                                      "}\n";
+  Conversion d = transform(analyze("threads.cu", through_pointer), through_pointer);
+  EXPECT_EQ(d.converted_calls, 0);
+  EXPECT_EQ(d.source, through_pointer);
+  ASSERT_EQ(d.left.size(), 1u);
+  EXPECT_TRUE(contains(d.left[0].reason, "`x` is a parameter of worker()")) << d.left[0].reason;
 }
 
 TEST(Transform, PointToPointIsPairwiseAndBoundAtCreation) {
@@ -375,6 +386,24 @@ TEST(Transform, ARankPerThreadConverts) {
   Conversion c = transform(analyze("p.cu", lambda), lambda);
   EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "constexpr bool kRankPerThread = true;"));
+  // Buffers the main thread made, given to each thread as arguments: a thread start is a call, so
+  // the buffer is followed to main's allocation (adopted by its GPU's thread at run time).
+  const std::string given =
+      "#include <nccl.h>\n"
+      "void worker(int r, ncclUniqueId id, float* x) {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, r);\n"
+      "  ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n"
+      "int main() {\n"
+      "  float* x[2]; ncclUniqueId id;\n"
+      "  for (int i = 0; i < 2; ++i) { cudaSetDevice(i); cudaMalloc(&x[i], 1024); }\n"
+      "  std::vector<std::thread> ts;\n"
+      "  for (int i = 0; i < 2; ++i) ts.emplace_back(worker, i, id, std::ref(x[i]));\n"
+      "}\n";
+  Conversion g = transform(analyze("p.cu", given), given);
+  EXPECT_EQ(g.converted_calls, 1) << conversion_to_text(g);
+  EXPECT_TRUE(contains(g.source, "braid_converted::sym_malloc(&x[i], 1024)"));
+  EXPECT_TRUE(contains(conversion_to_text(g), "x of worker() <- x [ i ]")) << conversion_to_text(g);
   // A helper thread that does not create a communicator changes nothing.
   const std::string loader =
       "#include <nccl.h>\n"

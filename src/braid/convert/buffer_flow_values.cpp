@@ -216,7 +216,20 @@ bool BufferFlow::thread_start(std::size_t k, CallSite* call) const {
   }
   if (open == 0) return false;
   const std::string& callee = code_[open - 1].text;
-  const std::string& before = open >= 2 ? code_[open - 2].text : "";
+  // The type a declared variable has: `std::thread a(f, ..)`, or a later declarator of the same
+  // declaration, `std::thread a(f, 0), b(f, 1)` (skipping back over `name(...) ,` pieces).
+  std::size_t type_at = open >= 2 ? open - 2 : 0;
+  while (type_at >= 2 && code_[type_at].text == "," && code_[type_at - 1].text == ")") {
+    int depth = 0;
+    std::size_t k = type_at - 1;
+    for (; k > 0; --k) {
+      if (code_[k].text == ")") ++depth;
+      else if (code_[k].text == "(" && --depth == 0) break;
+    }
+    if (k < 2 || code_[k - 1].kind != TokenKind::Identifier) break;
+    type_at = k - 2;
+  }
+  const std::string& before = open >= 2 ? code_[type_at].text : "";
   const bool thread_ctor =
       callee == "thread" || callee == "jthread" ||
       (code_[open - 1].kind == TokenKind::Identifier && (before == "thread" || before == "jthread"));
