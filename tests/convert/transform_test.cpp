@@ -421,8 +421,8 @@ TEST(Transform, ARankPerThreadConverts) {
 }
 
 // Threads that share communicators are left untouched with the reason: a communicator made in a
-// thread but used outside it, and nccl-tests' `-t` shape (one thread makes every GPU's
-// communicator, a thread per GPU then drives each).
+// thread but used outside it, nccl-tests' `-t` shape (one thread makes every GPU's communicator, a
+// thread per GPU then drives each), and a background thread calling on the process's communicator.
 TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   const std::string made_in_thread =
       "#include <nccl.h>\n"
@@ -459,6 +459,22 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   EXPECT_EQ(d.source, driven_by_threads);
   ASSERT_FALSE(d.left.empty());
   EXPECT_TRUE(contains(d.left[0].reason, "shared between threads")) << d.left[0].reason;
+  // One rank per process with a background thread that all-reduces on the process's communicator:
+  // converted, the main thread's symmetric allocations would register windows on that communicator
+  // while the thread calls on it.
+  const std::string background =
+      "#include <nccl.h>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float* g; cudaMalloc(&g, 4096);\n"
+      "  std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n"
+      "  float* act; cudaMalloc(&act, 4096);\n"
+      "  reducer.join();\n"
+      "}\n";
+  Conversion e = transform(analyze("p.cu", background), background);
+  EXPECT_EQ(e.converted_calls, 0);
+  ASSERT_FALSE(e.left.empty());
+  EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which a thread runs")) << e.left[0].reason;
 }
 
 // A communicator class: member functions name the field bare (`comm`); it is the communicator

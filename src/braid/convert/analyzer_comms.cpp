@@ -141,7 +141,7 @@ std::size_t statement_end(const std::vector<Token>& toks, std::size_t k) {
   return k;
 }
 
-ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<Token>& all) {
+ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow) {
   ThreadCode tc;
   for (const Token& t : all) {
     if (t.kind != TokenKind::Preprocessor || t.text.find("pragma") == std::string::npos ||
@@ -167,8 +167,9 @@ ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<To
              : (toks[k + 1].kind == TokenKind::Identifier && (toks[k + 2].text == "(" || toks[k + 2].text == "{"))
                  ? k + 2
                  : 0;
-    } else if ((x == "emplace_back" || x == "push_back") && toks[k + 1].text == "(") {
-      open = k + 1;
+    } else if ((x == "emplace_back" || x == "push_back") && toks[k + 1].text == "(" && k >= 2 &&
+               (toks[k - 1].text == "." || toks[k - 1].text == "->") && flow.holds_threads(toks[k - 2].text)) {
+      open = k + 1;  // into a container of threads (a vector of hooks holds no thread)
     } else if (x == "pthread_create" && toks[k + 1].text == "(") {
       open = k + 1;
       skip_args = 2;
@@ -217,7 +218,7 @@ bool rank_thread_call(const Call& c) {
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
                            const TokenIndex& token_at, Analysis& a) {
   if ((a.single_process_multi_gpu && !a.one_thread_drives_ranks) || a.comm_inits.empty()) return;
-  const ThreadCode tc = find_thread_code(toks, all);
+  const ThreadCode tc = find_thread_code(toks, all, flow);
   if (tc.empty()) return;
   auto runs_in = [&](const Call& c) {
     auto tok = token_at.find(c.call_begin);
@@ -242,13 +243,15 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     if (first == nullptr) first = &c;
   }
   if (threaded == nullptr) {
-    // Communicators made outside the threads: only a problem when the threads call NCCL on them
-    // (nccl-tests' `-t`: one thread makes every GPU's communicator, a thread per GPU drives each).
-    if (inside == nullptr || !a.one_thread_drives_ranks) return;
-    return left(
-        fmt::format("creates its communicators in one thread (line {}) and calls {} (line {}) in {}, which "
-                    "threads run: the communicators are shared between threads",
-                    a.calls[a.comm_inits.front().call].line, inside->name, inside->line, runs_in(*inside)));
+    // Communicators made outside the threads: a problem when the threads call NCCL on them.
+    // nccl-tests' `-t` (one thread makes every GPU's communicator, a thread per GPU drives each), or
+    // a background thread calling on the process's communicator: the conversion registers windows
+    // on it from the allocating thread, which NCCL does not allow beside another thread's calls.
+    if (inside == nullptr) return;
+    return left(fmt::format("creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which "
+                            "a thread runs: the communicator is shared between threads",
+                            a.one_thread_drives_ranks ? "s" : "", a.calls[a.comm_inits.front().call].line,
+                            inside->name, inside->line, runs_in(*inside)));
   }
   const std::string where = runs_in(a.calls[threaded->call]);
   if (outside != nullptr)

@@ -137,6 +137,9 @@ class BufferFlow {
   // `name` is (its arguments come from whoever holds it: not followed); 0 when there is none.
   int unnamed_lambda_parameter(const std::string& name, std::size_t at) const;
 
+  // True when `name` is declared as a container of threads (`std::vector<std::thread> name`,
+  // `std::list<std::jthread> name`): its emplace_back/push_back starts a thread.
+  bool holds_threads(const std::string& name) const;
   // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).

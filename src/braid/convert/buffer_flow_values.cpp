@@ -233,7 +233,10 @@ bool BufferFlow::thread_start(std::size_t k, CallSite* call) const {
   const bool thread_ctor =
       callee == "thread" || callee == "jthread" ||
       (code_[open - 1].kind == TokenKind::Identifier && (before == "thread" || before == "jthread"));
-  const bool starts = (index == 0 && (thread_ctor || callee == "emplace_back" || callee == "async")) ||
+  const bool into_threads = (callee == "emplace_back" || callee == "push_back") && open >= 3 &&
+                            (code_[open - 2].text == "." || code_[open - 2].text == "->") &&
+                            holds_threads(code_[open - 3].text);
+  const bool starts = (index == 0 && (thread_ctor || into_threads || callee == "async")) ||
                       (index == 1 && callee == "async" && code_[open + 1].text == "std") ||
                       (index == 2 && callee == "pthread_create");
   if (!starts || (code_[open].text == "{" && !thread_ctor)) return false;
@@ -251,6 +254,14 @@ bool BufferFlow::thread_start(std::size_t k, CallSite* call) const {
   }
   *call = CallSite{function_at(k), args, k, code_[k].line};
   return true;
+}
+
+bool BufferFlow::holds_threads(const std::string& name) const {
+  for (std::size_t k = 2; k < code_.size(); ++k)
+    if (code_[k].text == name && code_[k - 1].text == ">" &&
+        (code_[k - 2].text == "thread" || code_[k - 2].text == "jthread"))
+      return true;
+  return false;
 }
 
 // A function whose name is used other than in a call or its definition may be called through a
