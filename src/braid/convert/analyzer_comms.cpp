@@ -248,10 +248,11 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     // a background thread calling on the process's communicator: the conversion registers windows
     // on it from the allocating thread, which NCCL does not allow beside another thread's calls.
     if (inside == nullptr) return;
-    return left(fmt::format("creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which "
-                            "a thread runs: the communicator is shared between threads",
-                            a.one_thread_drives_ranks ? "s" : "", a.calls[a.comm_inits.front().call].line,
-                            inside->name, inside->line, runs_in(*inside)));
+    return left(
+        fmt::format("creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which "
+                    "a thread runs: the communicator is shared between threads",
+                    a.one_thread_drives_ranks ? "s" : "", a.calls[a.comm_inits.front().call].line, inside->name,
+                    inside->line, runs_in(*inside)));
   }
   const std::string where = runs_in(a.calls[threaded->call]);
   if (outside != nullptr)
