@@ -25,14 +25,19 @@ bool writes(const std::string& x) {
   return kWrites.count(x) > 0;
 }
 
-// Names a rank-free expression may hold besides variables: types, casts and pure conversions.
+// Words a rank-free expression may hold besides variables: types and literals.
 bool neutral_word(const std::string& x) {
   static const std::set<std::string> kWords = {
-      "int",    "unsigned",    "long", "short", "size_t",  "auto",      "const",    "constexpr",
-      "float",  "double",      "char", "bool",  "int32_t", "int64_t",   "uint32_t", "uint64_t",
-      "sizeof", "static_cast", "atoi", "atol",  "atoll",   "stoi",      "stol",     "stoul",
-      "stoull", "min",         "max",  "true",  "false",   "ptrdiff_t", "signed",   "std"};
+      "int",  "unsigned", "long",    "short",   "size_t",   "auto",     "const",     "constexpr", "float", "double",
+      "char", "bool",     "int32_t", "int64_t", "uint32_t", "uint64_t", "ptrdiff_t", "signed",    "true",  "false"};
   return kWords.count(x) > 0;
+}
+
+// Calls whose value is their arguments' alone (casts, conversions, min/max), named as called.
+bool pure_call(const std::string& x) {
+  static const std::set<std::string> kCalls = {"sizeof", "static_cast", "atoi",   "atol", "atoll", "stoi",
+                                               "stol",   "stoul",       "stoull", "min",  "max"};
+  return kCalls.count(x) > 0;
 }
 
 // A member that reads a value or a container without writing it (what follows is checked too).
@@ -64,8 +69,11 @@ bool BufferFlow::rank_free_expression(std::size_t b, std::size_t e, const std::s
       if (!reading_member(t.text)) return false;
       continue;
     }
-    if (neutral_word(t.text) || loop_vars.count(t.text) || (i + 1 < e && code_[i + 1].text == "::")) continue;
-    if (i + 1 < e && code_[i + 1].text == "(") return false;  // an unknown call
+    const std::string& next = i + 1 < e ? code_[i + 1].text : "";
+    if (neutral_word(t.text) || loop_vars.count(t.text) || next == "::" ||
+        (pure_call(t.text) && (next == "(" || next == "<")))
+      continue;
+    if (next == "(") return false;  // an unknown call
     if (!rank_free_name(t.text, depth - 1)) return false;
   }
   return true;
