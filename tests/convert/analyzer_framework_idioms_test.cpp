@@ -519,9 +519,10 @@ TEST(AnalyzerFrameworkIdioms, AVectorFilledInSightConstructsItsElementsInSight) 
 }
 
 // Any use braid does not read keeps the vector's constructions out of sight (the reason names its
-// declaration, line 15): a resize, an insert, a copy of the vector, an element written, the vector
-// given to a function not in the file, or a fill in a loop whose trip count may differ between ranks
-// (bounded by the rank, a while loop, a `break`). The allocation stays as written.
+// declaration, line 15): a resize, an insert, a copy of the vector, an element written or copied
+// (`for (auto g : grads)`), the vector given to a function not in the file, or a fill in a loop
+// whose trip count may differ between ranks (bounded by the rank, directly or through a variable
+// given it or written under a condition, a while loop, a `break`). The allocation stays as written.
 TEST(AnalyzerFrameworkIdioms, AVectorUsedOutOfSightKeepsItsConstructionsHidden) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {kEmplaceEveryLayer, "  grads.resize(4);\n"},
@@ -531,6 +532,7 @@ TEST(AnalyzerFrameworkIdioms, AVectorUsedOutOfSightKeepsItsConstructionsHidden) 
       {kEmplaceEveryLayer, "  register_grads(grads);\n"},
       {kEmplaceEveryLayer, "  for (auto g : grads) (void)g;\n"},
       {"  for (int l = 0; l < rank + 1; ++l) grads.emplace_back(sizes[0]);\n", ""},
+      {"  int max = rank;\n  for (int l = 0; l < max; ++l) grads.emplace_back(sizes[0]);\n", ""},
       {"  int layers = 3;\n  if (rank == 0) layers = 1;\n  for (int l = 0; l < layers; ++l) "
        "grads.emplace_back(sizes[0]);\n",
        ""},
