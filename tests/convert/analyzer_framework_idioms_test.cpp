@@ -444,7 +444,7 @@ TEST(AnalyzerFrameworkIdioms, AFunctionObjectsCallOperatorIsFollowedToItsCallers
 // A RAII buffer class with a move constructor and a move assignment (`ptr_(o.ptr_)`,
 // `ptr_ = std::exchange(o.ptr_, nullptr)`: another instance's field, nothing new): its buffers are
 // followed to the allocating constructor alone, and the collectives on them convert. (Kept in a
-// std::vector, its elements would still be constructed out of braid's sight.)
+// std::vector, see the tests below.)
 TEST(AnalyzerFrameworkIdioms, MovableRaiiBuffersAreFollowedToTheirAllocatingConstructor) {
   const std::string src =
       "#include <nccl.h>\n#include <utility>\n"
@@ -468,4 +468,108 @@ TEST(AnalyzerFrameworkIdioms, MovableRaiiBuffersAreFollowedToTheirAllocatingCons
   const Conversion c = transform(analyze("user.cu", src), src);
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ptr_")) << c.source;
+}
+
+namespace {
+
+// Per-layer gradients in a std::vector of a movable RAII buffer; `fill` fills it (from line 16),
+// `more` is one more line (17) or none. The vector is declared at line 15.
+std::string raii_vector_program(const std::string& fill, const std::string& more = "") {
+  return "#include <nccl.h>\n#include <vector>\n"
+         "template <typename T> struct DeviceBuffer {\n"
+         "  T* ptr_ = nullptr; size_t n_ = 0;\n"
+         "  explicit DeviceBuffer(size_t n) : n_(n) { cudaMalloc(&ptr_, n * sizeof(T)); }\n"
+         "  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; }\n"
+         "  ~DeviceBuffer() { if (ptr_) cudaFree(ptr_); }\n"
+         "  T* data() { return ptr_; }\n"
+         "  size_t size() const { return n_; }\n"
+         "};\n"
+         "int main(int argc, char** argv) {\n"
+         "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+         "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+         "  const std::vector<size_t> sizes = {4096, 1024, 256};\n"
+         "  std::vector<DeviceBuffer<float>> grads;\n" +
+         fill + more +
+         "  for (auto& g : grads) ncclAllReduce(g.data(), g.data(), g.size(), ncclFloat, ncclSum, comm, s);\n"
+         "}\n";
+}
+
+const std::string kEmplaceEveryLayer =
+    "  grads.reserve(sizes.size());\n"
+    "  for (size_t l = 0; l < sizes.size(); ++l) grads.emplace_back(sizes[l]);\n";
+
+}  // namespace
+
+// A std::vector of the class whose every use is read: declared empty, reserved, filled by
+// `emplace_back(n)` or `push_back(DeviceBuffer<float>(n))` unconditionally in loops over rank-free
+// bounds (a const vector's size, a constant, argv), then only read (`size()`, elements through a
+// member, range-for by reference). Its fills are the class's constructions, so the buffers are
+// followed to the allocating constructor and the collective converts. Before, the vector hid them.
+TEST(AnalyzerFrameworkIdioms, AVectorFilledInSightConstructsItsElementsInSight) {
+  for (const std::string& fill :
+       {kEmplaceEveryLayer, std::string("  for (size_t n : sizes) grads.push_back(DeviceBuffer<float>(n));\n"),
+        std::string("  const int layers = 3;\n  for (int l = 0; l < layers; ++l) grads.emplace_back(sizes[l]);\n"),
+        std::string("  for (int l = 0; l < atoi(argv[1]); ++l) { grads.emplace_back(sizes[0]); }\n"),
+        kEmplaceEveryLayer + "  grads[1].data(); size_t first = grads.front().size(); (void)first;\n"}) {
+    const Conversion c = convert_text(raii_vector_program(fill));
+    EXPECT_EQ(c.converted_calls, 1) << fill << left_text(c);
+    EXPECT_TRUE(c.left.empty()) << fill << left_text(c);
+    EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ptr_, n * sizeof(T))")) << fill << c.source;
+  }
+}
+
+// Any use braid does not read keeps the vector's constructions out of sight (the reason names its
+// declaration, line 15): a resize, an insert, a copy of the vector, an element written or copied
+// (`for (auto g : grads)`), the vector given to a function not in the file, or a fill in a loop
+// whose trip count may differ between ranks (bounded by the rank, directly or through a variable
+// given it or written under a condition, a while loop, a `break`). The allocation stays as written.
+TEST(AnalyzerFrameworkIdioms, AVectorUsedOutOfSightKeepsItsConstructionsHidden) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kEmplaceEveryLayer, "  grads.resize(4);\n"},
+      {kEmplaceEveryLayer, "  grads.insert(grads.begin(), DeviceBuffer<float>(64));\n"},
+      {kEmplaceEveryLayer, "  std::vector<DeviceBuffer<float>> copy = grads;\n"},
+      {kEmplaceEveryLayer, "  grads[0] = DeviceBuffer<float>(64);\n"},
+      {kEmplaceEveryLayer, "  register_grads(grads);\n"},
+      {kEmplaceEveryLayer, "  for (auto g : grads) (void)g;\n"},
+      {"  for (int l = 0; l < rank + 1; ++l) grads.emplace_back(sizes[0]);\n", ""},
+      {"  int max = rank;\n  for (int l = 0; l < max; ++l) grads.emplace_back(sizes[0]);\n", ""},
+      {"  int layers = 3;\n  if (rank == 0) layers = 1;\n  for (int l = 0; l < layers; ++l) "
+       "grads.emplace_back(sizes[0]);\n",
+       ""},
+      {"  size_t l = 0; while (l < sizes.size()) { grads.emplace_back(sizes[l]); ++l; }\n", ""},
+      {"  for (size_t l = 0; l < sizes.size(); ++l) { if (l == (size_t)rank) break; grads.emplace_back(sizes[l]); }\n",
+       ""},
+  };
+  for (const auto& [fill, more] : cases) {
+    const Conversion c = convert_text(raii_vector_program(fill, more));
+    EXPECT_EQ(c.converted_calls, 0) << fill << more << c.source;
+    ASSERT_EQ(c.left.size(), 1u) << fill << more;
+    EXPECT_TRUE(contains(c.left[0].reason,
+                         "in DeviceBuffer(), which may run on some ranks only (called under a condition, or "
+                         "constructed out of braid's sight, at line 15)"))
+        << fill << more << c.left[0].reason;
+    EXPECT_TRUE(contains(c.source, "{ cudaMalloc(&ptr_, n * sizeof(T)); }")) << c.source;
+  }
+}
+
+// A vector filled in sight whose fill runs on some ranks only (`if (rank == 0) grads.emplace_back(64)`)
+// or with a size given by the rank: its fills are constructions like any other, so the allocation is
+// rank-dependent and stays as written, the reason naming the fill.
+TEST(AnalyzerFrameworkIdioms, AVectorFilledOnSomeRanksOrByRankStaysAsWritten) {
+  const Conversion some =
+      convert_text(raii_vector_program(kEmplaceEveryLayer, "  if (rank == 0) grads.emplace_back(64);\n"));
+  EXPECT_EQ(some.converted_calls, 0) << some.source;
+  ASSERT_EQ(some.left.size(), 1u);
+  EXPECT_TRUE(contains(some.left[0].reason, "in DeviceBuffer(), which may run on some ranks only"))
+      << some.left[0].reason;
+  EXPECT_TRUE(contains(some.left[0].reason, "at line 18)")) << some.left[0].reason;
+  const Conversion sized = convert_text(
+      raii_vector_program("  for (size_t l = 0; l < sizes.size(); ++l) grads.emplace_back(sizes[l] * (rank + 1));\n"));
+  EXPECT_EQ(sized.converted_calls, 0) << sized.source;
+  ASSERT_EQ(sized.left.size(), 1u);
+  EXPECT_TRUE(contains(sized.left[0].reason, "with a size that depends on the rank")) << sized.left[0].reason;
+  const Conversion pushed = convert_text(
+      raii_vector_program("  for (size_t n : sizes) grads.push_back(DeviceBuffer<float>(n * (rank + 1)));\n"));
+  EXPECT_EQ(pushed.converted_calls, 0) << pushed.source;
+  EXPECT_TRUE(told(pushed, "with a size that depends on the rank")) << left_text(pushed);
 }

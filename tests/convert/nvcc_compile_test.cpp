@@ -244,7 +244,8 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"moe_ep_fp8_dispatch_arena", 8},
                                            std::pair<std::string, int>{"tp_custom_allreduce_ipc_fallback", 1},
                                            std::pair<std::string, int>{"dp_attention_graphs_per_bs", 3},
-                                           std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1}),
+                                           std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1},
+                                           std::pair<std::string, int>{"raii_vector_grads_mpi", 2}),
                          [](const auto& info) { return info.param.first; });
 
 // A program that is C++17 and not C++20 (a u8 literal is char8_t in C++20) builds as C++17 when it

@@ -401,6 +401,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     }
   }
   record_value_uses();
+  collect_visible_containers();
 }
 
 const FunctionDef* BufferFlow::function_named(const std::string& name) const {

@@ -161,6 +161,15 @@ class BufferFlow {
   // The line where `cls` is a template argument that constructs it out of braid's sight
   // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`); 0 when there is none.
   int hidden_construction(const std::string& cls) const;
+  // Containers of a class whose every use is read (buffer_flow_containers.cpp): their fills are the
+  // class's constructions (`emplace_back` recorded as a call site), their declarations no hidden one.
+  void collect_visible_containers();
+  std::size_t vector_of_class(std::size_t k, std::size_t& cls) const;
+  bool rank_free_loops(std::size_t at, const FunctionDef& function) const;
+  bool rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars, int depth) const;
+  bool rank_free_name(const std::string& name, int depth) const;
+  bool read_only_use(std::size_t k) const;
+  std::set<std::size_t> visible_containers_;  // the class token of each such container's declaration
   // A copy or move of another instance's same field (buffer_flow_members.cpp): no write of its own.
   bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);

@@ -174,6 +174,7 @@ int BufferFlow::hidden_construction(const std::string& cls) const {
     std::size_t q = k;  // `std::vector<pp::Buffer>`: the qualifiers belong to the argument
     while (q >= 3 && code_[q - 1].text == "::" && code_[q - 2].kind == TokenKind::Identifier) q -= 2;
     if (q < 2 || (code_[q - 1].text != "<" && code_[q - 1].text != ",")) continue;
+    if (visible_containers_.count(k)) continue;  // a vector whose fills are constructions braid sees
     const std::string& holder = code_[q - 2].text;  // made by make_unique/new, seen as constructions
     if (code_[q - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
       continue;

@@ -1,0 +1,292 @@
+// BufferFlow (buffer_flow.hpp): a std::vector of a class whose every use braid reads. Its elements
+// are constructed where it is filled (`grads.emplace_back(n)`, `push_back(Buffer<float>(n))`), so
+// those fills are the class's constructions. Sound only when the vector's history is the same on
+// every rank: declared empty in a function, only reserved and filled unconditionally (the fills are
+// call sites, so a fill under a condition is found like any construction) in `for` loops whose trip
+// count is rank-free, otherwise only read. Any other use (resize, insert, assign, a copy, an
+// element written, the vector passed to a function) keeps its constructions out of braid's sight.
+#include <algorithm>
+#include <set>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+namespace {
+
+bool is_member_step(const std::string& x) { return x == "." || x == "->"; }
+
+bool writes(const std::string& x) {
+  static const std::set<std::string> kWrites = {
+      "=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^=", "++", "--"};
+  return kWrites.count(x) > 0;
+}
+
+// Words a rank-free expression may hold besides variables: types and literals.
+bool neutral_word(const std::string& x) {
+  static const std::set<std::string> kWords = {
+      "int",  "unsigned", "long",    "short",   "size_t",   "auto",     "const",     "constexpr", "float", "double",
+      "char", "bool",     "int32_t", "int64_t", "uint32_t", "uint64_t", "ptrdiff_t", "signed",    "true",  "false"};
+  return kWords.count(x) > 0;
+}
+
+// Calls whose value is their arguments' alone (casts, conversions, min/max), named as called.
+bool pure_call(const std::string& x) {
+  static const std::set<std::string> kCalls = {"sizeof", "static_cast", "atoi",   "atol", "atoll", "stoi",
+                                               "stol",   "stoul",       "stoull", "min",  "max"};
+  return kCalls.count(x) > 0;
+}
+
+// A member that reads a value or a container without writing it (what follows is checked too).
+bool reading_member(const std::string& x) {
+  return x == "size" || x == "empty" || x == "length" || x == "capacity" || x == "front" || x == "back" || x == "at";
+}
+
+bool jump(const std::string& x) {
+  return x == "break" || x == "continue" || x == "return" || x == "goto" || x == "throw" || x == "exit" ||
+         x == "abort" || x == "MPI_Abort";
+}
+
+}  // namespace
+
+// True when the value of tokens [b, e) is the same on every rank: numbers, neutral words, the loop's
+// own variables (written only in its header) and rank-free names. Strings and unknown calls are not.
+bool BufferFlow::rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars,
+                                      int depth) const {
+  for (std::size_t i = b; i < e; ++i) {
+    const Token& t = code_[i];
+    if (t.kind == TokenKind::String) return false;
+    if (t.kind == TokenKind::Punct && writes(t.text)) {
+      const bool own =
+          (i > b && loop_vars.count(code_[i - 1].text)) || (i + 1 < e && loop_vars.count(code_[i + 1].text));
+      if (!own) return false;
+    }
+    if (t.kind != TokenKind::Identifier) continue;
+    if (i > b && is_member_step(code_[i - 1].text)) {
+      if (!reading_member(t.text)) return false;
+      continue;
+    }
+    const std::string& next = i + 1 < e ? code_[i + 1].text : "";
+    if (neutral_word(t.text) || loop_vars.count(t.text) || next == "::" ||
+        (pure_call(t.text) && (next == "(" || next == "<")))
+      continue;
+    if (next == "(") return false;  // an unknown call
+    if (!rank_free_name(t.text, depth - 1)) return false;
+  }
+  return true;
+}
+
+// An occurrence of a variable at k that only reads it: not written (assigned, incremented, read
+// into, its address taken, an element or `front()` assigned, bound to a non-const reference), not
+// given whole to a function other than those below (a reference parameter could write it).
+bool BufferFlow::read_only_use(std::size_t k) const {
+  const std::string& prev = code_[k - 1].text;
+  if (prev == "++" || prev == "--" || prev == "&" || prev == ">>" || k + 1 >= code_.size()) return false;
+  // Bound to a reference that may write it: `auto& s = name;`, `for (auto& x : name)` (unless const).
+  if (prev == "=" && k >= 3 && (code_[k - 3].text == "&" || code_[k - 3].text == "&&")) return false;
+  if (prev == ":") {
+    bool reference = false, constant = false;
+    for (std::size_t j = k - 1; j > 0 && code_[j].text != "("; --j) {
+      reference = reference || code_[j].text == "&" || code_[j].text == "&&";
+      constant = constant || code_[j].text == "const";
+    }
+    if (reference && !constant) return false;
+  }
+  std::size_t next = k + 1;
+  if (code_[next].text == "[") next = match_forward(code_, next, code_.size()) + 1;
+  if (code_[next].text == "." && next + 2 < code_.size()) {
+    if (!reading_member(code_[next + 1].text) || code_[next + 2].text != "(") return false;
+    next = match_forward(code_, next + 2, code_.size()) + 1;
+  }
+  if (next >= code_.size() || writes(code_[next].text)) return false;
+  if ((prev == "(" || prev == ",") && (code_[k + 1].text == ")" || code_[k + 1].text == ",")) {
+    std::size_t open = k;  // the bracket the whole argument is in
+    for (int d = 0; open-- > 0;) {
+      const std::string& x = code_[open].text;
+      if (x == ")" || x == "]" || x == "}") ++d;
+      else if ((x == "(" || x == "[" || x == "{") && d-- == 0) break;
+    }
+    if (open == SIZE_MAX || open == 0 || code_[open].text != "(") return true;  // a braced list copies
+    // Given by value: to a kernel, printf, or a constructor of the file's classes, directly or
+    // through a vector's fill (a constructor taking its size by non-const reference is not met).
+    const Token& callee = code_[open - 1];
+    const std::string cls = callee.text == ">" ? template_name_before(code_, open - 1) : callee.text;
+    return callee.kind == TokenKind::LaunchClose || callee.text == "printf" || callee.text == "fprintf" ||
+           callee.text == "emplace_back" || callee.text == "push_back" || is_class(cls);
+  }
+  return true;
+}
+
+// True when `name` holds the same value on every rank: declared once with a rank-free initialiser
+// (`const int layers = 4;`, `const std::vector<size_t> sizes = {4096, 1024};`) and then only read,
+// or main's argc/argv, never written (mpirun gives every rank the same command line).
+bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
+  if (depth <= 0) return false;
+  const FunctionDef* main = function_named("main");
+  bool parameter = main && std::find(main->params.begin(), main->params.end(), name) != main->params.end();
+  int declarations = 0;
+  for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
+    if (code_[k].text != name || code_[k].kind != TokenKind::Identifier || is_member_step(code_[k - 1].text) ||
+        code_[k - 1].text == "::")
+      continue;
+    if (parameter && main && k > main->name_token && k < main->body_open) continue;  // its declaration
+    const Token& prev = code_[k - 1];
+    const std::string& next = code_[k + 1].text;
+    const bool declared = (prev.text == ">" || (prev.kind == TokenKind::Identifier && prev.text != "return" &&
+                                                prev.text != "case" && prev.text != "else" && prev.text != "throw")) &&
+                          (next == "=" || next == "{" || next == "(");
+    if (!declared) {
+      if (!read_only_use(k)) return false;
+      continue;
+    }
+    if (++declarations > 1 || parameter) return false;
+    const std::size_t b = k + 2;
+    const std::size_t e =
+        next == "=" ? statement_end(code_, b, code_.size()) : match_forward(code_, k + 1, code_.size());
+    if (next == "=" &&
+        std::any_of(code_.begin() + (long)b, code_.begin() + (long)e,
+                    [](const Token& t) {
+                      return t.text == ",";  // `int a = x, b = y;`: the declarator list is not split here
+                    }) &&
+        code_[b].text != "{")
+      return false;
+    if (!rank_free_expression(b, e, {}, depth)) return false;
+  }
+  return declarations == 1 || parameter;
+}
+
+// True when every loop of `function` holding code token `at` runs the same number of times on every
+// rank: a `for` whose header is rank-free and whose own variables its body does not write, with no
+// jump out of its body (a `break` under a condition would end it early on some ranks).
+bool BufferFlow::rank_free_loops(std::size_t at, const FunctionDef& function) const {
+  for (std::size_t k = function.body_open + 1; k < at; ++k) {
+    const std::string& x = code_[k].text;
+    if (x != "for" && x != "while" && x != "do") continue;
+    std::size_t body = k + 1, close = k;
+    if (x != "do") {
+      if (code_[k + 1].text != "(") continue;
+      close = match_forward(code_, k + 1, function.body_close);
+      body = close + 1;
+    }
+    const std::size_t end = code_[body].text == "{" ? match_forward(code_, body, function.body_close)
+                                                    : statement_end(code_, body, function.body_close);
+    if (at <= k || at > end) continue;
+    if (x != "for" || at <= close) return false;  // a while or do-while: its trip count is its condition's
+    std::set<std::string> vars;
+    std::size_t colon = 0;
+    for (std::size_t j = k + 2; j < close; ++j) {
+      if (code_[j].text == "(" || code_[j].text == "[" || code_[j].text == "{") j = match_forward(code_, j, close);
+      else if (code_[j].text == ";") break;
+      else if (code_[j].text == ":" && colon == 0) colon = j;
+      else if (code_[j].kind == TokenKind::Identifier && (code_[j + 1].text == "=" || code_[j + 1].text == "{"))
+        vars.insert(code_[j].text);
+    }
+    if (colon > 0 && code_[colon - 1].kind == TokenKind::Identifier) vars.insert(code_[colon - 1].text);
+    if (!rank_free_expression(colon > 0 ? colon + 1 : k + 2, close, vars, 4)) return false;
+    for (std::size_t j = body; j < end; ++j) {
+      if (jump(code_[j].text)) return false;
+      if (vars.count(code_[j].text) && !read_only_use(j)) return false;
+    }
+  }
+  return true;
+}
+
+// `[std ::] vector < [ns ::]* cls [<...>] > name ;` at code token k (`vector`): the name's token, or 0;
+// `cls` is set to the class's token.
+std::size_t BufferFlow::vector_of_class(std::size_t k, std::size_t& cls) const {
+  if (code_[k].text != "vector" || k + 3 >= code_.size() || code_[k + 1].text != "<") return 0;
+  std::size_t start = k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text == "std" ? k - 2 : k;
+  if (start == 0 || (code_[start - 1].text != ";" && code_[start - 1].text != "{" && code_[start - 1].text != "}"))
+    return 0;
+  std::size_t c = k + 2;
+  while (c + 2 < code_.size() && code_[c + 1].text == "::") c += 2;
+  if (code_[c].kind != TokenKind::Identifier || !is_class(code_[c].text)) return 0;
+  const std::size_t after = after_template_args(code_, k + 1, code_.size());
+  if (after == SIZE_MAX || after + 1 >= code_.size() || code_[after].kind != TokenKind::Identifier ||
+      code_[after + 1].text != ";")
+    return 0;
+  // Nothing but the class and its own template arguments between `<` and the list's end.
+  const std::size_t own = c + 1 < after && code_[c + 1].text == "<" ? after_template_args(code_, c + 1, after) : c + 1;
+  const bool closes_both = own == SIZE_MAX && code_[after - 1].text == ">>";  // `vector<Buffer<float>>`
+  if (!closes_both && own + 1 != after) return 0;
+  cls = c;
+  return after;
+}
+
+// Each vector of a class whose every use is read above: its declaration's class token is no hidden
+// construction, and each `emplace_back` is a construction of the class (a call site with its
+// arguments, so the rank pass sees a size given by the rank).
+void BufferFlow::collect_visible_containers() {
+  for (std::size_t k = 0; k < code_.size(); ++k) {
+    std::size_t cls_token = 0;
+    const std::size_t decl = vector_of_class(k, cls_token);
+    if (decl == 0 || owner_[decl] < 0) continue;
+    const FunctionDef& f = functions_[(std::size_t)owner_[decl]];
+    std::size_t block = decl;  // the block the vector is declared in
+    for (int d = 0; block-- > f.body_open;)
+      if (code_[block].text == "}") ++d;
+      else if (code_[block].text == "{" && d-- == 0) break;
+    const std::size_t block_close = match_forward(code_, block, f.body_close);
+    const std::string& name = code_[decl].text;
+    const std::string& cls = code_[cls_token].text;
+    std::vector<CallSite> emplaced;
+    bool visible = true;
+    int fills = 0;
+    for (std::size_t j = 1; visible && j + 3 < code_.size(); ++j) {
+      if (j == decl || code_[j].text != name || code_[j].kind != TokenKind::Identifier ||
+          is_member_step(code_[j - 1].text) || code_[j - 1].text == "::")
+        continue;
+      visible = j > decl && j < block_close && owner_[j] == owner_[decl];
+      if (!visible) break;
+      const std::string& prev = code_[j - 1].text;
+      const bool statement = prev == ";" || prev == "{" || prev == "}" || prev == ")" || prev == "else";
+      const std::string& member = code_[j + 2].text;
+      if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
+          (member == "emplace_back" || member == "push_back" || member == "reserve")) {
+        const std::size_t close = match_forward(code_, j + 3, code_.size());
+        visible = statement && close + 1 < code_.size() && code_[close + 1].text == ";" && close > j + 4 &&
+                  rank_free_loops(j, f);
+        if (member == "reserve") {
+          visible = visible && !conditional(j) && rank_free_expression(j + 4, close, {}, 4);
+        } else if (member == "push_back") {  // a temporary of the class, already a construction
+          std::size_t c = j + 4;
+          while (c + 2 < close && code_[c + 1].text == "::") c += 2;
+          const std::size_t args =
+              c + 1 < close && code_[c + 1].text == "<" ? after_template_args(code_, c + 1, close) : c + 1;
+          visible = visible && code_[c].text == cls && args < close &&
+                    (code_[args].text == "(" || code_[args].text == "{") &&
+                    match_forward(code_, args, close) + 1 == close;
+          // Also at the token before its arguments: the rank pass reads a call site's arguments
+          // after it, and `Buffer<float>(n)` is recorded at `Buffer`.
+          if (visible && code_[args].text == "(")
+            emplaced.push_back(CallSite{f.name, split_top(code_, args, close - 1), args - 1, code_[j + 2].line});
+          ++fills;
+        } else {
+          emplaced.push_back(CallSite{f.name, split_top(code_, j + 3, close), j + 2, code_[j + 2].line});
+          ++fills;
+        }
+        continue;
+      }
+      // Read: counted (`size()`), iterated by reference (`for (auto& g : grads)`: a copy would run the
+      // class's copy constructor), or an element used through a member (`grads[l].data()`), never whole.
+      std::size_t element = 0;
+      if (code_[j + 1].text == "[") element = match_forward(code_, j + 1, code_.size()) + 1;
+      else if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
+               (member == "at" || member == "front" || member == "back"))
+        element = match_forward(code_, j + 3, code_.size()) + 1;
+      if (element > 0)
+        visible = prev != "&" && element + 2 < code_.size() && is_member_step(code_[element].text) &&
+                  code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
+      else if (code_[j + 1].text == ".") visible = member == "size" || member == "empty" || member == "capacity";
+      else visible = prev == ":" && code_[j + 1].text == ")" && (code_[j - 3].text == "&" || code_[j - 3].text == "&&");
+    }
+    if (!visible || fills == 0) continue;  // never filled here: kept out of sight, as before
+    visible_containers_.insert(cls_token);
+    for (CallSite& c : emplaced) calls_[cls].push_back(std::move(c));
+  }
+}
+
+}  // namespace braid::convert
