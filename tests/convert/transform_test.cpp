@@ -509,3 +509,39 @@ TEST(Transform, CommunicatorFieldNamedBareInMemberFunctions) {
   EXPECT_FALSE(contains(d.source, "comm_init_rank(&dp.comm")) << conversion_to_text(d);
   EXPECT_FALSE(contains(d.source, "comm_init_rank(&tp.comm"));
 }
+
+// A window is registered with the same size on every rank, so allocations sized by the rank stay
+// as written: by the thread's rank (the variable its communicator is created with), and through a
+// template class's constructor (`DeviceBuffer<float> x(64 * (rank + 1))`).
+TEST(Transform, SizesByTheRankStayAsWrittenInThreadsAndTemplateConstructors) {
+  const std::string thread =
+      "#include <nccl.h>\n"
+      "void worker(int r, ncclUniqueId id) {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, r);\n"
+      "  float* x; cudaMalloc(&x, 1024 * (r + 1));\n"
+      "  ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n"
+      "int main() { std::vector<std::thread> ts; for (int i = 0; i < 2; ++i) ts.emplace_back(worker, i, id); }\n";
+  Conversion c = transform(analyze("t.cu", thread), thread);
+  EXPECT_EQ(c.converted_calls, 0);
+  ASSERT_EQ(c.left.size(), 1u);
+  EXPECT_TRUE(contains(c.left[0].reason, "with a size that depends on the rank")) << c.left[0].reason;
+  const std::string raii =
+      "#include <nccl.h>\n"
+      "template <typename T> struct DeviceBuffer {\n"
+      "  T* ptr_ = nullptr;\n"
+      "  explicit DeviceBuffer(size_t n) { cudaMalloc(&ptr_, n * sizeof(T)); }\n"
+      "  ~DeviceBuffer() { cudaFree(ptr_); }\n"
+      "  T* data() { return ptr_; }\n"
+      "};\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  DeviceBuffer<float> x(64 * (rank + 1));\n"
+      "  ncclAllReduce(x.data(), x.data(), 64, ncclFloat, ncclSum, comm, 0);\n"
+      "}\n";
+  Conversion d = transform(analyze("r.cu", raii), raii);
+  EXPECT_EQ(d.converted_calls, 0) << conversion_to_text(d);
+  ASSERT_EQ(d.left.size(), 1u);
+  EXPECT_TRUE(contains(d.left[0].reason, "with a size that depends on the rank")) << d.left[0].reason;
+}

@@ -127,10 +127,10 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
       grew = tainted.add(function, lhs) || grew;
   }
   // A parameter given a rank-dependent argument at any call (`Arena arena(rank_bytes)`, `alloc(p, n)`).
+  // The arguments as each site gives them: a template class's construction (`Buffer<float> x(n)`)
+  // and a thread's start (`std::thread(worker, r, n)`) are call sites too.
   for (const FunctionDef& f : flow.functions())
-    for (std::size_t site : flow.call_sites_of(f.name)) {
-      if (site + 1 >= t.size() || t[site + 1].text != "(") continue;
-      const std::vector<std::string> args = split_top(t, site + 1, match_forward(t, site + 1, t.size()));
+    for (const auto& [site, args] : flow.call_arguments_of(f.name)) {
       for (std::size_t i = 0; i < args.size() && i < f.params.size(); ++i) {
         const std::vector<Token> arg = code_tokens(lex(args[i]).tokens);
         if (!tainted_in(arg, 0, arg.size(), flow.function_at(site), tainted).empty())
@@ -144,11 +144,21 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
 
 void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
                                Analysis& a) {
-  // The seeds: the rank itself, and what each rank reads from its own device (per-peer token counts
+  // The seeds: the rank itself (also the variable a communicator is created with as its rank: a thread
+  // per rank has no other), and what each rank reads from its own device (per-peer token counts
   // copied back after a router kernel or an all-to-all) or receives alone over MPI.
-  static const std::map<std::string, std::size_t> kSeeds = {
-      {"MPI_Comm_rank", 1}, {"ncclCommUserRank", 1}, {"cudaMemcpy", 0},  {"cudaMemcpyAsync", 0}, {"MPI_Recv", 0},
-      {"MPI_Alltoall", 3},  {"MPI_Alltoallv", 4},    {"MPI_Scatter", 3}, {"MPI_Scatterv", 4}};
+  static const std::map<std::string, std::size_t> kSeeds = {{"MPI_Comm_rank", 1},
+                                                            {"ncclCommUserRank", 1},
+                                                            {"ncclCommInitRank", 3},
+                                                            {"ncclCommInitRankConfig", 3},
+                                                            {"ncclCommInitRankScalable", 2},
+                                                            {"cudaMemcpy", 0},
+                                                            {"cudaMemcpyAsync", 0},
+                                                            {"MPI_Recv", 0},
+                                                            {"MPI_Alltoall", 3},
+                                                            {"MPI_Alltoallv", 4},
+                                                            {"MPI_Scatter", 3},
+                                                            {"MPI_Scatterv", 4}};
   Tainted tainted;
   for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
     const auto seed = kSeeds.find(toks[i].text);
@@ -159,8 +169,10 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
     if (copy && (args.size() < 4 || (args[3].find("DeviceToHost") == std::string::npos &&
                                      args[3].find("cudaMemcpyDefault") == std::string::npos)))
       continue;
-    const std::string& dst = args[seed->second];
-    const std::string path = access_path(dst, true);
+    std::string dst = args[seed->second];  // split_top's text, its tokens joined with blanks: `w -> rank`
+    dst.erase(std::remove(dst.begin(), dst.end(), ' '), dst.end());
+    // The creations name the rank by value (`w->rank`), the others by the address they write (`&rank`).
+    const std::string path = access_path(dst, toks[i].text.rfind("ncclCommInitRank", 0) != 0);
     tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
   }
   for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {

@@ -114,6 +114,9 @@ class BufferFlow {
   std::pair<std::string, int> conditional_caller(const std::string& function) const;
   // Where `function` is called (or its class constructed): the code token of each call site.
   std::vector<std::size_t> call_sites_of(const std::string& function) const;
+  // Each call site of `function` (its token) with the arguments it gives: a call, a construction, a
+  // thread started on it.
+  std::vector<std::pair<std::size_t, std::vector<std::string>>> call_arguments_of(const std::string& function) const;
 
   // An allocation's target `path` (written in `function` before code token `at`) named as the
   // object it is part of: through references (`auto& L = layers[l]`, range-for

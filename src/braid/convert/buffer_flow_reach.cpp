@@ -456,6 +456,14 @@ std::vector<std::size_t> BufferFlow::call_sites_of(const std::string& function) 
   return sites;
 }
 
+std::vector<std::pair<std::size_t, std::vector<std::string>>> BufferFlow::call_arguments_of(
+    const std::string& function) const {
+  std::vector<std::pair<std::size_t, std::vector<std::string>>> out;
+  if (auto it = calls_.find(function); it != calls_.end())
+    for (const CallSite& c : it->second) out.emplace_back(c.token, c.args);
+  return out;
+}
+
 std::set<std::string> BufferFlow::reached_between(std::size_t from, std::size_t to) const {
   std::set<std::string> reached;
   std::vector<std::string> pending;
