@@ -111,17 +111,20 @@ namespace {
 // bodies (a lambda given to a thread, the statement under `#pragma omp parallel`).
 struct ThreadCode {
   std::set<std::string> entries;
-  std::vector<std::pair<std::size_t, std::size_t>> bodies;  // token ranges [begin, end]
-  bool unparsed_omp = false;                                // an omp region whose statement was not found
+  struct Body {
+    std::size_t begin = 0, end = 0;  // token range, exclusive
+    bool omp = false;                // an OpenMP region, else a lambda
+  };
+  std::vector<Body> bodies;
+  bool unparsed_omp = false;  // an omp region whose statement was not found
   int omp_line = 0;
 
   bool empty() const { return entries.empty() && bodies.empty() && !unparsed_omp; }
   // Where a thread runs the token at `at` from: "worker()", "a lambda", "an OpenMP region"; empty
   // when no thread does.
-  std::string runs(std::size_t at, const BufferFlow& flow, const std::vector<Token>& toks) const {
-    for (const auto& [b, e] : bodies)
-      if (at > b && at < e)
-        return b > 0 && toks[b - 1].kind == TokenKind::Preprocessor ? "an OpenMP region" : "a lambda";
+  std::string runs(std::size_t at, const BufferFlow& flow) const {
+    for (const Body& b : bodies)
+      if (at > b.begin && at < b.end) return b.omp ? "an OpenMP region" : "a lambda";
     const std::string via = flow.callers_reach(flow.function_at(at), entries);
     return via.empty() ? "" : via + "()";
   }
@@ -155,51 +158,16 @@ ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<To
     }
     const std::size_t b = (std::size_t)(first - toks.begin());
     // Stored as starting one before its first token, so `runs` sees the region begin there.
-    tc.bodies.emplace_back(b == 0 ? 0 : b - 1, statement_end(toks, b));
+    tc.bodies.push_back({b == 0 ? 0 : b - 1, statement_end(toks, b), true});
     tc.omp_line = t.line;
   }
-  for (std::size_t k = 0; k + 2 < toks.size(); ++k) {
-    const std::string& x = toks[k].text;
-    std::size_t open = 0;
-    int skip_args = 0;
-    if (x == "thread" || x == "jthread") {  // std::thread t(f, ...), std::thread(f, ...), std::thread{f, ...}
-      open = toks[k + 1].text == "(" || toks[k + 1].text == "{" ? k + 1
-             : (toks[k + 1].kind == TokenKind::Identifier && (toks[k + 2].text == "(" || toks[k + 2].text == "{"))
-                 ? k + 2
-                 : 0;
-    } else if ((x == "emplace_back" || x == "push_back") && toks[k + 1].text == "(" && k >= 2 &&
-               (toks[k - 1].text == "." || toks[k - 1].text == "->") && flow.holds_threads(toks[k - 2].text)) {
-      open = k + 1;  // into a container of threads (a vector of hooks holds no thread)
-    } else if (x == "pthread_create" && toks[k + 1].text == "(") {
-      open = k + 1;
-      skip_args = 2;
-    } else if (x == "async" && toks[k + 1].text == "(") {
-      open = k + 1;
-      skip_args = toks[k + 2].text == "std" ? 1 : 0;  // std::async(std::launch::async, f, ...)
-    }
-    if (open == 0) continue;
-    const std::size_t close = matching(toks, open);
-    std::size_t at = open + 1;
-    for (int n = 0; n < skip_args && at < close; ++at) {
-      if (toks[at].text == ",") ++n;
-      else if (toks[at].text == "(" || toks[at].text == "[" || toks[at].text == "{") at = matching(toks, at);
-    }
-    while (at < close &&
-           (toks[at].text == "&" || toks[at].text == "(" || toks[at].text == "void" || toks[at].text == "*" ||
-            toks[at].text == ")" || toks[at].text == "::" || toks[at].text == "std"))
-      ++at;
-    if (at >= close) continue;
-    if (toks[at].text == "[") {  // a lambda: its body
-      std::size_t b = matching(toks, at) + 1;
-      while (b < close && toks[b].text != "{") ++b;
-      if (b < close) tc.bodies.emplace_back(b, matching(toks, b));
-    } else if (toks[at].kind == TokenKind::Identifier && toks[at + 1].text != "(") {
-      tc.entries.insert(toks[at].text);
-    }
+  for (const BufferFlow::ThreadStart& s : flow.thread_starts()) {
+    if (s.body_open != 0) tc.bodies.push_back({s.body_open, s.body_close, false});
+    else tc.entries.insert(toks[s.entry].text);
   }
   // What those bodies call runs in the threads too.
-  for (const auto& [b, e] : tc.bodies)
-    for (std::size_t k = b + 1; k + 1 < e && k + 1 < toks.size(); ++k)
+  for (const ThreadCode::Body& body : tc.bodies)
+    for (std::size_t k = body.begin + 1; k + 1 < body.end && k + 1 < toks.size(); ++k)
       if (toks[k].kind == TokenKind::Identifier && toks[k + 1].text == "(") tc.entries.insert(toks[k].text);
   return tc;
 }
@@ -222,7 +190,7 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
   if (tc.empty()) return;
   auto runs_in = [&](const Call& c) {
     auto tok = token_at.find(c.call_begin);
-    return tok == token_at.end() ? std::string() : tc.runs(tok->second, flow, toks);
+    return tok == token_at.end() ? std::string() : tc.runs(tok->second, flow);
   };
   const auto left = [&](std::string why) {
     a.single_process_multi_gpu = true;

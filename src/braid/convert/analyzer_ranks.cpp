@@ -171,8 +171,12 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
       continue;
     std::string dst = args[seed->second];  // split_top's text, its tokens joined with blanks: `w -> rank`
     dst.erase(std::remove(dst.begin(), dst.end(), ' '), dst.end());
-    // The creations name the rank by value (`w->rank`), the others by the address they write (`&rank`).
-    const std::string path = access_path(dst, toks[i].text.rfind("ncclCommInitRank", 0) != 0);
+    // The creations name the rank by value (`r`, `w->rank`; an expression such as `rank * ngpus` is
+    // built from values tainted already, and its first name may be a whole struct), the others by
+    // the address they write (`&rank`).
+    const bool by_value = toks[i].text.rfind("ncclCommInitRank", 0) == 0;
+    const std::string path = access_path(dst, !by_value);
+    if (by_value && path.empty()) continue;
     tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
   }
   for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {

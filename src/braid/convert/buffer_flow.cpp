@@ -400,6 +400,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       record_call(k, f, defined, callable_classes, callable_objects);
     }
   }
+  collect_thread_starts();
   record_value_uses();
   collect_visible_containers();
 }

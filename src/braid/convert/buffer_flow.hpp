@@ -140,9 +140,16 @@ class BufferFlow {
   // `name` is (its arguments come from whoever holds it: not followed); 0 when there is none.
   int unnamed_lambda_parameter(const std::string& name, std::size_t at) const;
 
-  // True when `name` is declared as a container of threads (`std::vector<std::thread> name`,
-  // `std::list<std::jthread> name`): its emplace_back/push_back starts a thread.
-  bool holds_threads(const std::string& name) const;
+  // A thread the file starts (buffer_flow_threads.cpp): `std::thread t(f, ..)` (and later
+  // declarators, `b(f, ..)`), `std::thread(f, ..)`, `threads.emplace_back(f, ..)` into a container of
+  // threads, `std::async([policy,] f, ..)`, `pthread_create(&t, attr, f, arg)`. Its function runs
+  // once with the arguments, as a call would.
+  struct ThreadStart {
+    std::size_t entry = 0;                      // code token of the function's name or a lambda's `[`
+    std::size_t body_open = 0, body_close = 0;  // a lambda's body; 0 for a named function
+    std::vector<std::string> args;              // what the function is given (std::ref(x) gives x)
+  };
+  const std::vector<ThreadStart>& thread_starts() const { return thread_starts_; }
   // The innermost function (or lambda) whose body holds code token `at` ("" at file scope).
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
@@ -269,9 +276,11 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
-  // A thread started on the function named at code token k, read as a call of it with the thread's
-  // arguments; false when the name is used otherwise.
-  bool thread_start(std::size_t k, CallSite* call) const;
+  void collect_thread_starts();
+  void add_thread_start(std::size_t open, std::size_t skip);
+  bool holds_threads(const std::string& name) const;
+  const ThreadStart* thread_started_at(std::size_t entry) const;
+  std::vector<ThreadStart> thread_starts_;
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
   std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
   struct ElementFields {

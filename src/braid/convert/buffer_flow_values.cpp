@@ -197,75 +197,8 @@ std::string BufferFlow::stored_field(std::size_t k) const {
   return index < fields.size() ? fields[index] : "";
 }
 
-// `std::thread t(f, a, b)`, `std::thread(f, ...)`, `threads.emplace_back(f, ...)`, `std::async([policy,]
-// f, ...)` call f with the arguments after it (std::ref(x) passes x); `pthread_create(&t, attr, f,
-// arg)` calls f(arg). Each thread runs f once with them, as a call would.
-bool BufferFlow::thread_start(std::size_t k, CallSite* call) const {
-  std::size_t first = k > 0 && code_[k - 1].text == "&" ? k - 1 : k;  // `&f`
-  if (first == 0) return false;
-  // The call the name is an argument of: the bracket before it, skipping earlier arguments.
-  std::size_t open = first - 1;
-  int index = 0;
-  for (int depth = 0; open > 0; --open) {
-    const std::string& x = code_[open].text;
-    if (x == ")" || x == "]" || x == "}") ++depth;
-    else if ((x == "(" || x == "[" || x == "{") && depth > 0) --depth;
-    else if ((x == "(" || x == "{") && depth == 0) break;
-    else if (x == "," && depth == 0) ++index;
-    else if (depth == 0 && (x == ";" || x == "[")) return false;
-  }
-  if (open == 0) return false;
-  const std::string& callee = code_[open - 1].text;
-  // The type a declared variable has: `std::thread a(f, ..)`, or a later declarator of the same
-  // declaration, `std::thread a(f, 0), b(f, 1)` (skipping back over `name(...) ,` pieces).
-  std::size_t type_at = open >= 2 ? open - 2 : 0;
-  while (type_at >= 2 && code_[type_at].text == "," && code_[type_at - 1].text == ")") {
-    int depth = 0;
-    std::size_t k = type_at - 1;
-    for (; k > 0; --k) {
-      if (code_[k].text == ")") ++depth;
-      else if (code_[k].text == "(" && --depth == 0) break;
-    }
-    if (k < 2 || code_[k - 1].kind != TokenKind::Identifier) break;
-    type_at = k - 2;
-  }
-  const std::string& before = open >= 2 ? code_[type_at].text : "";
-  const bool thread_ctor =
-      callee == "thread" || callee == "jthread" ||
-      (code_[open - 1].kind == TokenKind::Identifier && (before == "thread" || before == "jthread"));
-  const bool into_threads = (callee == "emplace_back" || callee == "push_back") && open >= 3 &&
-                            (code_[open - 2].text == "." || code_[open - 2].text == "->") &&
-                            holds_threads(code_[open - 3].text);
-  const bool starts = (index == 0 && (thread_ctor || into_threads || callee == "async")) ||
-                      (index == 1 && callee == "async" && code_[open + 1].text == "std") ||
-                      (index == 2 && callee == "pthread_create");
-  if (!starts || (code_[open].text == "{" && !thread_ctor)) return false;
-  const std::size_t close = match_forward(code_, open, code_.size());
-  if (close >= code_.size()) return false;
-  std::vector<std::string> args = split_top(code_, open, close);
-  args.erase(args.begin(), args.begin() + std::min<std::size_t>(args.size(), (std::size_t)index + 1));
-  for (std::string& a : args)  // std::ref(x) / std::cref(x): x itself
-    for (const char* wrap : {"std :: ref (", "std :: cref ("})
-      if (a.rfind(wrap, 0) == 0 && a.back() == ')')
-        a = a.substr(std::string(wrap).size(), a.size() - std::string(wrap).size() - 1);
-  for (std::string& a : args) {
-    while (!a.empty() && a.front() == ' ') a.erase(0, 1);
-    while (!a.empty() && a.back() == ' ') a.pop_back();
-  }
-  *call = CallSite{function_at(k), args, k, code_[k].line};
-  return true;
-}
-
-bool BufferFlow::holds_threads(const std::string& name) const {
-  for (std::size_t k = 2; k < code_.size(); ++k)
-    if (code_[k].text == name && code_[k - 1].text == ">" &&
-        (code_[k - 2].text == "thread" || code_[k - 2].text == "jthread"))
-      return true;
-  return false;
-}
-
 // A function whose name is used other than in a call or its definition may be called through a
-// pointer or a copy (a thread started on it is a call: thread_start). Where every such use stores it into a
+// pointer or a copy (a thread started on it is a call: buffer_flow_threads.cpp). Where every such use stores it into a
 // function-pointer field, and the field is used nowhere but in its struct, in such stores and in calls through it
 // (`p->run(...)`), those calls are its call sites; otherwise its parameters stay unfollowed (value_uses_).
 void BufferFlow::record_value_uses() {
@@ -288,8 +221,8 @@ void BufferFlow::record_value_uses() {
     const bool type_before = prev == ">" || (k > 0 && code_[k - 1].kind == TokenKind::Identifier && prev != "return" &&
                                              prev != "throw" && prev != "co_return");
     if (type_before && (next == ";" || next == "{")) continue;
-    if (CallSite started; thread_start(k, &started)) {
-      calls_[t.text].push_back(started);
+    if (const ThreadStart* started = thread_started_at(k)) {  // a thread started on it: a call
+      calls_[t.text].push_back(CallSite{function_at(k), started->args, k, t.line});
       continue;
     }
     uses[t.text].push_back(k);
