@@ -230,9 +230,6 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
 inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
   return sym_malloc(reinterpret_cast<char**>(ptr), bytes) == cudaSuccess ? ncclSuccess : ncclSystemError;
 }
-// Every release goes to the allocator that made the pointer: a symmetric allocation (ours) is
-// deregistered and ncclMemFree'd; anything else goes to the program's own free. Decided by
-// looking the pointer up, so no static mapping of names can pair a free with the wrong allocator.
 // The state holding symmetric allocation `ptr` (ours, not the harness's) and its index there, or
 // null. With a rank per thread it may be another thread's (the main thread freeing what its workers
 // allocated). Called under the lock (CrossThreads).
@@ -250,6 +247,9 @@ inline State* holder_of(const void* ptr, size_t* index) {
       }
   return nullptr;
 }
+// Every release goes to the allocator that made the pointer: a symmetric allocation (ours) is
+// deregistered and ncclMemFree'd; anything else goes to the program's own free. Decided by
+// looking the pointer up, so no static mapping of names can pair a free with the wrong allocator.
 // Deregistration and ncclMemFree are local calls (no rank waits for another): safe under the lock.
 inline bool sym_release(void* ptr, ncclResult_t* result) {
   CrossThreads guard;
