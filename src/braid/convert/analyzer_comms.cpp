@@ -8,6 +8,7 @@
 #include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
 
 namespace braid::convert {
 
@@ -130,18 +131,15 @@ struct ThreadCode {
   }
 };
 
-// The statement that starts at token k: a block, a loop or `if` with its body, or up to `;`.
-std::size_t statement_end(const std::vector<Token>& toks, std::size_t k) {
+// The statement that starts at token k (an OpenMP region): a block, a loop or `if` with its body,
+// or up to its `;`.
+std::size_t region_end(const std::vector<Token>& toks, std::size_t k) {
   if (k >= toks.size()) return k;
   if (toks[k].text == "{") return matching(toks, k);
   if ((toks[k].text == "for" || toks[k].text == "while" || toks[k].text == "if") && k + 1 < toks.size() &&
       toks[k + 1].text == "(")
-    return statement_end(toks, matching(toks, k + 1) + 1);
-  while (k < toks.size() && toks[k].text != ";") {
-    if (toks[k].text == "(" || toks[k].text == "[" || toks[k].text == "{") k = matching(toks, k);
-    ++k;
-  }
-  return k;
+    return region_end(toks, matching(toks, k + 1) + 1);
+  return flow_tokens::statement_end(toks, k, toks.size());
 }
 
 ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow) {
@@ -158,7 +156,7 @@ ThreadCode find_thread_code(const std::vector<Token>& toks, const std::vector<To
     }
     const std::size_t b = (std::size_t)(first - toks.begin());
     // Stored as starting one before its first token, so `runs` sees the region begin there.
-    tc.bodies.push_back({b == 0 ? 0 : b - 1, statement_end(toks, b), true});
+    tc.bodies.push_back({b == 0 ? 0 : b - 1, region_end(toks, b), true});
     tc.omp_line = t.line;
   }
   for (const BufferFlow::ThreadStart& s : flow.thread_starts()) {

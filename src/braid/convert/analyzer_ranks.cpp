@@ -20,7 +20,7 @@ using flow_tokens::match_forward;
 using flow_tokens::split_top;
 using flow_tokens::statement_end;
 
-bool is_member_step(const Token& t) { return t.text == "." || t.text == "->"; }
+using flow_tokens::is_member_step;
 
 // Rank-dependent names: a field path (`w.pool.num_blocks`, `p->n` read as `p.n`) by its text in
 // every function (the object is passed around), a plain name in its own function (or, written at

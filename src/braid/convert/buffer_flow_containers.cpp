@@ -17,8 +17,6 @@ using namespace flow_tokens;
 
 namespace {
 
-bool is_member_step(const std::string& x) { return x == "." || x == "->"; }
-
 bool writes(const std::string& x) {
   static const std::set<std::string> kWrites = {
       "=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^=", "++", "--"};
@@ -65,7 +63,7 @@ bool BufferFlow::rank_free_expression(std::size_t b, std::size_t e, const std::s
       if (!own) return false;
     }
     if (t.kind != TokenKind::Identifier) continue;
-    if (i > b && is_member_step(code_[i - 1].text)) {
+    if (i > b && is_member_step(code_[i - 1])) {
       if (!reading_member(t.text)) return false;
       continue;
     }
@@ -129,7 +127,7 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
   bool parameter = main && std::find(main->params.begin(), main->params.end(), name) != main->params.end();
   int declarations = 0;
   for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
-    if (code_[k].text != name || code_[k].kind != TokenKind::Identifier || is_member_step(code_[k - 1].text) ||
+    if (code_[k].text != name || code_[k].kind != TokenKind::Identifier || is_member_step(code_[k - 1]) ||
         code_[k - 1].text == "::")
       continue;
     if (parameter && main && k > main->name_token && k < main->body_open) continue;  // its declaration
@@ -237,7 +235,7 @@ void BufferFlow::collect_visible_containers() {
     int fills = 0;
     for (std::size_t j = 1; visible && j + 3 < code_.size(); ++j) {
       if (j == decl || code_[j].text != name || code_[j].kind != TokenKind::Identifier ||
-          is_member_step(code_[j - 1].text) || code_[j - 1].text == "::")
+          is_member_step(code_[j - 1]) || code_[j - 1].text == "::")
         continue;
       visible = j > decl && j < block_close && owner_[j] == owner_[decl];
       if (!visible) break;
@@ -278,7 +276,7 @@ void BufferFlow::collect_visible_containers() {
                (member == "at" || member == "front" || member == "back"))
         element = match_forward(code_, j + 3, code_.size()) + 1;
       if (element > 0)
-        visible = prev != "&" && element + 2 < code_.size() && is_member_step(code_[element].text) &&
+        visible = prev != "&" && element + 2 < code_.size() && is_member_step(code_[element]) &&
                   code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
       else if (code_[j + 1].text == ".") visible = member == "size" || member == "empty" || member == "capacity";
       else visible = prev == ":" && code_[j + 1].text == ")" && (code_[j - 3].text == "&" || code_[j - 3].text == "&&");

@@ -25,7 +25,7 @@ bool BufferFlow::holds_threads(const std::string& name) const {
 void BufferFlow::collect_thread_starts() {
   for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
     const std::string& x = code_[k].text;
-    const bool member = k >= 2 && (code_[k - 1].text == "." || code_[k - 1].text == "->");
+    const bool member = k >= 2 && is_member_step(code_[k - 1]);
     if (x == "thread" || x == "jthread") {
       // `std::thread t(f, ..), u(f, ..)`, `std::thread(f, ..)`, `std::thread{f, ..}`.
       std::size_t open =

@@ -9,6 +9,8 @@
 
 namespace braid::convert::flow_tokens {
 
+// `.` or `->`: the next name is a member.
+inline bool is_member_step(const Token& t) { return t.text == "." || t.text == "->"; }
 // The token closing the bracket opened at t[open], searching before `end` (`end` when none).
 std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end);
 // One past the template argument list opening at code[lt] ("<"), or SIZE_MAX when it does not close
