@@ -15,6 +15,8 @@
 # choose as a model that ignored the line.
 # MODES: the max_parallel_proposals values to run (default "1 $PROPS"). The bound counts one
 # model answer per candidate; a patch that fails and is asked again costs more (see the column).
+# "model slots busy": the mean share of the P slots asking, from the first ask to the last answer;
+# "close s": from the last answer to the run's end (a fixed cost, so longer runs amortise it).
 # Quick: LAT=2 SPREAD=1 EVAL_S=1 GENS=24 JOBS=2 PROPS=4; the issue's: LAT=20 SPREAD=10 EVAL_S=5.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,17 +82,23 @@ start = c.execute("SELECT MIN(created_at - latency_s) FROM llm_calls WHERE purpo
 lats = [r[0] for r in c.execute("SELECT latency_s FROM llm_calls WHERE purpose = 'mutate' AND error_kind = ''")]
 calls = c.execute("SELECT COUNT(*) FROM llm_calls WHERE purpose = 'mutate'").fetchone()[0]
 search_s = t1 - start
+# How full the model's slots were between the first ask and the last answer, and the run's close
+# after the last answer (the last candidates' evaluations and feedback answers).
+asks = c.execute("SELECT created_at - latency_s, created_at FROM llm_calls WHERE purpose = 'mutate'").fetchall()
+last_answer = max(e for _, e in asks)
+busy = sum(e - s for s, e in asks) / (p * (last_answer - start))
+close_s = t1 - last_answer
 rate = children * 3600.0 / search_s
 mean_eval = sum(evals) / len(evals) if evals else float('nan')
 mean_lat = sum(lats) / len(lats) if lats else lat
 cap_eval = jobs * 3600.0 / mean_eval
 cap_llm = p * 3600.0 / mean_lat
 bound = min(cap_eval, cap_llm)
-print(f"| {p} | {children} | {calls / children:.2f} | {search_s:.0f} | {mean_eval:.2f} | {mean_lat:.2f} | {cap_eval:.0f} | {cap_llm:.0f} | {rate:.0f} | {rate / bound:.2f} |")
+print(f"| {p} | {children} | {calls / children:.2f} | {search_s:.0f} | {mean_eval:.2f} | {mean_lat:.2f} | {cap_eval:.0f} | {cap_llm:.0f} | {busy:.2f} | {close_s:.0f} | {rate:.0f} | {rate / bound:.2f} |")
 PY
 }
 
 echo "LAT=$LAT SPREAD=$SPREAD EVAL_S=$EVAL_S GENS=$GENS JOBS=$JOBS PROPS=$PROPS  (results in $OUT)"
-echo "| max_parallel_proposals | candidates | model answers per candidate | search s | eval s (mean) | LLM s (mean) | eval capacity /h | LLM bound /h | candidates /h | of bound |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| max_parallel_proposals | candidates | model answers per candidate | search s | eval s (mean) | LLM s (mean) | eval capacity /h | LLM bound /h | model slots busy | close s | candidates /h | of bound |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for p in ${MODES:-1 $PROPS}; do run_mode "$p"; done

@@ -139,6 +139,26 @@ TEST(SiblingFocus, ASharePassedOverWhenAllItsChangesAreTaken) {
   EXPECT_EQ(focus.assign(7, "p", c, c), (std::vector<std::string>{"b", "e"}));  // all spent: 7 mod 3
 }
 
+// Late in a parent's seed phase the free shares are spent: a sibling then shares the held share
+// with the most changes left (the one held longest ago among equals), listed from a later start,
+// instead of asking with no list and colliding with whichever sibling it happens to meet.
+TEST(SiblingFocus, ASpentSiblingSharesTheHeldShareWithTheMostChangesLeft) {
+  const std::vector<std::string> c = {"a", "b", "c", "d", "e", "f", "g", "h", "i"};
+  SiblingFocus focus(3);
+  EXPECT_EQ(focus.assign(1, "p", c), (std::vector<std::string>{"b", "e", "h"}));  // share 1
+  EXPECT_EQ(focus.assign(2, "p", c, {"b"}), (std::vector<std::string>{"c", "f", "i"}));  // share 2
+  // Share 0 (a, d, g) is all taken: of the held ones, share 2 has three changes left, share 1 two.
+  const std::vector<std::string> taken = {"a", "d", "g", "e"};
+  EXPECT_EQ(focus.assign(3, "p", c, taken), (std::vector<std::string>{"f", "i", "c"}));
+  EXPECT_EQ(focus.share_of(3), 2);
+  // Equal changes left: the share held longest ago (share 1 by generation 1, not 2 by 2 and 3).
+  SiblingFocus even(3);
+  even.assign(1, "p", c);
+  even.assign(2, "p", c);
+  EXPECT_EQ(even.assign(3, "p", c, {"a", "d", "g"}), (std::vector<std::string>{"e", "h", "b"}));
+  EXPECT_EQ(even.share_of(3), 1);
+}
+
 TEST(SiblingFocus, ThePromptsFocusLeavesOutTakenChanges) {
   PreparedProposal p;
   p.focus = {"kBM = 8", "kBN = 64", "kUnroll = 4"};

@@ -27,21 +27,48 @@ std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string&
   std::vector<std::int64_t> last(std::size_t(shares), -1);
   for (const auto& [other, h] : held_)
     if (other < g && h.parent == parent && h.share >= 0 && h.share < shares) last[std::size_t(h.share)] = other;
-  auto has_free = [&](int s) {
+  auto free_in = [&](int s) {
+    int n = 0;
     for (const auto& change : focus_share(changes, s, shares))
-      if (std::find(taken.begin(), taken.end(), change) == taken.end()) return true;
-    return false;
+      n += std::find(taken.begin(), taken.end(), change) == taken.end() ? 1 : 0;
+    return n;
   };
   int chosen = -1;
-  for (bool need_free : {true, false})
-    for (int i = 0; i < shares && chosen < 0; ++i) {
-      const int s = int((g + i) % shares);
-      if (last[std::size_t(s)] < 0 && (!need_free || has_free(s))) chosen = s;
+  for (int i = 0; i < shares && chosen < 0; ++i) {
+    const int s = int((g + i) % shares);
+    if (last[std::size_t(s)] < 0 && free_in(s) > 0) chosen = s;
+  }
+  // No free share has a change left: share the held one with the most changes left (the one held
+  // longest ago among equals) rather than ask with no list at all.
+  if (chosen < 0) {
+    int most = 0;
+    for (int s = 0; s < shares; ++s) {
+      if (last[std::size_t(s)] < 0) continue;
+      const int n = free_in(s);
+      if (n > most || (n == most && n > 0 && last[std::size_t(s)] < last[std::size_t(chosen)])) {
+        chosen = s;
+        most = n;
+      }
     }
+  }
+  for (int i = 0; i < shares && chosen < 0; ++i) {  // nothing left anywhere: the first free share
+    const int s = int((g + i) % shares);
+    if (last[std::size_t(s)] < 0) chosen = s;
+  }
   if (chosen < 0)  // every share is held: the one held longest ago
     chosen = int(std::min_element(last.begin(), last.end()) - last.begin());
+  // A share held already is listed from a later start for each further holder, so a model that
+  // takes the first change of its list does not repeat an in-flight sibling's.
+  int holders = 0;
+  for (const auto& [other, h] : held_)
+    if (other < g && h.parent == parent && h.share == chosen) ++holders;
   held_[g] = Held{parent, chosen};
-  return focus_share(changes, chosen, shares);
+  std::vector<std::string> share = focus_share(changes, chosen, shares);
+  std::vector<std::string> left, spent;
+  for (auto& change : share) (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : spent).push_back(std::move(change));
+  if (!left.empty()) std::rotate(left.begin(), left.begin() + std::ptrdiff_t(std::size_t(holders) % left.size()), left.end());
+  left.insert(left.end(), spent.begin(), spent.end());
+  return left;
 }
 
 int SiblingFocus::share_of(std::int64_t g) const {

@@ -4,8 +4,9 @@
 // given its own share of the parent's one-knob changes to choose from ("focus"), dealt round
 // robin over min(window, changes) shares, so two such siblings never share a change: generation
 // g takes the first share, counting from g mod shares, that no earlier sibling within the window
-// holds and that has a change not yet taken when g is prepared (else the first it holds not; the
-// least recently held one when every share is held). A function of the generations' parents and
+// holds and that has a change not yet taken when g is prepared; else the held share with the most
+// changes not yet taken (listed from a later start for each further holder); else the first share
+// nobody holds, or the least recently held one. A function of the generations' parents and
 // what was evaluated when they were prepared, so a replay repeats it whatever the timing of the
 // answers.
 // Search thread only; generations are assigned in increasing order.
@@ -24,8 +25,8 @@ class SiblingFocus {
  public:
   explicit SiblingFocus(std::int64_t window) : window_(window) {}
   // Generation g's share of `changes` (the parent's one-knob changes in a fixed order), its
-  // parent text being `parent_code`, `taken` the changes already taken. Empty when the parent
-  // has no change.
+  // parent text being `parent_code`, `taken` the changes already taken (listed last). Empty when
+  // the parent has no change.
   std::vector<std::string> assign(std::int64_t g, const std::string& parent_code,
                                   const std::vector<std::string>& changes, const std::vector<std::string>& taken = {});
   // The share assign() gave generation g (-1: none, or out of the window by now).
