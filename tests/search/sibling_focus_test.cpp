@@ -145,7 +145,7 @@ TEST(SiblingFocus, ASharePassedOverWhenAllItsChangesAreTaken) {
 TEST(SiblingFocus, ASpentSiblingSharesTheHeldShareWithTheMostChangesLeft) {
   const std::vector<std::string> c = {"a", "b", "c", "d", "e", "f", "g", "h", "i"};
   SiblingFocus focus(3);
-  EXPECT_EQ(focus.assign(1, "p", c), (std::vector<std::string>{"b", "e", "h"}));  // share 1
+  EXPECT_EQ(focus.assign(1, "p", c), (std::vector<std::string>{"b", "e", "h"}));         // share 1
   EXPECT_EQ(focus.assign(2, "p", c, {"b"}), (std::vector<std::string>{"c", "f", "i"}));  // share 2
   // Share 0 (a, d, g) is all taken: of the held ones, share 2 has three changes left, share 1 two.
   const std::vector<std::string> taken = {"a", "d", "g", "e"};

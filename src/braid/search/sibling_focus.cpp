@@ -65,8 +65,10 @@ std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string&
   held_[g] = Held{parent, chosen};
   std::vector<std::string> share = focus_share(changes, chosen, shares);
   std::vector<std::string> left, spent;
-  for (auto& change : share) (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : spent).push_back(std::move(change));
-  if (!left.empty()) std::rotate(left.begin(), left.begin() + std::ptrdiff_t(std::size_t(holders) % left.size()), left.end());
+  for (auto& change : share)
+    (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : spent).push_back(std::move(change));
+  if (!left.empty())
+    std::rotate(left.begin(), left.begin() + std::ptrdiff_t(std::size_t(holders) % left.size()), left.end());
   left.insert(left.end(), spent.begin(), spent.end());
   return left;
 }
