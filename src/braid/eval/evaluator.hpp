@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -42,8 +43,19 @@ struct EvalResult {
 };
 
 // Called with each process group an evaluation starts (and again with `running=false` when it
-// ends), so the caller can record it and a restarted braid can end orphans.
+// ends), so the caller can record it and a restarted braid can end orphans. Calls for one
+// evaluation come one at a time (steps started on several threads, a driver and its worker or
+// the ranks, reach it through one_at_a_time), though not always from evaluate()'s thread.
 using JobObserver = std::function<void(long pgid, bool running, const std::string& what)>;
+
+// `jobs` heard one call at a time, for steps started on several threads (empty if `jobs` is).
+inline JobObserver one_at_a_time(const JobObserver& jobs, std::mutex& mutex) {
+  if (!jobs) return {};
+  return [&jobs, &mutex](long pgid, bool running, const std::string& what) {
+    std::lock_guard lock(mutex);
+    jobs(pgid, running, what);
+  };
+}
 
 class Evaluator {
  public:

@@ -75,6 +75,8 @@ std::string find_on_path(const std::string& name) {
 }
 
 LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
+  std::mutex observe;  // the ranks start and end on their own threads
+  const JobObserver observer = one_at_a_time(jobs, observe);
   const auto t0 = Clock::now();
   const int n = spec.ranks;
   const std::string run_id = new_run_id(spec);
@@ -112,10 +114,10 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       options.stop = &stop;
       const std::string what = fmt::format("{} rank {}", spec.name, r);
       long pgid = 0;
-      if (jobs)
+      if (observer)
         options.on_start = [&](long started) {
           pgid = started;
-          jobs(started, true, what);
+          observer(started, true, what);
         };
       SubprocessResult run;
       try {
@@ -123,7 +125,7 @@ LaunchResult launch_local(const LaunchSpec& spec, const JobObserver& jobs) {
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
-      if (jobs && pgid != 0) jobs(pgid, false, what);
+      if (observer && pgid != 0) observer(pgid, false, what);
       std::lock_guard lock(mutex);
       runs[static_cast<std::size_t>(r)] = std::move(run);
       auto& outcome = result.ranks[static_cast<std::size_t>(r)];
@@ -258,6 +260,8 @@ struct ScratchTmp {
 };
 
 LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& jobs) {
+  std::mutex observe;  // the launcher's group and its ranks (seen by a watcher thread)
+  const JobObserver observer = one_at_a_time(jobs, observe);
   const auto t0 = Clock::now();
   LaunchResult result;
   result.ranks.resize(static_cast<std::size_t>(spec.ranks));
@@ -294,7 +298,7 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   const std::string what = fmt::format("{} {}", spec.name, to_string(spec.kind));
   options.on_start = [&](long pgid) {
     root = pgid;
-    if (jobs) jobs(pgid, true, what);
+    if (observer) observer(pgid, true, what);
   };
 
   // Watches the ranks appear (their groups are reported so a restarted braid can end them) and
@@ -313,7 +317,7 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
         for (const auto& p : procs) {
           if (p.rank < 0 || seen.count(p.pid)) continue;
           seen[p.pid] = p;
-          if (jobs && p.pgid != root_pid) jobs(p.pgid, true, fmt::format("{} rank {}", spec.name, p.rank));
+          if (observer && p.pgid != root_pid) observer(p.pgid, true, fmt::format("{} rank {}", spec.name, p.rank));
         }
         if (!deadline_noted && spec.timeout_s > 0 && seconds_since(t0) >= spec.timeout_s) {
           deadline_noted = true;
@@ -336,9 +340,9 @@ LaunchResult launch_with_launcher(const LaunchSpec& spec, const JobObserver& job
   // Whatever outlived mpirun (it was killed before it could end its ranks) is ended here.
   for (const auto& [pid, p] : seen) {
     if (p.pgid != run.pgid) kill_process_group_if_alive(p.pgid, p.start_marker);
-    if (jobs && p.pgid != run.pgid) jobs(p.pgid, false, fmt::format("{} rank {}", spec.name, p.rank));
+    if (observer && p.pgid != run.pgid) observer(p.pgid, false, fmt::format("{} rank {}", spec.name, p.rank));
   }
-  if (jobs && run.pgid != 0) jobs(run.pgid, false, what);
+  if (observer && run.pgid != 0) observer(run.pgid, false, what);
   if (error) std::rethrow_exception(error);
 
   result.wall_s = seconds_since(t0);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "braid/eval/diagnostics.hpp"
@@ -161,15 +162,17 @@ DrivenRun run_driven_step(StepSpec driver, StepSpec worker, const WorkFolder& fo
   worker.stop = &driver_ended;
   DrivenRun out;
   std::exception_ptr worker_error;
+  std::mutex observe;  // the two steps start and end their process groups on two threads
+  const JobObserver observer = one_at_a_time(jobs, observe);
   std::thread worker_thread([&] {
     try {
-      out.worker = run_step(worker, folder, request, jobs);
+      out.worker = run_step(worker, folder, request, observer);
     } catch (...) {
       worker_error = std::current_exception();
     }
   });
   try {
-    out.driver = run_step(driver, folder, request, jobs);
+    out.driver = run_step(driver, folder, request, observer);
   } catch (...) {
     driver_ended = true;
     worker_thread.join();
