@@ -307,6 +307,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) softmax_kernel(cons
   }
 }
 
+// A launch of `clusters` thread-block clusters of kClusterCtas CTAs (attribute: its storage).
+inline cudaLaunchConfig_t launch_config(unsigned clusters, size_t shared_bytes, cudaStream_t stream, cudaLaunchAttribute* attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(clusters * kClusterCtas);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kClusterCtas;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // ---- staged path: bulk copies (TMA) into shared memory, persistent clusters
 namespace staged {
 
@@ -498,21 +514,6 @@ struct Plan {
 };
 inline Plan plan;
 
-inline cudaLaunchConfig_t launch_config(unsigned clusters, size_t shared_bytes, cudaStream_t stream, cudaLaunchAttribute* attribute) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(clusters * kClusterCtas);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kClusterCtas;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return config;
-}
-
 inline Plan make_plan(int64_t rows, int width) {
   Plan p;
   p.rows = rows;
@@ -564,28 +565,17 @@ void run(Context& c, cudaStream_t stream) {
   if (kStaged && cand::staged::plan.clusters > 0) {
     const cand::staged::Plan& p = cand::staged::plan;
     cudaLaunchAttribute attribute[1];
-    const cudaLaunchConfig_t config = cand::staged::launch_config((unsigned)p.clusters, p.shared_bytes, stream, attribute);
+    const cudaLaunchConfig_t config = cand::launch_config((unsigned)p.clusters, p.shared_bytes, stream, attribute);
     auto* kernel = p.keep ? cand::staged::softmax_kernel<true> : cand::staged::softmax_kernel<false>;
     BRAID_CUDA(cudaLaunchKernelEx(&config, kernel, x, out, (int64_t)s.rows, width, p.slice_vectors));
     BRAID_LAUNCHED();
     return;
   }
-  const unsigned blocks = (unsigned)(s.rows * kClusterCtas);
   if constexpr (kClusterCtas == 1) {
-    cand::softmax_kernel<<<blocks, kThreads, 0, stream>>>(x, out, width);
+    cand::softmax_kernel<<<(unsigned)s.rows, kThreads, 0, stream>>>(x, out, width);
   } else {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
     cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = kClusterCtas;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = cand::launch_config((unsigned)s.rows, 0, stream, attribute);  // a cluster per row
     BRAID_CUDA(cudaLaunchKernelEx(&config, cand::softmax_kernel, x, out, width));
   }
   BRAID_LAUNCHED();
