@@ -2,13 +2,13 @@
 // text whose generations are less than `window` apart (2 x max_parallel_proposals, the builder's
 // sibling lag) are asked blind: neither prompt can name the other's answer. Each is therefore
 // given its own share of the parent's one-knob changes to choose from ("focus"), dealt round
-// robin over min(window, changes) shares, so two such siblings never share a change: generation
-// g takes the first share, counting from g mod shares, that no earlier sibling within the window
-// holds and that has a change not yet taken when g is prepared; else the held share with the most
-// changes not yet taken (listed from a later start for each further holder); else the first share
-// nobody holds, or the least recently held one. A function of the generations' parents and
-// what was evaluated when they were prepared, so a replay repeats it whatever the timing of the
-// answers.
+// robin over min(window, changes) shares, so two such siblings share no change while a share
+// with changes left is free: generation g takes the first share, counting from g mod shares,
+// that no earlier sibling within the window holds and that has a change not yet taken when g is
+// prepared; else the held share with the most changes not yet taken (listed from a later start
+// for each further holder); else the first share nobody holds, or the least recently held one.
+// A function of the generations' parents and what was evaluated when they were prepared, so a
+// replay repeats it whatever the timing of the answers.
 // Search thread only; generations are assigned in increasing order.
 #pragma once
 #include <cstdint>
