@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <thread>
@@ -29,11 +30,18 @@ std::string example_code() { return read_file(testing::example_dir("matmul_cpu")
 TEST(Cascade, DefaultProgramPassesWithAScore) {
   TempDir work("cascade_ok");
   CascadeEvaluator evaluator(example_config());
+  // The driver and the worker start on two threads; the observer hears them one at a time, so it
+  // takes no lock (a call overlapping another would be seen).
   std::vector<std::tuple<long, bool, std::string>> jobs;
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
   EvalRequest request{"cand0001", example_code(), work.path(), 42};
   EvalResult r = evaluator.evaluate(request, [&](long pgid, bool running, const std::string& what) {
+    if (inside.fetch_add(1) != 0) overlapped = true;
     jobs.emplace_back(pgid, running, what);
+    inside.fetch_sub(1);
   });
+  EXPECT_FALSE(overlapped.load());
   ASSERT_EQ(r.failure, FailureKind::Ok) << r.error_text;
   EXPECT_TRUE(r.correct);
   EXPECT_EQ(r.level_reached, 3);

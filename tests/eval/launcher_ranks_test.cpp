@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <regex>
 #include <fstream>
@@ -117,12 +118,18 @@ long read_pid(const std::filesystem::path& file) {
 
 TEST_F(LauncherTest, LocalRanksBootstrapAndKeepTheirOutput) {
   TempDir work("launch_ok");
+  // The ranks start on threads of their own, and the observer hears them one at a time: it takes
+  // no lock, and a call that overlaps another is seen (each lingers so that one would).
   std::vector<std::pair<long, bool>> events;
-  std::mutex m;
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
   LaunchResult r = launch_ranks(spec(LauncherKind::Local, "ok", work), [&](long pgid, bool running, const std::string&) {
-    std::lock_guard lock(m);
+    if (inside.fetch_add(1) != 0) overlapped = true;
     events.emplace_back(pgid, running);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    inside.fetch_sub(1);
   });
+  EXPECT_FALSE(overlapped.load());
   ASSERT_TRUE(r.succeeded()) << r.describe_failure("run");
   ASSERT_EQ(r.ranks.size(), 2u);
   EXPECT_NE(r.ranks[0].stdout_text.find("rank 0 of 2 gpus=3,5"), std::string::npos) << r.ranks[0].stdout_text;
