@@ -359,6 +359,8 @@ TEST(Transform, ARankPerThreadConverts) {
   const std::vector<std::string> starts = {
       "int main() { std::vector<std::thread> ts; for (int r = 0; r < 4; ++r) ts.emplace_back(worker, r, 4, id); }\n",
       "int main() { std::thread t(worker, 0, 1, id); t.join(); }\n",
+      "int main() { auto f = std::async(std::launch::async, worker, 0, 1, id); f.get(); }\n",
+      "using namespace std;\nint main() { auto f = async(launch::async, worker, 0, 1, id); f.get(); }\n",
       "void* entry(void* a) { worker(0, 1, id); return nullptr; }\n"
       "int main() { pthread_t t; pthread_create(&t, nullptr, entry, nullptr); }\n",
       "int main() {\n#pragma omp parallel num_threads(4)\n  worker(omp_get_thread_num(), 4, id);\n}\n",

@@ -46,7 +46,11 @@ void BufferFlow::collect_thread_starts() {
     } else if (x == "pthread_create" && code_[k + 1].text == "(") {
       add_thread_start(k + 1, 2);
     } else if (x == "async" && code_[k + 1].text == "(") {
-      add_thread_start(k + 1, code_[k + 2].text == "std" ? 1 : 0);  // std::async(std::launch::async, f, ..)
+      // `std::async(std::launch::async, f, ..)`, `async(launch::deferred, f, ..)`: a policy first.
+      bool policy = false;
+      for (std::size_t j = k + 2; j < code_.size() && code_[j].text != "," && code_[j].text != ")"; ++j)
+        policy = policy || code_[j].text == "launch";
+      add_thread_start(k + 1, policy ? 1 : 0);
     }
   }
 }
