@@ -33,28 +33,29 @@ std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string&
       n += std::find(taken.begin(), taken.end(), change) == taken.end() ? 1 : 0;
     return n;
   };
-  int chosen = -1;
-  for (int i = 0; i < shares && chosen < 0; ++i) {
-    const int s = int((g + i) % shares);
-    if (last[std::size_t(s)] < 0 && free_in(s) > 0) chosen = s;
-  }
-  // No free share has a change left: share the held one with the most changes left (the one held
-  // longest ago among equals) rather than ask with no list at all.
-  if (chosen < 0) {
-    int most = 0;
+  // The first share nobody within the window holds, counting from g mod shares (with a change
+  // left, when asked); -1 when none is.
+  auto first_unheld = [&](bool with_changes_left) {
+    for (int i = 0; i < shares; ++i) {
+      const int s = int((g + i) % shares);
+      if (last[std::size_t(s)] < 0 && (!with_changes_left || free_in(s) > 0)) return s;
+    }
+    return -1;
+  };
+  // The held share with the most changes left (the one held longest ago among equals); -1 when
+  // none has any: sharing it beats asking with no list at all.
+  auto held_with_most_left = [&] {
+    int best = -1, most = 0;
     for (int s = 0; s < shares; ++s) {
       if (last[std::size_t(s)] < 0) continue;
       const int n = free_in(s);
-      if (n > most || (n == most && n > 0 && last[std::size_t(s)] < last[std::size_t(chosen)])) {
-        chosen = s;
-        most = n;
-      }
+      if (n > most || (n == most && n > 0 && last[std::size_t(s)] < last[std::size_t(best)])) best = s, most = n;
     }
-  }
-  for (int i = 0; i < shares && chosen < 0; ++i) {  // nothing left anywhere: the first free share
-    const int s = int((g + i) % shares);
-    if (last[std::size_t(s)] < 0) chosen = s;
-  }
+    return best;
+  };
+  int chosen = first_unheld(true);
+  if (chosen < 0) chosen = held_with_most_left();
+  if (chosen < 0) chosen = first_unheld(false);
   if (chosen < 0)  // every share is held: the one held longest ago
     chosen = int(std::min_element(last.begin(), last.end()) - last.begin());
   // A share held already is listed from a later start for each further holder, so a model that
