@@ -102,7 +102,7 @@ TEST(AnalyzerHpcIdioms, ACallSiteOnSeveralStreamsStaysHost) {
 }
 
 // nccl-tests' per-GPU pairs (`comms[i]` with `streams[i]`): the stream is chosen with the
-// communicator, the runtime serves one communicator and its launches keep one stream: converted.
+// communicator, each communicator's binding keeps its launches on one stream: converted.
 TEST(AnalyzerHpcIdioms, AStreamChosenWithItsCommunicatorConverts) {
   const std::string src =
       "#include <nccl.h>\n"

@@ -119,7 +119,7 @@ TEST(AnalyzerMacros, ConvertedUsesAreWrittenAsTheirExpansion) {
 TEST(AnalyzerMacros, UnconvertedUsesStayAsWritten) {
   const std::string src =
       "#include <nccl.h>\n"
-      "#define TP_REDUCE(b) ncclAllReduce(b, b, 4, ncclFloat, ncclSum, tp_comm, 0)\n"
+      "#define TP_REDUCE(b) ncclAllReduce(b, b, 4, ncclFloat8e4m3, ncclSum, tp_comm, 0)\n"
       "#define DP_REDUCE(b) ncclAllReduce(b, b, 4, ncclFloat, ncclSum, dp_comm, 0)\n"
       "#define FREE(p) cudaFree(p)\n"
       "int main() {\n"
@@ -138,7 +138,7 @@ TEST(AnalyzerMacros, UnconvertedUsesStayAsWritten) {
   EXPECT_TRUE(contains(c.source, "  braid_converted::sym_free(a);\n"));
   ASSERT_EQ(c.left.size(), 1u);
   EXPECT_EQ(c.left[0].line, 11);
-  EXPECT_TRUE(contains(c.left[0].reason, "on communicator `tp_comm`")) << c.left[0].reason;
+  EXPECT_TRUE(contains(c.left[0].reason, "`ncclFloat8e4m3` has no device reduction")) << c.left[0].reason;
 }
 
 TEST(AnalyzerMacros, NestedVariadicPastedAndStringisedMacros) {

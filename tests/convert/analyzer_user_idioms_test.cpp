@@ -410,12 +410,13 @@ TEST(AnalyzerUserIdioms, ABlockingCommunicatorBesideANonBlockingOneConverts) {
   ASSERT_EQ(c.left.size(), 2u) << conversion_to_text(c);
   for (const Unconverted& u : c.left) EXPECT_TRUE(contains(u.reason, "created non-blocking (line")) << u.reason;
   EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&tp")) << c.source;
-  // The same helper with a blocking config: its creation (through the pointer it is given) is the
-  // one bound, so the runtime binds where every rank passes.
+  // The same helper with a blocking config: both communicators convert, each bound at its creation
+  // (dp's through the pointer the helper is given), where every rank passes.
   std::string blocking = src;
   blocking.replace(blocking.find("cfg.blocking = 0;"), 17, "cfg.cgaClusterSize = 2;");
   const Conversion b = convert_text(blocking);
-  EXPECT_EQ(b.converted_calls, 2) << conversion_to_text(b);
+  EXPECT_EQ(b.converted_calls, 3) << conversion_to_text(b);
+  EXPECT_TRUE(contains(b.source, "braid_converted::comm_init_rank(&tp")) << b.source;
   EXPECT_TRUE(contains(b.source, "braid_converted::comm_init_rank_config(dp, n, id, r, &cfg)")) << b.source;
 }
 
@@ -509,9 +510,8 @@ TEST(AnalyzerUserIdioms, IfOnAFlagsValue) {
 }
 
 // Megatron style: a second communicator made by its own ncclCommInitRank beside the data-parallel
-// one (class 1 of the idioms left host). The runtime binds one communicator per process, the one
-// most convertible calls use; the tensor-parallel call stays host NCCL with that reason, and the
-// creation of the other communicator is not the bind point (its windows would sit on the wrong one).
+// one. The runtime binds both, each at its creation; every symmetric allocation is a window on
+// each, registered in the same order on every rank.
 TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
   const std::string src = kPrologue +
                           "#include <cuda_bf16.h>\n"
@@ -533,17 +533,49 @@ TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
                           "  ncclCommDestroy(g.tp_comm); ncclCommDestroy(g.dp_comm);\n"
                           "}\n";
   const Conversion c = convert_text(src);
-  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
-  bool tp_left = false;
-  for (const Unconverted& u : c.left)
-    tp_left = tp_left ||
-              (u.line == 16 && contains(u.reason, "one communicator per process") && contains(u.reason, "g.tp_comm"));
-  EXPECT_TRUE(tp_left) << conversion_to_text(c);
-  EXPECT_TRUE(contains(c.source, "ncclAllReduce(out, out, 1024, ncclBfloat16, ncclSum, g.tp_comm, s)")) << c.source;
+  EXPECT_EQ(c.converted_calls, 3) << conversion_to_text(c);
+  EXPECT_TRUE(c.complete()) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::all_reduce<0>(out, out, 1024, ncclBfloat16, ncclSum, g.tp_comm, s)"))
+      << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&g.dp_comm, 2, dp_id, 0);")) << c.source;
-  EXPECT_TRUE(contains(c.source, "\n  ncclCommInitRank(&g.tp_comm, 2, tp_id, 0);")) << c.source;
-  EXPECT_TRUE(contains(c.source, "cudaMalloc(&out, 1024 * sizeof(__nv_bfloat16));"))
-      << c.source;  // host-only buffer: no window
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_init_rank(&g.tp_comm, 2, tp_id, 0);")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&out, 1024 * sizeof(__nv_bfloat16));")) << c.source;
+}
+
+// A group's sends and receives run as one p2p kernel on one communicator: a group mixing two
+// communicators stays host NCCL with that reason; the same sends and receives in a group per
+// communicator convert, each communicator bound at its creation.
+TEST(AnalyzerUserIdioms, AGroupOverTwoCommunicatorsStaysHost) {
+  const auto program = [](const std::string& exchange) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc, peer = 1 - rank; ncclUniqueId id, id2; cudaStream_t s;\n"
+           "  ncclComm_t row, col;\n"
+           "  ncclCommInitRank(&row, 2, id, rank);\n"
+           "  ncclCommInitRank(&col, 2, id2, rank);\n"
+           "  float *a, *b; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n" +
+           exchange + "}\n";
+  };
+  const Conversion mixed =
+      convert_text(program("  ncclGroupStart();\n"
+                           "  ncclSend(a, 256, ncclFloat, peer, row, s);\n"
+                           "  ncclRecv(b, 256, ncclFloat, peer, col, s);\n"
+                           "  ncclGroupEnd();\n"));
+  EXPECT_EQ(mixed.converted_calls, 0) << conversion_to_text(mixed);
+  ASSERT_EQ(mixed.left.size(), 2u) << conversion_to_text(mixed);
+  for (const Unconverted& u : mixed.left) EXPECT_TRUE(contains(u.reason, "several communicators")) << u.reason;
+  const Conversion apart =
+      convert_text(program("  ncclGroupStart();\n"
+                           "  ncclSend(a, 256, ncclFloat, peer, row, s);\n"
+                           "  ncclRecv(b, 256, ncclFloat, peer, row, s);\n"
+                           "  ncclGroupEnd();\n"
+                           "  ncclGroupStart();\n"
+                           "  ncclSend(b, 256, ncclFloat, peer, col, s);\n"
+                           "  ncclRecv(a, 256, ncclFloat, peer, col, s);\n"
+                           "  ncclGroupEnd();\n"));
+  EXPECT_EQ(apart.converted_calls, 4) << conversion_to_text(apart);
+  EXPECT_TRUE(contains(apart.source, "braid_converted::comm_init_rank(&row")) << apart.source;
+  EXPECT_TRUE(contains(apart.source, "braid_converted::comm_init_rank(&col")) << apart.source;
 }
 
 // A struct filled through a pointer parameter (`alloc_layer(&layer, n)` doing `cudaMalloc(&l->out,
@@ -1112,8 +1144,11 @@ TEST(AnalyzerUserIdioms, ScalableCreationBindsAndSplitsInheritNonBlocking) {
            "}\n";
   };
   const Conversion blocking = convert_text(program("  config.minCTAs = 4;\n"));
-  EXPECT_EQ(blocking.converted_calls, 2) << conversion_to_text(blocking);
+  EXPECT_EQ(blocking.converted_calls, 3) << conversion_to_text(blocking);
   EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_init_rank_scalable(&world, 4, rank, 2, ids, &config)"))
+      << blocking.source;
+  // The split binds where it is made: every rank calls ncclCommSplit, the NOCOLOR ones get NULL.
+  EXPECT_TRUE(contains(blocking.source, "braid_converted::comm_split(world, rank % 2 == 0 ? 0 : NCCL_SPLIT_NOCOLOR"))
       << blocking.source;
   const Analysis a = analyze("user.cu", program("  config.blocking = 0;\n"));
   ASSERT_EQ(a.comm_inits.size(), 2u);

@@ -122,6 +122,13 @@ TEST(DiffGateTolerance, OnlyBuffersOfConvertedReductions) {
   EXPECT_TRUE(buffer_tolerance(s, 0, {}, 2).exact);        // nothing converted
   const std::vector<ConvertedReduction> unknown = {{"ncclAllReduce", 10, std::nullopt, std::nullopt}};
   EXPECT_EQ(buffer_tolerance(s, 1, unknown, 2).dtype, 9);  // dtype through a variable: matches any
+  // Over 4 ranks the converted fp32 sum's rounding may reach buffer 1 (computed from buffer 0): the
+  // fp32 sum's allowance, read as buffer 1's own bf16; over 2 ranks the sums are exact, so none.
+  const Tolerance downstream = buffer_tolerance(s, 1, fp32_sum, 4);
+  EXPECT_FALSE(downstream.exact);
+  EXPECT_EQ(downstream.dtype, 9);
+  EXPECT_NE(downstream.text.find("downstream of a converted reduction"), std::string::npos) << downstream.text;
+  EXPECT_TRUE(buffer_tolerance(s, 1, {}, 4).exact);  // nothing converted: nothing reaches it
 }
 
 TEST(DiffGateTolerance, DerivedFromTheConversion) {

@@ -197,7 +197,7 @@ TEST(DeviceHeaders, ConvertedRuntimeNeverBindsNonBlockingCommunicators) {
   ASSERT_NE(ensure, std::string::npos);
   EXPECT_NE(session.substr(ensure, 700).find("nonblocking.count(comm)) return nullptr;"), std::string::npos);
   // A communicator bound at its first converted call (its creation not seen) under NCCL_COMM_BLOCKING=0.
-  EXPECT_NE(session.substr(ensure, 700).find("!s.bound_at_creation && env_nonblocking()"), std::string::npos);
+  EXPECT_NE(session.substr(ensure, 700).find("binding_of(comm) == nullptr && env_nonblocking()"), std::string::npos);
   // One thread driving every rank: ncclCommInitAll's communicators under NCCL_COMM_BLOCKING=0, and
   // any remembered as non-blocking, are never bound together.
   const auto all = lifecycle.find("inline ncclResult_t comm_init_all(");

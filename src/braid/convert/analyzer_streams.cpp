@@ -37,8 +37,8 @@ void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& tok
     Call& c = a.calls[ci];
     const NcclSignature* sig = nccl_signature(c.name);
     if (!c.unresolved.empty() || sig->stream < 0 || (int)c.args.size() != sig->arity) continue;
-    // A stream chosen with its communicator (nccl-tests' `comms[i]`, `streams[i]` per local GPU): the
-    // runtime serves one communicator, whose launches keep its one stream; the others run host NCCL.
+    // A stream chosen with its communicator (nccl-tests' `comms[i]`, `streams[i]` per local GPU): each
+    // communicator's binding has its own barriers and plan slots, and its launches keep its one stream.
     if (std::any_of(c.comm_paths.begin(), c.comm_paths.end(),
                     [](const std::string& p) { return p.find("[]") != std::string::npos; }))
       continue;

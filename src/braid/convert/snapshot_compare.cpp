@@ -214,16 +214,27 @@ Tolerance reduction_tolerance(int dtype, int op, int ranks) {
 
 Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
                            const std::vector<ConvertedReduction>& converted, int ranks) {
-  Tolerance widest = reduction_tolerance(-1, -1, ranks);
-  for (const SnapshotReduction& r : original.reductions) {
-    if (r.index != index) continue;
-    const bool matches = std::any_of(converted.begin(), converted.end(), [&](const ConvertedReduction& c) {
+  const auto is_converted = [&](const SnapshotReduction& r) {
+    return std::any_of(converted.begin(), converted.end(), [&](const ConvertedReduction& c) {
       return (!c.dtype || *c.dtype == r.dtype) && (!c.op || *c.op == r.op);
     });
-    if (!matches) continue;
-    const Tolerance t = reduction_tolerance(r.dtype, r.op, ranks);
+  };
+  Tolerance widest = reduction_tolerance(-1, -1, ranks);
+  const auto widen = [&](int dtype, int op) {
+    const Tolerance t = reduction_tolerance(dtype, op, ranks);
     if (!t.exact && (widest.exact || t.rel > widest.rel)) widest = t;
+  };
+  std::optional<int> own_dtype;
+  for (const SnapshotReduction& r : original.reductions) {
+    if (r.index != index) continue;
+    if (!own_dtype) own_dtype = r.dtype;
+    if (is_converted(r)) widen(r.dtype, r.op);
   }
+  if (!widest.exact || ranks <= 2) return widest;  // two operands sum the same in either order
+  for (const SnapshotReduction& r : original.reductions)
+    if (is_converted(r)) widen(own_dtype.value_or(r.dtype), r.op);
+  if (!widest.exact)
+    widest.text = "downstream of a converted reduction (its rounding reaches what is computed from it): " + widest.text;
   return widest;
 }
 

@@ -202,13 +202,13 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   if (c.name == "ncclCommAbort")
     return {"braid_converted::comm_abort",
             "the runtime forgets the communicator (no deregistration on an aborted one); later frees only ncclMemFree"};
-  if (plan.bound_init && plan.bound_init->call == i)
+  if (const BoundComm* bound = plan.bound_at(i))
     return {
         c.name == "ncclCommInitRank"           ? "braid_converted::comm_init_rank"
         : c.name == "ncclCommSplit"            ? "braid_converted::comm_split"
         : c.name == "ncclCommInitRankScalable" ? "braid_converted::comm_init_rank_scalable"
                                                : "braid_converted::comm_init_rank_config",
-        "binds the converted runtime to `" + plan.bound +
+        "binds the converted runtime to `" + bound->path +
             "`: windows for the symmetric allocations so far and the device communicator are made here, on every rank"};
   return {"", ""};
 }

@@ -154,13 +154,10 @@ std::string own_reason(const Analysis& a, const Call& c) {
   return "";
 }
 
-// One communicator is converted: the one most convertible calls use. Its creation binds the
-// runtime (windows registered there and at every later symmetric allocation, a point every rank
-// passes), which point-to-point calls need: they run on some ranks only.
-void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
-  // NCCL (2.28) registers no symmetric window on a non-blocking communicator ("invalid argument",
-  // seen on GPUs even with every call waited out of ncclInProgress): nothing on one converts, and it
-  // is never the one bound, so a blocking communicator beside it still converts.
+// Calls on a communicator created non-blocking in this file stay host NCCL: NCCL (2.28) registers
+// no symmetric window on one ("invalid argument", seen on GPUs even with every call waited out of
+// ncclInProgress). It is never bound, so a blocking communicator beside it still converts.
+void hold_nonblocking(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
   for (std::size_t ci : collectives) {
     if (!p.reason[ci].empty()) continue;  // a call without a reason has one communicator path
     const Call& c = a.calls[ci];
@@ -178,29 +175,48 @@ void bind_one_communicator(const Analysis& a, const std::vector<std::size_t>& co
           made->path, creation->line,
           inherited ? "split with no config from a non-blocking parent" : "with `blocking = 0` in its config");
   }
-  std::map<std::string, int> comm_votes;
+}
+
+// The communicators converted: every one a convertible call uses (data- and tensor-parallel ones
+// side by side; the runtime binds each, and registers every symmetric allocation with each, in the
+// same order on every rank). With one thread driving every rank, only the one most calls use: the
+// runtime binds one communicator per GPU there. Each is bound at its unconditional creation in this
+// file where there is one (a point every rank passes), else at its first converted call, which
+// point-to-point calls on some ranks only cannot be.
+void bind_communicators(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
+  hold_nonblocking(a, collectives, p);
+  std::map<std::string, int> votes;
   for (std::size_t ci : collectives)
-    if (p.reason[ci].empty()) ++comm_votes[a.calls[ci].comm_paths.front()];
-  for (const auto& [path, n] : comm_votes)
-    if (p.bound.empty() || n > comm_votes[p.bound]) p.bound = path;
-  for (const CommInit& ci : a.comm_inits)
-    if (ci.path == p.bound && !ci.conditional && !p.bound_init && a.calls[ci.call].header.empty()) p.bound_init = &ci;
+    if (p.reason[ci].empty()) ++votes[a.calls[ci].comm_paths.front()];
+  std::vector<std::string> chosen;
+  for (const auto& [path, n] : votes) chosen.push_back(path);
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [&](const std::string& x, const std::string& y) { return votes[x] > votes[y]; });
+  if (a.one_thread_drives_ranks && chosen.size() > 1) chosen.resize(1);
+  for (const std::string& path : chosen) {
+    BoundComm bc{path, nullptr};
+    for (const CommInit& ci : a.comm_inits)
+      if (ci.path == path && !ci.conditional && !bc.init && a.calls[ci.call].header.empty()) bc.init = &ci;
+    p.bound.push_back(bc);
+  }
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
     if (!p.reason[ci].empty()) continue;
-    if (c.comm_paths.front() != p.bound)
+    const auto bound = std::find_if(p.bound.begin(), p.bound.end(),
+                                    [&](const BoundComm& b) { return b.path == c.comm_paths.front(); });
+    if (bound == p.bound.end())
       p.reason[ci] = "on communicator `" + c.comm_paths.front() +
-                     "`; the converted runtime serves one communicator per process (`" + p.bound +
-                     "`, used by most convertible calls): host NCCL";
-    else if (c.captured_line > 0 && !p.bound_init)
+                     "`; with one thread driving every rank the converted runtime serves one communicator per GPU (`" +
+                     p.bound.front().path + "`, used by most convertible calls): host NCCL";
+    else if (c.captured_line > 0 && !bound->init)
       p.reason[ci] = fmt::format(
           "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
           "the first converted call would register the windows inside the capture",
-          c.captured_line, p.bound);
-    else if (is_p2p(c.name) && !p.bound_init &&
+          c.captured_line, bound->path);
+    else if (is_p2p(c.name) && !bound->init &&
              (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
       p.reason[ci] =
-          "runs under a condition and `" + p.bound +
+          "runs under a condition and `" + bound->path +
           "` is not created in this file: the first converted call registers the windows, a collective step every rank "
           "must reach (create the communicator in this file, or call it on every rank)";
   }
@@ -237,12 +253,17 @@ bool pairs_all_or_nothing(const Analysis& a, const std::vector<std::size_t>& col
 void groups_whole(const Analysis& a, Plan& p) {
   for (std::size_t g = 0; g < a.groups.size(); ++g) {
     std::string bad;
-    std::set<std::string> streams;
+    std::set<std::string> streams, comms;
     for (std::size_t m : a.groups[g].members) {
       if (!p.reason[m].empty() && bad.empty()) bad = fmt::format("line {} ({})", a.calls[m].line, p.reason[m]);
       if (is_p2p(a.calls[m].name)) streams.insert(a.calls[m].stream);
+      if (is_p2p(a.calls[m].name) && a.calls[m].comm_paths.size() == 1) comms.insert(a.calls[m].comm_paths.front());
     }
     if (streams.size() > 1 && bad.empty()) bad = "send/recv on several streams (one p2p kernel runs on one stream)";
+    // One thread driving every rank groups one communicator per GPU; otherwise a group's sends and
+    // receives run as one p2p kernel on one communicator.
+    if (comms.size() > 1 && bad.empty() && !a.one_thread_drives_ranks)
+      bad = "send/recv on several communicators (one p2p kernel serves one communicator)";
     if (bad.empty()) continue;
     for (std::size_t m : a.groups[g].members)
       if (p.reason[m].empty())
@@ -295,7 +316,7 @@ Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collecti
   Plan p;
   const std::string destroyed = destroyed_in_header(a);
   for (std::size_t ci : collectives) p.reason[ci] = destroyed.empty() ? own_reason(a, a.calls[ci]) : destroyed;
-  bind_one_communicator(a, collectives, p);
+  bind_communicators(a, collectives, p);
   // Each pass only adds reasons, so this ends.
   for (bool again = true; again;) {
     groups_whole(a, p);
@@ -303,6 +324,12 @@ Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collecti
     again = host_pairs_unwindowed(a, collectives, p) || again;
   }
   return p;
+}
+
+const BoundComm* Plan::bound_at(std::size_t creation_call) const {
+  for (const BoundComm& b : bound)
+    if (b.init && b.init->call == creation_call) return &b;
+  return nullptr;
 }
 
 const std::map<std::string, std::string>& replacements() { return kReplacement; }

@@ -1,5 +1,5 @@
 // transform()'s decision pass, internal to transform.cpp: for each data-moving NCCL call, whether
-// a rule converts it, and the one communicator the converted runtime binds to. A call first needs
+// a rule converts it, and the communicators the converted runtime binds to. A call first needs
 // a rule, literal types and ops with a device reduction, buffers followed to unconditional
 // cudaMalloc/ncclMemAlloc/harness allocations, and one communicator; then sends and receives on a
 // communicator, the members of a group, and collectives sharing a buffer with a host send/recv
@@ -13,10 +13,17 @@
 
 namespace braid::convert {
 
+// A communicator the converted runtime serves (binds: windows, device communicator).
+struct BoundComm {
+  std::string path;
+  const CommInit* init =
+      nullptr;  // its unconditional creation in this file, where it is bound; else at its first converted call
+};
+
 struct Plan {
   std::map<std::size_t, std::string> reason;  // call index -> why it stays host NCCL ("" when it converts)
-  std::string bound;                          // the communicator the converted runtime serves
-  const CommInit* bound_init = nullptr;       // its unconditional creation in this file, if any
+  std::vector<BoundComm> bound;               // the communicators the converted calls use, most used first
+  const BoundComm* bound_at(std::size_t creation_call) const;  // the one created at that call, or null
 };
 
 Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collectives);

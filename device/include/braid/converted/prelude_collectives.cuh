@@ -22,7 +22,7 @@ inline ncclResult_t all_gather(const void* send, void* recv, size_t count, ncclD
   OnDevice on(*b);
   AllGatherConfig cfg = all_gather_auto_config(bytes, s.sms);
   cfg.ctas = std::min<int>(cfg.ctas, (int)kBarriersPerSite);
-  ncclWindow_t win = s.allocations[(size_t)window_of(*b, recv, bytes, &off)].win;
+  ncclWindow_t win = window_at(*b, window_of(*b, recv, bytes, &off));
   if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
     launch_all_gather(cfg, b->dc, win, off, bytes, send, bytes, first_barrier(SITE), stream);
   } else {
@@ -57,7 +57,7 @@ inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclD
     const size_t part = (count + (size_t)b->nranks - 1) / (size_t)b->nranks;
     const size_t begin = std::min(count, part * (size_t)b->rank), end = std::min(count, begin + part);
     const int ctas = tuned_ctas(CTAS, ctas_for(part * esize, 64 * 1024));  // from count and ranks: the same on every rank
-    launch_reduce(type, ctas, stream, b->dc, s.allocations[(size_t)sw].win, send_off, recv, s.allocations[(size_t)rw].win, recv_off, begin,
+    launch_reduce(type, ctas, stream, b->dc, window_at(*b, sw), send_off, recv, window_at(*b, rw), recv_off, begin,
                   end, (int)op, -1, true, first_barrier(SITE));
     BRAID_LAUNCHED();
     return ncclSuccess;
@@ -67,11 +67,11 @@ inline ncclResult_t all_reduce(const void* send, void* recv, size_t count, ncclD
   const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((slice + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8
                                                                 : tuned_chunk<ISSUER>(CHUNK_BYTES, slice * esize, ctas, 8 * esize) / esize;
   if (type == ncclFloat32)
-    all_reduce_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)sw].win, send_off, s.allocations[(size_t)rw].win,
+    all_reduce_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, sw), send_off, window_at(*b, rw),
                                                            recv_off, static_cast<float*>(recv), slice, chunk, first_barrier(SITE));
   else
-    all_reduce_kernel<__nv_bfloat16, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)sw].win, send_off,
-                                                                   s.allocations[(size_t)rw].win, recv_off, static_cast<__nv_bfloat16*>(recv),
+    all_reduce_kernel<__nv_bfloat16, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, sw), send_off,
+                                                                   window_at(*b, rw), recv_off, static_cast<__nv_bfloat16*>(recv),
                                                                    slice, chunk, first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -98,7 +98,7 @@ inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcoun
   OnDevice on(*b);
   if (!((type == ncclFloat32 || type == ncclBfloat16) && op == ncclSum)) {
     const int ctas = tuned_ctas(CTAS, ctas_for(recvcount * esize, 64 * 1024));
-    launch_reduce(type, ctas, stream, b->dc, s.allocations[(size_t)sw].win, send_off + (size_t)b->rank * recvcount * esize, recv, nullptr, 0, 0,
+    launch_reduce(type, ctas, stream, b->dc, window_at(*b, sw), send_off + (size_t)b->rank * recvcount * esize, recv, nullptr, 0, 0,
                   recvcount, (int)op, -1, false, first_barrier(SITE));
     BRAID_LAUNCHED();
     return ncclSuccess;
@@ -107,20 +107,20 @@ inline ncclResult_t reduce_scatter(const void* send, void* recv, size_t recvcoun
     const int ctas = ctas_for(recvcount * esize, 64 * 1024);
     const size_t chunk = ((recvcount + (size_t)ctas - 1) / (size_t)ctas + 7) / 8 * 8;
     if (type == ncclFloat32)
-      reduce_scatter_kernel<float, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)sw].win, send_off,
+      reduce_scatter_kernel<float, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, sw), send_off,
                                                                               static_cast<float*>(recv), recvcount, chunk, first_barrier(SITE));
     else
       reduce_scatter_kernel<__nv_bfloat16, Issuer::Cta><<<ctas, kThreads, 0, stream>>>(
-          b->dc, s.allocations[(size_t)sw].win, send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
+          b->dc, window_at(*b, sw), send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
   } else {
     const int ctas = tuned_ctas(CTAS, ctas_for(recvcount * esize, 64 * 1024));
     const size_t chunk = tuned_chunk<ISSUER>(CHUNK_BYTES, recvcount * esize, ctas, 8 * esize) / esize;
     if (type == ncclFloat32)
-      tuned_reduce_scatter_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)sw].win, send_off,
+      tuned_reduce_scatter_kernel<float, ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, sw), send_off,
                                                                                static_cast<float*>(recv), recvcount, chunk, first_barrier(SITE));
     else
       tuned_reduce_scatter_kernel<__nv_bfloat16, ISSUER><<<ctas, kThreads, 0, stream>>>(
-          b->dc, s.allocations[(size_t)sw].win, send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
+          b->dc, window_at(*b, sw), send_off, static_cast<__nv_bfloat16*>(recv), recvcount, chunk, first_barrier(SITE));
   }
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -147,7 +147,7 @@ inline ncclResult_t broadcast(const void* send, void* recv, size_t count, ncclDa
   const int ctas = tuned_ctas(CTAS, ctas_for(bytes, 256 * 1024));
   const size_t chunk = rule_shape<ISSUER, CTAS, CHUNK_BYTES>() ? ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16
                                                                 : tuned_chunk<ISSUER>(CHUNK_BYTES, bytes, ctas, 16);
-  broadcast_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)rw].win, recv_off, root, static_cast<const char*>(send),
+  broadcast_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, rw), recv_off, root, static_cast<const char*>(send),
                                                           bytes, chunk, first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -178,11 +178,11 @@ inline ncclResult_t all_to_all(const void* send, void* recv, size_t count, ncclD
   if constexpr (rule_shape<ISSUER, CTAS, CHUNK_BYTES>()) {
     const int ctas = ctas_for(bytes * (size_t)b->nranks, 256 * 1024);
     const size_t chunk = ((bytes * (size_t)b->nranks + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
-    all_to_all_kernel<Issuer::Cta><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)rw].win, off, send, bytes, chunk, first_barrier(SITE));
+    all_to_all_kernel<Issuer::Cta><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, rw), off, send, bytes, chunk, first_barrier(SITE));
   } else {
     const int ctas = tuned_ctas(CTAS, ctas_for(bytes * (size_t)b->nranks, 256 * 1024));
     const size_t chunk = tuned_chunk<ISSUER>(CHUNK_BYTES, bytes * (size_t)b->nranks, ctas, 16);
-    tuned_all_to_all_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)rw].win, off, send, bytes, chunk, first_barrier(SITE));
+    tuned_all_to_all_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, rw), off, send, bytes, chunk, first_barrier(SITE));
   }
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -204,7 +204,7 @@ inline ncclResult_t reduce(const void* send, void* recv, size_t count, ncclDataT
   const State& s = state();
   OnDevice on(*b);
   const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(count * esize, 64 * 1024));
-  launch_reduce(type, ctas, stream, b->dc, s.allocations[(size_t)sw].win, send_off, recv, nullptr, 0, 0, count, (int)op, root, false,
+  launch_reduce(type, ctas, stream, b->dc, window_at(*b, sw), send_off, recv, nullptr, 0, 0, count, (int)op, root, false,
                 first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -226,7 +226,7 @@ inline ncclResult_t gather(const void* send, void* recv, size_t count, ncclDataT
   OnDevice on(*b);
   const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(bytes * (size_t)b->nranks, 256 * 1024));
   const size_t chunk = ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
-  gather_kernel<<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)sw].win, send_off, root, static_cast<char*>(recv), bytes, chunk,
+  gather_kernel<<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, sw), send_off, root, static_cast<char*>(recv), bytes, chunk,
                                                first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;
@@ -248,7 +248,7 @@ inline ncclResult_t scatter(const void* send, void* recv, size_t count, ncclData
   OnDevice on(*b);
   const int ctas = tuned_ctas(SHAPE::ctas, ctas_for(bytes * (size_t)b->nranks, 256 * 1024));
   const size_t chunk = ((bytes + (size_t)ctas - 1) / (size_t)ctas + 15) / 16 * 16;
-  scatter_kernel<<<ctas, kThreads, 0, stream>>>(b->dc, s.allocations[(size_t)rw].win, recv_off, root, static_cast<const char*>(send), bytes,
+  scatter_kernel<<<ctas, kThreads, 0, stream>>>(b->dc, window_at(*b, rw), recv_off, root, static_cast<const char*>(send), bytes,
                                                 chunk, first_barrier(SITE));
   BRAID_LAUNCHED();
   return ncclSuccess;

@@ -4,11 +4,13 @@ namespace braid_converted {
 inline void adopt_harness(Context& c) {
   State& s = state();
   for (Allocation& a : s.allocations)
-    if (a.external) release_slot(binding_serving(a), a);
+    if (a.external)
+      for (Binding& b : s.bound)
+        if (Window* w = window_on(a, b)) release_slot(&b, *w);
   s.allocations.erase(std::remove_if(s.allocations.begin(), s.allocations.end(), [](const Allocation& a) { return a.external; }),
                       s.allocations.end());
   for (Buffer& b : c.buffers())
-    if (b.win != nullptr) s.allocations.push_back(Allocation{static_cast<char*>(b.ptr), round_window(b.bytes), b.win, true, 0});
+    if (b.win != nullptr) s.allocations.push_back(Allocation{static_cast<char*>(b.ptr), round_window(b.bytes), {Window{nullptr, b.win, -1}}, true, 0});
 }
 inline void release_harness(Context&) {
   State& s = state();

@@ -9,6 +9,15 @@ inline void forget(State& s, std::list<Binding>::iterator it) {
   s.bound.erase(it);
   if (s.bound.empty()) s.bound_at_creation = false;
 }
+// Allocation `a`'s window on `comm` goes (deregistered first unless the communicator was aborted).
+inline void forget_window(Allocation& a, ncclComm_t comm, bool deregister) {
+  for (auto it = a.windows.begin(); it != a.windows.end(); ++it)
+    if (it->comm == comm) {
+      if (deregister && it->win != nullptr) ncclCommWindowDeregister(comm, it->win);
+      a.windows.erase(it);
+      return;
+    }
+}
 // Every call here is local to this rank (none waits for a peer), so the lock may be held.
 inline void teardown(ncclComm_t comm) {
   CrossThreads guard;
@@ -19,11 +28,7 @@ inline void teardown(ncclComm_t comm) {
   Binding* b = binding_of(s, comm);
   if (b->dc_made) ncclDevCommDestroy(comm, &b->dc);
   for (Allocation& a : s.allocations)
-    if (a.win != nullptr && !a.external && binding_serving(s, a) == b) {
-      ncclCommWindowDeregister(comm, a.win);
-      a.win = nullptr;
-      a.slot = -1;
-    }
+    if (!a.external) forget_window(a, comm, true);
   OnDevice on(*b);
   if (b->mailbox_win != nullptr) ncclCommWindowDeregister(comm, b->mailbox_win);
   if (b->mailbox != nullptr) ncclMemFree(b->mailbox);
@@ -57,9 +62,9 @@ inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
     else bind_together({comm});
     return r;
   }
-  if (!s.bound.empty()) return r;
-  s.bound_at_creation = true;  // before ensure: its creation's own mode was checked by the caller
-  ensure(comm);
+  if (binding_of(comm) != nullptr) return r;
+  s.bound_at_creation = true;
+  bind(comm);  // not ensure(): its creation's own mode (blocking or not) was checked by the caller
   return r;
 }
 // ncclCommInitAll: one thread, a rank per listed GPU, every communicator bound at once.
@@ -109,7 +114,7 @@ inline ncclResult_t comm_abort(ncclComm_t comm) {
       for (auto it = s->bound.begin(); it != s->bound.end(); ++it) {
         if (it->comm != comm) continue;
         for (Allocation& a : s->allocations)
-          if (!a.external && binding_serving(*s, a) == &*it) a.win = nullptr, a.slot = -1;
+          if (!a.external) forget_window(a, comm, false);
         OnDevice on(*it);
         if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
         if (it->dev_plans != nullptr) cudaFree(it->dev_plans);
@@ -132,9 +137,11 @@ inline ncclResult_t window_register(ncclComm_t comm, void* buf, size_t size, ncc
   State& s = state();
   for (Allocation& a : s.allocations) {
     if (a.base != static_cast<char*>(buf) || a.external || size > a.bytes) continue;
-    if (a.win == nullptr && !kOneThreadDrivesRanks && (s.bound.empty() || s.bound.front().comm == comm)) ensure(comm);
-    if (a.win != nullptr && binding_serving(a) != nullptr && binding_serving(a)->comm == comm) {
-      *win = a.win;
+    if (!kOneThreadDrivesRanks && !s.nonblocking.count(comm)) ensure(comm);
+    const Binding* b = binding_of(comm);
+    const Window* w = b != nullptr && serves(*b, a) ? window_on(a, *b) : nullptr;
+    if (w != nullptr && w->win != nullptr) {
+      *win = w->win;
       return ncclSuccess;
     }
     break;
@@ -147,6 +154,7 @@ inline ncclResult_t window_deregister(ncclComm_t comm, ncclWindow_t win) {
   const State& s = state();
   if (win != nullptr && binding_of(comm) != nullptr)
     for (const Allocation& a : s.allocations)
-      if (a.win == win && !a.external) return ncclSuccess;
+      for (const Window& w : a.windows)
+        if (w.win == win && !a.external) return ncclSuccess;
   return ncclCommWindowDeregister(comm, win);
 }

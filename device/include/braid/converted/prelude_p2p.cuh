@@ -30,8 +30,9 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
     if (!q.is_send) {
       size_t off = 0;
       const int w = window_of(b, ops[i].buf, q.bytes, &off);
-      if (w < 0 || state().allocations[(size_t)w].slot < 0) return "a receive buffer is outside the symmetric windows";
-      op.window = state().allocations[(size_t)w].slot;
+      const Window* win = w < 0 ? nullptr : window_on(state().allocations[(size_t)w], b);
+      if (win == nullptr || win->slot < 0) return "a receive buffer is outside the symmetric windows";
+      op.window = win->slot;
       op.offset = off;
     }
   }

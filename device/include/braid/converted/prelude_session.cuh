@@ -6,13 +6,20 @@ constexpr uint32_t kBarriersPerSite = 132;  // LsaBarrier indices per call site:
 constexpr int kThreads = 512;
 constexpr int kMaxWindows = 1024;
 
+// An allocation's window on one bound communicator: a process converts every communicator its
+// converted calls use (data- and tensor-parallel ones side by side), so one buffer may be a window
+// on several, registered with each in the same order on every rank of that communicator.
+struct Window {
+  ncclComm_t comm = nullptr;  // null: the harness's window (it runs one communicator)
+  ncclWindow_t win = nullptr;
+  int slot = -1;  // its entry in that binding's window table for the p2p kernel (set when published)
+};
 struct Allocation {
   char* base = nullptr;
   size_t bytes = 0;
-  ncclWindow_t win = nullptr;
-  bool external = false;  // registered by someone else (the harness): never deregistered here
-  int device = 0;         // where it was made: with one thread driving every rank, the rank it belongs to
-  int slot = -1;          // its entry in the binding's window table for the p2p kernel (set when registered)
+  std::vector<Window> windows;  // one per communicator it is registered with
+  bool external = false;        // registered by someone else (the harness): never deregistered here
+  int device = 0;               // where it was made: with one thread driving every rank, the rank it belongs to
 };
 
 // Mailbox of a rank (one window): posts[sender][slot] written by this rank when it receives,
@@ -43,8 +50,8 @@ struct PendingP2p {
 };
 
 // A communicator the runtime is bound to: its rank, its GPU and what the device code needs. One per
-// process, or, when one thread drives every rank of the process (kOneThreadDrivesRanks: ncclCommInitAll,
-// a group of ncclCommInitRank), one per GPU.
+// communicator the process's converted calls use, or, when one thread drives every rank of the
+// process (kOneThreadDrivesRanks: ncclCommInitAll, a group of ncclCommInitRank), one per GPU.
 struct Binding {
   ncclComm_t comm = nullptr;
   int device = 0, rank = 0, nranks = 1;
@@ -66,7 +73,9 @@ struct Binding {
 struct State {
   std::vector<Allocation> allocations;  // allocation order: the same on every rank
   std::list<Binding> bound;             // a list: NCCL writes windows and device communicators into them at a group's end
-  bool bound_at_creation = false;       // windows are registered where every rank passes
+  // A binding was made at a creation, which every rank passes: from then on each symmetric
+  // allocation (made by every rank, in the same order) registers with every binding at once.
+  bool bound_at_creation = false;
   int sms = 0;                          // of the bound GPUs (launch shapes are the same on every rank)
   int group_depth = 0;
   bool nccl_group_open = false;  // kOneThreadDrivesRanks: the program's group is open in NCCL too
@@ -131,15 +140,16 @@ inline State* state_bound_to(ncclComm_t comm) {
       if (binding_of(o, comm) != nullptr) return &o;
   return nullptr;
 }
-// The binding of state `s` whose windows hold allocation `a`: the one communicator of the process
-// (of the thread, with a rank per thread), or the one on the allocation's GPU when one thread
-// drives every rank.
-inline Binding* binding_serving(State& s, const Allocation& a) {
-  for (Binding& b : s.bound)
-    if (!kOneThreadDrivesRanks || b.device == a.device) return &b;
+// Whether binding `b` registers allocation `a`: every binding of the process (of the thread, with a
+// rank per thread) does, or, when one thread drives every rank, the one on the allocation's GPU.
+inline bool serves(const Binding& b, const Allocation& a) { return !kOneThreadDrivesRanks || b.device == a.device; }
+// The window of `a` on binding `b`'s communicator (the harness's own serves the one it runs), or null.
+inline Window* window_on(Allocation& a, const Binding& b) {
+  for (Window& w : a.windows)
+    if (w.comm == b.comm || (a.external && w.comm == nullptr)) return &w;
   return nullptr;
 }
-inline Binding* binding_serving(const Allocation& a) { return binding_serving(state(), a); }
+inline const Window* window_on(const Allocation& a, const Binding& b) { return window_on(const_cast<Allocation&>(a), b); }
 // The launch that follows runs on the binding's GPU; the program's current device is restored after.
 struct OnDevice {
   int old = -1;
@@ -185,7 +195,7 @@ inline bool same_choice(int site, const char* what, bool on_device) {
     fatal(site, what, on_device ? "another rank of this process ran it as host NCCL" : "another rank of this process ran it on the device");
   return on_device;
 }
-inline void register_window(Allocation& a);
+inline void register_windows(Allocation& a);
 
 // The differential gate's snapshot shim (device/snapshot/snapshot_shim.cpp), when preloaded,
 // numbers the program's device allocations: -1 says the next allocation is the prelude's own state
@@ -197,9 +207,9 @@ inline void snapshot_next(long long requested_bytes) {
 }
 
 // A window's slot is free again once the window is gone (the same order on every rank).
-inline void release_slot(Binding* b, Allocation& a) {
-  if (b != nullptr && a.slot >= 0 && a.slot < (int)b->slot_used.size()) b->slot_used[(size_t)a.slot] = false;
-  a.slot = -1;
+inline void release_slot(Binding* b, Window& w) {
+  if (b != nullptr && w.slot >= 0 && w.slot < (int)b->slot_used.size()) b->slot_used[(size_t)w.slot] = false;
+  w.slot = -1;
 }
 
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
@@ -220,11 +230,11 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
   cudaGetDevice(&device);
   {
     CrossThreads guard;
-    s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), nullptr, false, device});
+    s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), {}, false, device});
   }
   // Every rank allocates here too; with one thread driving every rank, the others have not yet:
   // registered at the next converted call (register_pending).
-  if (s.bound_at_creation && !kOneThreadDrivesRanks) register_window(s.allocations.back());
+  if (s.bound_at_creation && !kOneThreadDrivesRanks) register_windows(s.allocations.back());
   return cudaSuccess;
 }
 inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
@@ -256,9 +266,12 @@ inline bool sym_release(void* ptr, ncclResult_t* result) {
   size_t i = 0;
   State* s = holder_of(ptr, &i);
   if (s == nullptr) return false;
-  Binding* b = binding_serving(*s, s->allocations[i]);
-  if (s->allocations[i].win != nullptr && b != nullptr) ncclCommWindowDeregister(b->comm, s->allocations[i].win);
-  release_slot(b, s->allocations[i]);
+  for (Window& w : s->allocations[i].windows) {
+    Binding* b = binding_of(*s, w.comm);
+    if (b == nullptr) continue;  // its communicator was aborted: the window went with it
+    if (w.win != nullptr) ncclCommWindowDeregister(w.comm, w.win);
+    release_slot(b, w);
+  }
   s->allocations.erase(s->allocations.begin() + (long)i);
   *result = ncclMemFree(ptr);
   return true;
@@ -295,23 +308,33 @@ inline ncclResult_t sym_nccl_free(void* ptr) {
 // the allocation's receives cannot be posted, and flush_p2p says so). Waited for: a pageable
 // cudaMemcpy may return before its DMA lands, and the program's non-blocking streams would not wait
 // for it. Only this copy is waited for, never the program's kernels (one may be waiting on a peer).
-inline void publish_window(Binding& b, Allocation& a) {
-  if (b.dev_windows == nullptr || a.slot >= 0) return;
+inline void publish_window(Binding& b, Window& w) {
+  if (b.dev_windows == nullptr || w.slot >= 0 || w.win == nullptr) return;
   const auto free_slot = std::find(b.slot_used.begin(), b.slot_used.end(), false);
   if (free_slot == b.slot_used.end()) return;
   *free_slot = true;
-  a.slot = (int)(free_slot - b.slot_used.begin());
+  w.slot = (int)(free_slot - b.slot_used.begin());
   OnDevice on(b);
-  BRAID_CUDA(cudaMemcpyAsync(b.dev_windows + a.slot, &a.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  BRAID_CUDA(cudaMemcpyAsync(b.dev_windows + w.slot, &w.win, sizeof(ncclWindow_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
   BRAID_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
-// A window for `a` (the harness's own come registered) and its slot in the p2p kernel's table.
-inline void register_window(Allocation& a) {
-  Binding* b = binding_serving(a);
-  if (b == nullptr) return;
-  if (a.win == nullptr) BRAID_NCCL(ncclCommWindowRegister(b->comm, a.base, a.bytes, &a.win, NCCL_WIN_COLL_SYMMETRIC));
-  publish_window(*b, a);
+// A window for `a` on binding `b` (the harness's own come registered) and its slot in the p2p
+// kernel's table. The registration is collective over b's communicator.
+inline void register_on(Binding& b, Allocation& a) {
+  Window* w = window_on(a, b);
+  if (w == nullptr) {
+    a.windows.push_back(Window{b.comm, nullptr, -1});
+    w = &a.windows.back();
+    BRAID_NCCL(ncclCommWindowRegister(b.comm, a.base, a.bytes, &w->win, NCCL_WIN_COLL_SYMMETRIC));
+  }
+  publish_window(b, *w);
+}
+// `a` on every binding that serves it, in the order they were bound: the same on every rank, so
+// the k-th registration of each communicator pairs with its peers' k-th.
+inline void register_windows(Allocation& a) {
+  for (Binding& b : state().bound)
+    if (serves(b, a)) register_on(b, a);
 }
 
 // One thread driving every rank: the symmetric allocations not yet windows, registered together.
@@ -327,10 +350,10 @@ inline void register_pending() {
   bool any = false;
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     const Allocation& a = s.allocations[i];
-    if (a.win != nullptr || a.external) continue;
+    if (a.external) continue;
     size_t k = 0;
     for (const Binding& b : s.bound) {
-      if (b.device == a.device) unregistered[k].push_back(i), any = true;
+      if (b.device == a.device && window_on(a, b) == nullptr) unregistered[k].push_back(i), any = true;
       ++k;
     }
   }
@@ -344,16 +367,26 @@ inline void register_pending() {
       return;
     }
   }
-  BRAID_NCCL(ncclGroupStart());
+  // Each allocation gets one window here (its GPU's binding): the windows' addresses, which NCCL
+  // fills at the group's end, stay put until then.
   size_t k = 0;
   for (const Binding& b : s.bound) {
-    for (size_t i : unregistered[k]) BRAID_NCCL(ncclCommWindowRegister(b.comm, s.allocations[i].base, s.allocations[i].bytes, &s.allocations[i].win, NCCL_WIN_COLL_SYMMETRIC));
+    for (size_t i : unregistered[k]) s.allocations[i].windows.push_back(Window{b.comm, nullptr, -1});
+    ++k;
+  }
+  BRAID_NCCL(ncclGroupStart());
+  k = 0;
+  for (const Binding& b : s.bound) {
+    for (size_t i : unregistered[k]) {
+      Allocation& a = s.allocations[i];
+      BRAID_NCCL(ncclCommWindowRegister(b.comm, a.base, a.bytes, &window_on(a, b)->win, NCCL_WIN_COLL_SYMMETRIC));
+    }
     ++k;
   }
   BRAID_NCCL(ncclGroupEnd());
   k = 0;
   for (Binding& b : s.bound) {
-    for (size_t i : unregistered[k]) publish_window(b, s.allocations[i]);
+    for (size_t i : unregistered[k]) publish_window(b, *window_on(s.allocations[i], b));
     ++k;
   }
 }
@@ -433,7 +466,7 @@ inline void adopt_for_gpu(State& s, int device) {
   for (State& o : registry().states) {
     if (&o == &s || !o.bound.empty()) continue;
     for (auto it = o.allocations.begin(); it != o.allocations.end();) {
-      if (it->device != device || it->external || it->win != nullptr) {
+      if (it->device != device || it->external || !it->windows.empty()) {
         ++it;
         continue;
       }
@@ -444,12 +477,29 @@ inline void adopt_for_gpu(State& s, int device) {
   s.allocations.insert(s.allocations.begin(), adopted.begin(), adopted.end());
 }
 
-// Binding to a communicator (a collective step: at its creation, or at the first converted
+// Binding to a communicator (a collective step over it: at its creation, or at its first converted
 // collective): windows for every symmetric allocation so far (allocation order), the p2p
-// mailbox, and one device communicator with barriers for every site. The binding, or null when
-// the call runs as host NCCL: a communicator whose creation braid did not see may be non-blocking
-// through the environment, and only one communicator per process is converted (one per GPU when
-// one thread drives every rank, bound where they are created).
+// mailbox, and one device communicator with barriers for every site. Each communicator the
+// converted calls use gets its own (the rules convert a call site only on one communicator, and a
+// communicator's first converted call is one every rank of it reaches). Collective steps over two
+// communicators (registrations, launches) come in the program's order, the same on every rank, as
+// host NCCL requires of calls on two communicators too.
+inline Binding& bind(ncclComm_t comm) {
+  State& s = state();
+  Binding* b = binding_of(comm);
+  if (b == nullptr) {
+    b = &s.bound.emplace_back();
+    b->comm = comm;
+    make_binding(*b);
+    if (s.bound.size() == 1) adopt_for_gpu(s, b->device);
+  }
+  for (Allocation& a : s.allocations) register_on(*b, a);
+  make_device_comm(*b);
+  return *b;
+}
+// The binding of a converted call's communicator, or null when the call runs as host NCCL: a
+// communicator whose creation braid did not see may be non-blocking through the environment. With
+// one thread driving every rank: one per GPU, bound where they are created.
 inline Binding* ensure(ncclComm_t comm) {
   State& s = state();
   if (kOneThreadDrivesRanks) {
@@ -458,18 +508,11 @@ inline Binding* ensure(ncclComm_t comm) {
     register_pending();
     return lsa_reaches_every_rank(*b) ? b : nullptr;
   }
-  if (s.bound.empty() && !s.bound_at_creation && env_nonblocking()) s.nonblocking.insert(comm);
+  // Not bound yet: its creation was not seen (a creation braid rewrote binds there), so the
+  // environment may have made it non-blocking.
+  if (binding_of(comm) == nullptr && env_nonblocking()) s.nonblocking.insert(comm);
   if (s.nonblocking.count(comm)) return nullptr;
-  if (!s.bound.empty() && s.bound.front().comm != comm) return nullptr;  // one communicator is converted
-  if (s.bound.empty()) {
-    s.bound.emplace_back();
-    s.bound.front().comm = comm;
-    make_binding(s.bound.front());
-    adopt_for_gpu(s, s.bound.front().device);
-  }
-  Binding& b = s.bound.front();
-  for (Allocation& a : s.allocations) register_window(a);
-  make_device_comm(b);
+  Binding& b = bind(comm);
   return lsa_reaches_every_rank(b) ? &b : nullptr;
 }
 
@@ -479,13 +522,17 @@ inline int window_of(const Binding& b, const void* p, size_t bytes, size_t* offs
   const char* c = static_cast<const char*>(p);
   for (size_t i = 0; i < s.allocations.size(); ++i) {
     const Allocation& a = s.allocations[i];
-    if (a.win != nullptr && (!kOneThreadDrivesRanks || a.device == b.device) && c >= a.base && c + bytes <= a.base + a.bytes) {
+    const Window* w = window_on(a, b);
+    if (w != nullptr && w->win != nullptr && serves(b, a) && c >= a.base && c + bytes <= a.base + a.bytes) {
       *offset = (size_t)(c - a.base);
       return (int)i;
     }
   }
   return -1;
 }
+
+// Binding b's window on the allocation window_of found.
+inline ncclWindow_t window_at(const Binding& b, int index) { return window_on(state().allocations[(size_t)index], b)->win; }
 
 inline int ctas_for(size_t bytes, size_t min_chunk) {
   return braid::convert_p2p::rule_ctas(bytes, min_chunk, state().sms, (int)kBarriersPerSite);
