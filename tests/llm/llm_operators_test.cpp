@@ -243,6 +243,28 @@ TEST(LlmMutator, PromptGivesTheFocusAndTheModelKeepsToIt) {
   EXPECT_EQ(Program::parse(cross_out.text, "cross").find_knob("kOrder")->value, "Order::B");
 }
 
+// A parent whose every one-knob change is taken (kTile 1, 2, 8 and kOrder B): the prompt says so
+// and asks for two or more knobs at once, and the loopback model, following it, changes two.
+TEST(LlmMutator, EveryOneKnobChangeTakenAsksForTwoKnobsAtOnce) {
+  Fixture f("spent");
+  LlmMutator m(f.rt);
+  auto c = f.ctx(PatchType::Diff);
+  const std::string line = "Every change of one knob of this program has been evaluated or proposed";
+  c.taken_knob_changes = {"kTile = 1", "kTile = 2", "kTile = 8", "kOrder = Order::B"};
+  EXPECT_EQ(m.user_message(f.parent, c).find(line), std::string::npos);  // not told: the flag is the search's
+  c.one_knob_changes_spent = true;
+  const std::string user = m.user_message(f.parent, c);
+  EXPECT_NE(user.find(line), std::string::npos) << user;
+  EXPECT_NE(user.find("change two or more knobs together, or the code"), std::string::npos) << user;
+  Proposal prop = m.propose(f.parent, c);
+  ASSERT_TRUE(prop.ok()) << prop.error;
+  PatchOutcome out = apply_patch(f.parent, prop.patch_type, prop.patch);
+  ASSERT_TRUE(out.ok()) << out.error;
+  const Program child = Program::parse(out.text, "child");
+  EXPECT_NE(child.find_knob("kTile")->value, "4") << prop.patch;
+  EXPECT_NE(child.find_knob("kOrder")->value, "Order::A") << prop.patch;
+}
+
 // The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];
 // they reach the mutation prompt (the parent and the best programs shown) and the feedback
 // agent as lines of their own, not inside the metrics JSON.

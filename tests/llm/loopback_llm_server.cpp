@@ -14,6 +14,8 @@ namespace {
 using nlohmann::json;
 
 // Long enough that the candidate is not rejected as a near-duplicate of its parent.
+// The mutation prompt's line when every one-knob change of the program is taken (prompts/mutate.md).
+constexpr const char* kOneKnobChangesSpent = "Every change of one knob of this program has been evaluated or proposed";
 constexpr const char* kProbe =
     "constexpr int kProbeStage = braid_probe_undeclared * 3 + 17 - (kProbeBias << 2) + sizeof(float) * 5 - 1;";
 
@@ -506,14 +508,28 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
       if (o.name == k.name && o.value != k.value) value = o.value;
   std::vector<std::string> edited = lines;
   edited[k.line] = with_value(lines[k.line], k.value, value);
+  // Told that every one-knob change of the program is taken, a model changes a second knob too.
+  const Knob* k2 = nullptr;
+  std::string value2;
+  const bool spent = first.find(kOneKnobChangesSpent) != std::string::npos || last.find(kOneKnobChangesSpent) != std::string::npos;
+  if (spent && !combine && n_knobs > 1)
+    for (std::size_t s = 1; s < n_knobs && !k2; ++s) {
+      const Knob& other_knob = knobs[(ki + s + (h / 13) % (n_knobs - 1)) % n_knobs];
+      if (&other_knob == &k || other_knob.domain.size() < 2) continue;
+      k2 = &other_knob;
+      value2 = value_of(other_knob, s);
+      edited[k2->line] = with_value(lines[k2->line], k2->value, value2);
+    }
   if (probe_line < lines.size()) edited[probe_line] = "";  // drop the probe: it never compiled
   if (breaking) edited[k.line] += std::string("\n") + kProbe;
   count(kind);
 
   std::string idea = "Set " + k.name + " from " + k.value + " to " + value +
+                     (k2 ? " and " + k2->name + " from " + k2->value + " to " + value2 : "") +
                      (fixing ? ", without the undeclared identifier the compiler rejected" : "") + ".";
   if (kind == "diff") {
     std::string out = idea + "\n\n<<<<<<< SEARCH\n" + lines[k.line] + "\n=======\n" + edited[k.line] + "\n>>>>>>> REPLACE\n";
+    if (k2) out += "\n<<<<<<< SEARCH\n" + lines[k2->line] + "\n=======\n" + edited[k2->line] + "\n>>>>>>> REPLACE\n";
     if (probe_line < lines.size())
       out += "\n<<<<<<< SEARCH\n" + lines[probe_line] + "\n=======\n\n>>>>>>> REPLACE\n";
     return out;

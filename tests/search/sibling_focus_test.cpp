@@ -170,5 +170,20 @@ TEST(SiblingFocus, ThePromptsFocusLeavesOutTakenChanges) {
   EXPECT_TRUE(p.ctx.focus_knob_changes.empty());  // all taken: the prompt has no focus
 }
 
+// The prompt says every one-knob change is taken only when each of the parent's is named.
+TEST(SiblingFocus, EveryOneKnobChangeNamedIsSpent) {
+  PreparedProposal p;
+  p.one_knob = {"kBM = 8", "kBN = 64", "kUnroll = 4"};
+  p.ctx.taken_knob_changes = {"kBM = 8", "kUnroll = 4", "kBK = 512"};  // the last broke a braid:require
+  narrow_focus(p);
+  EXPECT_FALSE(p.ctx.one_knob_changes_spent);
+  name_change(p.ctx.taken_knob_changes, "kBN = 64");
+  narrow_focus(p);
+  EXPECT_TRUE(p.ctx.one_knob_changes_spent);
+  p.one_knob.clear();  // a parent without knobs
+  narrow_focus(p);
+  EXPECT_FALSE(p.ctx.one_knob_changes_spent);
+}
+
 }  // namespace
 }  // namespace braid

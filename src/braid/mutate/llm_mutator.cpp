@@ -182,6 +182,7 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
       {"knobs", trimmed(knobs)},
       {"taken_knob_changes", taken_list(ctx)},
       {"focus_knob_changes", focus_list(ctx)},
+      {"one_knob_changes_spent", ctx.one_knob_changes_spent ? "yes" : ""},
       {"cross_programs", trimmed(cross)},
       {"top_k", trimmed(top_k)},
       {"inspirations", trimmed(inspirations)},
@@ -230,6 +231,7 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
     llm::PromptVars retry_vars = {{"previous_error", trimmed(ctx.previous_error)},
                                   {"taken_knob_changes", taken_list(ctx)},
                                   {"focus_knob_changes", focus_list(ctx)},
+                                  {"one_knob_changes_spent", ctx.one_knob_changes_spent ? "yes" : ""},
                                   {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))}};
     req.messages = {{"user", previous->user},
                     {"assistant", previous->answer},

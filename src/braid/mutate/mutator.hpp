@@ -46,6 +46,9 @@ struct MutationContext {
   // parent text asked at the same time (search/sibling_focus.hpp), less the taken ones. Empty: no
   // focus (asked alone, nothing left in its share, or an operator that is not concurrent).
   std::vector<std::string> focus_knob_changes;
+  // Every one-knob change of the parent is taken: the prompt says so and asks for two or more
+  // knobs changed together, or the code (else a model keeps answering repeats, each rejected).
+  bool one_knob_changes_spent = false;
   std::mt19937_64* rng = nullptr;         // never null
 };
 

@@ -172,8 +172,12 @@ void narrow_focus(PreparedProposal& p) {
   auto& focus = p.ctx.focus_knob_changes;
   focus.clear();
   const auto& taken = p.ctx.taken_knob_changes;
+  const auto is_taken = [&](const std::string& change) {
+    return std::find(taken.begin(), taken.end(), change) != taken.end();
+  };
   for (const auto& change : p.focus)
-    if (std::find(taken.begin(), taken.end(), change) == taken.end()) focus.push_back(change);
+    if (!is_taken(change)) focus.push_back(change);
+  p.ctx.one_knob_changes_spent = !p.one_knob.empty() && std::all_of(p.one_knob.begin(), p.one_knob.end(), is_taken);
 }
 
 std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g) {
@@ -227,9 +231,12 @@ std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, s
   for (auto& r : p->failed) ctx.failed_neighbours.push_back(&r);
   ctx.best = p->best ? &*p->best : nullptr;
   ctx.meta_recommendations = src.meta_recommendations;
-  if (p->parent)
+  if (p->parent) {
     ctx.taken_knob_changes =
         taken_knob_changes(*p->parent, [&](const std::string& key) { return pop.knob_key_seen(key); });
+    p->one_knob = one_knob_changes(*p->parent);
+  }
+  narrow_focus(*p);
   ctx.rng = &p->rng;
   p->similarity_rows = pop.embedding_rows();
   return p;

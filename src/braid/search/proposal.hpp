@@ -46,7 +46,8 @@ struct PreparedProposal {
   // The share of the parent's one-knob changes this proposal focuses on (search/sibling_focus.hpp;
   // empty: none); ctx.focus_knob_changes is it less the taken ones (narrow_focus).
   std::vector<std::string> focus;
-  std::size_t similarity_rows = 0;  // population rows with an embedding when prepared
+  std::vector<std::string> one_knob;  // every one-knob change of the parent (one_knob_changes)
+  std::size_t similarity_rows = 0;    // population rows with an embedding when prepared
 
   // Attempts so far.
   int patch_failures = 0, novelty_failures = 0, rate_limits = 0;
@@ -120,7 +121,8 @@ std::vector<std::string> taken_knob_changes(const Program& parent,
 // Every one-knob change of the parent ("kName = value") valid under its constraints, in the
 // knobs' and their domains' order.
 std::vector<std::string> one_knob_changes(const Program& parent);
-// The prompt's focus: p.focus less the changes the prompt names as taken (call after naming more).
+// The prompt's focus: p.focus less the changes the prompt names as taken, and whether the taken
+// ones are all of the parent's one-knob changes (call after naming more).
 void narrow_focus(PreparedProposal& p);
 // Adds `change` to a list of named changes unless it is there already (the order is the prompt's).
 void name_change(std::vector<std::string>& named, std::string change);
