@@ -129,6 +129,16 @@ TEST(DiffGateTolerance, OnlyBuffersOfConvertedReductions) {
   EXPECT_EQ(downstream.dtype, 9);
   EXPECT_NE(downstream.text.find("downstream of a converted reduction"), std::string::npos) << downstream.text;
   EXPECT_TRUE(buffer_tolerance(s, 1, {}, 4).exact);  // nothing converted: nothing reaches it
+  // A conversion that skipped work downstream still fails: stale or poisoned values are far beyond
+  // the rounding of a 4-rank fp32 sum, which alone passes.
+  const RankSnapshot fp32 = parse_manifest(
+      "buffer\t0\t8\tcudaMalloc\tfreed\nbuffer\t1\t8\tcudaMalloc\tfreed\n"
+      "reduce\t0\t7\t0\tncclAllReduce\n");
+  const Tolerance gathered = buffer_tolerance(fp32, 1, fp32_sum, 4);
+  ASSERT_FALSE(gathered.exact);
+  EXPECT_EQ(compare_bytes(floats({3.0f, 100.0f}), floats({std::nextafter(3.0f, 4.0f), 100.0f}), gathered), "");
+  EXPECT_NE(compare_bytes(floats({3.0f, 100.0f}), floats({0.75f, 100.0f}), gathered), "");  // one rank's share only
+  EXPECT_NE(compare_bytes(floats({3.0f, 100.0f}), floats({std::nanf(""), 100.0f}), gathered), "");  // poison left
 }
 
 TEST(DiffGateTolerance, DerivedFromTheConversion) {

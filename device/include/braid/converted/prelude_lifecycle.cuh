@@ -137,9 +137,9 @@ inline ncclResult_t window_register(ncclComm_t comm, void* buf, size_t size, ncc
   State& s = state();
   for (Allocation& a : s.allocations) {
     if (a.base != static_cast<char*>(buf) || a.external || size > a.bytes) continue;
-    if (!kOneThreadDrivesRanks && !s.nonblocking.count(comm)) ensure(comm);
+    if (!kOneThreadDrivesRanks) ensure(comm);  // not a non-blocking one (ensure says so)
     const Binding* b = binding_of(comm);
-    const Window* w = b != nullptr && serves(*b, a) ? window_on(a, *b) : nullptr;
+    const Window* w = b != nullptr ? window_on(a, *b) : nullptr;
     if (w != nullptr && w->win != nullptr) {
       *win = w->win;
       return ncclSuccess;

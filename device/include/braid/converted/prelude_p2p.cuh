@@ -29,8 +29,7 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
     op = P2pOp{ops[i].buf, 0, q.bytes, q.seq, 0, q.peer, q.slot, q.is_send ? 1 : 0, 0u, 0u};
     if (!q.is_send) {
       size_t off = 0;
-      const int w = window_of(b, ops[i].buf, q.bytes, &off);
-      const Window* win = w < 0 ? nullptr : window_on(state().allocations[(size_t)w], b);
+      const Window* win = window_of(b, ops[i].buf, q.bytes, &off);
       if (win == nullptr || win->slot < 0) return "a receive buffer is outside the symmetric windows";
       op.window = win->slot;
       op.offset = off;

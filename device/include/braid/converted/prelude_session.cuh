@@ -516,23 +516,18 @@ inline Binding* ensure(ncclComm_t comm) {
   return lsa_reaches_every_rank(b) ? &b : nullptr;
 }
 
-// The window of binding `b` holding [p, p + bytes), or -1.
-inline int window_of(const Binding& b, const void* p, size_t bytes, size_t* offset) {
-  const State& s = state();
+// The window of binding `b` holding [p, p + bytes) and p's offset in it, or null.
+inline const Window* window_of(const Binding& b, const void* p, size_t bytes, size_t* offset) {
   const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < s.allocations.size(); ++i) {
-    const Allocation& a = s.allocations[i];
+  for (const Allocation& a : state().allocations) {
     const Window* w = window_on(a, b);
-    if (w != nullptr && w->win != nullptr && serves(b, a) && c >= a.base && c + bytes <= a.base + a.bytes) {
+    if (w != nullptr && w->win != nullptr && c >= a.base && c + bytes <= a.base + a.bytes) {
       *offset = (size_t)(c - a.base);
-      return (int)i;
+      return w;
     }
   }
-  return -1;
+  return nullptr;
 }
-
-// Binding b's window on the allocation window_of found.
-inline ncclWindow_t window_at(const Binding& b, int index) { return window_on(state().allocations[(size_t)index], b)->win; }
 
 inline int ctas_for(size_t bytes, size_t min_chunk) {
   return braid::convert_p2p::rule_ctas(bytes, min_chunk, state().sms, (int)kBarriersPerSite);
