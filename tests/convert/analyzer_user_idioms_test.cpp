@@ -542,6 +542,51 @@ TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&out, 1024 * sizeof(__nv_bfloat16));")) << c.source;
 }
 
+// The usual helper (`allreduce_half(buf, n, comm, s)`) called with the tensor- and the data-parallel
+// communicator converts once and serves both: each is bound at its creation, the call finds its
+// windows on the one it is given. A send/recv helper given two communicators stays host NCCL
+// (its pairing is checked per communicator), and so does its partner.
+TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
+  const auto program = [](const std::string& helper, const std::string& calls) {
+    return kPrologue +
+           "#include <cuda_fp16.h>\n" + helper +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = argc; ncclUniqueId id, id2; cudaStream_t s;\n"
+           "  ncclComm_t tp, dp;\n"
+           "  ncclCommInitRank(&tp, 2, id, rank);\n"
+           "  ncclCommInitRank(&dp, 2, id2, rank);\n"
+           "  __half *act, *grad; cudaMalloc(&act, 4096); cudaMalloc(&grad, 8192);\n" +
+           calls + "}\n";
+  };
+  const Conversion both = convert_text(
+      program("static void allreduce_half(__half* buf, size_t n, ncclComm_t comm, cudaStream_t st) {\n"
+              "  ncclAllReduce(buf, buf, n, ncclHalf, ncclSum, comm, st);\n"
+              "}\n",
+              "  for (int step = 0; step < 2; ++step) {\n"
+              "    allreduce_half(act, 2048, tp, s);\n"
+              "    allreduce_half(grad, 4096, dp, s);\n"
+              "  }\n"));
+  EXPECT_EQ(both.converted_calls, 1) << conversion_to_text(both);
+  EXPECT_TRUE(both.complete()) << conversion_to_text(both);
+  EXPECT_TRUE(contains(both.source, "braid_converted::all_reduce<0>(buf, buf, n, ncclHalf, ncclSum, comm, st)"))
+      << both.source;
+  EXPECT_TRUE(contains(both.source, "braid_converted::comm_init_rank(&tp")) << both.source;
+  EXPECT_TRUE(contains(both.source, "braid_converted::comm_init_rank(&dp")) << both.source;
+  EXPECT_TRUE(contains(both.source, "braid_converted::sym_malloc(&act, 4096)")) << both.source;
+  EXPECT_TRUE(contains(both.source, "braid_converted::sym_malloc(&grad, 8192)")) << both.source;
+
+  const Conversion p2p = convert_text(
+      program("static void send_half(__half* buf, size_t n, int peer, ncclComm_t comm, cudaStream_t st) {\n"
+              "  ncclSend(buf, n, ncclHalf, peer, comm, st);\n"
+              "}\n",
+              "  send_half(act, 2048, 1 - rank, tp, s);\n"
+              "  send_half(grad, 4096, 1 - rank, dp, s);\n"
+              "  ncclRecv(act, 2048, ncclHalf, 1 - rank, tp, s);\n"));
+  EXPECT_EQ(p2p.converted_calls, 0) << conversion_to_text(p2p);
+  ASSERT_EQ(p2p.left.size(), 2u) << conversion_to_text(p2p);
+  EXPECT_TRUE(contains(p2p.left[0].reason, "a send/recv site is converted on one communicator")) << p2p.left[0].reason;
+}
+
 // A group's sends and receives run as one p2p kernel on one communicator: a group mixing two
 // communicators stays host NCCL with that reason; the same sends and receives in a group per
 // communicator convert, each communicator bound at its creation.

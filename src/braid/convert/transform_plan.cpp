@@ -141,14 +141,19 @@ std::string own_reason(const Analysis& a, const Call& c) {
                "): ranks may allocate differently, and window registration is collective";
     }
   }
-  if (c.comm_paths.size() > 1) {
+  // A collective site reached with several communicators (a helper given the tensor- and the
+  // data-parallel one) binds each at run time and finds its windows there. A send/recv site does
+  // not: its pairing across ranks is checked per communicator. With one thread driving every rank
+  // the runtime serves one communicator per GPU.
+  if (c.comm_paths.size() > 1 && (is_p2p(c.name) || a.one_thread_drives_ranks)) {
     std::string paths, via;
     for (const std::string& p : c.comm_paths) paths += (paths.empty() ? "`" : ", `") + p + "`";
     for (const std::string& v : c.comm_via) via += (via.empty() ? "" : ", ") + v;
     return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` may be any of " + paths + " (" + via +
-           "): one communicator per call site is converted";
+           (is_p2p(c.name) ? "): a send/recv site is converted on one communicator"
+                           : "): with one thread driving every rank, one communicator per call site is converted");
   }
-  if (c.comm_paths.size() != 1)
+  if (c.comm_paths.empty())
     return "its communicator `" + c.args[(std::size_t)sig->comm].text + "` cannot be followed to one variable" +
            (c.comm_via.empty() ? std::string() : " (" + c.comm_via.back() + ")");
   return "";
@@ -159,10 +164,10 @@ std::string own_reason(const Analysis& a, const Call& c) {
 // ncclInProgress). It is never bound, so a blocking communicator beside it still converts.
 void hold_nonblocking(const Analysis& a, const std::vector<std::size_t>& collectives, Plan& p) {
   for (std::size_t ci : collectives) {
-    if (!p.reason[ci].empty()) continue;  // a call without a reason has one communicator path
+    if (!p.reason[ci].empty()) continue;  // a call without a reason has one communicator path or more
     const Call& c = a.calls[ci];
     const auto made = std::find_if(a.comm_inits.begin(), a.comm_inits.end(), [&](const CommInit& init) {
-      return init.nonblocking && init.path == c.comm_paths.front();
+      return init.nonblocking && std::find(c.comm_paths.begin(), c.comm_paths.end(), init.path) != c.comm_paths.end();
     });
     const Call* creation = made == a.comm_inits.end() ? nullptr : &a.calls[made->call];
     const bool inherited =
@@ -187,7 +192,8 @@ void bind_communicators(const Analysis& a, const std::vector<std::size_t>& colle
   hold_nonblocking(a, collectives, p);
   std::map<std::string, int> votes;
   for (std::size_t ci : collectives)
-    if (p.reason[ci].empty()) ++votes[a.calls[ci].comm_paths.front()];
+    if (p.reason[ci].empty())
+      for (const std::string& path : a.calls[ci].comm_paths) ++votes[path];
   std::vector<std::string> chosen;
   for (const auto& [path, n] : votes) chosen.push_back(path);
   std::stable_sort(chosen.begin(), chosen.end(),
@@ -201,24 +207,27 @@ void bind_communicators(const Analysis& a, const std::vector<std::size_t>& colle
   }
   for (std::size_t ci : collectives) {
     const Call& c = a.calls[ci];
-    if (!p.reason[ci].empty()) continue;
-    const auto bound = std::find_if(p.bound.begin(), p.bound.end(),
-                                    [&](const BoundComm& b) { return b.path == c.comm_paths.front(); });
-    if (bound == p.bound.end())
-      p.reason[ci] = "on communicator `" + c.comm_paths.front() +
-                     "`; with one thread driving every rank the converted runtime serves one communicator per GPU (`" +
-                     p.bound.front().path + "`, used by most convertible calls): host NCCL";
-    else if (c.captured_line > 0 && !bound->init)
-      p.reason[ci] = fmt::format(
-          "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
-          "the first converted call would register the windows inside the capture",
-          c.captured_line, bound->path);
-    else if (is_p2p(c.name) && !bound->init &&
-             (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
-      p.reason[ci] =
-          "runs under a condition and `" + bound->path +
-          "` is not created in this file: the first converted call registers the windows, a collective step every rank "
-          "must reach (create the communicator in this file, or call it on every rank)";
+    for (const std::string& path : c.comm_paths) {
+      if (!p.reason[ci].empty()) break;
+      const auto bound =
+          std::find_if(p.bound.begin(), p.bound.end(), [&](const BoundComm& b) { return b.path == path; });
+      if (bound == p.bound.end())
+        p.reason[ci] = "on communicator `" + path +
+                       "`; with one thread driving every rank the converted runtime serves one "
+                       "communicator per GPU (`" +
+                       p.bound.front().path + "`, used by most convertible calls): host NCCL";
+      else if (c.captured_line > 0 && !bound->init)
+        p.reason[ci] = fmt::format(
+            "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
+            "the first converted call would register the windows inside the capture",
+            c.captured_line, bound->path);
+      else if (is_p2p(c.name) && !bound->init &&
+               (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
+        p.reason[ci] =
+            "runs under a condition and `" + bound->path +
+            "` is not created in this file: the first converted call registers the windows, a "
+            "collective step every rank must reach (create the communicator in this file, or call it on every rank)";
+    }
   }
 }
 

@@ -480,10 +480,10 @@ inline void adopt_for_gpu(State& s, int device) {
 // Binding to a communicator (a collective step over it: at its creation, or at its first converted
 // collective): windows for every symmetric allocation so far (allocation order), the p2p
 // mailbox, and one device communicator with barriers for every site. Each communicator the
-// converted calls use gets its own (the rules convert a call site only on one communicator, and a
-// communicator's first converted call is one every rank of it reaches). Collective steps over two
-// communicators (registrations, launches) come in the program's order, the same on every rank, as
-// host NCCL requires of calls on two communicators too.
+// converted calls use gets its own (a collective site given two, in a helper, finds its windows and
+// barriers on the one of each launch; a communicator's first converted call is one every rank of
+// it reaches). Collective steps over two communicators (registrations, launches) come in the
+// program's order, the same on every rank, as host NCCL requires of calls on two communicators too.
 inline Binding& bind(ncclComm_t comm) {
   State& s = state();
   Binding* b = binding_of(comm);
