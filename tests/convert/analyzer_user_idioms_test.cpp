@@ -548,8 +548,7 @@ TEST(AnalyzerUserIdioms, SecondCommunicatorByItsOwnInitRank) {
 // (its pairing is checked per communicator), and so does its partner.
 TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
   const auto program = [](const std::string& helper, const std::string& calls) {
-    return kPrologue +
-           "#include <cuda_fp16.h>\n" + helper +
+    return kPrologue + "#include <cuda_fp16.h>\n" + helper +
            "int main(int argc, char** argv) {\n"
            "  int rank = argc; ncclUniqueId id, id2; cudaStream_t s;\n"
            "  ncclComm_t tp, dp;\n"
@@ -558,14 +557,14 @@ TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
            "  __half *act, *grad; cudaMalloc(&act, 4096); cudaMalloc(&grad, 8192);\n" +
            calls + "}\n";
   };
-  const Conversion both = convert_text(
-      program("static void allreduce_half(__half* buf, size_t n, ncclComm_t comm, cudaStream_t st) {\n"
-              "  ncclAllReduce(buf, buf, n, ncclHalf, ncclSum, comm, st);\n"
-              "}\n",
-              "  for (int step = 0; step < 2; ++step) {\n"
-              "    allreduce_half(act, 2048, tp, s);\n"
-              "    allreduce_half(grad, 4096, dp, s);\n"
-              "  }\n"));
+  const Conversion both =
+      convert_text(program("static void allreduce_half(__half* buf, size_t n, ncclComm_t comm, cudaStream_t st) {\n"
+                           "  ncclAllReduce(buf, buf, n, ncclHalf, ncclSum, comm, st);\n"
+                           "}\n",
+                           "  for (int step = 0; step < 2; ++step) {\n"
+                           "    allreduce_half(act, 2048, tp, s);\n"
+                           "    allreduce_half(grad, 4096, dp, s);\n"
+                           "  }\n"));
   EXPECT_EQ(both.converted_calls, 1) << conversion_to_text(both);
   EXPECT_TRUE(both.complete()) << conversion_to_text(both);
   EXPECT_TRUE(contains(both.source, "braid_converted::all_reduce<0>(buf, buf, n, ncclHalf, ncclSum, comm, st)"))
