@@ -51,6 +51,7 @@ std::filesystem::path fake_program(const std::filesystem::path& dir, const std::
                         "printf '" +
                         bin_escaped +
                         "' > \"$d/0.bin\"\n"
+                        "printf '\\x00\\x00\\x40\\x40' > \"$d/1.bin\"\n"  // buffer 1 where listed: 3.0f, always
                         "echo \"rank $r took 1.$RANDOM ms\"\n" +
                         tail + "\n");
   std::filesystem::permissions(p, std::filesystem::perms::owner_all);
@@ -139,6 +140,25 @@ TEST(DiffGateTolerance, OnlyBuffersOfConvertedReductions) {
   EXPECT_EQ(compare_bytes(floats({3.0f, 100.0f}), floats({std::nextafter(3.0f, 4.0f), 100.0f}), gathered), "");
   EXPECT_NE(compare_bytes(floats({3.0f, 100.0f}), floats({0.75f, 100.0f}), gathered), "");  // one rank's share only
   EXPECT_NE(compare_bytes(floats({3.0f, 100.0f}), floats({std::nanf(""), 100.0f}), gathered), "");  // poison left
+}
+
+// A double checksum of float fields (hierarchical_node_split_fields: a converted fp32 reduce-scatter,
+// then a converted fp64 average of the checksums) moves by the fp32 sum's units over 4 ranks, not
+// by fp64's: read as fp64, allowed the coarser rounding; a checksum off by a whole unit still fails.
+TEST(DiffGateTolerance, ADoubleComputedFromFloatSumsGetsTheFloatRounding) {
+  const RankSnapshot s = parse_manifest(
+      "buffer\t0\t64\tcudaMalloc\tfreed\nbuffer\t1\t8\tcudaMalloc\tfreed\n"
+      "reduce\t0\t7\t0\tncclReduceScatter\nreduce\t1\t8\t4\tncclAllReduce\n");
+  const std::vector<ConvertedReduction> both = {{"ncclReduceScatter", 10, 7, 0}, {"ncclAllReduce", 20, 8, 4}};
+  const Tolerance checksum = buffer_tolerance(s, 1, both, 4);
+  ASSERT_FALSE(checksum.exact);
+  EXPECT_EQ(checksum.dtype, 8);
+  EXPECT_DOUBLE_EQ(checksum.rel, 4 * std::ldexp(1.0, -23));
+  EXPECT_NE(checksum.text.find("read as fp64"), std::string::npos) << checksum.text;
+  const auto doubles = [](double v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); };
+  EXPECT_EQ(compare_bytes(doubles(524288.875844121), doubles(524288.8762314916), checksum), "");
+  EXPECT_NE(compare_bytes(doubles(524288.875844121), doubles(524289.875844121), checksum), "");
+  EXPECT_DOUBLE_EQ(buffer_tolerance(s, 1, both, 2).rel, reduction_tolerance(8, 4, 2).rel);  // 2 ranks: its own only
 }
 
 TEST(DiffGateTolerance, DerivedFromTheConversion) {
@@ -340,6 +360,7 @@ std::filesystem::path changing_original(const std::filesystem::path& dir, const 
                         "printf '" +
                         manifest +
                         "' > \"$d/manifest.tsv\"\n"
+                        "printf '\\x00\\x00\\x40\\x40' > \"$d/1.bin\"\n"
                         "if [ -f \"$runs\" ]; then printf '" +
                         later + "' > \"$d/0.bin\"; else printf '" + first + "' > \"$d/0.bin\"; touch \"$runs\"; fi\n");
   std::filesystem::permissions(p, std::filesystem::perms::owner_all);
@@ -349,6 +370,11 @@ std::filesystem::path changing_original(const std::filesystem::path& dir, const 
 const char* const kFloatReducedByTheProgram =  // a buffer the program reduces in fp32; no converted reduction
     "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
 const char* const kUntypedBuffer = "buffer\\t0\\t8\\tcudaMallocManaged\\tfreed\\nend\\n";
+// The same beside a result the original reproduces (buffer 1, the scripts' constant 1.bin).
+const char* const kFloatReducedAndAResult =
+    "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nbuffer\\t1\\t4\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
+const char* const kUntypedAndAResult =
+    "buffer\\t0\\t8\\tcudaMallocManaged\\tfreed\\nbuffer\\t1\\t4\\tcudaMalloc\\tfreed\\nend\\n";
 const char* const kOnePlus4Ulp = "\\x04\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";
 const char* const kOnePlus8Ulp = "\\x08\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";
 const char* const kOnePointFive = "\\x00\\x00\\xc0\\x3f\\x00\\x00\\x00\\x40";
@@ -395,8 +421,8 @@ TEST(DiffGateRun, ATimingTheOriginalDoesNotReproduceIsNotCompared) {
   const auto dir = fresh_dir("spread-timing");
   const char* const kOnePointTwoFive = "\\x00\\x00\\xa0\\x3f\\x00\\x00\\x00\\x40";
   const char* const kThree = "\\x00\\x00\\x40\\x40\\x00\\x00\\x00\\x40";
-  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePointTwoFive);
-  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kThree);
+  const auto o = changing_original(dir, kFloatReducedAndAResult, kOnePlusOne, kOnePointTwoFive);
+  const auto c = fake_program(dir, "converted", kFloatReducedAndAResult, kThree);
   const GateResult g = diff_programs(o, c, local_spec(dir), {});
   EXPECT_TRUE(g.passed) << g.failure;
   EXPECT_EQ(g.details["original_again"]["buffers_not_defined"], 2);
@@ -404,12 +430,49 @@ TEST(DiffGateRun, ATimingTheOriginalDoesNotReproduceIsNotCompared) {
                                       "program's inputs"),
             std::string::npos)
       << diff_gate_to_text(g);
+  // With nothing but such buffers, nothing is checked: that is no pass.
+  const auto dir2 = fresh_dir("spread-timing-alone");
+  const auto o2 = changing_original(dir2, kFloatReducedByTheProgram, kOnePlusOne, kOnePointTwoFive);
+  const auto c2 = fake_program(dir2, "converted", kFloatReducedByTheProgram, kThree);
+  const GateResult alone = diff_programs(o2, c2, local_spec(dir2), {});
+  EXPECT_FALSE(alone.passed);
+  EXPECT_NE(alone.failure.find("nothing left to compare"), std::string::npos) << alone.failure;
+  EXPECT_FALSE(alone.details["original_again"].contains("nccl_algo"));  // no converted sum to reorder
+}
+
+// Over more than two ranks, the original's second run sums its all-reduces by tree: the original
+// here writes another value under NCCL_ALGO=allreduce:tree (as a greedy decode over near ties does),
+// so that buffer is not the conversion's to match, and the reason names the order.
+TEST(DiffGateRun, TheSecondRunOfTheOriginalSumsInAnotherOrder) {
+  const auto dir = fresh_dir("spread-order");
+  const auto o = dir / "original";
+  write_file_atomic(o,
+                    "#!/usr/bin/env bash\n"
+                    "r=${BRAID_RANK:-0}\nd=$BRAID_SNAPSHOT_DIR/rank$r\nmkdir -p \"$d\"\n"
+                    "printf '" +
+                        std::string(kFloatReducedAndAResult) +
+                        "' > \"$d/manifest.tsv\"\n"
+                        "printf '\\x00\\x00\\x40\\x40' > \"$d/1.bin\"\n"
+                        "if [ \"$NCCL_ALGO\" = allreduce:tree ]; then printf '" +
+                        kOnePointFive + "' > \"$d/0.bin\"; else printf '" + kOnePlusOne + "' > \"$d/0.bin\"; fi\n");
+  std::filesystem::permissions(o, std::filesystem::perms::owner_all);
+  const char* const kThree = "\x00\x00\x40\x40\x00\x00\x00\x40";
+  const auto c = fake_program(dir, "converted", kFloatReducedAndAResult, kThree);
+  const std::vector<ConvertedReduction> fp32_sum = {{"ncclAllReduce", 10, 7, 0}};
+  const GateResult two = diff_programs(o, c, local_spec(dir, 2), fp32_sum);
+  EXPECT_FALSE(two.passed);  // two ranks sum the same in either order: the strict comparison stands
+  EXPECT_FALSE(two.details["original_again"].contains("nccl_algo"));
+  const GateResult four = diff_programs(o, c, local_spec(dir, 4), fp32_sum);
+  EXPECT_TRUE(four.passed) << four.failure;
+  EXPECT_EQ(four.details["original_again"]["nccl_algo"], "allreduce:tree");
+  EXPECT_EQ(four.details["original_again"]["buffers_not_defined"], 4);
+  EXPECT_NE(diff_gate_to_text(four).find("or the order NCCL sums in"), std::string::npos) << diff_gate_to_text(four);
 }
 
 TEST(DiffGateRun, AnUntypedBufferTheOriginalDoesNotReproduceIsNotCompared) {
   const auto dir = fresh_dir("spread-untyped");
-  const auto o = changing_original(dir, kUntypedBuffer, kOnePlusOne, kOnePointFive);  // e.g. timings
-  const auto c = fake_program(dir, "converted", kUntypedBuffer, kOnePlusUlp);
+  const auto o = changing_original(dir, kUntypedAndAResult, kOnePlusOne, kOnePointFive);  // e.g. timings
+  const auto c = fake_program(dir, "converted", kUntypedAndAResult, kOnePlusUlp);
   const GateResult g = diff_programs(o, c, local_spec(dir), {});
   EXPECT_TRUE(g.passed) << g.failure;
   EXPECT_FALSE(g.details["buffers"][0]["compared"].get<bool>());

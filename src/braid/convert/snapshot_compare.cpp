@@ -230,12 +230,21 @@ Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
     if (!own_dtype) own_dtype = r.dtype;
     if (is_converted(r)) widen(r.dtype, r.op);
   }
-  if (!widest.exact || ranks <= 2) return widest;  // two operands sum the same in either order
-  for (const SnapshotReduction& r : original.reductions)
-    if (is_converted(r)) widen(own_dtype.value_or(r.dtype), r.op);
-  if (!widest.exact)
-    widest.text = "downstream of a converted reduction (its rounding reaches what is computed from it): " + widest.text;
-  return widest;
+  if (ranks <= 2) return widest;  // two operands sum the same in either order
+  // Downstream, the error is the upstream reduction's: a float sum feeding a double checksum moves
+  // it by float's units. Read in the buffer's own type, allowed the coarsest converted rounding.
+  Tolerance down = reduction_tolerance(-1, -1, ranks);
+  for (const SnapshotReduction& r : original.reductions) {
+    const Tolerance upstream = reduction_tolerance(r.dtype, r.op, ranks);
+    if (!is_converted(r) || upstream.exact || (!down.exact && upstream.rel <= down.rel)) continue;
+    Tolerance t = reduction_tolerance(own_dtype.value_or(r.dtype), r.op, ranks);
+    if (t.exact) continue;  // an integer buffer stays bit-exact
+    t.rel = std::max(t.rel, upstream.rel);
+    t.text = "downstream of a converted reduction (its rounding reaches what is computed from it): " + upstream.text +
+             (t.dtype == upstream.dtype ? "" : fmt::format(", read as {}", kDtypes[t.dtype].name));
+    down = t;
+  }
+  return !down.exact && (widest.exact || down.rel > widest.rel) ? down : widest;
 }
 
 std::string compare_bytes(const std::string& a, const std::string& b, const Tolerance& t, double* max_diff) {
@@ -397,7 +406,7 @@ OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem:
     if (spread > not_a_function_of_inputs(t.dtype) * scale) {
       out.not_defined[b.index] = fmt::format(
           "the original's two runs differ by up to {:.3g} ({:.2g} of its largest value): not a function of the "
-          "program's inputs (a timing, a clock, a race's outcome)",
+          "program's inputs alone (a timing, a clock, a race's outcome, or the order NCCL sums in)",
           spread, scale > 0 ? spread / scale : 0.0);
       continue;
     }

@@ -89,8 +89,9 @@ Tolerance reduction_tolerance(int dtype, int op, int ranks);
 // The tolerance of buffer `index`: the widest over its reductions that match a converted one. Over
 // more than 2 ranks a converted floating reduction sums in another order than NCCL's, and its
 // rounding reaches whatever the program computes from the result (an all-gather of reduced
-// slices, an optimizer step): a buffer with no converted reduction of its own then gets the widest
-// converted one's tolerance, read in its own reductions' type where it has some.
+// slices, an optimizer step, a double checksum of float fields): every buffer then gets the
+// widest converted reduction's relative tolerance, read in its own reductions' type where it has
+// some.
 Tolerance buffer_tolerance(const RankSnapshot& original, std::size_t index,
                            const std::vector<ConvertedReduction>& converted, int ranks);
 
