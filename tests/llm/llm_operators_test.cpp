@@ -397,6 +397,8 @@ TEST(LlmAgents, FeedbackMetaAndNovelty) {
   std::string text = fb.diagnose(cand, &f.parent_rec);
   EXPECT_NE(text.find("build_failed"), std::string::npos) << text;
   EXPECT_NE(text.find("'braid_x' was not declared"), std::string::npos) << text;
+  EXPECT_EQ(f.rt->selector->stats()[0]["rewards"], 0);  // the reward is the outcome's, not the diagnosis's
+  fb.note_outcome(cand, &f.parent_rec);
   auto stats = f.rt->selector->stats();
   EXPECT_EQ(stats[0]["rewards"], 1);
 

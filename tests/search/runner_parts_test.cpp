@@ -283,7 +283,7 @@ TEST(EvaluationJobsTest, SlotIsFreeWhileTheFollowUpRuns) {
   std::shared_future<void> released = release.get_future().share();
   std::atomic<bool> follow_up_started{false};
   jobs.launch(
-      1, [] { return child("c1", 1, 2.0); },
+      [] { return child("c1", 1, 2.0); },
       [&](ProgramRecord& rec) {
         follow_up_started = true;
         released.wait();
@@ -303,6 +303,33 @@ TEST(EvaluationJobsTest, SlotIsFreeWhileTheFollowUpRuns) {
     finished = jobs.wait(std::chrono::milliseconds(50), [] { return false; });
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0].text_feedback, "slow answer");
+}
+
+// What runs after the hand-back (the model's feedback, asked beside the search) holds up neither
+// the slot nor the search: the candidate is handed back while it still runs.
+TEST(EvaluationJobsTest, TheCandidateIsHandedBackBeforeWhatComesAfter) {
+  auto dir = fresh_dir("jobs_after");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  EvaluationJobs jobs(db);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> after_ended{false};
+  jobs.launch([] { return child("c1", 1, 2.0); }, {}, true, [&](const ProgramRecord& rec) {
+    EXPECT_EQ(rec.id, "c1");
+    released.wait();
+    after_ended = true;
+  });
+  std::vector<ProgramRecord> finished;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (finished.empty() && std::chrono::steady_clock::now() < deadline)
+    finished = jobs.wait(std::chrono::milliseconds(50), [] { return false; });
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_FALSE(after_ended.load());
+  EXPECT_EQ(jobs.running(), 0);
+  release.set_value();
+  jobs.join_all();
+  EXPECT_TRUE(after_ended.load());
 }
 
 }  // namespace

@@ -16,6 +16,12 @@ class FeedbackAgent {
   // `candidate` holds the evaluated record (failure kind, error_text, metrics filled in).
   // Called from the evaluation threads, several at once: it must be thread-safe.
   virtual std::string diagnose(const ProgramRecord& candidate, const ProgramRecord* parent) = 0;
+  // What the outcome changes in the search's own state (a model's reward), at once, before the
+  // candidate counts; the diagnosis may come later, beside the search. Thread-safe too.
+  virtual void note_outcome(const ProgramRecord& candidate, const ProgramRecord* parent) {
+    (void)candidate;
+    (void)parent;
+  }
 };
 
 struct MetaUpdate {

@@ -35,10 +35,13 @@ std::string render_list(const json& items) {
 
 LlmFeedbackAgent::LlmFeedbackAgent(std::shared_ptr<LlmRuntime> runtime) : rt_(std::move(runtime)) {}
 
-std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const ProgramRecord* parent) {
+void LlmFeedbackAgent::note_outcome(const ProgramRecord& candidate, const ProgramRecord* parent) {
   rt_->selector->reward(candidate.model,
                         llm::improvement_reward(candidate.correct, candidate.combined_score,
                                                 parent && parent->correct, parent ? parent->combined_score : 0.0));
+}
+
+std::string LlmFeedbackAgent::diagnose(const ProgramRecord& candidate, const ProgramRecord* parent) {
   if (rt_->feedback_model.empty()) return "";
   json metrics = candidate.public_metrics.is_object() ? candidate.public_metrics : json::object();
   std::string level = metrics.contains("level_reached") ? metrics["level_reached"].dump() : "?";

@@ -9,13 +9,14 @@
 
 namespace braid {
 
-// Diagnoses each evaluated candidate in a few sentences (stored as text_feedback). It also
-// rewards the model bandit with the candidate's improvement over its parent, so it is created
-// even when no feedback model is configured (it then returns "").
+// Diagnoses each evaluated candidate in a few sentences (stored as text_feedback). Its
+// note_outcome rewards the model bandit with the candidate's improvement over its parent, so it is
+// created even when no feedback model is configured (diagnose then returns "").
 class LlmFeedbackAgent final : public FeedbackAgent {
  public:
   explicit LlmFeedbackAgent(std::shared_ptr<LlmRuntime> runtime);
   std::string diagnose(const ProgramRecord& candidate, const ProgramRecord* parent) override;
+  void note_outcome(const ProgramRecord& candidate, const ProgramRecord* parent) override;
 
  private:
   std::shared_ptr<LlmRuntime> rt_;

@@ -1,16 +1,21 @@
 #include "braid/search/evaluation_jobs.hpp"
 
 #include <csignal>
+#include <iterator>
+#include <optional>
 
 #include "braid/util/log.hpp"
 #include "braid/util/subprocess.hpp"
 
 namespace braid {
 
-void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
-                            std::function<void(ProgramRecord&)> follow_up, bool store) {
+void EvaluationJobs::launch(std::function<ProgramRecord()> evaluate,
+                            std::function<void(ProgramRecord&)> follow_up, bool store,
+                            std::function<void(const ProgramRecord&)> afterwards) {
   ++evaluating_;
-  threads_[generation] = std::thread([this, evaluate = std::move(evaluate), follow_up = std::move(follow_up), store] {
+  const std::uint64_t id = ++launches_;
+  threads_[id] = std::thread([this, id, evaluate = std::move(evaluate), follow_up = std::move(follow_up), store,
+                              afterwards = std::move(afterwards)] {
     ProgramRecord rec = evaluate();
     if (store && !discard_) db_.insert(rec);
     {
@@ -20,29 +25,35 @@ void EvaluationJobs::launch(std::int64_t generation, std::function<ProgramRecord
       cv_.notify_all();
     }
     if (follow_up && !discard_) follow_up(rec);
+    std::optional<ProgramRecord> kept;
+    if (afterwards) kept = rec;
+    {
+      std::lock_guard lock(mutex_);
+      finished_.push_back(std::move(rec));
+      cv_.notify_all();
+    }
+    if (afterwards) afterwards(*kept);
     std::lock_guard lock(mutex_);
-    finished_.push_back(std::move(rec));
-    cv_.notify_all();
+    ended_.push_back(id);
   });
 }
 
 std::vector<ProgramRecord> EvaluationJobs::wait(std::chrono::milliseconds timeout, const std::function<bool()>& also) {
   std::deque<ProgramRecord> taken;
+  std::vector<std::uint64_t> ended;
   {
     std::unique_lock lock(mutex_);
     cv_.wait_for(lock, timeout, [&] { return !finished_.empty() || slot_freed_ || also(); });
     slot_freed_ = false;
     taken.swap(finished_);
+    ended.swap(ended_);
   }
-  std::vector<ProgramRecord> out;
-  for (auto& rec : taken) {
-    if (auto it = threads_.find(rec.generation); it != threads_.end()) {
-      it->second.join();
+  for (std::uint64_t id : ended)
+    if (auto it = threads_.find(id); it != threads_.end()) {
+      it->second.join();  // it has only its return left
       threads_.erase(it);
     }
-    out.push_back(std::move(rec));
-  }
-  return out;
+  return std::vector<ProgramRecord>(std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
 }
 
 void EvaluationJobs::wake() {

@@ -1,8 +1,9 @@
 // The runner's evaluations in flight: one thread per candidate (the runner launches at most
 // max_parallel_jobs). Each stores its candidate the moment its evaluation ends, so a kill -9
-// right after loses nothing, gives its evaluation slot back, runs the follow-up (the LLM's text
-// feedback: a model call must not hold a slot the evaluator could use) and hands the candidate
-// back to the search thread. The process groups the
+// right after loses nothing, gives its evaluation slot back, runs the follow-up, hands the
+// candidate back to the search thread, and then runs what comes after it (the LLM's text
+// feedback: a model call must hold up neither a slot the evaluator could use nor the search). The
+// process groups the
 // evaluator starts are recorded in the jobs table while they run, so a later braid ends those a
 // crash left behind (end_orphaned_jobs), and a stop kills them.
 #pragma once
@@ -31,11 +32,12 @@ class EvaluationJobs {
   EvaluationJobs& operator=(const EvaluationJobs&) = delete;
 
   // Runs `evaluate` on a thread of its own; the record it returns is stored (unless stopped),
-  // its slot freed, then `follow_up` (when given, and not stopped) may add to it, and it is
-  // handed back by wait().
+  // its slot freed, then `follow_up` (when given, and not stopped) may add to it, it is handed
+  // back by wait(), and `afterwards` (when given) runs on the same thread, stopped or not.
   // `store` false: an evaluation ahead of its candidate's turn, stored (or not) by the search.
-  void launch(std::int64_t generation, std::function<ProgramRecord()> evaluate,
-              std::function<void(ProgramRecord&)> follow_up = {}, bool store = true);
+  void launch(std::function<ProgramRecord()> evaluate,
+              std::function<void(ProgramRecord&)> follow_up = {}, bool store = true,
+              std::function<void(const ProgramRecord&)> afterwards = {});
   // Waits up to `timeout` for finished evaluations, a freed slot, or for `also` to hold; joins
   // the finished threads and returns their records in the order they finished.
   std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);
@@ -55,7 +57,9 @@ class EvaluationJobs {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<ProgramRecord> finished_;
-  std::map<std::int64_t, std::thread> threads_;  // by generation; joined when collected
+  std::map<std::uint64_t, std::thread> threads_;  // by launch; joined once ended
+  std::vector<std::uint64_t> ended_;              // launches whose thread has nothing left to do
+  std::uint64_t launches_ = 0;
   std::map<long, std::string> process_groups_;   // pgid -> what; guarded by the database lock
   std::atomic<bool> discard_{false};
   std::atomic<int> evaluating_{0};

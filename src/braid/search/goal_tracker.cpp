@@ -320,4 +320,18 @@ void GoalTracker::write_best(const ProgramRecord& rec) {
   parts_.db.set_meta("best", best.dump());
 }
 
+void GoalTracker::write_best_feedback() {
+  if (best_id_.empty()) return;
+  const std::optional<ProgramRecord> rec = parts_.db.get(best_id_);
+  const auto path = parts_.results / "best" / "metrics.json";
+  const std::optional<std::string> text = try_read_file(path);
+  if (!rec || rec->text_feedback.empty() || !text) return;
+  json info = json::parse(*text, nullptr, false);
+  if (info.is_discarded() || info.value("id", std::string()) != best_id_ ||
+      info.value("text_feedback", std::string()) == rec->text_feedback)
+    return;
+  info["text_feedback"] = rec->text_feedback;
+  write_file_atomic(path, info.dump(2));
+}
+
 }  // namespace braid

@@ -77,6 +77,8 @@ class GoalTracker {
   // best/ holds the highest-ranked program whose figure was confirmed (a few rounds of re-runs
   // at most per call, the rest on the next).
   void settle_best();
+  // best/metrics.json gets the best's diagnosis, asked beside the search (once every answer is in).
+  void write_best_feedback();
 
   bool target_reached() const { return target_reached_; }
   const std::string& target_note() const { return target_note_; }  // "" until reached

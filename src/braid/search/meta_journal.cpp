@@ -80,6 +80,10 @@ void MetaJournal::maybe_summarize(const Population& pop, std::int64_t generation
   s.thread = std::thread([this, promise = std::move(promise), recent = std::move(recent), best = std::move(best),
                           memory = std::move(memory), done]() mutable {
     try {
+      if (complete_) {
+        for (ProgramRecord& r : recent) complete_(r);
+        if (best) complete_(*best);
+      }
       promise.set_value(summarizer_->summarize(recent, best ? &*best : nullptr, memory, done));
     } catch (...) {
       promise.set_exception(std::current_exception());

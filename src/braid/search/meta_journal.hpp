@@ -43,6 +43,9 @@ class MetaJournal {
   void set_answer_delay(std::int64_t generations);
   // A proposed child was indexed: the next summary reads it.
   void note(const ProgramRecord& rec);
+  // A remote summary's records get their diagnoses first (asked beside the search:
+  // search/pending_feedback.hpp), on the summary's thread.
+  void set_complete(std::function<void(ProgramRecord&)> complete) { complete_ = std::move(complete); }
   // After generation `generation` was indexed: summarizes (or starts a remote summary) once
   // `pop` has interval more generations done than at the last summary.
   void maybe_summarize(const Population& pop, std::int64_t generation);
@@ -74,6 +77,7 @@ class MetaJournal {
   void apply(const MetaUpdate& u, const json& memory, std::int64_t done);
   void take_up();
 
+  std::function<void(ProgramRecord&)> complete_;
   std::filesystem::path results_;
   std::int64_t interval_;
   MetaSummarizer* summarizer_;

@@ -252,9 +252,20 @@ bool knob_only_edit(const Program& parent, const Program& child) {
   return edited.ok() && edited.text == child.text();
 }
 
+// The records the prompt shows get their diagnoses, which are asked beside the search: waited for
+// here, so a prompt reads the same whatever the timing.
+void complete_feedback(PreparedProposal& p, const ProposalSteps& s) {
+  if (!s.complete_feedback) return;
+  s.complete_feedback(p.parent_rec);
+  for (auto* group : {&p.cross_parents, &p.archive, &p.top_k, &p.failed})
+    for (ProgramRecord& r : *group) s.complete_feedback(r);
+  if (p.best) s.complete_feedback(*p.best);
+}
+
 void ask(PreparedProposal& p, const ProposalSteps& s) {
   p.candidate.reset();
   p.knob_only = p.exhausted = p.cancelled = false;
+  complete_feedback(p, s);
   while (true) {
     if (s.stopping()) {
       p.cancelled = true;

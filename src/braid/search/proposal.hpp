@@ -97,6 +97,8 @@ struct ProposalSteps {
   std::function<void(const AttemptRecord&)> record_attempt;
   std::function<bool()> stopping;
   ProposalPool* pool = nullptr;  // null: asked on the search thread (no rate-limit pause)
+  // The records a prompt shows, each with its diagnosis once asked (may be empty).
+  std::function<void(ProgramRecord&)> complete_feedback;
 };
 
 // Asks until a candidate passes the patch and similarity checks, the attempts run out, or the

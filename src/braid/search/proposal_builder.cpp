@@ -41,6 +41,7 @@ ProposalSteps ProposalBuilder::make_steps() {
     ctx_.db.with([&](ProgramDatabase& db) { db.insert_attempt(a); });
   };
   s.stopping = [this] { return ctx_.stopping() || (pool_ && pool_->cancelled()); };
+  s.complete_feedback = ctx_.complete_feedback;
   s.pool = pool_.get();
   return s;
 }

@@ -20,6 +20,7 @@
 #include "braid/search/meta_journal.hpp"
 #include "braid/search/meta_stats.hpp"
 #include "braid/search/migration.hpp"
+#include "braid/search/pending_feedback.hpp"
 #include "braid/search/population.hpp"
 #include "braid/search/proposal_builder.hpp"
 #include "braid/search/remeasure.hpp"
@@ -79,6 +80,7 @@ struct EvolutionRunner::Impl {
   std::int64_t next_generation = 1;                 // the lowest generation perhaps not proposed yet
   std::int64_t last_migration_at = 0;
 
+  PendingFeedback pending_feedback;  // before what asks or reads feedback on threads of its own
   MetaJournal meta;
   GoalTracker goals;
   WithheldScores withheld;
@@ -113,6 +115,7 @@ struct EvolutionRunner::Impl {
               pop),
         jobs(db) {
     parts.evaluator->attach_run(d, results);
+    meta.set_complete([this](ProgramRecord& rec) { pending_feedback.complete(rec, [this] { return stopping(); }); });
   }
 
   bool stopping() const { return (stop_flag != nullptr && stop_flag->load()) || jobs.stopped(); }
@@ -148,6 +151,7 @@ struct EvolutionRunner::Impl {
     // A summary still out (the last of the run) is waited for and written, unless stopping.
     meta.finish([&] { return stop.load(); });
     jobs.join_all();
+    goals.write_best_feedback();
     emit();
     activity.remove();  // nothing is in flight any more
     return status;
@@ -454,20 +458,35 @@ struct EvolutionRunner::Impl {
     rec.timings = res.timings;
   }
 
-  // The model's diagnosis of an evaluated candidate ("" without one).
+  std::optional<ProgramRecord> parent_of(const ProgramRecord& rec) {
+    return rec.parent_id.empty() ? std::nullopt : db.get(rec.parent_id);
+  }
+  bool asks_feedback() const { return parts.feedback && cfg.use_text_feedback; }
+
+  // A seed's outcome and the model's diagnosis of it ("" without one), asked at once.
   std::string feedback_on(const ProgramRecord& rec) {
-    if (!parts.feedback || !cfg.use_text_feedback) return "";
-    std::optional<ProgramRecord> parent;
-    if (!rec.parent_id.empty()) parent = db.get(rec.parent_id);
+    if (!asks_feedback()) return "";
+    std::optional<ProgramRecord> parent = parent_of(rec);
+    parts.feedback->note_outcome(rec, parent ? &*parent : nullptr);
     return parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
   }
 
-  // A stored candidate's feedback, asked after its evaluation slot is free.
-  void add_feedback(ProgramRecord& rec) {
-    std::string fb = feedback_on(rec);
-    if (fb.empty()) return;
-    rec.text_feedback = fb;
-    db.with([&](ProgramDatabase& db) { db.set_text_feedback(rec.id, fb); });
+  // An evaluated candidate's outcome counts before it is indexed (a model's reward); its
+  // diagnosis is expected, then asked once the candidate is handed back (ask_feedback).
+  void note_outcome(ProgramRecord& rec) {
+    if (!asks_feedback()) return;
+    std::optional<ProgramRecord> parent = parent_of(rec);
+    parts.feedback->note_outcome(rec, parent ? &*parent : nullptr);
+    pending_feedback.expect(rec.id);
+  }
+  void ask_feedback(const ProgramRecord& rec) {
+    std::string fb;
+    if (!jobs.stopped()) {
+      std::optional<ProgramRecord> parent = parent_of(rec);
+      fb = parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
+      if (!fb.empty() && !jobs.stopped()) db.with([&](ProgramDatabase& db) { db.set_text_feedback(rec.id, fb); });
+    }
+    pending_feedback.settle(rec.id, std::move(fb));
   }
 
   // Accepted candidates start their evaluation, lowest generation first, while fewer than
@@ -491,20 +510,22 @@ struct EvolutionRunner::Impl {
     evaluate_ahead();
   }
 
-  // One job: the candidate evaluated in its work folder (unless it was already), then stored with
-  // its feedback asked (at its turn), or kept aside (ahead of its turn: AheadEvaluations).
+  // One job: the candidate evaluated in its work folder (unless it was already), then stored and
+  // handed back with its feedback asked beside the search (at its turn), or kept aside (ahead of
+  // its turn: AheadEvaluations).
   void launch_evaluation(ProgramRecord candidate, bool evaluate, bool at_turn) {
     const std::int64_t g = candidate.generation;
     auto dir = evaluate ? work_dir_for(g, candidate.island_idx, false) : std::filesystem::path();
-    std::function<void(ProgramRecord&)> feedback;
-    if (at_turn) feedback = [this](ProgramRecord& rec) { add_feedback(rec); };
+    std::function<void(ProgramRecord&)> outcome;
+    std::function<void(const ProgramRecord&)> feedback;
+    if (at_turn) outcome = [this](ProgramRecord& rec) { note_outcome(rec); };
+    if (at_turn && asks_feedback()) feedback = [this](const ProgramRecord& rec) { ask_feedback(rec); };
     jobs.launch(
-        g,
         [this, rec = std::move(candidate), dir, evaluate]() mutable {
           if (evaluate) evaluate_into(rec, dir);
           return std::move(rec);
         },
-        std::move(feedback), at_turn);
+        std::move(outcome), at_turn, std::move(feedback));
   }
 
   void evaluate_ahead() {
@@ -562,7 +583,8 @@ struct EvolutionRunner::Impl {
             [this](const std::string& code, std::int64_t g, int island) { return base_record(code, g, island); },
             parts.novelty_judge,
             [this] { return stopping(); },
-            [this] { jobs.wake(); }};
+            [this] { jobs.wake(); },
+            [this](ProgramRecord& rec) { pending_feedback.complete(rec, [this] { return stopping(); }); }};
   }
 
   // ---- migration ----
