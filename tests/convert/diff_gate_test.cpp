@@ -372,7 +372,8 @@ const char* const kFloatReducedByTheProgram =  // a buffer the program reduces i
 const char* const kUntypedBuffer = "buffer\\t0\\t8\\tcudaMallocManaged\\tfreed\\nend\\n";
 // The same beside a result the original reproduces (buffer 1, the scripts' constant 1.bin).
 const char* const kFloatReducedAndAResult =
-    "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nbuffer\\t1\\t4\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\nend\\n";
+    "buffer\\t0\\t8\\tcudaMalloc\\tfreed\\nbuffer\\t1\\t4\\tcudaMalloc\\tfreed\\nreduce\\t0\\t7\\t0\\tncclAllReduce\\ne"
+    "nd\\n";
 const char* const kUntypedAndAResult =
     "buffer\\t0\\t8\\tcudaMallocManaged\\tfreed\\nbuffer\\t1\\t4\\tcudaMalloc\\tfreed\\nend\\n";
 const char* const kOnePlus4Ulp = "\\x04\\x00\\x80\\x3f\\x00\\x00\\x00\\x40";

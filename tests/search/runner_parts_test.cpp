@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "braid/db/database.hpp"
+#include "braid/search/candidate_feedback.hpp"
 #include "braid/search/evaluation_jobs.hpp"
 #include "braid/search/goal_tracker.hpp"
 #include "braid/search/meta_journal.hpp"
@@ -330,6 +331,59 @@ TEST(EvaluationJobsTest, TheCandidateIsHandedBackBeforeWhatComesAfter) {
   release.set_value();
   jobs.join_all();
   EXPECT_TRUE(after_ended.load());
+}
+
+
+// A diagnosis asked beside the search: a prompt that shows the candidate waits for it (so it reads
+// the same whatever the timing); a record no one is asking about is read as stored; the model's
+// reward comes with the outcome, before the candidate is indexed.
+class SlowDiagnosis final : public FeedbackAgent {
+ public:
+  std::string diagnose(const ProgramRecord& c, const ProgramRecord*) override {
+    released.wait();
+    return "diagnosis of " + c.id;
+  }
+  void note_outcome(const ProgramRecord&, const ProgramRecord*) override { ++outcomes; }
+  std::shared_future<void> released;
+  std::atomic<int> outcomes{0};
+};
+
+TEST(CandidateFeedbackTest, APromptWaitsForTheDiagnosisBeingAsked) {
+  auto dir = fresh_dir("candidate_feedback");
+  ProgramDatabase raw(dir / "evolution.db");
+  SharedDatabase db(raw);
+  SlowDiagnosis agent;
+  std::promise<void> release;
+  agent.released = release.get_future().share();
+  CandidateFeedback feedback(&agent, true, db);
+  ProgramRecord c1 = child("c1", 1, 2.0);
+  db.insert(c1);
+  feedback.note_outcome(c1);
+  EXPECT_EQ(agent.outcomes.load(), 1);
+  EXPECT_FALSE(feedback.await("other", {}).has_value());  // not asked here: the stored text holds
+  std::thread asker([&] { feedback.ask(c1, false); });
+  std::atomic<bool> got{false};
+  ProgramRecord shown = c1;
+  std::thread prompt([&] {
+    feedback.complete(shown, {});
+    got = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_FALSE(got.load());  // still being asked
+  release.set_value();
+  asker.join();
+  prompt.join();
+  EXPECT_EQ(shown.text_feedback, "diagnosis of c1");
+  EXPECT_EQ(db.get("c1")->text_feedback, "diagnosis of c1");
+  // Stopping ends a wait for a diagnosis that will not come.
+  ProgramRecord c2 = child("c2", 2, 1.0);
+  feedback.note_outcome(c2);
+  EXPECT_EQ(feedback.await("c2", [] { return true; }), std::string());
+  // Without text feedback (use_text_feedback false): no diagnosis, no reward.
+  CandidateFeedback off(&agent, false, db);
+  off.note_outcome(c2);
+  EXPECT_EQ(agent.outcomes.load(), 2);
+  EXPECT_FALSE(off.asks());
 }
 
 }  // namespace

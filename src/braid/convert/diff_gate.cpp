@@ -279,9 +279,8 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
           {"ran", true}, {"buffers_within_its_spread", within}, {"buffers_not_defined", not_defined}};
       if (again_spec.env.count("NCCL_ALGO")) g.details["original_again"]["nccl_algo"] = kOtherSumOrder;
       if (within + not_defined > 0) mismatch = compare_all(&spreads);
-      const bool any_compared = std::any_of(buffers.begin(), buffers.end(), [](const json& b) {
-        return b.value("compared", false);
-      });
+      const bool any_compared =
+          std::any_of(buffers.begin(), buffers.end(), [](const json& b) { return b.value("compared", false); });
       if (mismatch.empty() && !any_compared && not_defined > 0)
         mismatch = fmt::format(
             "nothing left to compare: every buffer the original writes differs between two runs of it{} beyond "

@@ -64,7 +64,7 @@ struct DiffRunSpec {
   std::filesystem::path work_dir;  // <work>/original, <work>/converted: logs and snapshots
   std::filesystem::path shim;      // the snapshot shim (.so) to preload
   double timeout_s = 120.0;
-  bool per_device = false;  // several ranks in one process: the shim numbers allocations per GPU
+  bool per_device = false;                 // several ranks in one process: the shim numbers allocations per GPU
   std::map<std::string, std::string> env;  // more environment for every rank (the original's second run)
 };
 

@@ -14,13 +14,13 @@
 #include "braid/search/ahead_evaluations.hpp"
 #include "braid/search/archive.hpp"
 #include "braid/search/confirmation.hpp"
+#include "braid/search/candidate_feedback.hpp"
 #include "braid/search/evaluation_jobs.hpp"
 #include "braid/search/exclusive_bench.hpp"
 #include "braid/search/goal_tracker.hpp"
 #include "braid/search/meta_journal.hpp"
 #include "braid/search/meta_stats.hpp"
 #include "braid/search/migration.hpp"
-#include "braid/search/pending_feedback.hpp"
 #include "braid/search/population.hpp"
 #include "braid/search/proposal_builder.hpp"
 #include "braid/search/remeasure.hpp"
@@ -80,7 +80,7 @@ struct EvolutionRunner::Impl {
   std::int64_t next_generation = 1;                 // the lowest generation perhaps not proposed yet
   std::int64_t last_migration_at = 0;
 
-  PendingFeedback pending_feedback;  // before what asks or reads feedback on threads of its own
+  CandidateFeedback feedback;  // before what asks or reads feedback on threads of its own
   MetaJournal meta;
   GoalTracker goals;
   WithheldScores withheld;
@@ -105,6 +105,7 @@ struct EvolutionRunner::Impl {
         cfg(parts.config),
         archive(cfg.archive_size, cfg.elite_selection_ratio),
         selector(make_parent_selector(cfg)),
+        feedback(parts.feedback.get(), cfg.use_text_feedback, db),
         meta(results, cfg.meta_rec_interval, parts.meta.get(), db, [this] { jobs.wake(); }),
         goals(GoalTrackerParts{
                   cfg, results, parts.workload.program, db, confirmation_log(),
@@ -115,7 +116,7 @@ struct EvolutionRunner::Impl {
               pop),
         jobs(db) {
     parts.evaluator->attach_run(d, results);
-    meta.set_complete([this](ProgramRecord& rec) { pending_feedback.complete(rec, [this] { return stopping(); }); });
+    meta.set_complete([this](ProgramRecord& rec) { feedback.complete(rec, [this] { return stopping(); }); });
   }
 
   bool stopping() const { return (stop_flag != nullptr && stop_flag->load()) || jobs.stopped(); }
@@ -458,37 +459,6 @@ struct EvolutionRunner::Impl {
     rec.timings = res.timings;
   }
 
-  std::optional<ProgramRecord> parent_of(const ProgramRecord& rec) {
-    return rec.parent_id.empty() ? std::nullopt : db.get(rec.parent_id);
-  }
-  bool asks_feedback() const { return parts.feedback && cfg.use_text_feedback; }
-
-  // A seed's outcome and the model's diagnosis of it ("" without one), asked at once.
-  std::string feedback_on(const ProgramRecord& rec) {
-    if (!asks_feedback()) return "";
-    std::optional<ProgramRecord> parent = parent_of(rec);
-    parts.feedback->note_outcome(rec, parent ? &*parent : nullptr);
-    return parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
-  }
-
-  // An evaluated candidate's outcome counts before it is indexed (a model's reward); its
-  // diagnosis is expected, then asked once the candidate is handed back (ask_feedback).
-  void note_outcome(ProgramRecord& rec) {
-    if (!asks_feedback()) return;
-    std::optional<ProgramRecord> parent = parent_of(rec);
-    parts.feedback->note_outcome(rec, parent ? &*parent : nullptr);
-    pending_feedback.expect(rec.id);
-  }
-  void ask_feedback(const ProgramRecord& rec) {
-    std::string fb;
-    if (!jobs.stopped()) {
-      std::optional<ProgramRecord> parent = parent_of(rec);
-      fb = parts.feedback->diagnose(rec, parent ? &*parent : nullptr);
-      if (!fb.empty() && !jobs.stopped()) db.with([&](ProgramDatabase& db) { db.set_text_feedback(rec.id, fb); });
-    }
-    pending_feedback.settle(rec.id, std::move(fb));
-  }
-
   // Accepted candidates start their evaluation, lowest generation first, while fewer than
   // max_parallel_jobs run; one evaluated ahead of its turn is stored at once (then its feedback
   // is asked), one whose evaluation ahead still runs waits for it. Slots left idle evaluate
@@ -517,15 +487,16 @@ struct EvolutionRunner::Impl {
     const std::int64_t g = candidate.generation;
     auto dir = evaluate ? work_dir_for(g, candidate.island_idx, false) : std::filesystem::path();
     std::function<void(ProgramRecord&)> outcome;
-    std::function<void(const ProgramRecord&)> feedback;
-    if (at_turn) outcome = [this](ProgramRecord& rec) { note_outcome(rec); };
-    if (at_turn && asks_feedback()) feedback = [this](const ProgramRecord& rec) { ask_feedback(rec); };
+    std::function<void(const ProgramRecord&)> diagnosis;
+    if (at_turn) outcome = [this](ProgramRecord& rec) { feedback.note_outcome(rec); };
+    if (at_turn && feedback.asks())
+      diagnosis = [this](const ProgramRecord& rec) { feedback.ask(rec, jobs.stopped()); };
     jobs.launch(
         [this, rec = std::move(candidate), dir, evaluate]() mutable {
           if (evaluate) evaluate_into(rec, dir);
           return std::move(rec);
         },
-        std::move(outcome), at_turn, std::move(feedback));
+        std::move(outcome), at_turn, std::move(diagnosis));
   }
 
   void evaluate_ahead() {
@@ -549,7 +520,7 @@ struct EvolutionRunner::Impl {
       rec.id = hash_hex(fmt::format("seed:{}:{}", run_seed, islands.front()));
       log::info("evaluating seed program {} for island(s) {}", origin, fmt::join(islands, ","));
       evaluate_into(rec, work_dir_for(0, islands.front(), true));
-      if (std::string fb = feedback_on(rec); !fb.empty()) rec.text_feedback = fb;
+      if (std::string fb = feedback.now(rec); !fb.empty()) rec.text_feedback = fb;
       for (int island : islands) {
         ProgramRecord copy = rec;
         copy.island_idx = island;
@@ -584,7 +555,7 @@ struct EvolutionRunner::Impl {
             parts.novelty_judge,
             [this] { return stopping(); },
             [this] { jobs.wake(); },
-            [this](ProgramRecord& rec) { pending_feedback.complete(rec, [this] { return stopping(); }); }};
+            [this](ProgramRecord& rec) { feedback.complete(rec, [this] { return stopping(); }); }};
   }
 
   // ---- migration ----
