@@ -283,13 +283,12 @@ TEST(EvaluationJobsTest, SlotIsFreeWhileTheFollowUpRuns) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   std::atomic<bool> follow_up_started{false};
-  jobs.launch(
-      [] { return child("c1", 1, 2.0); },
-      [&](ProgramRecord& rec) {
-        follow_up_started = true;
-        released.wait();
-        rec.text_feedback = "slow answer";
-      });
+  jobs.launch([] { return child("c1", 1, 2.0); },
+              [&](ProgramRecord& rec) {
+                follow_up_started = true;
+                released.wait();
+                rec.text_feedback = "slow answer";
+              });
   // The slot frees (wait() returns on it) before the follow-up ends; the candidate is stored.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!follow_up_started && std::chrono::steady_clock::now() < deadline)
@@ -316,11 +315,12 @@ TEST(EvaluationJobsTest, TheCandidateIsHandedBackBeforeWhatComesAfter) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   std::atomic<bool> after_ended{false};
-  jobs.launch([] { return child("c1", 1, 2.0); }, {}, true, [&](const ProgramRecord& rec) {
-    EXPECT_EQ(rec.id, "c1");
-    released.wait();
-    after_ended = true;
-  });
+  jobs.launch([] { return child("c1", 1, 2.0); }, {}, true,
+              [&](const ProgramRecord& rec) {
+                EXPECT_EQ(rec.id, "c1");
+                released.wait();
+                after_ended = true;
+              });
   std::vector<ProgramRecord> finished;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (finished.empty() && std::chrono::steady_clock::now() < deadline)
@@ -332,7 +332,6 @@ TEST(EvaluationJobsTest, TheCandidateIsHandedBackBeforeWhatComesAfter) {
   jobs.join_all();
   EXPECT_TRUE(after_ended.load());
 }
-
 
 // A diagnosis asked beside the search: a prompt that shows the candidate waits for it (so it reads
 // the same whatever the timing); a record no one is asking about is read as stored; the model's
