@@ -9,9 +9,8 @@
 
 namespace braid {
 
-void EvaluationJobs::launch(std::function<ProgramRecord()> evaluate,
-                            std::function<void(ProgramRecord&)> follow_up, bool store,
-                            std::function<void(const ProgramRecord&)> afterwards) {
+void EvaluationJobs::launch(std::function<ProgramRecord()> evaluate, std::function<void(ProgramRecord&)> follow_up,
+                            bool store, std::function<void(const ProgramRecord&)> afterwards) {
   ++evaluating_;
   const std::uint64_t id = ++launches_;
   threads_[id] = std::thread([this, id, evaluate = std::move(evaluate), follow_up = std::move(follow_up), store,

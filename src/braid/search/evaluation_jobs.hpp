@@ -35,9 +35,8 @@ class EvaluationJobs {
   // its slot freed, then `follow_up` (when given, and not stopped) may add to it, it is handed
   // back by wait(), and `afterwards` (when given) runs on the same thread, stopped or not.
   // `store` false: an evaluation ahead of its candidate's turn, stored (or not) by the search.
-  void launch(std::function<ProgramRecord()> evaluate,
-              std::function<void(ProgramRecord&)> follow_up = {}, bool store = true,
-              std::function<void(const ProgramRecord&)> afterwards = {});
+  void launch(std::function<ProgramRecord()> evaluate, std::function<void(ProgramRecord&)> follow_up = {},
+              bool store = true, std::function<void(const ProgramRecord&)> afterwards = {});
   // Waits up to `timeout` for finished evaluations, a freed slot, or for `also` to hold; joins
   // the finished threads and returns their records in the order they finished.
   std::vector<ProgramRecord> wait(std::chrono::milliseconds timeout, const std::function<bool()>& also);
@@ -60,7 +59,7 @@ class EvaluationJobs {
   std::map<std::uint64_t, std::thread> threads_;  // by launch; joined once ended
   std::vector<std::uint64_t> ended_;              // launches whose thread has nothing left to do
   std::uint64_t launches_ = 0;
-  std::map<long, std::string> process_groups_;   // pgid -> what; guarded by the database lock
+  std::map<long, std::string> process_groups_;  // pgid -> what; guarded by the database lock
   std::atomic<bool> discard_{false};
   std::atomic<int> evaluating_{0};
   bool slot_freed_ = false;  // since the last wait(); guarded by mutex_

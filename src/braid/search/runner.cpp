@@ -13,8 +13,8 @@
 #include "braid/search/activity_file.hpp"
 #include "braid/search/ahead_evaluations.hpp"
 #include "braid/search/archive.hpp"
-#include "braid/search/confirmation.hpp"
 #include "braid/search/candidate_feedback.hpp"
+#include "braid/search/confirmation.hpp"
 #include "braid/search/evaluation_jobs.hpp"
 #include "braid/search/exclusive_bench.hpp"
 #include "braid/search/goal_tracker.hpp"
@@ -489,8 +489,7 @@ struct EvolutionRunner::Impl {
     std::function<void(ProgramRecord&)> outcome;
     std::function<void(const ProgramRecord&)> diagnosis;
     if (at_turn) outcome = [this](ProgramRecord& rec) { feedback.note_outcome(rec); };
-    if (at_turn && feedback.asks())
-      diagnosis = [this](const ProgramRecord& rec) { feedback.ask(rec, jobs.stopped()); };
+    if (at_turn && feedback.asks()) diagnosis = [this](const ProgramRecord& rec) { feedback.ask(rec, jobs.stopped()); };
     jobs.launch(
         [this, rec = std::move(candidate), dir, evaluate]() mutable {
           if (evaluate) evaluate_into(rec, dir);
