@@ -6,13 +6,14 @@
 # evaluation capacity = max_parallel_jobs / (mean measured evaluation time). CPU only.
 #
 #   bench/proposal_throughput.sh [build_dir]      (env: LAT SPREAD EVAL_S GENS JOBS PROPS OUT MODES LAG SAMPLING
-#                                                        FOCUS_FOLLOW)
+#                                                        FOCUS_FOLLOW FEEDBACK)
 # LAG: proposal_lag (0: braid's default). SAMPLING=1: the peer's edits vary like a model's at a
 # temperature above 0 (default 0: the prompt alone picks the edit, so a prompt asked again gets
 # the same edit, and a small knob space fills with rejected duplicates).
 # FOCUS_FOLLOW: the share of the peer's answers (0..1, default 1) that keep to a prompt's list of
 # one-knob changes to choose from (its focus among concurrent sibling proposals); the others
 # choose as a model that ignored the line.
+# FEEDBACK=0: use_text_feedback false (no diagnosis asked; the ceiling without its waits).
 # MODES: the max_parallel_proposals values to run (default "1 $PROPS"). The bound counts one
 # model answer per candidate; a patch that fails and is asked again costs more (see the column).
 # "model slots busy": the mean share of the P slots asking, from the first ask to the last answer;
@@ -64,6 +65,7 @@ noise_runs: 0
 request_timeout_s: $(( ${LAT%.*} * 3 + 30 ))
 api_type: host
 code_embed_sim_threshold: 0.9999
+use_text_feedback: $([[ ${FEEDBACK:-1} == 0 ]] && echo false || echo true)
 YAML
   local t0 t1
   t0=$(date +%s.%N)
