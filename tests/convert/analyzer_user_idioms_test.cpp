@@ -586,6 +586,50 @@ TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
   EXPECT_TRUE(contains(p2p.left[0].reason, "a send/recv site is converted on one communicator")) << p2p.left[0].reason;
 }
 
+// llm.c makes its gradients lazily, on the first backward pass (`if (model->grads_memory == NULL)`):
+// a condition every rank evaluates alike, so every rank allocates there, in the same order, and
+// the buffer becomes symmetric (its window registration is collective). A condition on the rank,
+// on a call's result, or an else branch is not known to be alike on every rank: those stay.
+TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
+  const auto program = [](const std::string& lazy) {
+    return kPrologue +
+           "typedef struct { float* grads_memory; float* acts; size_t n; } GPT2;\n"
+           "static int use_big_workspace() { return 1; }\n"
+           "static void backward(GPT2* model, int step, ncclComm_t comm, cudaStream_t s) {\n" +
+           lazy +
+           "  ncclAllReduce(model->grads_memory, model->grads_memory, model->n, ncclFloat, ncclAvg, comm, s);\n"
+           "}\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclUniqueId id; ncclComm_t comm; cudaStream_t s;\n"
+           "  ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  GPT2 model; model.grads_memory = NULL; model.n = 1 << 20;\n"
+           "  for (int step = 0; step < 4; ++step) backward(&model, step, comm, s);\n"
+           "}\n";
+  };
+  const Conversion lazy =
+      convert_text(program("  if (model->grads_memory == NULL) {\n"
+                           "    cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"
+                           "  }\n"));
+  EXPECT_EQ(lazy.converted_calls, 1) << conversion_to_text(lazy);
+  EXPECT_TRUE(contains(lazy.source, "braid_converted::sym_malloc((void**)&model->grads_memory")) << lazy.source;
+  const Conversion unbraced =
+      convert_text(program("  if (step == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"));
+  EXPECT_EQ(unbraced.converted_calls, 1) << conversion_to_text(unbraced);
+  for (const std::string& not_alike :
+       {std::string("  if (rank == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"),
+        std::string("  if (use_big_workspace()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
+        std::string("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"),
+        std::string(
+            "  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
+            "model->n * 4); } }\n")}) {
+    const Conversion c = convert_text(program(not_alike));
+    EXPECT_EQ(c.converted_calls, 0) << not_alike << conversion_to_text(c);
+    ASSERT_EQ(c.left.size(), 1u) << not_alike;
+    EXPECT_TRUE(contains(c.left[0].reason, "under a condition")) << c.left[0].reason;
+  }
+}
+
 // A group's sends and receives run as one p2p kernel on one communicator: a group mixing two
 // communicators stays host NCCL with that reason; the same sends and receives in a group per
 // communicator convert, each communicator bound at its creation.

@@ -239,6 +239,7 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"tp_inference_mempool_allocators", 0},
                                            std::pair<std::string, int>{"pipeline_batch_isend_irecv_ops", 2},
                                            std::pair<std::string, int>{"tp_dp_shared_allreduce_helper_fp16", 1},
+                                           std::pair<std::string, int>{"llmc_lazy_grads_memory", 1},
                                            std::pair<std::string, int>{"reducer_hooks_work_handles", 2},
 
                                            std::pair<std::string, int>{"disagg_prefill_decode_kv", 1},

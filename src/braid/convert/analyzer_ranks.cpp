@@ -5,8 +5,11 @@
 // worker's larger KV pool, a receive buffer sized by this rank's expected tokens) stays as written.
 // A field path is followed by its text across the file (the object is passed around), a plain
 // name within its function (a parameter through every call's argument): a path or name that is
-// rank-dependent anywhere counts everywhere, which may keep a buffer host without need.
+// rank-dependent anywhere counts everywhere, which may keep a buffer host without need. An
+// allocation under conditions every rank evaluates alike (a lazy `if (buf == NULL)`) is made by
+// every rank: it is not conditional for the rules (uniform_guards).
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -140,6 +143,34 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
   return grew;
 }
 
+// A name that may hold a different value on each rank though braid saw no rank flow into it: one
+// that says so (`rank`, `local_rank`, `is_root`, `leader`, `peer`, `device`, ...), or the command
+// line (a launcher may give each rank its own).
+bool names_a_per_rank_value(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+  for (const char* word : {"rank", "root", "leader", "master", "role", "peer", "node", "local", "device", "gpu", "host",
+                           "pid", "tid", "thread", "env"})
+    if (n.find(word) != std::string::npos) return true;
+  return n == "argc" || n == "argv" || n == "me" || n == "id";
+}
+
+// Whether every condition code token `at` runs under is one every rank evaluates alike: an `if`
+// whose condition names nothing rank-dependent and calls nothing (a null check of a buffer made
+// lazily, a step counter). An else, a switch, `?:` or a call in a condition is not followed.
+bool uniform_guards(const std::vector<Token>& t, const BufferFlow& flow, std::size_t at, const Tainted& tainted) {
+  for (std::size_t open : flow.guards(at)) {
+    if (open == BufferFlow::kUnknownGuard || open >= t.size()) return false;
+    const std::size_t close = match_forward(t, open, t.size());
+    for (std::size_t k = open + 1; k + 1 < close; ++k) {
+      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof") return false;
+      if (t[k].kind == TokenKind::Identifier && names_a_per_rank_value(t[k].text)) return false;
+    }
+    if (!tainted_in(t, open + 1, close, flow.function_at(open), tainted).empty()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
@@ -180,6 +211,20 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
     tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
   }
   for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {
+  }
+  // An allocation under conditions every rank evaluates alike is made by every rank, in the same
+  // order (llm.c's `if (model->grads_memory == NULL)`): its window registration is collective.
+  const auto rank_conditional = [&](std::size_t tok) {
+    return flow.conditional(tok) && !uniform_guards(toks, flow, tok, tainted);
+  };
+  for (auto& [key, b] : a.buffers) {
+    if (!b.conditional || b.alloc_call >= a.calls.size()) continue;
+    const auto tok = token_at.find(a.calls[b.alloc_call].call_begin);
+    if (tok == token_at.end()) continue;
+    const auto [caller, line] = flow.conditional_caller(flow.function_at(tok->second), rank_conditional);
+    b.conditional_caller = caller;
+    b.conditional_call_line = line;
+    b.conditional = rank_conditional(tok->second) || line > 0;
   }
   for (auto& [key, b] : a.buffers) {
     if (b.bytes || b.bytes_expr.empty() || b.alloc_call >= a.calls.size()) continue;

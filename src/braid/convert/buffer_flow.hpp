@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -111,7 +112,9 @@ class BufferFlow {
   // (transitively), a constructor's class counting as constructed with each class holding it as a
   // member, or a construction braid cannot see (a container's element): code in `function` may
   // run on some ranks only. {"", 0} when none is.
-  std::pair<std::string, int> conditional_caller(const std::string& function) const;
+  // `counts(token)` (default: conditional(token)) says which conditional call sites count.
+  std::pair<std::string, int> conditional_caller(const std::string& function,
+                                                 const std::function<bool(std::size_t)>& counts = {}) const;
   // Where `function` is called (or its class constructed): the code token of each call site.
   std::vector<std::size_t> call_sites_of(const std::string& function) const;
   // Each call site of `function` (its token) with the arguments it gives: a call, a construction, a
@@ -154,6 +157,10 @@ class BufferFlow {
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
   bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
+  // What token `at` runs under: the `(` of each enclosing if's condition, innermost first;
+  // kUnknownGuard for an else, a switch or a `?:` (empty when it is not conditional).
+  static constexpr std::size_t kUnknownGuard = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> guards(std::size_t at) const;
   const std::vector<FunctionDef>& functions() const { return functions_; }
 
  private:
@@ -253,6 +260,7 @@ class BufferFlow {
   const std::vector<Token>& code_;
   std::vector<FunctionDef> functions_;
   std::vector<bool> conditional_;
+  std::map<std::size_t, std::vector<std::size_t>> guards_;  // conditional token -> guards(), innermost first
   struct Alias {
     std::string name, init;
     std::size_t token = 0;

@@ -362,24 +362,39 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
   if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);
 }
 
-// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands.
+// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands; for each
+// conditional token, the conditions it runs under (guards()).
 void BufferFlow::mark_conditionals() {
   const std::vector<Token>& code = code_;
   std::size_t i = 0;
-  std::vector<bool> brace_conditional;  // per open '{'
+  // Per open '{': kNotAGuard, or what it runs under (an if's condition, kUnknownGuard).
+  constexpr std::size_t kNotAGuard = kUnknownGuard - 1;
+  std::vector<std::size_t> brace_guard;
   int cond_depth = 0;
-  std::vector<std::size_t> unbraced_end_depth;  // unbraced if-bodies end at ';' at this brace depth
+  // Unbraced bodies end at ';' at this brace depth; each with what it runs under.
+  std::vector<std::pair<std::size_t, std::size_t>> unbraced;
   // An if/switch's own parenthesised condition runs whenever the statement does
   // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
-  std::size_t condition_until = 0;
+  std::size_t condition_until = 0, condition_open = 0;
   bool condition_in = false;
+  std::vector<std::size_t> condition_guards;  // what the condition itself runs under
+  const auto current = [&] {
+    std::vector<std::size_t> g;
+    // Innermost first: unbraced bodies sit inside the braces open around them.
+    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) g.push_back(it->second);
+    for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it)
+      if (*it != kNotAGuard) g.push_back(*it);
+    return g;
+  };
   for (i = 0; i < code.size(); ++i) {
     const std::string& x = code[i].text;
-    bool in = cond_depth > 0 || !unbraced_end_depth.empty();
-    if (i > 0 && i <= condition_until) in = condition_in;
+    bool in = cond_depth > 0 || !unbraced.empty();
+    std::vector<std::size_t> g;
+    const bool in_condition = i > 0 && i <= condition_until;
+    if (in_condition) in = condition_in;
     if (x == "{") {
-      bool c = false;
-      if (i > 0 && code[i - 1].text == "else") c = true;
+      std::size_t guard = kNotAGuard;
+      if (i > 0 && code[i - 1].text == "else") guard = kUnknownGuard;
       if (i > 0 && code[i - 1].text == ")") {
         int d = 0;
         std::size_t q = i - 1;
@@ -388,31 +403,45 @@ void BufferFlow::mark_conditionals() {
           else if (code[q].text == "(" && --d == 0) break;
           if (q == 0) break;
         }
-        if (q > 0 && (code[q - 1].text == "if" || code[q - 1].text == "switch")) c = true;
+        // An else-if's body also runs under the conditions before it: not followed.
+        if (q > 0 && code[q - 1].text == "if") guard = q > 1 && code[q - 2].text == "else" ? kUnknownGuard : q;
+        if (q > 0 && code[q - 1].text == "switch") guard = kUnknownGuard;
       }
-      brace_conditional.push_back(c);
-      if (c) ++cond_depth;
+      brace_guard.push_back(guard);
+      if (guard != kNotAGuard) ++cond_depth;
     } else if (x == "}") {
-      if (!brace_conditional.empty()) {
-        if (brace_conditional.back()) --cond_depth;
-        brace_conditional.pop_back();
+      if (!brace_guard.empty()) {
+        if (brace_guard.back() != kNotAGuard) --cond_depth;
+        brace_guard.pop_back();
       }
     } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
       const std::size_t close = match_forward(code, i + 1, code.size());
       condition_until = close;
       condition_in = in;
+      condition_open = i + 1;
+      condition_guards = current();
       if (close + 1 < code.size() && code[close + 1].text != "{")
-        unbraced_end_depth.push_back(brace_conditional.size());
+        unbraced.push_back(
+            {brace_guard.size(), x == "if" && !(i > 0 && code[i - 1].text == "else") ? condition_open : kUnknownGuard});
     } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced_end_depth.push_back(brace_conditional.size());
+      unbraced.push_back({brace_guard.size(), kUnknownGuard});
       in = true;
     } else if (x == "?") {
       in = true;
+      g = {kUnknownGuard};
     }
     conditional_[i] = in;
-    if (x == ";" && !unbraced_end_depth.empty() && unbraced_end_depth.back() == brace_conditional.size())
-      unbraced_end_depth.pop_back();
+    if (in) {
+      if (g.empty()) g = in_condition ? condition_guards : current();
+      guards_[i] = g.empty() ? std::vector<std::size_t>{kUnknownGuard} : std::move(g);
+    }
+    if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) unbraced.pop_back();
   }
+}
+
+std::vector<std::size_t> BufferFlow::guards(std::size_t at) const {
+  auto it = guards_.find(at);
+  return it == guards_.end() ? std::vector<std::size_t>{} : it->second;
 }
 
 std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {
@@ -429,7 +458,8 @@ std::string BufferFlow::callers_reach(const std::string& function, const std::se
   return "";
 }
 
-std::pair<std::string, int> BufferFlow::conditional_caller(const std::string& function) const {
+std::pair<std::string, int> BufferFlow::conditional_caller(const std::string& function,
+                                                           const std::function<bool(std::size_t)>& counts) const {
   std::set<std::string> seen;
   std::vector<std::string> pending = {function};
   while (!pending.empty()) {
@@ -442,7 +472,7 @@ std::pair<std::string, int> BufferFlow::conditional_caller(const std::string& fu
     }
     if (auto it = calls_.find(f); it != calls_.end())
       for (const CallSite& c : it->second) {
-        if (conditional(c.token)) return {f, c.line};
+        if (counts ? counts(c.token) : conditional(c.token)) return {f, c.line};
         pending.push_back(c.caller);
       }
   }
