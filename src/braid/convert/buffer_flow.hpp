@@ -160,7 +160,7 @@ class BufferFlow {
   // What token `at` runs under: the `(` of each enclosing if's condition, innermost first;
   // kUnknownGuard for an else, a switch or a `?:` (empty when it is not conditional).
   static constexpr std::size_t kUnknownGuard = static_cast<std::size_t>(-1);
-  std::vector<std::size_t> guards(std::size_t at) const;
+  const std::vector<std::size_t>& guards(std::size_t at) const;
   const std::vector<FunctionDef>& functions() const { return functions_; }
 
  private:
@@ -260,7 +260,8 @@ class BufferFlow {
   const std::vector<Token>& code_;
   std::vector<FunctionDef> functions_;
   std::vector<bool> conditional_;
-  std::map<std::size_t, std::vector<std::size_t>> guards_;  // conditional token -> guards(), innermost first
+  std::vector<std::uint32_t> guard_set_;              // per token: its entry in guard_sets_ (0: none)
+  std::vector<std::vector<std::size_t>> guard_sets_;  // guards() of runs of tokens, innermost first
   struct Alias {
     std::string name, init;
     std::size_t token = 0;

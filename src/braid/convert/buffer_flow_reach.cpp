@@ -378,13 +378,27 @@ void BufferFlow::mark_conditionals() {
   std::size_t condition_until = 0, condition_open = 0;
   bool condition_in = false;
   std::vector<std::size_t> condition_guards;  // what the condition itself runs under
-  const auto current = [&] {
-    std::vector<std::size_t> g;
+  // What the code runs under now, rebuilt only when an open brace or unbraced body comes or goes.
+  std::vector<std::size_t> now;
+  bool changed = true;
+  const auto current = [&]() -> const std::vector<std::size_t>& {
+    if (!changed) return now;
+    now.clear();
     // Innermost first: unbraced bodies sit inside the braces open around them.
-    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) g.push_back(it->second);
+    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) now.push_back(it->second);
     for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it)
-      if (*it != kNotAGuard) g.push_back(*it);
-    return g;
+      if (*it != kNotAGuard) now.push_back(*it);
+    changed = false;
+    return now;
+  };
+  // Consecutive tokens mostly run under the same guards: each token names its set.
+  guard_set_.assign(code.size(), 0);
+  guard_sets_ = {{}};
+  const auto note_guards = [&](std::size_t at, const std::vector<std::size_t>& g) {
+    const std::vector<std::size_t> unknown = {kUnknownGuard};
+    const std::vector<std::size_t>& set = g.empty() ? unknown : g;
+    if (guard_sets_.back() != set) guard_sets_.push_back(set);
+    guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
   };
   for (i = 0; i < code.size(); ++i) {
     const std::string& x = code[i].text;
@@ -408,11 +422,13 @@ void BufferFlow::mark_conditionals() {
         if (q > 0 && code[q - 1].text == "switch") guard = kUnknownGuard;
       }
       brace_guard.push_back(guard);
+      changed = true;
       if (guard != kNotAGuard) ++cond_depth;
     } else if (x == "}") {
       if (!brace_guard.empty()) {
         if (brace_guard.back() != kNotAGuard) --cond_depth;
         brace_guard.pop_back();
+        changed = true;
       }
     } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
       const std::size_t close = match_forward(code, i + 1, code.size());
@@ -420,28 +436,30 @@ void BufferFlow::mark_conditionals() {
       condition_in = in;
       condition_open = i + 1;
       condition_guards = current();
-      if (close + 1 < code.size() && code[close + 1].text != "{")
+      if (close + 1 < code.size() && code[close + 1].text != "{") {
         unbraced.push_back(
             {brace_guard.size(), x == "if" && !(i > 0 && code[i - 1].text == "else") ? condition_open : kUnknownGuard});
+        changed = true;
+      }
     } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
       unbraced.push_back({brace_guard.size(), kUnknownGuard});
+      changed = true;
       in = true;
     } else if (x == "?") {
       in = true;
       g = {kUnknownGuard};
     }
     conditional_[i] = in;
-    if (in) {
-      if (g.empty()) g = in_condition ? condition_guards : current();
-      guards_[i] = g.empty() ? std::vector<std::size_t>{kUnknownGuard} : std::move(g);
+    if (in) note_guards(i, !g.empty() ? g : in_condition ? condition_guards : current());
+    if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) {
+      unbraced.pop_back();
+      changed = true;
     }
-    if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) unbraced.pop_back();
   }
 }
 
-std::vector<std::size_t> BufferFlow::guards(std::size_t at) const {
-  auto it = guards_.find(at);
-  return it == guards_.end() ? std::vector<std::size_t>{} : it->second;
+const std::vector<std::size_t>& BufferFlow::guards(std::size_t at) const {
+  return guard_sets_[at < guard_set_.size() ? guard_set_[at] : 0];
 }
 
 std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {

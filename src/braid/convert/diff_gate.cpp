@@ -257,8 +257,8 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
     // instead of its usual ring): a program that amplifies rounding (a greedy argmax over near
     // ties) then shows that its outputs depend on the order NCCL sums in, not only on its inputs.
     DiffRunSpec again_spec = spec;
-    if (reorders_sums(reductions, spec.world > 0 ? spec.world : spec.ranks))
-      again_spec.env["NCCL_ALGO"] = kOtherSumOrder;
+    const bool reordered = reorders_sums(reductions, spec.world > 0 ? spec.world : spec.ranks);
+    if (reordered) again_spec.env["NCCL_ALGO"] = kOtherSumOrder;
     const SideRun again = run_side(original_exe, "original-again", again_spec);
     const std::vector<RankSnapshot> again_snaps = read_snapshots(spec.work_dir / "original-again", spec.ranks);
     const SideRun pair[2] = {runs[0], again};
@@ -277,7 +277,7 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
       }
       g.details["original_again"] = {
           {"ran", true}, {"buffers_within_its_spread", within}, {"buffers_not_defined", not_defined}};
-      if (again_spec.env.count("NCCL_ALGO")) g.details["original_again"]["nccl_algo"] = kOtherSumOrder;
+      if (reordered) g.details["original_again"]["nccl_algo"] = kOtherSumOrder;
       if (within + not_defined > 0) mismatch = compare_all(&spreads);
       const bool any_compared =
           std::any_of(buffers.begin(), buffers.end(), [](const json& b) { return b.value("compared", false); });
@@ -285,9 +285,9 @@ GateResult diff_programs(const std::filesystem::path& original_exe, const std::f
         mismatch = fmt::format(
             "nothing left to compare: every buffer the original writes differs between two runs of it{} beyond "
             "rounding, so the converted program cannot be checked against it",
-            again_spec.env.count("NCCL_ALGO") ? " (the second summing its all-reduces in another order, NCCL_ALGO=" +
-                                                    std::string(kOtherSumOrder) + ")"
-                                              : "");
+            reordered
+                ? fmt::format(" (the second summing its all-reduces in another order, NCCL_ALGO={})", kOtherSumOrder)
+                : "");
     }
   }
   g.details["buffers"] = buffers;

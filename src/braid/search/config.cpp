@@ -430,7 +430,7 @@ std::int64_t effective_proposal_lag(const SearchConfig& c, bool remote) {
   if (!remote) return c.max_parallel_jobs;  // as before the pool: a proposal takes no time
   if (c.proposal_lag > 0) return c.proposal_lag;
   // Room for each proposal to take about two answers (a patch retried) while the evaluations run,
-  // and, with text feedback, for as many candidates waiting for their feedback answer.
+  // and, with text feedback, for as many proposals waiting for a diagnosis still being asked.
   const std::int64_t jobs = std::int64_t(c.max_parallel_jobs) * (c.use_text_feedback ? 2 : 1);
   return jobs + 2 * std::int64_t(c.max_parallel_proposals);
 }
