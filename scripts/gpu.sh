@@ -540,7 +540,8 @@ cmd_check() {
 # The corpus (annotated), the gemm_allgather seed (harness) and the user corpus (no annotations:
 # the differential gate, under mpirun for MPI programs); a program built with a macro that enables
 # its NCCL path (`#ifdef MULTI_GPU`) or picks its type (`#ifdef USE_BF16`) gets it. Programs the
-# converter leaves untouched on purpose (several ranks in one process, a non-blocking communicator)
+# converter leaves untouched on purpose (several ranks in one process, a background NCCL thread, a
+# non-blocking communicator)
 # are listed as such.
 convert_gate_programs() {  # with-user-corpus  (only the names in $cg_programs, when set)
   local f
@@ -597,6 +598,9 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
     elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
       grep -q "several ranks in one process" "$cv_out/$n.log"; then
       echo "| $n | left untouched (several ranks in one process: expected) | | | |"
+    elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
+      grep -q "one rank, a background thread" "$cv_out/$n.log"; then
+      echo "| $n | left untouched (a background thread shares the communicator: expected) | | | |"
     elif grep -q "no NCCL call can be converted by rules" "$cv_out/$n.log" 2>/dev/null &&
       grep -q "created non-blocking" "$cv_out/$n.log"; then
       echo "| $n | left untouched (a non-blocking communicator: no symmetric windows; expected) | | | |"

@@ -476,7 +476,9 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   Conversion e = transform(analyze("p.cu", background), background);
   EXPECT_EQ(e.converted_calls, 0);
   ASSERT_FALSE(e.left.empty());
-  EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which a thread runs")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which another thread runs")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "one rank, a background thread")) << e.left[0].reason;
+  EXPECT_FALSE(contains(e.left[0].reason, "several ranks")) << e.left[0].reason;
 }
 
 // A communicator class: member functions name the field bare (`comm`); it is the communicator

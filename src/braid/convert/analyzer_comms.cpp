@@ -197,7 +197,9 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
   };
   if (tc.unparsed_omp)
     return left(
-        fmt::format("runs `#pragma omp parallel` (line {}) with no statement braid can find after it", tc.omp_line));
+        fmt::format("runs `#pragma omp parallel` (line {}) with no statement braid can find after it (which thread "
+                    "makes which NCCL call is unknown)",
+                    tc.omp_line));
   const CommInit* threaded = nullptr;
   for (const CommInit& ci : a.comm_inits)
     if (threaded == nullptr && !runs_in(a.calls[ci.call]).empty()) threaded = &ci;
@@ -214,17 +216,22 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     // a background thread calling on the process's communicator: the conversion registers windows
     // on it from the allocating thread, which NCCL does not allow beside another thread's calls.
     if (inside == nullptr) return;
-    return left(
-        fmt::format("creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which "
-                    "a thread runs: the communicator is shared between threads",
-                    a.one_thread_drives_ranks ? "s" : "", a.calls[a.comm_inits.front().call].line, inside->name,
-                    inside->line, runs_in(*inside)));
+    const bool several = a.one_thread_drives_ranks;
+    return left(fmt::format(
+        "creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which {} thread runs: the "
+        "communicator{} shared between threads{}",
+        several ? "s" : "", a.calls[a.comm_inits.front().call].line, inside->name, inside->line, runs_in(*inside),
+        several ? "a" : "another", several ? "s are" : " is",
+        several ? " (several ranks in one process)"
+                : " (one rank, a background thread: the windows a conversion registers from the allocating thread are "
+                  "collective calls on that communicator, made beside the thread's calls in an order the ranks need "
+                  "not agree on)"));
   }
   const std::string where = runs_in(a.calls[threaded->call]);
   if (outside != nullptr)
     return left(
         fmt::format("creates a communicator (line {}) in {}, which threads run, and calls {} (line {}) "
-                    "outside the threads",
+                    "outside the threads (several ranks in one process)",
                     a.calls[threaded->call].line, where, outside->name, outside->line));
   a.single_process_multi_gpu = a.rank_per_thread = true;
   a.one_thread_drives_ranks = false;

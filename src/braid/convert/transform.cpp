@@ -74,14 +74,13 @@ RanksInProcess ranks_in_process(const Analysis& a) {
                                    : RanksInProcess::One;
 }
 
-// Several ranks in one process in a way the runtime cannot serve (threads sharing a communicator):
-// nothing is converted.
+// Threads sharing a communicator in a way the runtime cannot serve (several ranks in one process, or
+// a background thread beside the allocating one): nothing is converted.
 Conversion left_untouched(const Analysis& a, const std::vector<std::size_t>& collectives, const std::string& source,
                           Conversion& conv) {
   for (std::size_t ci : collectives)
-    conv.left.push_back(Unconverted{
-        a.calls[ci].line, a.calls[ci].name,
-        "the program " + a.single_process_why + " (several ranks in one process): left untouched, host NCCL"});
+    conv.left.push_back(Unconverted{a.calls[ci].line, a.calls[ci].name,
+                                    "the program " + a.single_process_why + ": left untouched, host NCCL"});
   for (const Issue& u : a.unsupported) conv.left.push_back(Unconverted{u.line, u.construct, u.reason});
   conv.source = source;
   return conv;
