@@ -3,6 +3,8 @@
 // memory pools.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "braid/convert/analyzer.hpp"
 #include "braid/convert/transform.hpp"
 
@@ -572,4 +574,59 @@ TEST(AnalyzerFrameworkIdioms, AVectorFilledOnSomeRanksOrByRankStaysAsWritten) {
       raii_vector_program("  for (size_t n : sizes) grads.push_back(DeviceBuffer<float>(n * (rank + 1)));\n"));
   EXPECT_EQ(pushed.converted_calls, 0) << pushed.source;
   EXPECT_TRUE(told(pushed, "with a size that depends on the rank")) << left_text(pushed);
+}
+
+// A work queue of pending reductions (`std::deque<Pending>` filled during backward and drained with
+// `front()`/`pop_front()`, or read with `back()`/`at(i)`): an element read by the container's
+// accessor is an element, followed to what was pushed. A queue filled with something braid cannot
+// follow keeps its calls host NCCL (before, `q.front()` was "not a variable, field or element
+// access" in every case).
+TEST(AnalyzerFrameworkIdioms, QueueElementsReadByTheirAccessorsAreWhatWasPushed) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <deque>\n"
+      "#include <vector>\n"
+      "struct Pending { float* ptr; size_t n; };\n"
+      "float* lookup(int l);\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::vector<float*> grads(4);\n"
+      "  for (int l = 0; l < 4; ++l) cudaMalloc(&grads[l], 4096);\n"
+      "  std::deque<Pending> q;\n"
+      "  for (int l = 0; l < 4; ++l) q.push_back(Pending{grads[l], 1024});\n"
+      "  while (!q.empty()) {\n"
+      "    Pending t = q.front();\n"
+      "    q.pop_front();\n"
+      "    ncclAllReduce(t.ptr, t.ptr, t.n, ncclFloat, ncclSum, comm, s);\n"
+      "  }\n"
+      "  float* x; cudaMalloc(&x, 4096);\n"
+      "  float* y; cudaMalloc(&y, 4096);\n"
+      "  std::deque<float*> stack;\n"
+      "  stack.push_back(x);\n"
+      "  stack.push_back(y);\n"
+      "  ncclAllReduce(stack.back(), stack.back(), 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclBroadcast(stack.at(2), stack.at(2), 1024, ncclFloat, 0, comm, s);\n"
+      "  std::deque<float*> unknown;\n"
+      "  for (int l = 0; l < 4; ++l) unknown.push_back(lookup(l));\n"
+      "  ncclAllReduce(unknown.front(), unknown.front(), 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  for (int l = 0; l < 4; ++l) cudaFree(grads[l]);\n"
+      "}\n";
+  const Analysis a = analyze("queue.cu", src);
+  std::vector<const Call*> nccl;
+  for (const Call& c : a.calls)
+    if (c.name == "ncclAllReduce" || c.name == "ncclBroadcast") nccl.push_back(&c);
+  ASSERT_EQ(nccl.size(), 4u);
+  const std::vector<std::vector<std::string>> expected = {{"grads[]"}, {"x", "y"}, {"x", "y"}};
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(nccl[i]->arg_buffers.count(0)) << nccl[i]->line << ": " << nccl[i]->unresolved;
+    std::vector<std::string> got = nccl[i]->arg_buffers.at(0);
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, expected[i]) << nccl[i]->line;
+  }
+  EXPECT_NE(nccl[3]->unresolved, "");
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 3) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads[l], 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&y, 4096)")) << c.source;
 }

@@ -461,9 +461,9 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   EXPECT_EQ(d.source, driven_by_threads);
   ASSERT_FALSE(d.left.empty());
   EXPECT_TRUE(contains(d.left[0].reason, "shared between threads")) << d.left[0].reason;
-  // One rank per process with a background thread that all-reduces on the process's communicator:
-  // converted, the main thread's symmetric allocations would register windows on that communicator
-  // while the thread calls on it.
+  // One rank per process with a background thread that all-reduces on the process's communicator,
+  // and an allocation made while it runs: converted, that allocation's window registration (a
+  // collective call) would be made beside the thread's calls.
   const std::string background =
       "#include <nccl.h>\n"
       "int main() {\n"
@@ -478,7 +478,77 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   ASSERT_FALSE(e.left.empty());
   EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which another thread runs")) << e.left[0].reason;
   EXPECT_TRUE(contains(e.left[0].reason, "one rank, a background thread")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "calls cudaMalloc (line 6) after the thread starts")) << e.left[0].reason;
   EXPECT_FALSE(contains(e.left[0].reason, "several ranks")) << e.left[0].reason;
+}
+
+// A background thread (a reducer fed by the training loop) converts when its whole life lies between
+// the windows' making and their release, in the creating function's order (every rank's alike):
+// everything allocated before it starts, everything freed after it is joined, collectives only.
+// Anything else leaves the file untouched with what broke the rule.
+TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
+  const std::string base =
+      "#include <nccl.h>\n"
+      "#include <thread>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float* g; cudaMalloc(&g, 4096);\n"
+      "  float* loss; cudaMalloc(&loss, 4);\n"
+      "  std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n"
+      "  reducer.join();\n"
+      "  ncclAllReduce(loss, loss, 1, ncclFloat, ncclSum, comm, 0);\n"
+      "  cudaFree(g); cudaFree(loss);\n"
+      "  ncclCommDestroy(comm);\n"
+      "}\n";
+  const Conversion ok = transform(analyze("p.cu", base), base);
+  EXPECT_EQ(ok.converted_calls, 2) << conversion_to_text(ok);
+  EXPECT_TRUE(ok.left.empty()) << conversion_to_text(ok);
+  EXPECT_TRUE(contains(conversion_to_text(ok), "a background thread runs a lambda (started at line 7, ended by line 8)"))
+      << conversion_to_text(ok);
+  // The thread held by an object whose block ends before the releases (its destructor joins).
+  const std::string held =
+      "#include <nccl.h>\n"
+      "#include <thread>\n"
+      "class Reducer {\n"
+      " public:\n"
+      "  Reducer(ncclComm_t c, float* g) : comm_(c), g_(g) { worker_ = std::thread([this] { run(); }); }\n"
+      "  ~Reducer() { worker_.join(); }\n"
+      " private:\n"
+      "  void run() { ncclAllReduce(g_, g_, 1024, ncclFloat, ncclSum, comm_, 0); }\n"
+      "  ncclComm_t comm_; float* g_; std::thread worker_;\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  float* g; cudaMalloc(&g, 4096);\n"
+      "  {\n"
+      "    Reducer r(comm, g);\n"
+      "  }\n"
+      "  cudaFree(g);\n"
+      "}\n";
+  const Conversion h = transform(analyze("p.cu", held), held);
+  EXPECT_EQ(h.converted_calls, 1) << conversion_to_text(h);
+  EXPECT_TRUE(contains(conversion_to_text(h), "(started at line 15, ended by line 16)")) << conversion_to_text(h);
+  const auto refused = [&](const std::string& from, const std::string& to, const std::string& why) {
+    std::string src = base;
+    const auto at = src.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    src.replace(at, from.size(), to);
+    const Conversion c = transform(analyze("p.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 0) << why << "\n" << conversion_to_text(c);
+    ASSERT_FALSE(c.left.empty()) << why;
+    EXPECT_TRUE(contains(c.left[0].reason, why)) << c.left[0].reason;
+    EXPECT_EQ(c.source, src);
+  };
+  refused("  reducer.join();\n", "  cudaFree(loss);\n  reducer.join();\n", "calls cudaFree (line 8) before the thread has ended");
+  refused("  reducer.join();\n", "  reducer.detach();\n", "detach");
+  refused("ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0);", "ncclSend(g, 1024, ncclFloat, 1, comm, 0);",
+          "calls ncclSend (line 7) in the thread");
+  refused("  std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n  reducer.join();\n",
+          "  for (int i = 0; i < 2; ++i) {\n"
+          "    std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n"
+          "    reducer.join();\n  }\n",
+          "in a loop");
+  refused("  reducer.join();\n", "", "joins it nowhere");
 }
 
 // A communicator class: member functions name the field bare (`comm`); it is the communicator

@@ -467,11 +467,14 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   const std::size_t n_knobs = knobs.size();
   std::size_t ki = h % n_knobs, step = 0;
   // A cross takes the value of the program to combine where it differs in the knob chosen; where
-  // it does not (the islands' seeds are one program), the answer is an edit like any other.
+  // it does not (the islands' seeds are one program), or where the prompt lists that change as
+  // taken (a retry after the combined program was already evaluated), the answer is an edit like
+  // any other.
   const auto other = kind == "cross" ? knobs_of(split_lines(code_after(first, "# Programs to combine")))
                                      : std::vector<Knob>{};
   bool combine = false;
-  for (auto& o : other) combine = combine || (o.name == knobs[ki].name && o.value != knobs[ki].value);
+  for (auto& o : other)
+    combine = combine || (o.name == knobs[ki].name && o.value != knobs[ki].value && !taken.count(o.name + " = " + o.value));
   auto value_of = [&](const Knob& knob, std::size_t s) {
     std::size_t cur = 0;
     for (std::size_t i = 0; i < knob.domain.size(); ++i)
@@ -505,7 +508,7 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   const Knob& k = knobs[ki];
   if (combine)  // take the value from the program to combine
     for (auto& o : other)
-      if (o.name == k.name && o.value != k.value) value = o.value;
+      if (o.name == k.name && o.value != k.value && !taken.count(o.name + " = " + o.value)) value = o.value;
   std::vector<std::string> edited = lines;
   edited[k.line] = with_value(lines[k.line], k.value, value);
   // Told that every one-knob change of the program is taken, a model changes a second knob too.

@@ -173,6 +173,9 @@ struct Analysis {
   std::vector<MacroUse> macro_uses;
   bool single_process_multi_gpu = false;  // several ranks in one process (ncclCommInitAll, a thread per GPU)
   std::string single_process_why;         // how the file does it, for the reason of every call
+  // One rank per process with a background thread calling collectives on its communicator, which
+  // converts (analyzer_comms.cpp says when): how, for --explain; empty when there is none.
+  std::string background_thread;
   bool one_thread_drives_ranks = false;   // of those, one thread drives every rank (ncclCommInitAll, a group
                                           // or loop of creations), not a thread per rank
   bool rank_per_thread = false;           // of those, a thread per rank, every rank's NCCL calls made in its

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <set>
 
 #include "braid/convert/analyzer_passes.hpp"
@@ -179,6 +180,126 @@ bool rank_thread_call(const Call& c) {
          c.name == "ncclCommSplit";
 }
 
+// The places in `creator` where code token `at` (in whatever function) runs: `at` itself when it is
+// creator's, else the call sites of its function there, through up to four callers (constructions
+// of a class are its constructor's call sites). Nullopt when a path reaches no further (a function
+// called nowhere, or only from elsewhere).
+std::optional<std::vector<std::size_t>> places_in(const BufferFlow& flow, std::size_t at, const std::string& creator,
+                                                  int depth = 0) {
+  const std::string fn = flow.function_at(at);
+  if (fn == creator) return std::vector<std::size_t>{at};
+  if (fn.empty() || depth >= 4) return std::nullopt;
+  const std::vector<std::size_t> sites = flow.call_sites_of(fn);
+  if (sites.empty()) return std::nullopt;
+  std::vector<std::size_t> out;
+  for (std::size_t site : sites) {
+    auto up = places_in(flow, site, creator, depth + 1);
+    if (!up) return std::nullopt;
+    out.insert(out.end(), up->begin(), up->end());
+  }
+  return out;
+}
+
+// Whether code token `at` of function `f` sits in a loop of f (its body may run more than once).
+bool in_loop(const std::vector<Token>& toks, const FunctionDef& f, std::size_t at) {
+  for (std::size_t k = f.body_open + 1; k < at && k < f.body_close; ++k) {
+    const std::string& x = toks[k].text;
+    std::size_t end = 0;
+    if ((x == "for" || x == "while") && toks[k + 1].text == "(") end = region_end(toks, k);
+    else if (x == "do") end = region_end(toks, k + 1);
+    if (end > at) return true;
+  }
+  return false;
+}
+
+// One rank per process whose communicator a background thread calls on (a reducer thread fed by a
+// queue). Converted, the thread's collectives run as kernels on the device communicator and read
+// the runtime's windows; every host NCCL call a conversion adds (a window's registration, which is
+// collective) or a release changes them. So it converts only when the thread's whole life lies
+// between the two in the creating function's order, the same on every rank: every allocation and
+// creation before the one place the thread starts (not in a loop, not under a condition), every
+// release and destruction after it is joined (`t.join()` of a local std::thread, or the end of the
+// block whose object holds it: a joinable std::thread left to its destructor ends the program), no
+// detach, and the thread makes only collectives, outside groups (a group's state is the runtime's,
+// shared). Returns why not, or "" with `joined` set to the line by which the thread has ended.
+std::string background_thread_refusal(const std::vector<Token>& toks, const BufferFlow& flow,
+                                      const TokenIndex& token_at, const ThreadCode& tc, const Analysis& a, int& started,
+                                      int& joined) {
+  const std::string creator = a.calls[a.comm_inits.front().call].function;
+  const FunctionDef* cf = nullptr;
+  for (const FunctionDef& f : flow.functions())
+    if (f.name == creator) cf = cf == nullptr ? &f : nullptr;
+  if (cf == nullptr) return "its creating function is not one braid can read";
+  for (const Token& t : toks)
+    if (t.text == "detach" || t.text == "pthread_create" || t.text == "async" || t.text == "pthread_detach")
+      return fmt::format("starts or detaches a thread with {} (line {}), whose end braid cannot place", t.text, t.line);
+  if (std::any_of(tc.bodies.begin(), tc.bodies.end(), [](const ThreadCode::Body& b) { return b.omp; }))
+    return "runs an OpenMP region";
+  const auto token_of = [&](const Call& c) -> std::optional<std::size_t> {
+    auto it = token_at.find(c.call_begin);
+    if (it == token_at.end()) return std::nullopt;
+    return it->second;
+  };
+  // The one place the thread starts, in the creating function.
+  std::size_t anchor = 0;
+  for (const BufferFlow::ThreadStart& st : flow.thread_starts()) {
+    auto at = places_in(flow, st.entry, creator);
+    if (!at || at->size() != 1 || anchor != 0) return "starts threads in more than one place braid can find";
+    anchor = at->front();
+  }
+  if (anchor == 0 || in_loop(toks, *cf, anchor) || flow.conditional(anchor))
+    return "starts its thread in a loop or under a condition";
+  // Where its life ends: `name.join()` of a local std::thread, else the end of the enclosing block.
+  std::size_t end = 0;
+  const BufferFlow::ThreadStart& st = flow.thread_starts().front();
+  // `std::thread name(f, ..)` / `std::jthread name{[&] {..}}`: the start's first argument is the entry.
+  if (flow.function_at(st.entry) == creator && anchor >= 3 &&
+      (toks[anchor - 1].text == "(" || toks[anchor - 1].text == "{") &&
+      toks[anchor - 2].kind == TokenKind::Identifier &&
+      (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
+    const std::string& name = toks[anchor - 2].text;
+    for (std::size_t k = anchor; k + 3 < cf->body_close && end == 0; ++k)
+      if (toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join") end = k;
+    if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see", name);
+  } else {
+    int depth = 0;
+    std::size_t open = anchor;
+    while (open > cf->body_open && !(toks[open].text == "{" && depth == 0)) {
+      if (toks[open].text == "}") ++depth;
+      else if (toks[open].text == "{") --depth;
+      --open;
+    }
+    end = matching(toks, open);
+  }
+  started = toks[anchor].line;
+  joined = end < toks.size() ? toks[end].line : 0;
+  for (const Call& c : a.calls) {
+    auto tok = token_of(c);
+    if (!tok) continue;
+    const bool in_thread = !tc.runs(*tok, flow).empty();
+    if (c.kind == CallKind::Nccl && in_thread) {
+      if (nccl_signature(c.name) == nullptr || c.name == "ncclSend" || c.name == "ncclRecv" || c.group >= 0)
+        return fmt::format("calls {} (line {}) in the thread: only collectives outside groups may be", c.name, c.line);
+      continue;
+    }
+    const bool makes =
+        (c.kind == CallKind::Memory && (c.name.rfind("cudaMalloc", 0) == 0 || c.name == "ncclMemAlloc")) ||
+        creates_by_rank(c.name) || c.name == "ncclCommSplit";
+    const bool releases = c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree" ||
+                          c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize" || c.name == "ncclCommAbort";
+    if (!makes && !releases) continue;
+    if (in_thread) return fmt::format("calls {} (line {}) in the thread", c.name, c.line);
+    auto places = places_in(flow, *tok, creator);
+    if (!places)
+      return fmt::format("calls {} (line {}) where braid cannot place it against the thread", c.name, c.line);
+    for (std::size_t p : *places)
+      if (makes ? p >= anchor : p <= end)
+        return fmt::format("calls {} (line {}) {} the thread {}", c.name, c.line, makes ? "after" : "before",
+                           makes ? "starts" : "has ended");
+  }
+  return "";
+}
+
 }  // namespace
 
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
@@ -217,15 +338,26 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     // on it from the allocating thread, which NCCL does not allow beside another thread's calls.
     if (inside == nullptr) return;
     const bool several = a.one_thread_drives_ranks;
+    int started = 0, joined = 0;
+    const std::string refusal = several ? "" : background_thread_refusal(toks, flow, token_at, tc, a, started, joined);
+    if (!several && refusal.empty()) {
+      a.background_thread = fmt::format(
+          "a background thread runs {} (started at line {}, ended by line {}): every window is made before it "
+          "starts and released after it ends",
+          runs_in(*inside), started, joined);
+      for (Call& c : a.calls)
+        if (c.kind == CallKind::Nccl && !runs_in(c).empty()) c.via.push_back(a.background_thread);
+      return;
+    }
     return left(fmt::format(
         "creates its communicator{} in one thread (line {}) and calls {} (line {}) in {}, which {} thread runs: the "
         "communicator{} shared between threads{}",
         several ? "s" : "", a.calls[a.comm_inits.front().call].line, inside->name, inside->line, runs_in(*inside),
         several ? "a" : "another", several ? "s are" : " is",
         several ? " (several ranks in one process)"
-                : " (one rank, a background thread: the windows a conversion registers from the allocating thread are "
-                  "collective calls on that communicator, made beside the thread's calls in an order the ranks need "
-                  "not agree on)"));
+                : " (one rank, a background thread that " + refusal +
+                      ": the windows a conversion registers from the allocating thread are collective calls on that "
+                      "communicator, and would be made beside the thread's calls)"));
   }
   const std::string where = runs_in(a.calls[threaded->call]);
   if (outside != nullptr)

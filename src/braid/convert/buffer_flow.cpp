@@ -222,7 +222,16 @@ std::string access_path(const std::string& expr, bool target) {
   std::size_t i = 1;
   bool last_index = false;
   while (i < t.size()) {
-    if ((t[i].text == "." || t[i].text == "->") && i + 1 < t.size() && t[i + 1].kind == TokenKind::Identifier) {
+    if ((t[i].text == "." || t[i].text == "->") && i + 2 < t.size() && t[i + 2].text == "(" &&
+        (t[i + 1].text == "front" || t[i + 1].text == "back" || t[i + 1].text == "top" || t[i + 1].text == "at")) {
+      // A queue's or container's element read by its accessor (`q.front()`, `v.at(i)`): an element.
+      const std::size_t close = match_forward(t, i + 2, t.size());
+      if (close >= t.size() || (t[i + 1].text != "at" && close != i + 3) || (t[i + 1].text == "at" && close == i + 3))
+        return "";
+      path += "[]";
+      i = close + 1;
+      last_index = true;
+    } else if ((t[i].text == "." || t[i].text == "->") && i + 1 < t.size() && t[i + 1].kind == TokenKind::Identifier) {
       path += "." + t[i + 1].text;
       i += 2;
       last_index = false;

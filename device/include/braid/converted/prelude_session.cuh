@@ -175,7 +175,13 @@ inline size_t type_bytes(ncclDataType_t t) {
 }
 inline size_t round_window(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
+// A background thread's converted calls may fall back beside the main thread's: the set is shared.
+inline std::mutex& warned_mutex() {
+  static std::mutex mu;
+  return mu;
+}
 inline void fell_back(int site, const char* what, const char* why) {
+  std::lock_guard<std::mutex> lock(warned_mutex());
   if (state().warned.insert(site).second) std::fprintf(stderr, "braid_converted: site %d: %s ran as host NCCL (%s)\n", site, what, why);
 }
 [[noreturn]] inline void fatal(int site, const char* what, const char* why) {
