@@ -1,5 +1,5 @@
 // ProposalPool: concurrency limit, lowest generation first, a first ask waiting for earlier first
-// asks, rate-limit pause and shrink, cancel.
+// asks, work not ready yet, rate-limit pause and shrink, cancel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,6 +47,28 @@ std::vector<std::int64_t> wait_finished(ProposalPool& pool, std::size_t n) {
     std::this_thread::sleep_for(10ms);
   }
   return all;
+}
+
+// Work not ready yet (a prompt whose records' diagnoses are still asked) holds no slot: the ready
+// work behind it starts, and it starts once ready, though it is the lowest generation.
+TEST(ProposalPool, WorkNotReadyHoldsNoSlot) {
+  ProposalPool pool(1, nullptr);
+  std::atomic<bool> ready{false};
+  std::mutex mu;
+  std::vector<std::int64_t> order;
+  const auto record = [&](std::int64_t g) {
+    return [&, g] {
+      std::lock_guard lock(mu);
+      order.push_back(g);
+    };
+  };
+  pool.submit(1, record(1), false, 0, [&] { return ready.load(); });
+  pool.submit(2, record(2));
+  EXPECT_EQ(wait_finished(pool, 1), (std::vector<std::int64_t>{2}));
+  ready = true;
+  EXPECT_EQ(wait_finished(pool, 1), (std::vector<std::int64_t>{1}));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(order, (std::vector<std::int64_t>{2, 1}));
 }
 
 TEST(ProposalPool, RunsAtMostTheLimitLowestGenerationFirst) {

@@ -42,6 +42,12 @@ void CandidateFeedback::settle(const std::string& id, std::string text) {
   cv_.notify_all();
 }
 
+bool CandidateFeedback::settled(const std::string& id) {
+  std::lock_guard lock(mu_);
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() || it->second.has_value();
+}
+
 std::optional<std::string> CandidateFeedback::await(const std::string& id, const std::function<bool()>& stopping) {
   std::unique_lock lock(mu_);
   while (true) {

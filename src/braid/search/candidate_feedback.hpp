@@ -36,6 +36,8 @@ class CandidateFeedback {
   // The diagnosis of `id`, waiting while it is asked (until `stopping`); nullopt when none was
   // expected here (a record of an earlier session, a seed: its stored feedback holds).
   std::optional<std::string> await(const std::string& id, const std::function<bool()>& stopping);
+  // Whether the diagnosis of `id` is there (or none is expected here): awaiting it would not wait.
+  bool settled(const std::string& id);
   // `rec` with its diagnosis (awaited) in place of what it was read with.
   void complete(ProgramRecord& rec, const std::function<bool()>& stopping);
 

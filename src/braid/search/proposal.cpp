@@ -262,6 +262,15 @@ void complete_feedback(PreparedProposal& p, const ProposalSteps& s) {
   if (p.best) s.complete_feedback(*p.best);
 }
 
+bool feedback_ready(const PreparedProposal& p, const ProposalSteps& s) {
+  if (!s.feedback_settled) return true;
+  if (!s.feedback_settled(p.parent_rec)) return false;
+  for (const auto* group : {&p.cross_parents, &p.archive, &p.top_k, &p.failed})
+    for (const ProgramRecord& r : *group)
+      if (!s.feedback_settled(r)) return false;
+  return !p.best || s.feedback_settled(*p.best);
+}
+
 void ask(PreparedProposal& p, const ProposalSteps& s) {
   p.candidate.reset();
   p.knob_only = p.exhausted = p.cancelled = false;

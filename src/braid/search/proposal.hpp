@@ -97,9 +97,14 @@ struct ProposalSteps {
   std::function<void(const AttemptRecord&)> record_attempt;
   std::function<bool()> stopping;
   ProposalPool* pool = nullptr;  // null: asked on the search thread (no rate-limit pause)
-  // The records a prompt shows, each with its diagnosis once asked (may be empty).
+  // The records a prompt shows, each with its diagnosis once asked (may be empty), and whether a
+  // record's diagnosis is there already (may be empty: always).
   std::function<void(ProgramRecord&)> complete_feedback;
+  std::function<bool(const ProgramRecord&)> feedback_settled;
 };
+
+// Whether every record p's prompt shows has its diagnosis: asked then, p waits for none.
+bool feedback_ready(const PreparedProposal& p, const ProposalSteps& s);
 
 // Asks until a candidate passes the patch and similarity checks, the attempts run out, or the
 // run stops. Resets the outcome fields first.

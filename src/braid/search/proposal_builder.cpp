@@ -42,6 +42,7 @@ ProposalSteps ProposalBuilder::make_steps() {
   };
   s.stopping = [this] { return ctx_.stopping() || (pool_ && pool_->cancelled()); };
   s.complete_feedback = ctx_.complete_feedback;
+  s.feedback_settled = ctx_.feedback_settled;
   s.pool = pool_.get();
   return s;
 }
@@ -88,7 +89,7 @@ void ProposalBuilder::submit_ask(PreparedProposal& p, bool first) {
           raw->error = std::current_exception();
         }
       },
-      first, p.generation - sibling_lag_);
+      first, p.generation - sibling_lag_, [this, raw] { return feedback_ready(*raw, steps_); });
 }
 
 // Every first ask up to g - sibling_lag has returned (the pool's gate), so the names are the same

@@ -57,8 +57,10 @@ struct ProposalContext {
   std::function<bool(const std::string&, const std::vector<std::string>&)> novelty_judge;  // may be empty
   std::function<bool()> stopping;                                                          // the run is stopping
   std::function<void()> wake;  // an ask on the pool returned (called from its thread)
-  // A record shown to the model, with its diagnosis awaited (search/pending_feedback.hpp); may be empty.
+  // A record shown to the model, with its diagnosis awaited (search/candidate_feedback.hpp), and
+  // whether it has it already; may be empty.
   std::function<void(ProgramRecord&)> complete_feedback;
+  std::function<bool(const ProgramRecord&)> feedback_settled;
 };
 
 // A generation's proposal once settled.

@@ -23,11 +23,12 @@ ProposalPool::~ProposalPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ProposalPool::submit(std::int64_t generation, std::function<void()> work, bool first, std::int64_t after) {
+void ProposalPool::submit(std::int64_t generation, std::function<void()> work, bool first, std::int64_t after,
+                          std::function<bool()> ready) {
   {
     std::lock_guard lock(mu_);
     if (cancelled_) return;
-    queue_[generation] = Queued{std::move(work), first, after};
+    queue_[generation] = Queued{std::move(work), first, after, std::move(ready)};
     if (first) first_open_.insert(generation);
     submitted_[generation] = Clock::now();
   }
@@ -35,17 +36,22 @@ void ProposalPool::submit(std::int64_t generation, std::function<void()> work, b
 }
 
 // Lowest generation first: the search indexes in generation order, so it waits on those. A first
-// ask whose earlier first asks are still out waits (the lowest first ask out never does).
+// ask whose earlier first asks are still out waits (the lowest first ask out never does), and so
+// does work that is not ready yet.
 std::map<std::int64_t, ProposalPool::Queued>::iterator ProposalPool::startable() {
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
-    if (!it->second.first || first_open_.empty() || *first_open_.begin() > it->second.after) return it;
+    if ((!it->second.first || first_open_.empty() || *first_open_.begin() > it->second.after) &&
+        (!it->second.ready || it->second.ready()))
+      return it;
   return queue_.end();
 }
 
 void ProposalPool::worker() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return cancelled_ || (running_ < limit_ && startable() != queue_.end()); });
+    // Readiness changes outside the pool (a diagnosis answered): looked at again every 50 ms.
+    while (!cancelled_ && !(running_ < limit_ && startable() != queue_.end()))
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
     if (cancelled_) return;
     auto it = startable();
     const std::int64_t g = it->first;

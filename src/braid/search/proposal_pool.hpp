@@ -4,7 +4,9 @@
 //   submit(g, work) -> a free thread runs work (lowest generation first, at most `limit` at once)
 //   -> finished(): the generations whose work returned, for the search thread to take up.
 // A generation's first work may wait for the first work of the generations up to `after` to
-// return (its prompt names their answers: search/proposal_builder.hpp).
+// return (its prompt names their answers: search/proposal_builder.hpp). Work may also name when it
+// is ready (its prompt's records have their diagnoses): until then it holds no slot, so a ready
+// proposal behind it is asked meanwhile instead of a model slot waiting idle.
 //
 // Rate limits: work that met a 429 calls rate_limited(); the pool then lets fewer asks run at
 // once (halved, regrown by one per answer) and holds every new ask until the server's
@@ -42,7 +44,9 @@ class ProposalPool {
   // `first`: generation's first work (its first ask); it starts only once the first work of
   // every generation <= `after` submitted before it has returned. Later work (an ask again)
   // waits for nothing.
-  void submit(std::int64_t generation, std::function<void()> work, bool first = false, std::int64_t after = 0);
+  // `ready` (may be empty: always) is asked under the pool's lock, so it must not block.
+  void submit(std::int64_t generation, std::function<void()> work, bool first = false, std::int64_t after = 0,
+              std::function<bool()> ready = {});
   // Generations whose work has returned since the last call, ascending.
   std::vector<std::int64_t> take_finished();
   bool has_finished() const;
@@ -65,6 +69,7 @@ class ProposalPool {
     std::function<void()> work;
     bool first = false;
     std::int64_t after = 0;
+    std::function<bool()> ready;
   };
   void worker();
   // The lowest queued work free to start (queue_.end() if none); mu_ held.

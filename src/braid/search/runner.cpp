@@ -554,7 +554,8 @@ struct EvolutionRunner::Impl {
             parts.novelty_judge,
             [this] { return stopping(); },
             [this] { jobs.wake(); },
-            [this](ProgramRecord& rec) { feedback.complete(rec, [this] { return stopping(); }); }};
+            [this](ProgramRecord& rec) { feedback.complete(rec, [this] { return stopping(); }); },
+            [this](const ProgramRecord& rec) { return stopping() || feedback.settled(rec.id); }};
   }
 
   // ---- migration ----
