@@ -229,7 +229,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
   const FunctionDef* cf = nullptr;
   for (const FunctionDef& f : flow.functions())
     if (f.name == creator) cf = cf == nullptr ? &f : nullptr;
-  if (cf == nullptr) return "its creating function is not one braid can read";
+  if (cf == nullptr) return "shares a communicator made in a function braid cannot read as one definition";
   for (const Token& t : toks)
     if (t.text == "detach" || t.text == "pthread_create" || t.text == "async" || t.text == "pthread_detach")
       return fmt::format("starts or detaches a thread with {} (line {}), whose end braid cannot place", t.text, t.line);
@@ -282,9 +282,9 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
         return fmt::format("calls {} (line {}) in the thread: only collectives outside groups may be", c.name, c.line);
       continue;
     }
-    const bool makes =
-        (c.kind == CallKind::Memory && (c.name.rfind("cudaMalloc", 0) == 0 || c.name == "ncclMemAlloc")) ||
-        creates_by_rank(c.name) || c.name == "ncclCommSplit";
+    const bool makes = c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
+                       c.name == "cudaMallocManaged" || c.name == "ncclMemAlloc" || creates_by_rank(c.name) ||
+                       c.name == "ncclCommSplit";
     const bool releases = c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree" ||
                           c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize" || c.name == "ncclCommAbort";
     if (!makes && !releases) continue;
@@ -334,7 +334,8 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
   if (threaded == nullptr) {
     // Communicators made outside the threads: a problem when the threads call NCCL on them.
     // nccl-tests' `-t` (one thread makes every GPU's communicator, a thread per GPU drives each), or
-    // a background thread calling on the process's communicator: the conversion registers windows
+    // a background thread calling on the process's communicator, unless its whole life lies between
+    // the windows' making and release (background_thread_refusal): the conversion registers windows
     // on it from the allocating thread, which NCCL does not allow beside another thread's calls.
     if (inside == nullptr) return;
     const bool several = a.one_thread_drives_ranks;
