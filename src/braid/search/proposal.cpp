@@ -252,23 +252,26 @@ bool knob_only_edit(const Program& parent, const Program& child) {
   return edited.ok() && edited.text == child.text();
 }
 
+// The records p's prompt shows (its parent, the programs to combine, inspirations, top, failed,
+// best), each given to `f`.
+template <typename Proposal, typename F>
+static void for_each_shown(Proposal& p, F&& f) {
+  f(p.parent_rec);
+  for (auto* group : {&p.cross_parents, &p.archive, &p.top_k, &p.failed})
+    for (auto& r : *group) f(r);
+  if (p.best) f(*p.best);
+}
+
 // The records the prompt shows get their diagnoses, which are asked beside the search: waited for
 // here, so a prompt reads the same whatever the timing.
 void complete_feedback(PreparedProposal& p, const ProposalSteps& s) {
-  if (!s.complete_feedback) return;
-  s.complete_feedback(p.parent_rec);
-  for (auto* group : {&p.cross_parents, &p.archive, &p.top_k, &p.failed})
-    for (ProgramRecord& r : *group) s.complete_feedback(r);
-  if (p.best) s.complete_feedback(*p.best);
+  if (s.complete_feedback) for_each_shown(p, [&](ProgramRecord& r) { s.complete_feedback(r); });
 }
 
 bool feedback_ready(const PreparedProposal& p, const ProposalSteps& s) {
-  if (!s.feedback_settled) return true;
-  if (!s.feedback_settled(p.parent_rec)) return false;
-  for (const auto* group : {&p.cross_parents, &p.archive, &p.top_k, &p.failed})
-    for (const ProgramRecord& r : *group)
-      if (!s.feedback_settled(r)) return false;
-  return !p.best || s.feedback_settled(*p.best);
+  bool ready = true;
+  if (s.feedback_settled) for_each_shown(p, [&](const ProgramRecord& r) { ready = ready && s.feedback_settled(r); });
+  return ready;
 }
 
 void ask(PreparedProposal& p, const ProposalSteps& s) {
