@@ -282,12 +282,10 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
         return fmt::format("calls {} (line {}) in the thread: only collectives outside groups may be", c.name, c.line);
       continue;
     }
-    const bool makes = c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
-                       c.name == "cudaMallocManaged" || c.name == "ncclMemAlloc" || creates_by_rank(c.name) ||
-                       c.name == "ncclCommSplit";
-    const bool releases = c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree" ||
-                          c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize" || c.name == "ncclCommAbort";
-    if (!makes && !releases) continue;
+    const bool makes = allocates(c) || creates_by_rank(c.name) || c.name == "ncclCommSplit";
+    const bool ends =
+        releases(c) || c.name == "ncclCommDestroy" || c.name == "ncclCommFinalize" || c.name == "ncclCommAbort";
+    if (!makes && !ends) continue;
     if (in_thread) return fmt::format("calls {} (line {}) in the thread", c.name, c.line);
     auto places = places_in(flow, *tok, creator);
     if (!places)

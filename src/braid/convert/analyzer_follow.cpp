@@ -408,8 +408,7 @@ void mark_header_calls(const std::vector<HeaderSpan>& spans, const std::vector<T
     c.header = fmt::format("{}:{}", s->name, line - s->line_starts.begin());
     // A release braid cannot rewrite frees with the program's allocator: what it frees stays out of
     // symmetric memory (ncclMemAlloc memory given to cudaFree is freed with the wrong allocator).
-    const bool release = c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree";
-    if (release && !c.args.empty() && c.args[0].text != "nullptr" && c.args[0].text != "NULL" &&
+    if (releases(c) && !c.args.empty() && c.args[0].text != "nullptr" && c.args[0].text != "NULL" &&
         (c.function.empty() || used(c.function))) {
       const std::string what =
           fmt::format("{} in {}{}", c.name, c.header, c.function.empty() ? "" : " (in " + c.function + "())");

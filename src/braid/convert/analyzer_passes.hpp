@@ -166,6 +166,10 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
 // the one created as that field (`ncclCommInitRank(&c.comm, ...)`) when exactly one creation
 // has that field name.
 void match_member_communicators(Analysis& a);
+
+// A device allocation the analyzer records (its buffer keyed by the target), and a release.
+bool allocates(const Call& c);
+bool releases(const Call& c);
 // Several ranks in one process through threads: a communicator created in a function (or lambda)
 // that a thread runs (std::thread/jthread, emplace_back into threads, pthread_create, std::async),
 // or under `#pragma omp parallel`. A rank per thread converts (Analysis::rank_per_thread) when every

@@ -10,6 +10,17 @@
 #include "braid/util/error.hpp"
 
 namespace braid::convert {
+
+bool allocates(const Call& c) {
+  return (c.kind == CallKind::Memory &&
+          (c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
+           c.name == "cudaMallocManaged") &&
+          c.args.size() >= 2) ||
+         (c.name == "ncclMemAlloc" && c.args.size() == 2);
+}
+
+bool releases(const Call& c) { return c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree"; }
+
 namespace {
 
 bool is(const Token& t, const char* text) { return t.text == text; }
@@ -315,14 +326,6 @@ class CallWalker {
       const std::vector<Token> expanded = code_tokens(lex(macros_.expand_text(arg.text, at)).tokens);
       arg.text = normalise(expanded, 0, expanded.size());
     }
-  }
-
-  static bool allocates(const Call& c) {
-    return (c.kind == CallKind::Memory &&
-            (c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
-             c.name == "cudaMallocManaged") &&
-            c.args.size() >= 2) ||
-           (c.name == "ncclMemAlloc" && c.args.size() == 2);
   }
 
   // A buffer keyed by allocation site: the access path of the target, `path@line` for a second site.
