@@ -630,3 +630,39 @@ TEST(AnalyzerFrameworkIdioms, QueueElementsReadByTheirAccessorsAreWhatWasPushed)
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&grads[l], 4096)")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&y, 4096)")) << c.source;
 }
+
+// A struct of arguments handed to a worker (C style): `args.grads = g_grads;` then
+// `args->grads[l]` in the worker is an element of `g_grads`, and `args.io.x` read through a field
+// assigned a struct variable is that variable's field.
+TEST(AnalyzerFrameworkIdioms, AFieldAssignedAnArrayIsIndexedAsThatArray) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "struct IO { float* x; };\n"
+      "struct Args { float** grads; IO io; ncclComm_t comm; };\n"
+      "float* g_grads[4];\n"
+      "void work(Args* a) {\n"
+      "  for (int l = 0; l < 4; ++l) ncclAllReduce(a->grads[l], a->grads[l], 1024, ncclFloat, ncclSum, a->comm, 0);\n"
+      "  ncclAllReduce(a->io.x, a->io.x, 1024, ncclFloat, ncclSum, a->comm, 0);\n"
+      "}\n"
+      "int main() {\n"
+      "  Args args; IO io;\n"
+      "  ncclCommInitRank(&args.comm, 2, id, 0);\n"
+      "  for (int l = 0; l < 4; ++l) cudaMalloc(&g_grads[l], 4096);\n"
+      "  cudaMalloc(&io.x, 4096);\n"
+      "  args.grads = g_grads;\n"
+      "  args.io = io;\n"
+      "  work(&args);\n"
+      "}\n";
+  const Analysis a = analyze("args.cu", src);
+  std::vector<const Call*> nccl;
+  for (const Call& c : a.calls)
+    if (c.name == "ncclAllReduce") nccl.push_back(&c);
+  ASSERT_EQ(nccl.size(), 2u);
+  const std::vector<std::vector<std::string>> expected = {{"g_grads[]"}, {"io.x"}};
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(nccl[i]->arg_buffers.count(0)) << nccl[i]->line << ": " << nccl[i]->unresolved;
+    EXPECT_EQ(nccl[i]->arg_buffers.at(0), expected[i]) << nccl[i]->line;
+  }
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+}

@@ -528,6 +528,39 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
   const Conversion h = transform(analyze("p.cu", held), held);
   EXPECT_EQ(h.converted_calls, 1) << conversion_to_text(h);
   EXPECT_TRUE(contains(conversion_to_text(h), "(started at line 15, ended by line 16)")) << conversion_to_text(h);
+  // A pthread: its life ends at the pthread_join of the handle pthread_create was given.
+  const std::string pthread =
+      "#include <nccl.h>\n"
+      "#include <pthread.h>\n"
+      "ncclComm_t comm; float* g;\n"
+      "void* reduce(void*) {\n"
+      "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0);\n"
+      "  return nullptr;\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclCommInitRank(&comm, 2, id, rank);\n"
+      "  cudaMalloc(&g, 4096);\n"
+      "  pthread_t tid;\n"
+      "  pthread_create(&tid, nullptr, reduce, nullptr);\n"
+      "  pthread_join(tid, nullptr);\n"
+      "  cudaFree(g);\n"
+      "}\n";
+  const Conversion pt = transform(analyze("p.cu", pthread), pthread);
+  EXPECT_EQ(pt.converted_calls, 1) << conversion_to_text(pt);
+  EXPECT_TRUE(contains(conversion_to_text(pt), "a background thread runs reduce() (started at line 12, ended by line 13)"))
+      << conversion_to_text(pt);
+  const auto pthread_refused = [&](const std::string& from, const std::string& to, const std::string& why) {
+    std::string src = pthread;
+    src.replace(src.find(from), from.size(), to);
+    const Conversion c = transform(analyze("p.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 0) << why << "\n" << conversion_to_text(c);
+    ASSERT_FALSE(c.left.empty()) << why;
+    EXPECT_TRUE(contains(c.left[0].reason, why)) << c.left[0].reason;
+  };
+  pthread_refused("  pthread_join(tid, nullptr);\n", "", "starts pthread `tid` and joins it nowhere");
+  pthread_refused("  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
+                  "calls cudaFree (line 13) before the thread has ended");
+  pthread_refused("  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
   const auto refused = [&](const std::string& from, const std::string& to, const std::string& why) {
     std::string src = base;
     const auto at = src.find(from);

@@ -231,7 +231,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     if (f.name == creator) cf = cf == nullptr ? &f : nullptr;
   if (cf == nullptr) return "shares a communicator made in a function braid cannot read as one definition";
   for (const Token& t : toks)
-    if (t.text == "detach" || t.text == "pthread_create" || t.text == "async" || t.text == "pthread_detach")
+    if (t.text == "detach" || t.text == "async" || t.text == "pthread_detach")
       return fmt::format("starts or detaches a thread with {} (line {}), whose end braid cannot place", t.text, t.line);
   if (std::any_of(tc.bodies.begin(), tc.bodies.end(), [](const ThreadCode::Body& b) { return b.omp; }))
     return "runs an OpenMP region";
@@ -249,18 +249,38 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
   }
   if (anchor == 0 || in_loop(toks, *cf, anchor) || flow.conditional(anchor))
     return "starts its thread in a loop or under a condition";
-  // Where its life ends: `name.join()` of a local std::thread, else the end of the enclosing block.
+  // Where its life ends: `name.join()` of a local std::thread, `pthread_join(name, ..)` of
+  // `pthread_create(&name, ..)`, else the end of the enclosing block.
   std::size_t end = 0;
   const BufferFlow::ThreadStart& st = flow.thread_starts().front();
+  const auto joined_after = [&](const std::string& name, bool pthread) {
+    for (std::size_t k = anchor; k + 3 < cf->body_close; ++k)
+      if (pthread ? toks[k].text == "pthread_join" && toks[k + 1].text == "(" && toks[k + 2].text == name
+                  : toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join")
+        return k;
+    return std::size_t(0);
+  };
+  // The pthread_create call the start is an argument of, when there is one: its `(`.
+  std::size_t create = 0;
+  for (std::size_t k = st.entry; k > 1 && create == 0; --k)
+    if (toks[k - 1].text == "pthread_create" && toks[k].text == "(" && matching(toks, k) > st.entry) create = k;
   // `std::thread name(f, ..)` / `std::jthread name{[&] {..}}`: the start's first argument is the entry.
   if (flow.function_at(st.entry) == creator && anchor >= 3 &&
       (toks[anchor - 1].text == "(" || toks[anchor - 1].text == "{") &&
       toks[anchor - 2].kind == TokenKind::Identifier &&
       (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
     const std::string& name = toks[anchor - 2].text;
-    for (std::size_t k = anchor; k + 3 < cf->body_close && end == 0; ++k)
-      if (toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join") end = k;
+    end = joined_after(name, false);
     if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see", name);
+  } else if (create != 0) {
+    // `pthread_create(&name, ..)` in the creating function: no destructor ends a pthread.
+    const bool named = flow.function_at(st.entry) == creator && toks[create + 1].text == "&" &&
+                       toks[create + 2].kind == TokenKind::Identifier && toks[create + 3].text == ",";
+    const std::string name = named ? toks[create + 2].text : "";
+    end = named ? joined_after(name, true) : 0;
+    if (end == 0)
+      return named ? fmt::format("starts pthread `{}` and joins it nowhere braid can see", name)
+                   : std::string("starts a pthread that braid cannot follow to its pthread_join");
   } else {
     int depth = 0;
     std::size_t open = anchor;

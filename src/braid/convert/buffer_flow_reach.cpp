@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "braid/convert/buffer_flow.hpp"
@@ -71,18 +72,26 @@ void BufferFlow::record_pointer_array_store(std::size_t k, const std::string& fu
     field_writes_.push_back(FieldWrite{function, lhs, join(code_, eq + 1, e), k, through});
 }
 
+// What the file writes into the field at `path`, or into a field `path` indexes or reads through
+// (`args.grads = g_grads;` makes `args.grads[]` an element of `g_grads`).
 BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   Resolution out;
   for (const FieldWrite& w : field_writes_) {
     if (w.value == "NULL" || w.value == "nullptr" || w.value == "0") continue;  // a reset points at no buffer
     const Resolution lhs = resolve(w.lhs, w.function, w.token);
-    if (std::none_of(lhs.paths.begin(), lhs.paths.end(), [&](const std::string& p) { return path_matches(p, path); }))
-      continue;
+    // `path` after the written field: "", or "[]..." / ".x..." when the value is a whole variable.
+    std::optional<std::string> rest;
+    const bool whole = !access_path(w.value, false).empty();
+    for (const std::string& p : lhs.paths)
+      for (std::size_t i = 1; !rest && i <= path.size(); ++i)
+        if ((i == path.size() || (whole && (path[i] == '[' || path[i] == '.'))) && path_matches(p, path.substr(0, i)))
+          rest = path.substr(i);
+    if (!rest) continue;
     out.via.push_back(fmt::format("{} = {} (line {}{}, in {}())", w.lhs, w.value, code_[w.token].line,
                                   w.through.empty() ? "" : ", by `" + w.through + "`", w.function));
     std::vector<std::string> stack;
-    if (const FunctionDef* helper = returning_helper(w.value)) follow_namesakes_returns(*helper, "", 6, out, stack);
-    else resolve_into(w.value, w.function, w.token, 6, out, stack);
+    if (const FunctionDef* helper = returning_helper(w.value)) follow_namesakes_returns(*helper, *rest, 6, out, stack);
+    else resolve_into(w.value + *rest, w.function, w.token, 6, out, stack);
     if (!out.reason.empty()) {
       out.paths.clear();
       return out;
