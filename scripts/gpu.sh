@@ -554,7 +554,7 @@ convert_gate_programs() {  # with-user-corpus  (only the names in $cg_programs, 
   return 0
 }
 convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
-  local braid=$1 ranks=$2 secs=$3 cv_out=$4 user=$5 summary=${6:-} start f n line flags pids=()
+  local braid=$1 ranks=$2 secs=$3 cv_out=$4 user=$5 summary=${6:-} start f n line flags pids=() gate_failures=0
   if [ -z "$braid" ] || { [ "$dry" = 0 ] && ! "$braid" convert --help >/dev/null 2>&1; } || [ "$(gpu_count)" -lt 2 ]; then
     echo "convert gate: skipped (no braid with \`convert\`, or fewer than 2 GPUs)"
     return 0
@@ -608,12 +608,15 @@ convert_gate() {  # braid ranks seconds out-dir with-user-corpus [summary]
       echo "| $n | nothing converted by rules (host NCCL kept; the reasons are in $n.log) | | | |"
     else
       echo "| $n | FAIL: $(grep -h "braid:\|original does not\|differ" "$cv_out/$n.log" | head -1 | cut -c1-160) | | | |"
+      gate_failures=$((gate_failures + 1))
     fi
   done
   [ -n "$summary" ] && awk '$2 != 0 {n++} END {if (n) print "convert gate: rc=1 (" n " programs exited non-zero; the untouched ones exit 2 by design)"}' "$cv_out/rc.txt" >>"$summary"
   for f in "$cv_out"/*.work/gate/converted/rank0.stderr; do
     [ -f "$f" ] && grep -h "braid_converted:" "$f" | sed "s|^|$(basename "$(dirname "$(dirname "$(dirname "$f")")")"): |"
   done
+  # Non-zero only for a FAIL row (programs left untouched exit 2 by design).
+  [ "$gate_failures" = 0 ]
 }
 spec_convert_gate() {
   common_opts convert-gate-out
