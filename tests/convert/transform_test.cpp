@@ -561,6 +561,17 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
   pthread_refused("  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
                   "calls cudaFree (line 13) before the thread has ended");
   pthread_refused("  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
+  // A std::jthread joins in its destructor: its life ends with its block.
+  std::string jthread = base;
+  jthread.replace(jthread.find("  std::thread reducer"), std::string("  std::thread reducer").size(), "  {\n  std::jthread reducer");
+  jthread.replace(jthread.find("  reducer.join();\n"), std::string("  reducer.join();\n").size(), "  }\n");
+  const Conversion j = transform(analyze("p.cu", jthread), jthread);
+  EXPECT_EQ(j.converted_calls, 2) << conversion_to_text(j);
+  EXPECT_TRUE(contains(conversion_to_text(j), "(started at line 8, ended by line 9)")) << conversion_to_text(j);
+  std::string late = jthread;  // a free inside the jthread's block runs while it may still be running
+  late.replace(late.find("  }\n  ncclAllReduce(loss"), std::string("  }\n").size(), "  cudaFree(loss);\n  }\n");
+  const Conversion l = transform(analyze("p.cu", late), late);
+  EXPECT_EQ(l.converted_calls, 0) << conversion_to_text(l);
   const auto refused = [&](const std::string& from, const std::string& to, const std::string& why) {
     std::string src = base;
     const auto at = src.find(from);

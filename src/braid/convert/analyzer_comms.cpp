@@ -250,8 +250,19 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
   if (anchor == 0 || in_loop(toks, *cf, anchor) || flow.conditional(anchor))
     return "starts its thread in a loop or under a condition";
   // Where its life ends: `name.join()` of a local std::thread, `pthread_join(name, ..)` of
-  // `pthread_create(&name, ..)`, else the end of the enclosing block.
+  // `pthread_create(&name, ..)`, else the end of the enclosing block (a std::jthread, or an object
+  // holding the thread, joins in its destructor).
   std::size_t end = 0;
+  const auto block_end = [&](std::size_t from) {
+    int depth = 0;
+    std::size_t open = from;
+    while (open > cf->body_open && !(toks[open].text == "{" && depth == 0)) {
+      if (toks[open].text == "}") ++depth;
+      else if (toks[open].text == "{") --depth;
+      --open;
+    }
+    return matching(toks, open);
+  };
   const BufferFlow::ThreadStart& st = flow.thread_starts().front();
   const auto joined_after = [&](const std::string& name, bool pthread) {
     for (std::size_t k = anchor; k + 3 < cf->body_close; ++k)
@@ -271,6 +282,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
       (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
     const std::string& name = toks[anchor - 2].text;
     end = joined_after(name, false);
+    if (end == 0 && toks[anchor - 3].text == "jthread") end = block_end(anchor - 3);
     if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see", name);
   } else if (create != 0) {
     // `pthread_create(&name, ..)` in the creating function: no destructor ends a pthread.
@@ -282,14 +294,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
       return named ? fmt::format("starts pthread `{}` and joins it nowhere braid can see", name)
                    : std::string("starts a pthread that braid cannot follow to its pthread_join");
   } else {
-    int depth = 0;
-    std::size_t open = anchor;
-    while (open > cf->body_open && !(toks[open].text == "{" && depth == 0)) {
-      if (toks[open].text == "}") ++depth;
-      else if (toks[open].text == "{") --depth;
-      --open;
-    }
-    end = matching(toks, open);
+    end = block_end(anchor);
   }
   started = toks[anchor].line;
   joined = end < toks.size() ? toks[end].line : 0;
