@@ -110,17 +110,14 @@ TEST(SiblingFocus, OnlySiblingsOfTheSameTextWithinTheWindowCount) {
 }
 
 // Fewer changes than the window: as many shares as changes, and when every share is held the one
-// held longest ago is taken again, with no change to list (its holder was given it): the sibling
-// is told to change two knobs. The same sequence of parents gives the same shares (replay).
+// held longest ago is taken again. The same sequence of parents gives the same shares (replay).
 TEST(SiblingFocus, FewChangesAndTheSameAnswerForTheSameSequence) {
   const std::vector<std::string> few = {"kA = 1", "kA = 2", "kB = true"};
   SiblingFocus one(8), two(8);
   std::vector<int> s1, s2;
   for (std::int64_t g = 1; g <= 6; ++g) {
-    bool spent = true;
-    auto f = one.assign(g, "p", few, {}, &spent);
-    EXPECT_EQ(f.size(), g <= 3 ? 1u : 0u) << g;
-    EXPECT_EQ(spent, g > 3) << g;
+    auto f = one.assign(g, "p", few);
+    EXPECT_EQ(f.size(), 1u);
     two.assign(g, "p", few);
     s1.push_back(one.share_of(g));
     s2.push_back(two.share_of(g));
@@ -160,31 +157,6 @@ TEST(SiblingFocus, ASpentSiblingSharesTheHeldShareWithTheMostChangesLeft) {
   even.assign(2, "p", c);
   EXPECT_EQ(even.assign(3, "p", c, {"a", "d", "g"}), (std::vector<std::string>{"e", "h", "b"}));
   EXPECT_EQ(even.share_of(3), 1);
-}
-
-// Late in a parent's life (the bench's best program, 14 of its 15 one-knob changes taken): the
-// first blind sibling is given the last change; the next ones would repeat it, so they are told
-// that the one-knob changes are spent and change two knobs or the code (before, each was listed
-// that same change and all but one answer was rejected as a repeat).
-TEST(SiblingFocus, SiblingsBeyondTheChangesLeftAreToldTheyAreSpent) {
-  std::vector<std::string> c;
-  for (int i = 0; i < 15; ++i) c.push_back("k" + std::to_string(i) + " = 1");
-  std::vector<std::string> taken(c.begin(), c.end() - 1);
-  SiblingFocus focus(8);
-  bool spent = true;
-  EXPECT_EQ(focus.assign(26, "p", c, taken, &spent), (std::vector<std::string>{"k14 = 1", "k6 = 1"}));  // taken last
-  EXPECT_FALSE(spent);
-  for (std::int64_t g = 27; g <= 29; ++g) {
-    EXPECT_TRUE(focus.assign(g, "p", c, taken, &spent).empty()) << g;
-    EXPECT_TRUE(spent) << g;
-  }
-  PreparedProposal p;
-  p.one_knob = c;
-  p.ctx.taken_knob_changes = taken;
-  p.focus_spent = true;
-  narrow_focus(p);
-  EXPECT_TRUE(p.ctx.one_knob_changes_spent);
-  EXPECT_TRUE(p.ctx.focus_knob_changes.empty());
 }
 
 TEST(SiblingFocus, ThePromptsFocusLeavesOutTakenChanges) {

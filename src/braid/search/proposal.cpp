@@ -177,8 +177,7 @@ void narrow_focus(PreparedProposal& p) {
   };
   for (const auto& change : p.focus)
     if (!is_taken(change)) focus.push_back(change);
-  p.ctx.one_knob_changes_spent =
-      !p.one_knob.empty() && (p.focus_spent || std::all_of(p.one_knob.begin(), p.one_knob.end(), is_taken));
+  p.ctx.one_knob_changes_spent = !p.one_knob.empty() && std::all_of(p.one_knob.begin(), p.one_knob.end(), is_taken);
 }
 
 std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, std::int64_t g) {

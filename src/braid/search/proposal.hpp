@@ -46,8 +46,6 @@ struct PreparedProposal {
   // The share of the parent's one-knob changes this proposal focuses on (search/sibling_focus.hpp;
   // empty: none); ctx.focus_knob_changes is it less the taken ones (narrow_focus).
   std::vector<std::string> focus;
-  // Every change of its share went to earlier blind siblings: asked to change two knobs or the code.
-  bool focus_spent = false;
   std::vector<std::string> one_knob;  // every one-knob change of the parent (one_knob_changes)
   std::size_t similarity_rows = 0;    // population rows with an embedding when prepared
 

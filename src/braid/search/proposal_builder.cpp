@@ -64,7 +64,7 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
   PreparedProposal& p = *(proposing_[g] = prepare_proposal(src, g));
   if (pool_) {
     // Its share of the parent's changes, apart from its siblings' (search/sibling_focus.hpp).
-    if (p.parent) p.focus = focus_.assign(g, p.parent_rec.code, p.one_knob, p.ctx.taken_knob_changes, &p.focus_spent);
+    if (p.parent) p.focus = focus_.assign(g, p.parent_rec.code, p.one_knob, p.ctx.taken_knob_changes);
     narrow_focus(p);
     submit_ask(p, true);
     return {};

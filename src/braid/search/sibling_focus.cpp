@@ -15,8 +15,7 @@ std::vector<std::string> focus_share(const std::vector<std::string>& changes, in
 
 std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string& parent_code,
                                               const std::vector<std::string>& changes,
-                                              const std::vector<std::string>& taken, bool* spent) {
-  if (spent) *spent = false;
+                                              const std::vector<std::string>& taken) {
   while (!held_.empty() && held_.begin()->first <= g - window_) held_.erase(held_.begin());
   const std::string parent = hash_hex(parent_code);
   const int shares = int(std::min<std::int64_t>(window_, std::int64_t(changes.size())));
@@ -65,17 +64,13 @@ std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string&
   for (const auto& [other, h] : held_)
     if (other < g && h.parent == parent && h.share == chosen) ++holders;
   held_[g] = Held{parent, chosen};
-  if (holders > 0 && free_in(chosen) <= holders) {  // the earlier holders were given every change left
-    if (spent) *spent = true;
-    return {};
-  }
   std::vector<std::string> share = focus_share(changes, chosen, shares);
-  std::vector<std::string> left, gone;
+  std::vector<std::string> left, spent;
   for (auto& change : share)
-    (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : gone).push_back(std::move(change));
+    (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : spent).push_back(std::move(change));
   if (!left.empty())
     std::rotate(left.begin(), left.begin() + std::ptrdiff_t(std::size_t(holders) % left.size()), left.end());
-  left.insert(left.end(), gone.begin(), gone.end());
+  left.insert(left.end(), spent.begin(), spent.end());
   return left;
 }
 

@@ -6,8 +6,7 @@
 // with changes left is free: generation g takes the first share, counting from g mod shares,
 // that no earlier sibling within the window holds and that has a change not yet taken when g is
 // prepared; else the held share with the most changes not yet taken (listed from a later start
-// for each further holder; none when its holders outnumber them); else the first share nobody
-// holds, or the least recently held one.
+// for each further holder); else the first share nobody holds, or the least recently held one.
 // A function of the generations' parents and what was evaluated when they were prepared, so a
 // replay repeats it whatever the timing of the answers.
 // Search thread only; generations are assigned in increasing order.
@@ -27,12 +26,9 @@ class SiblingFocus {
   explicit SiblingFocus(std::int64_t window) : window_(window) {}
   // Generation g's share of `changes` (the parent's one-knob changes in a fixed order), its
   // parent text being `parent_code`, `taken` the changes already taken (listed last). Empty when
-  // the parent has no change, and when the share is held by as many earlier siblings as it has
-  // changes left: they were given those first, so each would likely repeat one (`spent`, when
-  // given, says so: the proposal is to change two knobs or the code).
+  // the parent has no change.
   std::vector<std::string> assign(std::int64_t g, const std::string& parent_code,
-                                  const std::vector<std::string>& changes, const std::vector<std::string>& taken = {},
-                                  bool* spent = nullptr);
+                                  const std::vector<std::string>& changes, const std::vector<std::string>& taken = {});
   // The share assign() gave generation g (-1: none, or out of the window by now).
   int share_of(std::int64_t g) const;
 
