@@ -561,6 +561,8 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
   pthread_refused("  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
                   "calls cudaFree (line 13) before the thread has ended");
   pthread_refused("  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
+  pthread_refused("  pthread_join(tid, nullptr);\n", "  if (rank == 0) pthread_join(tid, nullptr);\n",
+                  "starts pthread `tid` and joins it nowhere");
   // A std::jthread joins in its destructor: its life ends with its block.
   std::string jthread = base;
   jthread.replace(jthread.find("  std::thread reducer"), std::string("  std::thread reducer").size(), "  {\n  std::jthread reducer");
@@ -593,6 +595,7 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
           "    reducer.join();\n  }\n",
           "in a loop");
   refused("  reducer.join();\n", "", "joins it nowhere");
+  refused("  reducer.join();\n", "  if (rank == 0) reducer.join();\n", "joins it nowhere");
 }
 
 // A communicator class: member functions name the field bare (`comm`); it is the communicator

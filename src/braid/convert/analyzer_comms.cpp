@@ -264,10 +264,13 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     return matching(toks, open);
   };
   const BufferFlow::ThreadStart& st = flow.thread_starts().front();
+  // The first join of `name` after the start that runs on every path (one under a condition may
+  // leave the thread running past the releases).
   const auto joined_after = [&](const std::string& name, bool pthread) {
     for (std::size_t k = anchor; k + 3 < cf->body_close; ++k)
-      if (pthread ? toks[k].text == "pthread_join" && toks[k + 1].text == "(" && toks[k + 2].text == name
-                  : toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join")
+      if ((pthread ? toks[k].text == "pthread_join" && toks[k + 1].text == "(" && toks[k + 2].text == name
+                   : toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join") &&
+          !flow.conditional(k))
         return k;
     return std::size_t(0);
   };
@@ -283,7 +286,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     const std::string& name = toks[anchor - 2].text;
     end = joined_after(name, false);
     if (end == 0 && toks[anchor - 3].text == "jthread") end = block_end(anchor - 3);
-    if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see", name);
+    if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see on every path", name);
   } else if (create != 0) {
     // `pthread_create(&name, ..)` in the creating function: no destructor ends a pthread.
     const bool named = flow.function_at(st.entry) == creator && toks[create + 1].text == "&" &&
@@ -291,7 +294,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     const std::string name = named ? toks[create + 2].text : "";
     end = named ? joined_after(name, true) : 0;
     if (end == 0)
-      return named ? fmt::format("starts pthread `{}` and joins it nowhere braid can see", name)
+      return named ? fmt::format("starts pthread `{}` and joins it nowhere braid can see on every path", name)
                    : std::string("starts a pthread that braid cannot follow to its pthread_join");
   } else {
     end = block_end(anchor);
