@@ -274,10 +274,8 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
         return k;
     return std::size_t(0);
   };
-  // The pthread_create call the start is an argument of, when there is one: its `(`.
-  std::size_t create = 0;
-  for (std::size_t k = st.entry; k > 1 && create == 0; --k)
-    if (toks[k - 1].text == "pthread_create" && toks[k].text == "(" && matching(toks, k) > st.entry) create = k;
+  // The `(` of the pthread_create that starts it, when one does.
+  const std::size_t create = st.open > 0 && toks[st.open - 1].text == "pthread_create" ? st.open : 0;
   // `std::thread name(f, ..)` / `std::jthread name{[&] {..}}`: the start's first argument is the entry.
   if (flow.function_at(st.entry) == creator && anchor >= 3 &&
       (toks[anchor - 1].text == "(" || toks[anchor - 1].text == "{") &&

@@ -148,6 +148,7 @@ class BufferFlow {
   // threads, `std::async([policy,] f, ..)`, `pthread_create(&t, attr, f, arg)`. Its function runs
   // once with the arguments, as a call would.
   struct ThreadStart {
+    std::size_t open = 0;                       // the `(` or `{` its arguments open with
     std::size_t entry = 0;                      // code token of the function's name or a lambda's `[`
     std::size_t body_open = 0, body_close = 0;  // a lambda's body; 0 for a named function
     std::vector<std::string> args;              // what the function is given (std::ref(x) gives x)

@@ -73,6 +73,7 @@ void BufferFlow::add_thread_start(std::size_t open, std::size_t skip) {
     ++at;
   if (at >= close) return;
   ThreadStart s;
+  s.open = open;
   s.entry = at;
   if (code_[at].text == "[") {  // a lambda: its body
     std::size_t b = match_forward(code_, at, close) + 1;
