@@ -549,20 +549,55 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
   EXPECT_EQ(pt.converted_calls, 1) << conversion_to_text(pt);
   EXPECT_TRUE(contains(conversion_to_text(pt), "a background thread runs reduce() (started at line 12, ended by line 13)"))
       << conversion_to_text(pt);
-  const auto pthread_refused = [&](const std::string& from, const std::string& to, const std::string& why) {
-    std::string src = pthread;
+  // `src` with `from` replaced by `to` converts nothing, for the reason `why`.
+  const auto refused_in = [&](std::string src, const std::string& from, const std::string& to, const std::string& why) {
     src.replace(src.find(from), from.size(), to);
     const Conversion c = transform(analyze("p.cu", src), src);
     EXPECT_EQ(c.converted_calls, 0) << why << "\n" << conversion_to_text(c);
     ASSERT_FALSE(c.left.empty()) << why;
     EXPECT_TRUE(contains(c.left[0].reason, why)) << c.left[0].reason;
   };
-  pthread_refused("  pthread_join(tid, nullptr);\n", "", "starts pthread `tid` and joins it nowhere");
-  pthread_refused("  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
+  refused_in(pthread, "  pthread_join(tid, nullptr);\n", "", "starts pthread `tid` and joins it nowhere");
+  refused_in(pthread, "  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
                   "calls cudaFree (line 13) before the thread has ended");
-  pthread_refused("  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
-  pthread_refused("  pthread_join(tid, nullptr);\n", "  if (rank == 0) pthread_join(tid, nullptr);\n",
+  refused_in(pthread, "  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
+  refused_in(pthread, "  pthread_join(tid, nullptr);\n", "  if (rank == 0) pthread_join(tid, nullptr);\n",
                   "starts pthread `tid` and joins it nowhere");
+  // Started and joined by helpers a worker struct is handed to (`start(&w)` creates `&w->tid`,
+  // `stop(&w)` joins `w->tid`), the worker reaching its buffers through `w.model = &model`.
+  const std::string helpers =
+      "#include <nccl.h>\n"
+      "#include <pthread.h>\n"
+      "struct Model { float* g; };\n"
+      "struct Worker { pthread_t tid; ncclComm_t comm; Model* model; };\n"
+      "void* reduce(void* p) {\n"
+      "  Worker* w = (Worker*)p;\n"
+      "  ncclAllReduce(w->model->g, w->model->g, 1024, ncclFloat, ncclSum, w->comm, 0);\n"
+      "  return nullptr;\n"
+      "}\n"
+      "void start(Worker* w) { pthread_create(&w->tid, nullptr, reduce, w); }\n"
+      "void stop(Worker* w) { pthread_join(w->tid, nullptr); }\n"
+      "int main() {\n"
+      "  Worker worker; Model model;\n"
+      "  ncclCommInitRank(&worker.comm, 2, id, rank);\n"
+      "  cudaMalloc(&model.g, 4096);\n"
+      "  worker.model = &model;\n"
+      "  start(&worker);\n"
+      "  stop(&worker);\n"
+      "  cudaFree(model.g);\n"
+      "}\n";
+  const Conversion hp = transform(analyze("p.cu", helpers), helpers);
+  EXPECT_EQ(hp.converted_calls, 1) << conversion_to_text(hp);
+  EXPECT_TRUE(contains(conversion_to_text(hp), "a background thread runs reduce() (started at line 17, ended by line 18)"))
+      << conversion_to_text(hp);
+  EXPECT_TRUE(contains(conversion_to_text(hp), "worker . model = & model (line 16")) << conversion_to_text(hp);
+  // A join the helper makes only sometimes, a stop after the free, a start under a condition.
+  refused_in(helpers, "{ pthread_join(w->tid, nullptr); }", "{ if (w->comm) pthread_join(w->tid, nullptr); }",
+             "starts pthread `w->tid` and joins it nowhere");
+  refused_in(helpers, "  stop(&worker);\n  cudaFree(model.g);\n", "  cudaFree(model.g);\n  stop(&worker);\n",
+             "before the thread has ended");
+  refused_in(helpers, "{ pthread_create(&w->tid, nullptr, reduce, w); }",
+             "{ if (w->comm) pthread_create(&w->tid, nullptr, reduce, w); }", "in a loop or under a condition");
   // A std::jthread joins in its destructor: its life ends with its block.
   std::string jthread = base;
   jthread.replace(jthread.find("  std::thread reducer"), std::string("  std::thread reducer").size(), "  {\n  std::jthread reducer");

@@ -1,4 +1,4 @@
-// The tables and views db/ keeps for other modules: confirmations, llm_calls, slurm_jobs, and the
+// The tables and views db/ keeps for other modules: confirmations, remeasurements, llm_calls, slurm_jobs, and the
 // program views of the read commands and the live web UI.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -112,6 +112,38 @@ TEST_F(TablesTest, Confirmations) {
   EXPECT_EQ(back[0].against_samples, c.against_samples);
   EXPECT_FALSE(back[0].promoted);
   EXPECT_EQ(back[0].why, c.why);
+}
+
+// Each re-measurement as it came out, by label and program text: a resume takes it.
+TEST_F(TablesTest, Remeasurements) {
+  ProgramDatabase db(db_path());
+  EXPECT_FALSE(db.remeasurement("aa11-trust1", "h1"));  // a run from before the table
+  db.ensure_confirmations_table();
+  EXPECT_FALSE(db.remeasurement("aa11-trust1", "h1"));
+  RemeasurementRecord r;
+  r.label = "aa11-trust1";
+  r.code_hash = "h1";
+  r.correct = true;
+  r.combined_score = 1.25;
+  r.public_metrics = {{"ratio_to_bound", 1.4}, {"level_reached", 3}};
+  r.created_at = 1.7e9;
+  db.insert_remeasurement(r);
+  auto back = db.remeasurement("aa11-trust1", "h1");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->failure, FailureKind::Ok);
+  EXPECT_TRUE(back->correct);
+  EXPECT_DOUBLE_EQ(back->combined_score, 1.25);
+  EXPECT_EQ(back->public_metrics, r.public_metrics);
+  EXPECT_FALSE(db.remeasurement("aa11-trust1", "h2"));  // another text under that label
+  EXPECT_FALSE(db.remeasurement("aa11-trust2", "h1"));
+  r.failure = FailureKind::Timeout;  // measured again: the newer one stands
+  r.correct = false;
+  r.error_text = "rank 3 hung";
+  db.insert_remeasurement(r);
+  back = db.remeasurement("aa11-trust1", "h1");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->failure, FailureKind::Timeout);
+  EXPECT_EQ(back->error_text, "rank 3 hung");
 }
 
 TEST_F(TablesTest, LlmCalls) {

@@ -256,7 +256,8 @@ TEST(EvolveEndToEnd, RebenchRanksTheBestByTheMedianOfFreshRuns) {
 }
 
 // kill -9 while a goal's re-runs are under way: nothing is recorded for the unfinished
-// confirmation, and `resume` confirms (or refutes) again before it proposes anything new.
+// confirmation, and `resume` confirms (or refutes) again before it proposes anything new, taking
+// the re-run measured before the kill from the database instead of measuring it again.
 TEST(EvolveEndToEnd, KillDuringGoalReRunsThenResume) {
   auto results = fresh_dir("e2e_confirm_kill");
   NoisyGoal noisy("kill");
@@ -283,8 +284,10 @@ TEST(EvolveEndToEnd, KillDuringGoalReRunsThenResume) {
   auto done = run_braid({"resume", results.string()});
   ASSERT_EQ(done.code, 0) << done.output;
   EXPECT_NE(done.output.find("target reached: ratio = 1"), std::string::npos) << done.output;
+  EXPECT_NE(done.output.find("-confirm1: taken from the database"), std::string::npos) << done.output;
   Db db(results / "evolution.db");
   EXPECT_EQ(db.text("PRAGMA integrity_check"), "ok");
+  EXPECT_GE(db.scalar("SELECT COUNT(*) FROM remeasurements WHERE label LIKE '%-confirm%'"), 2);
   EXPECT_NE(db.text("SELECT value FROM meta WHERE key='target_refuted'").find("\"runs\":[1.0,1.3,1.3]"), std::string::npos);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM jobs"), 0);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) - COUNT(DISTINCT knob_key) FROM programs WHERE patch_type != 'seed'"), 0);

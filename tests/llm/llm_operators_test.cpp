@@ -265,6 +265,44 @@ TEST(LlmMutator, EveryOneKnobChangeTakenAsksForTwoKnobsAtOnce) {
   EXPECT_NE(child.find_knob("kOrder")->value, "Order::A") << prop.patch;
 }
 
+// A proposal whose siblings hold every one-knob change left gets two-knob changes to choose from
+// (search/sibling_focus.hpp, claimed): listed in the prompt and in a retry, and the loopback model,
+// keeping to the list, changes both knobs of the pair.
+TEST(LlmMutator, PromptGivesTwoKnobChangesAndTheModelMakesBoth) {
+  Fixture f("pairs");
+  LlmMutator m(f.rt);
+  auto c = f.ctx(PatchType::Diff);
+  const std::string header = "Changes of two knobs together for you to choose from";
+  EXPECT_EQ(m.user_message(f.parent, c).find(header), std::string::npos);
+  c.focus_knob_pairs = {"kTile = 8, kOrder = Order::B"};
+  const std::string user = m.user_message(f.parent, c);
+  const auto at = user.find(header);
+  ASSERT_NE(at, std::string::npos) << user;
+  const std::string line = "- kTile = 8, kOrder = Order::B\n";
+  EXPECT_EQ(user.substr(user.find('\n', at) + 1, line.size()), line) << user;
+  Proposal prop = m.propose(f.parent, c);
+  ASSERT_TRUE(prop.ok()) << prop.error;
+  PatchOutcome out = apply_patch(f.parent, prop.patch_type, prop.patch);
+  ASSERT_TRUE(out.ok()) << out.error;
+  const Program child = Program::parse(out.text, "child");
+  EXPECT_EQ(child.find_knob("kTile")->value, "8") << prop.patch;
+  EXPECT_EQ(child.find_knob("kOrder")->value, "Order::B") << prop.patch;
+  // Asked again: the retry lists the pairs as they stand then.
+  c.previous_error = "knob vector already evaluated: kOrder=Order::B;kTile=8";
+  c.focus_knob_pairs = {"kTile = 1, kOrder = Order::B"};
+  Proposal retry = m.propose(f.parent, c);
+  ASSERT_TRUE(retry.ok()) << retry.error;
+  const auto reqs = f.server.requests();
+  const auto& msgs = reqs.back().body["messages"];
+  const std::string last = msgs[msgs.size() - 1]["content"];
+  EXPECT_NE(last.find(header), std::string::npos) << last;
+  PatchOutcome again = apply_patch(f.parent, retry.patch_type, retry.patch);
+  ASSERT_TRUE(again.ok()) << again.error;
+  const Program second = Program::parse(again.text, "retry");
+  EXPECT_EQ(second.find_knob("kTile")->value, "1");
+  EXPECT_EQ(second.find_knob("kOrder")->value, "Order::B");
+}
+
 // The GPU cascade's profile level stores ncu's per-kernel lines in public_metrics["profile"];
 // they reach the mutation prompt (the parent and the best programs shown) and the feedback
 // agent as lines of their own, not inside the metrics JSON.

@@ -490,20 +490,31 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   // A prompt that gives changes to choose from (its focus; a retry's list is the newer) is
   // followed as a model follows it, in `focus_follow_` of the answers: the one in the hashed order
   // among those not listed as taken.
+  // A list of changes of two knobs together ("kA = a, kB = b") is followed the same way.
   std::vector<std::string> focus;
-  for (const std::string* text : {&last, &first})
-    if (auto at = text->find("Changes of one knob for you to choose from"); focus.empty() && at != std::string::npos) {
-      auto listed = split_lines(text->substr(at));
-      for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i)
-        if (!taken.count(listed[i].substr(2))) focus.push_back(listed[i].substr(2));
-    }
+  for (const char* header : {"Changes of one knob for you to choose from", "Changes of two knobs together for you to choose from"})
+    for (const std::string* text : {&last, &first})
+      if (auto at = text->find(header); focus.empty() && at != std::string::npos) {
+        auto listed = split_lines(text->substr(at));
+        for (std::size_t i = 1; i < listed.size() && listed[i].rfind("- ", 0) == 0; ++i)
+          if (!taken.count(listed[i].substr(2))) focus.push_back(listed[i].substr(2));
+      }
+  // The knob and value of one "kName = value" part of a listed change (n_knobs: none such).
+  auto knob_set = [&](const std::string& part) -> std::pair<std::size_t, std::string> {
+    const auto eq = part.find(" = ");
+    for (std::size_t i = 0; eq != std::string::npos && i < n_knobs; ++i)
+      if (knobs[i].name == part.substr(0, eq) && std::count(knobs[i].domain.begin(), knobs[i].domain.end(), part.substr(eq + 3)))
+        return {i, part.substr(eq + 3)};
+    return {n_knobs, ""};
+  };
+  std::pair<std::size_t, std::string> second{n_knobs, ""};  // a listed pair's other change
   if (!combine && !focus.empty() && double((h >> 17) % 1000) < focus_follow_ * 1000.0) {
     const std::string& change = focus[(h / 7) % focus.size()];
-    const auto eq = change.find(" = ");
-    for (std::size_t i = 0; eq != std::string::npos && i < n_knobs; ++i)
-      if (knobs[i].name == change.substr(0, eq) &&
-          std::count(knobs[i].domain.begin(), knobs[i].domain.end(), change.substr(eq + 3)))
-        ki = i, value = change.substr(eq + 3);
+    const auto comma = change.find(", ");
+    if (auto first_set = knob_set(change.substr(0, comma)); first_set.first < n_knobs) {
+      ki = first_set.first, value = first_set.second;
+      if (comma != std::string::npos) second = knob_set(change.substr(comma + 2));
+    }
   }
   const Knob& k = knobs[ki];
   if (combine)  // take the value from the program to combine
@@ -514,8 +525,13 @@ std::string LoopbackLlmServer::answer_for(const std::string& system,
   // Told that every one-knob change of the program is taken, a model changes a second knob too.
   const Knob* k2 = nullptr;
   std::string value2;
+  if (second.first < n_knobs && second.first != ki) {
+    k2 = &knobs[second.first];
+    value2 = second.second;
+    edited[k2->line] = with_value(lines[k2->line], k2->value, value2);
+  }
   const bool spent = first.find(kOneKnobChangesSpent) != std::string::npos || last.find(kOneKnobChangesSpent) != std::string::npos;
-  if (spent && !combine && n_knobs > 1)
+  if (spent && !combine && n_knobs > 1 && !k2)
     for (std::size_t s = 1; s < n_knobs && !k2; ++s) {
       const Knob& other_knob = knobs[(ki + s + (h / 13) % (n_knobs - 1)) % n_knobs];
       if (&other_knob == &k || other_knob.domain.size() < 2) continue;

@@ -72,8 +72,8 @@ class LoopbackLlmServer {
   // default the choice is a function of the prompt alone: the same prompt, the same edit).
   void set_sampling(std::function<std::uint64_t()> sample) { sample_ = std::move(sample); }
   // The share of mutation answers (0..1, by the prompt's hash and the sampling) that follow a
-  // prompt's "Changes of one knob for you to choose from" list; the others choose as if it were
-  // not there. Default 1: followed as the list of taken changes is.
+  // prompt's "Changes of one knob for you to choose from" list (or its list of two-knob changes);
+  // the others choose as if it were not there. Default 1: followed as the list of taken changes is.
   void set_focus_follow(double share) { focus_follow_ = share; }
   // Fixed answer text for every chat request (overrides the prompt-driven answer).
   void set_fixed_answer(std::string text) { fixed_answer_ = std::move(text); }

@@ -112,6 +112,7 @@ struct FirstAsk {
   long generation = 0;
   std::string parent;
   std::set<std::string> focus;
+  std::set<std::string> pairs;  // two-knob changes to choose from (its one-knob share was claimed)
 };
 
 std::vector<FirstAsk> first_asks(const LoopbackLlmServer& server) {
@@ -127,9 +128,11 @@ std::vector<FirstAsk> first_asks(const LoopbackLlmServer& server) {
     a.generation = std::stol(user.substr(user.find("generation ", head) + 11));
     const auto code = user.find("```", head), code_end = user.find("\n```", code + 3);
     a.parent = user.substr(code, code_end - code);
-    if (auto at = user.find("Changes of one knob for you to choose from"); at != std::string::npos)
-      for (auto line = user.find('\n', at) + 1; user.compare(line, 2, "- ") == 0; line = user.find('\n', line) + 1)
-        a.focus.insert(user.substr(line + 2, user.find('\n', line) - line - 2));
+    for (auto [header, list] : {std::pair{"Changes of one knob for you to choose from", &a.focus},
+                                std::pair{"Changes of two knobs together for you to choose from", &a.pairs}})
+      if (auto at = user.find(header); at != std::string::npos)
+        for (auto line = user.find('\n', at) + 1; user.compare(line, 2, "- ") == 0; line = user.find('\n', line) + 1)
+          list->insert(user.substr(line + 2, user.find('\n', line) - line - 2));
     if (seen.insert(a.generation).second) out.push_back(std::move(a));
   }
   return out;
@@ -154,13 +157,16 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
   EXPECT_GE(asks.size(), 10u);
   int siblings = 0, focused = 0;
   for (std::size_t i = 0; i < asks.size(); ++i) {
-    focused += !asks[i].focus.empty();  // none once its whole share is taken
+    focused += !asks[i].focus.empty() || !asks[i].pairs.empty();  // none once every change is taken
     for (std::size_t j = 0; j < i; ++j) {
       if (asks[i].parent != asks[j].parent || std::labs(asks[i].generation - asks[j].generation) >= 8) continue;
       ++siblings;
       for (const auto& change : asks[i].focus)
         EXPECT_FALSE(asks[j].focus.count(change))
             << change << " in the focus of generations " << asks[j].generation << " and " << asks[i].generation;
+      for (const auto& change : asks[i].pairs)
+        EXPECT_FALSE(asks[j].pairs.count(change))
+            << change << " in the pairs of generations " << asks[j].generation << " and " << asks[i].generation;
     }
   }
   EXPECT_GE(siblings, 3) << "no blind siblings to compare";

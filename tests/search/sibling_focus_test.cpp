@@ -185,5 +185,92 @@ TEST(SiblingFocus, EveryOneKnobChangeNamedIsSpent) {
   EXPECT_FALSE(p.ctx.one_knob_changes_spent);
 }
 
+// A share is claimed when its earlier holders are as many as its changes left: each will likely
+// take one, so the next sibling is sent to the parent's two-knob changes instead (pt9 of
+// docs/measurements/2026-11-28d: blind siblings given the same last change repeated it).
+TEST(SiblingFocus, AShareWithNoChangeLeftBeyondItsHoldersIsClaimed) {
+  const std::vector<std::string> c = {"a", "b", "c", "d"};
+  SiblingFocus focus(4);
+  EXPECT_EQ(focus.assign(1, "p", c, {"a", "c", "d"}), (std::vector<std::string>{"b"}));
+  EXPECT_FALSE(focus.claimed(1));  // b is free and nobody else holds it
+  EXPECT_EQ(focus.assign(2, "p", c, {"a", "c", "d"}), (std::vector<std::string>{"b"}));  // shared
+  EXPECT_TRUE(focus.claimed(2));                                                         // generation 1 takes b
+  EXPECT_FALSE(focus.claimed(3));                                                        // not assigned yet
+  focus.assign(3, "p", c, c);                                                            // nothing left anywhere
+  EXPECT_TRUE(focus.claimed(3));
+  SiblingFocus none(4);
+  EXPECT_TRUE(none.assign(5, "p", {}).empty());  // a parent without one-knob changes
+  EXPECT_TRUE(none.claimed(5));
+  // Another parent text holds nothing of p's shares.
+  EXPECT_FALSE(focus.assign(4, "q", c, {"a", "c", "d"}).empty());
+  EXPECT_FALSE(focus.claimed(4));
+}
+
+// Two parents can reach one knob vector (pt13 of docs/measurements/2026-11-28e: a child's change
+// undone is the seed's other change): a change whose vector a sibling of another parent was given
+// within the window is left out of the focus, and a share left with nothing is claimed.
+TEST(SiblingFocus, AVectorGivenToASiblingOfAnotherParentIsLeftOut) {
+  SiblingFocus focus(4);
+  // Parent p: "kA = 1" makes vector v1, "kB = 1" v2. Parent q (p with kA = 2): "kA = 1" makes v1 too.
+  EXPECT_EQ(focus.assign(1, "p", {"kA = 1", "kB = 1"}, {}, {"v1", "v2"}), (std::vector<std::string>{"kB = 1"}));
+  EXPECT_EQ(focus.assign(2, "p", {"kA = 1", "kB = 1"}, {}, {"v1", "v2"}), (std::vector<std::string>{"kA = 1"}));
+  EXPECT_TRUE(focus.assign(3, "q", {"kA = 1"}, {}, {"v1"}).empty());  // v1 is generation 2's
+  EXPECT_TRUE(focus.claimed(3));
+  // Out of the window, the vector is free again; without keys nothing is left out.
+  EXPECT_EQ(focus.assign(6, "q", {"kA = 1"}, {}, {"v1"}), (std::vector<std::string>{"kA = 1"}));
+  SiblingFocus plain(4);
+  plain.assign(1, "p", {"kA = 1"}, {}, {"v1"});
+  EXPECT_EQ(plain.assign(2, "q", {"kA = 1"}), (std::vector<std::string>{"kA = 1"}));
+}
+
+TEST(SiblingFocus, PairsAreEveryValidTwoKnobChangeInAFixedMixedOrder) {
+  Program seed = Program::parse(kSeed, "seed");
+  ASSERT_TRUE(seed.ok());
+  const auto pairs = knob_pair_changes(seed, 100000);
+  std::set<std::string> texts, keys;
+  for (const auto& pc : pairs) {
+    texts.insert(pc.text);
+    keys.insert(pc.key);
+    const auto comma = pc.text.find(", ");
+    ASSERT_NE(comma, std::string::npos) << pc.text;
+    EXPECT_EQ(pc.text.find("= 32,"), std::string::npos) << pc.text;  // never a knob's own value
+    EXPECT_NE(pc.text.substr(0, pc.text.find(" = ")),
+              pc.text.substr(comma + 2, pc.text.find(" = ", comma) - comma - 2));
+    // Valid under the braid:require: never kBK = 128 with kBN = 128 (16384 > 8192).
+    EXPECT_FALSE(pc.text.find("kBN = 128") != std::string::npos && pc.text.find("kBK = 128") != std::string::npos)
+        << pc.text;
+  }
+  EXPECT_EQ(texts.size(), pairs.size());
+  EXPECT_EQ(keys.size(), pairs.size());  // each a distinct knob vector
+  // 3 tile knobs x 4 other values, 3 unroll values, 1 flag value: pairs of knobs with all their
+  // other values, less (kBN, kBK) = (128, 128).
+  const int tiles = 3 * 4 * 4 - 1, with_unroll = 3 * 4 * 3, with_flag = 3 * 4, unroll_flag = 3;
+  EXPECT_EQ(pairs.size(), std::size_t(tiles + with_unroll + with_flag + unroll_flag));
+  // Mixed: the first few do not all move the first knob; capped lists are prefixes.
+  int first_knob = 0;
+  for (std::size_t i = 0; i < 8; ++i) first_knob += pairs[i].text.rfind("kBM = ", 0) == 0;
+  EXPECT_LT(first_knob, 8);
+  const auto capped = knob_pair_changes(seed, 10);
+  ASSERT_EQ(capped.size(), 10u);
+  for (std::size_t i = 0; i < capped.size(); ++i) EXPECT_EQ(capped[i].text, pairs[i].text);
+}
+
+// The prompt lists at most four pairs of its share, less those named as taken.
+TEST(SiblingFocus, ThePromptsPairsLeaveOutTakenOnesAndAreFew) {
+  Program seed = Program::parse(kSeed, "seed");
+  ASSERT_TRUE(seed.ok());
+  PreparedProposal p;
+  p.parent = seed;
+  p.pairs = knob_pair_changes(seed);
+  for (std::size_t i = 0; i < 6; ++i) p.pair_focus.push_back(p.pairs[i].text);
+  const std::string taken_key = p.pairs[1].key;
+  name_taken_pairs(p, [&](const std::string& key) { return key == taken_key; });
+  EXPECT_EQ(p.taken_pairs, (std::vector<std::string>{p.pairs[1].text}));
+  narrow_focus(p);
+  EXPECT_EQ(p.ctx.focus_knob_pairs,
+            (std::vector<std::string>{p.pairs[0].text, p.pairs[2].text, p.pairs[3].text, p.pairs[4].text}));
+  EXPECT_TRUE(p.ctx.focus_knob_changes.empty());
+}
+
 }  // namespace
 }  // namespace braid

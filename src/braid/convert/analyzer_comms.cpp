@@ -212,14 +212,62 @@ bool in_loop(const std::vector<Token>& toks, const FunctionDef& f, std::size_t a
   return false;
 }
 
+// The handle a pthread_create or pthread_join names, its first argument from `at` to the comma:
+// `&h` or `h` gives "h", `&w->thread` or `w->thread` "w->thread" (a field is named with the
+// variable that reaches it). "" when it is another expression.
+std::string pthread_handle(const std::vector<Token>& toks, std::size_t at) {
+  std::string out;
+  if (at < toks.size() && toks[at].text == "&") ++at;
+  for (bool want_name = true; at < toks.size() && toks[at].text != ","; ++at, want_name = !want_name) {
+    const Token& t = toks[at];
+    if (want_name ? t.kind != TokenKind::Identifier : (t.text != "->" && t.text != ".")) return "";
+    out += t.text;
+  }
+  return at < toks.size() && !out.empty() && out.back() != '>' && out.back() != '.' ? out : "";
+}
+
+// Whether token `at` sits in a loop of the function that holds it.
+bool in_helper_loop(const std::vector<Token>& toks, const BufferFlow& flow, std::size_t at) {
+  const std::string fn = flow.function_at(at);
+  for (const FunctionDef& f : flow.functions())
+    if (f.name == fn && f.body_open < at && at < f.body_close) return in_loop(toks, f, at);
+  return false;
+}
+
+// The end of a pthread's life in the creating function: the first place after `anchor` where a
+// `pthread_join` of its handle runs on every path, in `creator` or in a helper called once from it
+// (`comm_worker_stop(&w)` joining `w->thread`). The handle's last name is compared (a helper names
+// the struct by its parameter); 0 when there is none.
+std::size_t pthread_joined_after(const std::vector<Token>& toks, const BufferFlow& flow, const std::string& creator,
+                                 const std::string& handle, std::size_t anchor) {
+  const auto last_name = [](const std::string& h) {
+    const std::size_t cut = h.find_last_of(">.");
+    return cut == std::string::npos ? h : h.substr(cut + 1);
+  };
+  const bool local = last_name(handle) == handle;  // `&h`: a variable of the creating function
+  std::size_t best = 0;
+  for (std::size_t k = 0; k + 2 < toks.size(); ++k) {
+    if (toks[k].text != "pthread_join" || toks[k + 1].text != "(") continue;
+    const std::string joined = pthread_handle(toks, k + 2);
+    if (joined.empty() || (local ? joined != handle : last_name(joined) != last_name(handle))) continue;
+    if (flow.conditional(k)) continue;
+    auto places = places_in(flow, k, creator);
+    if (!places || places->size() != 1) continue;
+    const std::size_t place = places->front();
+    if (place > anchor && !flow.conditional(place) && (best == 0 || place < best)) best = place;
+  }
+  return best;
+}
+
 // One rank per process whose communicator a background thread calls on (a reducer thread fed by a
 // queue). Converted, the thread's collectives run as kernels on the device communicator and read
 // the runtime's windows; every host NCCL call a conversion adds (a window's registration, which is
 // collective) or a release changes them. So it converts only when the thread's whole life lies
 // between the two in the creating function's order, the same on every rank: every allocation and
 // creation before the one place the thread starts (not in a loop, not under a condition), every
-// release and destruction after it is joined (`t.join()` of a local std::thread, or the end of the
-// block whose object holds it: a joinable std::thread left to its destructor ends the program), no
+// release and destruction after it is joined (`t.join()` of a local std::thread, `pthread_join` of
+// a pthread's handle there or in a helper called once, or the end of the block whose object holds
+// it: a joinable std::thread left to its destructor ends the program), no
 // detach, and the thread makes only collectives, outside groups (a group's state is the runtime's,
 // shared). Returns why not, or "" with `joined` set to the line by which the thread has ended.
 std::string background_thread_refusal(const std::vector<Token>& toks, const BufferFlow& flow,
@@ -264,13 +312,11 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     return matching(toks, open);
   };
   const BufferFlow::ThreadStart& st = flow.thread_starts().front();
-  // The first join of `name` after the start that runs on every path (one under a condition may
+  // The first `name.join()` after the start that runs on every path (one under a condition may
   // leave the thread running past the releases).
-  const auto joined_after = [&](const std::string& name, bool pthread) {
+  const auto joined_after = [&](const std::string& name) {
     for (std::size_t k = anchor; k + 3 < cf->body_close; ++k)
-      if ((pthread ? toks[k].text == "pthread_join" && toks[k + 1].text == "(" && toks[k + 2].text == name
-                   : toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join") &&
-          !flow.conditional(k))
+      if (toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join" && !flow.conditional(k))
         return k;
     return std::size_t(0);
   };
@@ -282,18 +328,17 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
       toks[anchor - 2].kind == TokenKind::Identifier &&
       (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
     const std::string& name = toks[anchor - 2].text;
-    end = joined_after(name, false);
+    end = joined_after(name);
     if (end == 0 && toks[anchor - 3].text == "jthread") end = block_end(anchor - 3);
     if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see on every path", name);
   } else if (create != 0) {
-    // `pthread_create(&name, ..)` in the creating function: no destructor ends a pthread.
-    const bool named = flow.function_at(st.entry) == creator && toks[create + 1].text == "&" &&
-                       toks[create + 2].kind == TokenKind::Identifier && toks[create + 3].text == ",";
-    const std::string name = named ? toks[create + 2].text : "";
-    end = named ? joined_after(name, true) : 0;
-    if (end == 0)
-      return named ? fmt::format("starts pthread `{}` and joins it nowhere braid can see on every path", name)
-                   : std::string("starts a pthread that braid cannot follow to its pthread_join");
+    // `pthread_create(&h, ..)`: no destructor ends a pthread; its `pthread_join(h, ..)` does.
+    const std::string handle = pthread_handle(toks, create + 1);
+    if (handle.empty()) return "starts a pthread that braid cannot follow to its pthread_join";
+    if (flow.function_at(st.open) != creator && (flow.conditional(st.open) || in_helper_loop(toks, flow, st.open)))
+      return "starts its thread in a loop or under a condition";
+    end = pthread_joined_after(toks, flow, creator, handle, anchor);
+    if (end == 0) return fmt::format("starts pthread `{}` and joins it nowhere braid can see on every path", handle);
   } else {
     end = block_end(anchor);
   }

@@ -1,9 +1,8 @@
 // BufferFlow (buffer_flow.hpp): what helpers and fields carry between statements: fields written
-// with a helper's result or through an array of their addresses (llm.c's `*(ptrs[i]) = it`), the
-// pointer fields of a struct indexed as an array, element copies between arrays, helpers that
-// return a buffer, and which
-// statements run conditionally and reach which functions (the reach a converted call needs to be
-// proven on every rank).
+// with a helper's result, a variable or its address, or through an array of their addresses
+// (llm.c's `*(ptrs[i]) = it`), the pointer fields of a struct indexed as an array, element copies
+// between arrays, helpers that return a buffer, and which statements run conditionally and reach
+// which functions (the reach a converted call needs to be proven on every rank).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -81,7 +80,8 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     const Resolution lhs = resolve(w.lhs, w.function, w.token);
     // `path` after the written field: "", or "[]..." / ".x..." when the value is a whole variable.
     std::optional<std::string> rest;
-    const bool whole = !access_path(w.value, false).empty();
+    const bool address = w.value.rfind("& ", 0) == 0 && !access_path(w.value.substr(2), false).empty();
+    const bool whole = address || !access_path(w.value, false).empty();
     for (const std::string& p : lhs.paths)
       for (std::size_t i = 1; !rest && i <= path.size(); ++i)
         if ((i == path.size() || (whole && (path[i] == '[' || path[i] == '.'))) && path_matches(p, path.substr(0, i)))
@@ -90,8 +90,10 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     out.via.push_back(fmt::format("{} = {} (line {}{}, in {}())", w.lhs, w.value, code_[w.token].line,
                                   w.through.empty() ? "" : ", by `" + w.through + "`", w.function));
     std::vector<std::string> stack;
-    if (const FunctionDef* helper = returning_helper(w.value)) follow_namesakes_returns(*helper, *rest, 6, out, stack);
-    else resolve_into(w.value + *rest, w.function, w.token, 6, out, stack);
+    // `w.model = &model` reads through to the variable: `w.model->grads[l]` is `model.grads[l]`.
+    const std::string value = address && rest->starts_with(".") ? w.value.substr(2) : w.value;
+    if (const FunctionDef* helper = returning_helper(value)) follow_namesakes_returns(*helper, *rest, 6, out, stack);
+    else resolve_into(value + *rest, w.function, w.token, 6, out, stack);
     if (!out.reason.empty()) {
       out.paths.clear();
       return out;
@@ -124,10 +126,7 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
       is(k + 3, "(")) {
     v = k + 4;
     v_end = match_forward(code_, k + 3, end);
-    if (is(v, "std") && is(v + 1, "::") && is(v + 2, "move") && is(v + 3, "(")) {
-      v_end = match_forward(code_, v + 3, end);
-      v += 4;
-    }
+    unwrap_move();
   } else if (is(k + 1, "[") && (k == 0 || (code_[k - 1].text != "." && code_[k - 1].text != "->"))) {
     const std::size_t close = match_forward(code_, k + 1, end);
     if (close + 2 < end && code_[close + 1].text == "=" && code_[close + 2].text == "{")

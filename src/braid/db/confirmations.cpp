@@ -1,4 +1,6 @@
-// The confirmations table: one row per re-measurement of a would-be best (search/confirmation.hpp).
+// The confirmations table: one row per confirmation of a would-be best by re-runs
+// (search/confirmation.hpp); and the remeasurements table: each of those re-runs (and every other
+// re-measurement) as it came out, for a resume to take instead of measuring again.
 #include <sqlite3.h>
 
 #include "braid/db/database.hpp"
@@ -45,6 +47,14 @@ void create_table(sqlite3* db) {
             " promoted INTEGER NOT NULL, why TEXT NOT NULL, created_at REAL NOT NULL)");
 }
 
+void create_remeasurements(sqlite3* db) {
+  sql::exec(db,
+            "CREATE TABLE IF NOT EXISTS remeasurements ("
+            " label TEXT NOT NULL, code_hash TEXT NOT NULL, failure_kind TEXT NOT NULL, correct INTEGER NOT NULL,"
+            " combined_score REAL NOT NULL, public_metrics TEXT NOT NULL, error_text TEXT NOT NULL,"
+            " created_at REAL NOT NULL, PRIMARY KEY (label, code_hash))");
+}
+
 void insert_row(sqlite3* db, const ConfirmationRecord& c) {
   sql::ConnectionLock lock(db);
   sql::Statement st(db,
@@ -73,8 +83,45 @@ std::vector<ConfirmationRecord> load_rows(sqlite3* db) {
 
 }  // namespace
 
-void ProgramDatabase::ensure_confirmations_table() { create_table(db_); }
+void ProgramDatabase::ensure_confirmations_table() {
+  create_table(db_);
+  create_remeasurements(db_);
+}
 void ProgramDatabase::insert_confirmation(const ConfirmationRecord& c) { insert_row(db_, c); }
 std::vector<ConfirmationRecord> ProgramDatabase::confirmations() const { return load_rows(db_); }
+
+void ProgramDatabase::insert_remeasurement(const RemeasurementRecord& r) {
+  sql::ConnectionLock lock(db_);
+  sql::Statement st(db_,
+                    "INSERT OR REPLACE INTO remeasurements (label, code_hash, failure_kind, correct, combined_score, "
+                    "public_metrics, error_text, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  st.bind(1, r.label).bind(2, r.code_hash).bind(3, std::string(to_string(r.failure))).bind(4, r.correct);
+  st.bind(5, r.combined_score).bind(6, r.public_metrics.dump()).bind(7, r.error_text).bind(8, r.created_at);
+  st.run();
+}
+
+std::optional<RemeasurementRecord> ProgramDatabase::remeasurement(const std::string& label,
+                                                                  const std::string& code_hash) const {
+  sql::ConnectionLock lock(db_);
+  if (!table_exists(db_, "remeasurements")) return std::nullopt;
+  sql::Statement st(db_,
+                    "SELECT failure_kind, correct, combined_score, public_metrics, error_text, created_at "
+                    "FROM remeasurements WHERE label = ? AND code_hash = ?");
+  st.bind(1, label).bind(2, code_hash);
+  if (!st.step()) return std::nullopt;
+  const auto failure = failure_kind_from(st.column_text(0));
+  if (!failure) return std::nullopt;  // written by a braid that knows another kind: measured again
+  RemeasurementRecord r;
+  r.label = label;
+  r.code_hash = code_hash;
+  r.failure = *failure;
+  r.correct = st.column_int(1) != 0;
+  r.combined_score = st.column_double(2);
+  r.public_metrics = json::parse(st.column_text(3), nullptr, false);
+  if (!r.public_metrics.is_object()) r.public_metrics = json::object();
+  r.error_text = st.column_text(4);
+  r.created_at = st.column_double(5);
+  return r;
+}
 
 }  // namespace braid

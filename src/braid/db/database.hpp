@@ -116,11 +116,13 @@ class ProgramDatabase {
   // columns parsed, the embedding as `embedding_dims`, run_seed as a decimal string.
   std::optional<json> program_columns(const std::string& id) const;
 
-  // The confirmations table (confirmations.cpp): created where absent (old runs gain it on
-  // resume); reading a run from before it gives no rows.
+  // The confirmations and remeasurements tables (confirmations.cpp): created where absent (old
+  // runs gain them on resume); reading a run from before them gives no rows.
   void ensure_confirmations_table();
   void insert_confirmation(const ConfirmationRecord& c);
   std::vector<ConfirmationRecord> confirmations() const;  // oldest first
+  void insert_remeasurement(const RemeasurementRecord& r);  // replaces one of the same key
+  std::optional<RemeasurementRecord> remeasurement(const std::string& label, const std::string& code_hash) const;
 
   // The llm_calls table (llm_calls.cpp): one row per LLM call.
   void ensure_llm_calls_table();

@@ -101,6 +101,21 @@ struct ConfirmationRecord {
   double created_at = 0.0;
 };
 
+// One re-measurement of a stored program (search/remeasure.hpp: a best's confirmation, the
+// seed's noise runs, a goal's re-runs) as it came out; a row of the remeasurements table, so that
+// a run resumed after a stop takes it instead of measuring it again. Keyed by its label (which
+// also seeds its inputs) and the program text's hash.
+struct RemeasurementRecord {
+  std::string label;
+  std::string code_hash;
+  FailureKind failure = FailureKind::Ok;
+  bool correct = false;
+  double combined_score = 0.0;
+  json public_metrics = json::object();
+  std::string error_text;
+  double created_at = 0.0;
+};
+
 // One LLM call as the cost ledger finished it (llm/ledger.hpp's CallRecord); a row of llm_calls.
 struct LlmCallRecord {
   std::int64_t seq = 0;

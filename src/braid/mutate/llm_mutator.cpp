@@ -68,17 +68,10 @@ std::string block_markers(const Program& parent) {
   return trimmed(out);
 }
 
-// The parent's one-knob changes already taken, one "- kName = value" line each.
-std::string taken_list(const MutationContext& ctx) {
+// Knob changes as a prompt lists them, one "- kName = value[, kOther = value]" line each.
+std::string bullet_list(const std::vector<std::string>& changes) {
   std::string out;
-  for (const auto& t : ctx.taken_knob_changes) out += "- " + t + "\n";
-  return trimmed(out);
-}
-
-// The parent's one-knob changes this proposal is to choose from, one "- kName = value" line each.
-std::string focus_list(const MutationContext& ctx) {
-  std::string out;
-  for (const auto& t : ctx.focus_knob_changes) out += "- " + t + "\n";
+  for (const auto& t : changes) out += "- " + t + "\n";
   return trimmed(out);
 }
 
@@ -180,8 +173,9 @@ std::string LlmMutator::user_message(const Program& parent, const MutationContex
                           ? parent.text()
                           : parent.text().substr(0, parent.text().size() - 1)},
       {"knobs", trimmed(knobs)},
-      {"taken_knob_changes", taken_list(ctx)},
-      {"focus_knob_changes", focus_list(ctx)},
+      {"taken_knob_changes", bullet_list(ctx.taken_knob_changes)},
+      {"focus_knob_changes", bullet_list(ctx.focus_knob_changes)},
+      {"focus_knob_pairs", bullet_list(ctx.focus_knob_pairs)},
       {"one_knob_changes_spent", ctx.one_knob_changes_spent ? "yes" : ""},
       {"cross_programs", trimmed(cross)},
       {"top_k", trimmed(top_k)},
@@ -229,8 +223,9 @@ Proposal LlmMutator::propose(const Program& parent, const MutationContext& ctx) 
                              : ctx.patch_type == PatchType::Full ? "patch_full.md"
                                                                  : "patch_cross.md";
     llm::PromptVars retry_vars = {{"previous_error", trimmed(ctx.previous_error)},
-                                  {"taken_knob_changes", taken_list(ctx)},
-                                  {"focus_knob_changes", focus_list(ctx)},
+                                  {"taken_knob_changes", bullet_list(ctx.taken_knob_changes)},
+                                  {"focus_knob_changes", bullet_list(ctx.focus_knob_changes)},
+                                  {"focus_knob_pairs", bullet_list(ctx.focus_knob_pairs)},
                                   {"one_knob_changes_spent", ctx.one_knob_changes_spent ? "yes" : ""},
                                   {"patch_instructions", trimmed(rt_->prompts->render(patch_file, patch_vars))}};
     req.messages = {{"user", previous->user},

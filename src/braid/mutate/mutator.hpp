@@ -46,6 +46,10 @@ struct MutationContext {
   // parent text asked at the same time (search/sibling_focus.hpp), less the taken ones. Empty: no
   // focus (asked alone, nothing left in its share, or an operator that is not concurrent).
   std::vector<std::string> focus_knob_changes;
+  // Changes of two knobs together ("kA = a, kB = b", valid under the program's constraints) to
+  // choose from instead, when the proposals asked at the same time hold every one-knob change left
+  // in this one's share, or none is left: its share of the parent's pairs, less the taken ones.
+  std::vector<std::string> focus_knob_pairs;
   // Every one-knob change of the parent is taken: the prompt says so and asks for two or more
   // knobs changed together, or the code (else a model keeps answering repeats, each rejected).
   bool one_knob_changes_spent = false;

@@ -21,6 +21,8 @@ namespace {
 // A model that answers 429 this many times in a row for one generation is taken at its word (a
 // spent quota also answers 429): the attempt then counts as failed, as other errors do.
 constexpr int kMaxRateLimitWaits = 20;
+// The two-knob changes a prompt lists at most (its share may hold more).
+constexpr std::size_t kShownPairs = 4;
 
 // Why `rec` (not a knob-only edit) is no new program: too close to one the proposal was
 // prepared with, or the judge says so. "" when novel.
@@ -168,6 +170,34 @@ std::vector<std::string> one_knob_changes(const Program& parent) {
   return out;
 }
 
+std::vector<KnobChange> knob_pair_changes(const Program& parent, std::size_t limit) {
+  const auto values = parent.knob_values();
+  const auto& knobs = parent.knobs();
+  std::vector<std::pair<std::string, KnobChange>> out;  // (hash, change)
+  for (std::size_t i = 0; i < knobs.size(); ++i)
+    for (std::size_t j = i + 1; j < knobs.size(); ++j)
+      for (const auto& a : knobs[i].domain)
+        for (const auto& b : knobs[j].domain) {
+          if (a == knobs[i].value || b == knobs[j].value) continue;
+          auto changed = values;
+          changed[knobs[i].name] = a;
+          changed[knobs[j].name] = b;
+          if (parent.violated_constraint(changed)) continue;
+          std::string change = knobs[i].name + " = " + a + ", " + knobs[j].name + " = " + b;
+          out.emplace_back(hash_hex(change), KnobChange{std::move(change), knob_key_of(changed)});
+        }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<KnobChange> changes;
+  for (std::size_t k = 0; k < out.size() && k < limit; ++k) changes.push_back(std::move(out[k].second));
+  return changes;
+}
+
+void name_taken_pairs(PreparedProposal& p, const std::function<bool(const std::string& key)>& taken) {
+  if (!p.parent) return;
+  for (const auto& change : p.pairs)
+    if (taken(change.key)) name_change(p.taken_pairs, change.text);
+}
+
 void narrow_focus(PreparedProposal& p) {
   auto& focus = p.ctx.focus_knob_changes;
   focus.clear();
@@ -177,6 +207,12 @@ void narrow_focus(PreparedProposal& p) {
   };
   for (const auto& change : p.focus)
     if (!is_taken(change)) focus.push_back(change);
+  // A model reads a few pairs; the share's others stay for the next proposal.
+  auto& pairs = p.ctx.focus_knob_pairs;
+  pairs.clear();
+  for (const auto& change : p.pair_focus)
+    if (pairs.size() < kShownPairs && std::find(p.taken_pairs.begin(), p.taken_pairs.end(), change) == p.taken_pairs.end())
+      pairs.push_back(change);
   p.ctx.one_knob_changes_spent = !p.one_knob.empty() && std::all_of(p.one_knob.begin(), p.one_knob.end(), is_taken);
 }
 
@@ -234,7 +270,10 @@ std::unique_ptr<PreparedProposal> prepare_proposal(const ProposalSources& src, s
   if (p->parent) {
     ctx.taken_knob_changes =
         taken_knob_changes(*p->parent, [&](const std::string& key) { return pop.knob_key_seen(key); });
-    p->one_knob = one_knob_changes(*p->parent);
+    for_each_one_knob_change(*p->parent, [&](std::string change, const std::string& key) {
+      p->one_knob.push_back(std::move(change));
+      p->one_knob_keys.push_back(key);
+    });
   }
   narrow_focus(*p);
   ctx.rng = &p->rng;

@@ -34,6 +34,12 @@ namespace braid {
 
 class ProposalPool;
 
+// A change of a program's knobs as a prompt names it ("kA = a, kB = b") and the knob vector it makes.
+struct KnobChange {
+  std::string text;
+  std::string key;
+};
+
 struct PreparedProposal {
   std::int64_t generation = 0;
   int island = 0;
@@ -47,6 +53,12 @@ struct PreparedProposal {
   // empty: none); ctx.focus_knob_changes is it less the taken ones (narrow_focus).
   std::vector<std::string> focus;
   std::vector<std::string> one_knob;  // every one-knob change of the parent (one_knob_changes)
+  std::vector<std::string> one_knob_keys;  // the knob vector each of them makes
+  // When the siblings asked beside it hold every one-knob change left in its share: its share of
+  // the parent's two-knob changes (knob_pair_changes); ctx.focus_knob_pairs is it less the taken.
+  std::vector<std::string> pair_focus;
+  std::vector<KnobChange> pairs;         // the parent's two-knob changes, made only for pair_focus
+  std::vector<std::string> taken_pairs;  // those of `pairs` evaluated or brought by a sibling
   std::size_t similarity_rows = 0;    // population rows with an embedding when prepared
 
   // Attempts so far.
@@ -128,8 +140,13 @@ std::vector<std::string> taken_knob_changes(const Program& parent,
 // Every one-knob change of the parent ("kName = value") valid under its constraints, in the
 // knobs' and their domains' order.
 std::vector<std::string> one_knob_changes(const Program& parent);
-// The prompt's focus: p.focus less the changes the prompt names as taken, and whether the taken
-// ones are all of the parent's one-knob changes (call after naming more).
+// The parent's changes of two knobs together ("kA = a, kB = b"), valid under its constraints, at
+// most `limit`, in an order that mixes the knobs (by the change's hash), fixed for a parent text.
+std::vector<KnobChange> knob_pair_changes(const Program& parent, std::size_t limit = 256);
+// Names in p.taken_pairs those of p.pairs whose knob vector `taken` names.
+void name_taken_pairs(PreparedProposal& p, const std::function<bool(const std::string& key)>& taken);
+// The prompt's focus: p.focus (p.pair_focus) less the changes named as taken, and whether the
+// taken ones are all of the parent's one-knob changes (call after naming more).
 void narrow_focus(PreparedProposal& p);
 // Adds `change` to a list of named changes unless it is there already (the order is the prompt's).
 void name_change(std::vector<std::string>& named, std::string change);

@@ -8,7 +8,8 @@ namespace braid {
 ProposalBuilder::ProposalBuilder(ProposalContext ctx)
     : ctx_(std::move(ctx)),
       sibling_lag_(2 * std::int64_t(std::max(1, ctx_.cfg.max_parallel_proposals))),
-      focus_(sibling_lag_) {
+      focus_(sibling_lag_),
+      pair_focus_(sibling_lag_) {
   if (ctx_.mutator.remote()) pool_ = std::make_unique<ProposalPool>(ctx_.cfg.max_parallel_proposals, ctx_.wake);
   steps_ = make_steps();
   // The mutator steers away from knob vectors already evaluated or in flight.
@@ -64,7 +65,21 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
   PreparedProposal& p = *(proposing_[g] = prepare_proposal(src, g));
   if (pool_) {
     // Its share of the parent's changes, apart from its siblings' (search/sibling_focus.hpp).
-    if (p.parent) p.focus = focus_.assign(g, p.parent_rec.code, p.one_knob, p.ctx.taken_knob_changes);
+    if (p.parent) {
+      p.focus = focus_.assign(g, p.parent_rec.code, p.one_knob, p.ctx.taken_knob_changes, p.one_knob_keys);
+      // What is left of its share the earlier siblings will take: a share of pairs instead.
+      if (focus_.claimed(g)) {
+        p.pairs = knob_pair_changes(*p.parent);
+        name_taken_pairs(p, [&](const std::string& key) { return ctx_.pop.knob_key_seen(key); });
+        std::vector<std::string> pairs, keys;
+        for (const auto& change : p.pairs) {
+          pairs.push_back(change.text);
+          keys.push_back(change.key);
+        }
+        p.focus.clear();
+        p.pair_focus = pair_focus_.assign(g, p.parent_rec.code, pairs, p.taken_pairs, keys);
+      }
+    }
     narrow_focus(p);
     submit_ask(p, true);
     return {};
@@ -103,8 +118,9 @@ void ProposalBuilder::name_sibling_changes(PreparedProposal& p) {
       keys.insert(it->second);
   }
   if (keys.empty()) return;
-  for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return keys.count(k) > 0; }))
-    name_change(p.ctx.taken_knob_changes, std::move(change));
+  const auto named = [&](const std::string& k) { return keys.count(k) > 0; };
+  for (auto& change : taken_knob_changes(*p.parent, named)) name_change(p.ctx.taken_knob_changes, std::move(change));
+  name_taken_pairs(p, named);
   narrow_focus(p);
 }
 
@@ -127,12 +143,15 @@ void ProposalBuilder::name_taken_changes(PreparedProposal& p, const std::string&
   const std::int64_t g = p.generation;
   if (turn) {
     // Every vector taken before g, then what else was named (changes that broke the program).
-    auto named = taken_knob_changes(*p.parent, [&](const std::string& k) { return knob_key_taken(k, g); });
+    const auto taken = [&](const std::string& k) { return knob_key_taken(k, g); };
+    auto named = taken_knob_changes(*p.parent, taken);
     for (auto& change : p.ctx.taken_knob_changes) name_change(named, std::move(change));
     p.ctx.taken_knob_changes = std::move(named);
+    name_taken_pairs(p, taken);
   } else {
-    for (auto& change : taken_knob_changes(*p.parent, [&](const std::string& k) { return k == key; }))
-      name_change(p.ctx.taken_knob_changes, std::move(change));
+    const auto taken = [&](const std::string& k) { return k == key; };
+    for (auto& change : taken_knob_changes(*p.parent, taken)) name_change(p.ctx.taken_knob_changes, std::move(change));
+    name_taken_pairs(p, taken);
   }
   narrow_focus(p);
 }

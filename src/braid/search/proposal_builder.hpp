@@ -124,7 +124,8 @@ class ProposalBuilder {
   ProposalSteps steps_;
   std::map<std::int64_t, std::string> pending_knob_keys_;  // accepted, not yet indexed: generation -> knob key
   std::int64_t sibling_lag_ = 0;
-  SiblingFocus focus_;  // search thread: generations' shares of their parents' changes
+  SiblingFocus focus_;       // search thread: generations' shares of their parents' changes
+  SiblingFocus pair_focus_;  // the same of their two-knob changes, for those focus_ cannot serve
   std::mutex first_mu_;
   std::map<std::int64_t, std::string> first_keys_;  // knob vector of a knob-only first answer, by generation
   std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing_;

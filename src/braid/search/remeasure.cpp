@@ -4,7 +4,9 @@
 #include <chrono>
 #include <future>
 
+#include "braid/util/clock.hpp"
 #include "braid/util/hash.hpp"
+#include "braid/util/log.hpp"
 
 namespace braid {
 
@@ -19,6 +21,35 @@ EvalResult remeasure(Evaluator& evaluator, const std::string& code, const std::s
   req.work_dir = dir;
   req.seed = hash64(label, run_seed);
   return evaluator.evaluate(req, jobs);
+}
+
+EvalResult remeasure_kept(SharedDatabase& db, const std::string& code, const std::string& label,
+                          const std::function<EvalResult()>& measure, const std::function<bool()>& stopped) {
+  const std::string code_hash = hash_hex(code);
+  if (auto kept = db.with([&](ProgramDatabase& d) { return d.remeasurement(label, code_hash); })) {
+    log::info("re-measurement {}: taken from the database (measured before the run stopped)", label);
+    EvalResult r;
+    r.failure = kept->failure;
+    r.correct = kept->correct;
+    r.combined_score = kept->combined_score;
+    r.public_metrics = kept->public_metrics;
+    r.level_reached = r.public_metrics.value("level_reached", 0);
+    r.error_text = kept->error_text;
+    return r;
+  }
+  EvalResult r = measure();
+  if (stopped()) return r;  // killed by the stop: no measurement
+  RemeasurementRecord rec;
+  rec.label = label;
+  rec.code_hash = code_hash;
+  rec.failure = r.failure;
+  rec.correct = r.correct;
+  rec.combined_score = r.combined_score;
+  rec.public_metrics = r.public_metrics;
+  rec.error_text = r.error_text;
+  rec.created_at = now_s();
+  db.with([&](ProgramDatabase& d) { d.insert_remeasurement(rec); });
+  return r;
 }
 
 EvalResult measure_beside(const std::function<EvalResult()>& measure, const std::function<void(int n)>& tick) {

@@ -242,12 +242,16 @@ struct EvolutionRunner::Impl {
 
   // A re-measurement (noise runs, a best's confirmation) takes a whole evaluation: the status line
   // goes on, and a stop kills it at once (a SIGTERM's grace, Slurm's or timeout's, is short).
+  // Each is kept in the database once measured, so a resume after a stop does not repeat it.
   EvalResult remeasure_watched(const std::string& code, const std::string& label, const std::filesystem::path& folder) {
-    return measure_beside([&] { return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer()); },
-                          [&](int n) {
-                            if (stop_flag != nullptr && stop_flag->load()) halt_jobs();
-                            if (n % 5 == 0) emit("re-measuring " + label);  // once a second
-                          });
+    auto measure = [&] {
+      return measure_beside([&] { return remeasure(*parts.evaluator, code, label, run_seed, folder, jobs.observer()); },
+                            [&](int n) {
+                              if (stop_flag != nullptr && stop_flag->load()) halt_jobs();
+                              if (n % 5 == 0) emit("re-measuring " + label);  // once a second
+                            });
+    };
+    return remeasure_kept(db, code, label, measure, [this] { return stopping(); });
   }
 
   void collect(ProgramRecord rec) {

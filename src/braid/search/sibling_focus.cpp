@@ -1,6 +1,7 @@
 #include "braid/search/sibling_focus.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "braid/util/hash.hpp"
 
@@ -15,12 +16,13 @@ std::vector<std::string> focus_share(const std::vector<std::string>& changes, in
 
 std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string& parent_code,
                                               const std::vector<std::string>& changes,
-                                              const std::vector<std::string>& taken) {
+                                              const std::vector<std::string>& taken,
+                                              const std::vector<std::string>& keys) {
   while (!held_.empty() && held_.begin()->first <= g - window_) held_.erase(held_.begin());
   const std::string parent = hash_hex(parent_code);
   const int shares = int(std::min<std::int64_t>(window_, std::int64_t(changes.size())));
   if (shares <= 0) {
-    held_[g] = Held{parent, -1};
+    held_[g] = Held{parent, -1, true, {}};
     return {};
   }
   // The latest generation of the window holding each share for this parent text (-1: none).
@@ -63,15 +65,34 @@ std::vector<std::string> SiblingFocus::assign(std::int64_t g, const std::string&
   int holders = 0;
   for (const auto& [other, h] : held_)
     if (other < g && h.parent == parent && h.share == chosen) ++holders;
-  held_[g] = Held{parent, chosen};
-  std::vector<std::string> share = focus_share(changes, chosen, shares);
+  // The vectors other parents' siblings within the window were given.
+  std::set<std::string> elsewhere;
+  for (const auto& [other, h] : held_)
+    if (other < g && h.parent != parent) elsewhere.insert(h.keys.begin(), h.keys.end());
+  const auto key_of = [&](const std::string& change) -> const std::string* {
+    if (keys.size() != changes.size()) return nullptr;
+    const auto at = std::find(changes.begin(), changes.end(), change);
+    return at == changes.end() ? nullptr : &keys[std::size_t(at - changes.begin())];
+  };
   std::vector<std::string> left, spent;
-  for (auto& change : share)
+  for (auto& change : focus_share(changes, chosen, shares)) {
+    const std::string* key = key_of(change);
+    if (key != nullptr && elsewhere.count(*key)) continue;
     (std::find(taken.begin(), taken.end(), change) == taken.end() ? left : spent).push_back(std::move(change));
+  }
   if (!left.empty())
     std::rotate(left.begin(), left.begin() + std::ptrdiff_t(std::size_t(holders) % left.size()), left.end());
+  Held held{parent, chosen, std::size_t(holders) >= left.size(), {}};
+  for (const auto& change : left)
+    if (const std::string* key = key_of(change)) held.keys.push_back(*key);
+  held_[g] = std::move(held);
   left.insert(left.end(), spent.begin(), spent.end());
   return left;
+}
+
+bool SiblingFocus::claimed(std::int64_t g) const {
+  auto it = held_.find(g);
+  return it != held_.end() && it->second.claimed;
 }
 
 int SiblingFocus::share_of(std::int64_t g) const {
