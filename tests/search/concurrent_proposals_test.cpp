@@ -184,11 +184,17 @@ TEST(ConcurrentProposals, ReplayOfARunWithProposalsInFlightIsIdentical) {
 // until their turn). The run still ends with every generation once, and a replay repeats it.
 TEST(ConcurrentProposals, CandidatesWaitingForTheirTurnAreEvaluatedAheadAndReplayIdentically) {
   LoopbackLlmServer server;
-  std::atomic<int> mutations{0};
+  // Generation 1's first ask is the slow one, whichever request reaches the server first (on a
+  // loaded machine generation 2's often does).
+  std::atomic<bool> slowed{false};
   server.set_responder(
       [&](const std::string&, const std::vector<std::pair<std::string, std::string>>& m) -> std::optional<std::string> {
         if (m.empty() || m.front().second.find("EVOLVE-BLOCK") == std::string::npos) return std::nullopt;
-        std::this_thread::sleep_for(std::chrono::duration<double>(mutations++ == 0 ? 4.0 : 0.2));
+        const std::string& user = m.back().second;
+        const auto head = user.find("# Current program (id ");
+        const bool first_gen =
+            m.size() <= 2 && head != std::string::npos && user.find("generation 1,", head) == user.find("generation ", head);
+        std::this_thread::sleep_for(std::chrono::duration<double>(first_gen && !slowed.exchange(true) ? 6.0 : 0.2));
         return std::nullopt;
       });
   auto root = test::fresh_dir("proposals_ahead");
