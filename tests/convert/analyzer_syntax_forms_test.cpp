@@ -186,3 +186,77 @@ TEST(AnalyzerSyntaxForms, HelpersFillingAPointerThroughAReference) {
   const Conversion some = converted_with("  if (argc > 1) alloc(x, 16);\n");
   EXPECT_EQ(some.converted_calls, 0) << conversion_to_text(some);
 }
+
+// A work queue of another container kind (`std::queue`, `std::deque`'s push_front, emplace) built
+// from its elements' fields in a member function that shares the container's member name (`push`):
+// `q_.push({b, n})` is the library's push, so the caller's `w.push(bufs[i], n)` is the one call
+// site of the class's push and the element's buffer is what it was given.
+TEST(AnalyzerSyntaxForms, QueuesFilledInAMemberNamedLikeTheirFill) {
+  for (const std::string& fill : {"q_.push({b, n})", "q_.emplace(b, n)", "q_.push(Task{b, n})"}) {
+    const std::string src =
+        "#include <nccl.h>\n#include <queue>\n#include <vector>\n"
+        "struct Task { float* buf; size_t n; };\n"
+        "class Worker {\n"
+        " public:\n"
+        "  void push(float* b, size_t n) { " +
+        fill +
+        "; }\n"
+        "  void run(ncclComm_t c) {\n"
+        "    while (!q_.empty()) { Task t = q_.front(); q_.pop(); ncclAllReduce(t.buf, t.buf, t.n, ncclFloat, "
+        "ncclSum, c, 0); }\n"
+        "  }\n"
+        " private:\n"
+        "  std::queue<Task> q_;\n"
+        "};\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  std::vector<float*> bufs(4);\n"
+        "  for (int i = 0; i < 4; ++i) cudaMalloc(&bufs[i], 4096);\n"
+        "  Worker w;\n"
+        "  for (int i = 0; i < 4; ++i) w.push(bufs[i], 1024);\n"
+        "  w.run(comm);\n"
+        "}\n";
+    const Conversion c = transform(analyze("user.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 1) << fill;
+  }
+}
+
+// `Worker tp_worker(tp), dp_worker(dp);` constructs twice: two background threads, each calling
+// on the communicator it was given, stay host NCCL (one declarator converts), where before the
+// second declarator went unseen and both threads' calls were converted as if only tp's existed.
+TEST(AnalyzerSyntaxForms, EveryDeclaratorOfAClassIsAConstruction) {
+  const auto convert = [](const std::string& workers) {
+    const std::string src =
+        "#include <nccl.h>\n#include <thread>\n"
+        "class Worker {\n"
+        " public:\n"
+        "  Worker(ncclComm_t c, float* b) : comm_(c), buf_(b) { t_ = std::thread([this] { loop(); }); }\n"
+        "  ~Worker() { t_.join(); }\n"
+        " private:\n"
+        "  void loop() { ncclAllReduce(buf_, buf_, 1024, ncclFloat, ncclSum, comm_, 0); }\n"
+        "  ncclComm_t comm_;\n"
+        "  float* buf_;\n"
+        "  std::thread t_;\n"
+        "};\n"
+        "int main() {\n"
+        "  ncclComm_t tp, dp; ncclCommInitRank(&tp, 2, id, 0); ncclCommInitRank(&dp, 2, id2, 0);\n"
+        "  float *a, *g; cudaMalloc(&a, 4096); cudaMalloc(&g, 4096);\n"
+        "  {\n"
+        "    " +
+        workers +
+        "\n"
+        "  }\n"
+        "  cudaFree(a); cudaFree(g);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src);
+  };
+  EXPECT_EQ(convert("Worker tp_worker(tp, a);").converted_calls, 1);
+  for (const std::string& two : {"Worker tp_worker(tp, a), dp_worker(dp, g);", "Worker tp_worker{tp, a}, dp_worker{dp, g};",
+                                 "Worker tp_worker(tp, a);\n    Worker dp_worker(dp, g);"}) {
+    const Conversion c = convert(two);
+    EXPECT_EQ(c.converted_calls, 0) << two;
+    bool told = false;
+    for (const Unconverted& u : c.left) told = told || u.reason.find("more than one background thread") != std::string::npos;
+    EXPECT_TRUE(told) << two;
+  }
+}

@@ -198,6 +198,7 @@ class BufferFlow {
   void record_element_copy(std::size_t k, std::size_t end);
   void record_element_fields(std::size_t k, const std::string& function, std::size_t end);
   std::string element_type(const std::string& container) const;
+  bool standard_container(const std::string& name) const;
   bool is_map(const std::string& container) const;
   std::size_t for_body_end(std::size_t close, std::size_t limit) const;
   void record_binding_aliases(std::size_t k, const FunctionDef& f);

@@ -287,4 +287,37 @@ void BufferFlow::collect_visible_containers() {
   }
 }
 
+// The element type of a container declared `std::vector<T> name` (or any `Template<T> name`,
+// `ns::T` included), "" when the file does not say.
+std::string BufferFlow::element_type(const std::string& container) const {
+  for (std::size_t k = 3; k < code_.size(); ++k)
+    if (code_[k].text == container && code_[k - 1].text == ">" && code_[k - 2].kind == TokenKind::Identifier &&
+        (code_[k - 3].text == "<" || code_[k - 3].text == "::"))
+      return code_[k - 2].text;
+  return "";
+}
+
+// Whether `container` is declared as a map (`std::map<K, V> name`, unordered too): its elements
+// are (key, value) pairs, and `.second` of one is the value stored with `name[key] = v`.
+bool BufferFlow::is_map(const std::string& container) const {
+  for (std::size_t k = 1; k < code_.size(); ++k)
+    if (code_[k].text == container && code_[k - 1].text == ">") {
+      const std::string name = template_name_before(code_, k - 1);
+      return name == "map" || name == "unordered_map" || name == "multimap";
+    }
+  return false;
+}
+
+// Whether `name` is declared as a standard library container (`std::queue<Job> q_`): a member
+// call on it is the library's, whatever functions of the same name the file defines.
+bool BufferFlow::standard_container(const std::string& name) const {
+  static const std::set<std::string> kContainers = {"vector", "deque",         "list",          "forward_list",
+                                                    "queue",  "priority_queue", "stack",         "map",
+                                                    "set",    "unordered_map",  "unordered_set", "multimap",
+                                                    "array",  "span",           "optional"};
+  for (std::size_t k = 1; k < code_.size(); ++k)
+    if (code_[k].text == name && code_[k - 1].text == ">") return kContainers.count(template_name_before(code_, k - 1)) > 0;
+  return false;
+}
+
 }  // namespace braid::convert

@@ -104,7 +104,8 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   return out;
 }
 
-// `C . push_back|emplace_back ( [std :: move (] v [)] )`, `C [ ... ] = [std::move(] v [)] ;`, or
+// `C . push_back|emplace_back|push|emplace|push_front|emplace_front ( [std :: move (] v [)] )` (a
+// vector, deque, list, queue or stack), `C [ ... ] = [std::move(] v [)] ;`, or
 // for a map `C . emplace|try_emplace|insert_or_assign ( key , v )` at code token k (C): v a whole
 // variable (a struct's copy: its fields), or a view into a buffer (`flat + offsets[l]`,
 // `(float*)ws + off`, `&buf[i]`: the element is in that allocation).
@@ -122,8 +123,7 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   if (k > 0 && code_[k - 1].text == ">" && template_name_before(code_, k - 1) == "array" &&
       ((is(k + 1, "{") && !is(k + 2, "}")) || (is(k + 1, "=") && is(k + 2, "{"))))
     listed_containers_.insert(code_[k].text);
-  if (is(k + 1, ".") && k + 3 < end && (code_[k + 2].text == "push_back" || code_[k + 2].text == "emplace_back") &&
-      is(k + 3, "(")) {
+  if (is(k + 1, ".") && k + 3 < end && sequence_fill(code_[k + 2].text) && !is_map(code_[k].text) && is(k + 3, "(")) {
     v = k + 4;
     v_end = match_forward(code_, k + 3, end);
     unwrap_move();
@@ -167,27 +167,6 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
   if (std::find(vars.begin(), vars.end(), origin) == vars.end()) vars.push_back(origin);
 }
 
-// The element type of a container declared `std::vector<T> name` (or any `Template<T> name`,
-// `ns::T` included), "" when the file does not say.
-std::string BufferFlow::element_type(const std::string& container) const {
-  for (std::size_t k = 3; k < code_.size(); ++k)
-    if (code_[k].text == container && code_[k - 1].text == ">" && code_[k - 2].kind == TokenKind::Identifier &&
-        (code_[k - 3].text == "<" || code_[k - 3].text == "::"))
-      return code_[k - 2].text;
-  return "";
-}
-
-// Whether `container` is declared as a map (`std::map<K, V> name`, unordered too): its elements
-// are (key, value) pairs, and `.second` of one is the value stored with `name[key] = v`.
-bool BufferFlow::is_map(const std::string& container) const {
-  for (std::size_t k = 1; k < code_.size(); ++k)
-    if (code_[k].text == container && code_[k - 1].text == ">") {
-      const std::string name = template_name_before(code_, k - 1);
-      return name == "map" || name == "unordered_map" || name == "multimap";
-    }
-  return false;
-}
-
 // The token ending the body of a `for (...)` whose `)` is code_[close]: its block's `}`, or its one
 // statement's `;` (before `limit`).
 std::size_t BufferFlow::for_body_end(std::size_t close, std::size_t limit) const {
@@ -227,14 +206,14 @@ void BufferFlow::record_binding_aliases(std::size_t k, const FunctionDef& f) {
   }
 }
 
-// `C . push_back|emplace_back ( { a, b } | T { a, b } | a, b )` at code token k (C): an element
+// `C . push_back|emplace_back|push|emplace|... ( { a, b } | T { a, b } | a, b )` at code token k (C): an element
 // built from its fields, given in the order the struct declares them (a struct with a constructor
 // of its own in the file maps arguments to fields its own way: not recorded).
 void BufferFlow::record_element_fields(std::size_t k, const std::string& function, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
   if (!is(k + 1, ".") || k + 4 >= end || !is(k + 3, "(")) return;
-  const bool emplace = code_[k + 2].text == "emplace_back";
-  if (!emplace && code_[k + 2].text != "push_back") return;
+  if (!sequence_fill(code_[k + 2].text) || is_map(code_[k].text)) return;
+  const bool emplace = code_[k + 2].text.rfind("emplace", 0) == 0;
   const std::size_t close = match_forward(code_, k + 3, end);
   if (const std::string made = join(code_, k + 4, close); returning_helper(made) != nullptr) {
     element_made_[code_[k].text].push_back(ElementMade{function, made, k});  // `grads.push_back(empty(n))`

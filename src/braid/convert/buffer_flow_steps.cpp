@@ -291,7 +291,8 @@ void BufferFlow::record_call(std::size_t k, const FunctionDef& f, const std::set
   if (callable_classes.count(declared_class)) objects.insert(t.text);
   else if (code_[k + 1].text == "(" && objects.count(t.text)) callee = "operator()";  // `reduce(grads, n)`
   if (callee.empty() && code_[k + 1].text == "(" && defined.count(t.text) && k != f.name_token) callee = t.text;
-  if (callee.empty()) return;
+  // `q_.push(job)` on a standard container is not a call of the file's own `push`.
+  if (callee.empty() || (is_member_step(code_[k - 1]) && k >= 2 && standard_container(code_[k - 2].text))) return;
   const std::size_t close = match_forward(code_, k + 1, f.body_close);
   calls_[callee].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
 }

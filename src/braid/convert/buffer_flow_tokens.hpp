@@ -11,6 +11,11 @@ namespace braid::convert::flow_tokens {
 
 // `.` or `->`: the next name is a member.
 inline bool is_member_step(const Token& t) { return t.text == "." || t.text == "->"; }
+// A member call that adds an element to a sequence container (vector, deque, list, queue, stack).
+inline bool sequence_fill(const std::string& m) {
+  return m == "push_back" || m == "emplace_back" || m == "push" || m == "emplace" || m == "push_front" ||
+         m == "emplace_front";
+}
 // The token closing the bracket opened at t[open], searching before `end` (`end` when none).
 std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end);
 // One past the template argument list opening at code[lt] ("<"), or SIZE_MAX when it does not close

@@ -92,6 +92,7 @@ std::vector<SettledProposal> ProposalBuilder::start(std::int64_t g) {
 }
 
 void ProposalBuilder::submit_ask(PreparedProposal& p, bool first) {
+  ++asks_[p.generation];
   PreparedProposal* raw = &p;  // lives in proposing_ (or dropped_) until the pool is gone
   pool_->submit(
       p.generation,
@@ -206,6 +207,7 @@ std::vector<SettledProposal> ProposalBuilder::settle_answered() {
     asked_.erase(it->first);
     if (settled) {
       out.push_back(std::move(*settled));
+      asks_.erase(it->first);
       it = proposing_.erase(it);
       if (first) it = proposing_.begin();  // the next may now be a knob-only edit's turn
     } else {
@@ -239,7 +241,15 @@ std::vector<std::int64_t> ProposalBuilder::drop_all() {
   }
   proposing_.clear();
   asked_.clear();
+  asks_.clear();
   return gens;
+}
+
+std::string ProposalBuilder::doing(std::int64_t g) const {
+  if (!proposing_.count(g)) return "";
+  if (asked_.count(g)) return "answered, waiting for its turn";
+  auto it = asks_.find(g);
+  return it != asks_.end() && it->second > 1 ? "asked again" : "first ask";
 }
 
 void ProposalBuilder::forget(std::int64_t g) { pending_knob_keys_.erase(g); }

@@ -104,6 +104,12 @@ class ProposalBuilder {
   bool has_answers() const { return pool_ && pool_->has_finished(); }
   int proposing() const { return int(proposing_.size()); }
   PoolStats pool_stats() const { return pool_ ? pool_->stats() : PoolStats{}; }
+  // What generation g's proposal is doing ("" when none is proposing), for the pool's idle causes.
+  std::string doing(std::int64_t g) const;
+  // The search submits nothing now because of `cause` (ProposalPool::set_idle_cause).
+  void set_idle_cause(std::string cause) {
+    if (pool_) pool_->set_idle_cause(std::move(cause));
+  }
   // Joins the asks still on their way (their answers are dropped).
   void shutdown();
 
@@ -130,6 +136,7 @@ class ProposalBuilder {
   std::map<std::int64_t, std::string> first_keys_;  // knob vector of a knob-only first answer, by generation
   std::map<std::int64_t, std::unique_ptr<PreparedProposal>> proposing_;
   std::set<std::int64_t> asked_;                            // generations of proposing_ whose ask has returned
+  std::map<std::int64_t, int> asks_;                        // asks submitted for each generation of proposing_
   std::vector<std::unique_ptr<PreparedProposal>> dropped_;  // may still be read by a pool thread
   std::unique_ptr<ProposalPool> pool_;                      // declared last: destroyed (threads joined) first
 };

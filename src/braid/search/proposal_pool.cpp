@@ -46,12 +46,29 @@ std::map<std::int64_t, ProposalPool::Queued>::iterator ProposalPool::startable()
   return queue_.end();
 }
 
+std::string ProposalPool::idle_reason() {
+  if (running_ >= limit_ || Clock::now() < paused_until_) return "rate limit";
+  if (queue_.empty()) return idle_cause_;
+  for (auto& [g, q] : queue_)
+    if (!q.first || first_open_.empty() || *first_open_.begin() > q.after) return "diagnoses awaited";
+  return "earlier first asks out";
+}
+
+void ProposalPool::set_idle_cause(std::string cause) {
+  std::lock_guard lock(mu_);
+  idle_cause_ = std::move(cause);
+}
+
 void ProposalPool::worker() {
   std::unique_lock lock(mu_);
   while (true) {
     // Readiness changes outside the pool (a diagnosis answered): looked at again every 50 ms.
-    while (!cancelled_ && !(running_ < limit_ && startable() != queue_.end()))
+    while (!cancelled_ && !(running_ < limit_ && startable() != queue_.end())) {
+      const std::string reason = idle_reason();
+      const auto since = Clock::now();
       cv_.wait_for(lock, std::chrono::milliseconds(50));
+      idle_s_[reason] += std::chrono::duration<double>(Clock::now() - since).count();
+    }
     if (cancelled_) return;
     auto it = startable();
     const std::int64_t g = it->first;
@@ -141,6 +158,8 @@ PoolStats ProposalPool::stats() const {
   const auto now = Clock::now();
   for (auto& [g, t] : submitted_) s.oldest_wait_s = std::max(s.oldest_wait_s, std::chrono::duration<double>(now - t).count());
   if (paused_until_ > now) s.paused_s = std::chrono::duration<double>(paused_until_ - now).count();
+  s.idle_s = idle_s_;
+  s.slot_s = max_parallel_ * std::chrono::duration<double>(now - created_).count();
   return s;
 }
 

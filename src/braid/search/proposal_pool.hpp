@@ -12,6 +12,10 @@
 // once (halved, regrown by one per answer) and holds every new ask until the server's
 // Retry-After (or a doubling back-off) has passed: the candidates wait instead of failing.
 // The pool owns no search state: work is a closure over one prepared proposal.
+//
+// Idle slots are accounted by cause (PoolStats::idle_s): a slot (one of max_parallel threads) not
+// asking waits for earlier first asks, for diagnoses, for a rate limit, or for the search to
+// submit work, whose reason the search names (set_idle_cause): what a run's throughput lost.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,6 +36,10 @@ struct PoolStats {
   double oldest_wait_s = 0;   // age of the oldest submitted, unfinished work
   double paused_s = 0;        // time left of a rate-limit pause
   int limit = 0;              // asks allowed at once now (below max_parallel after a 429)
+  // Slot-seconds no ask ran, by cause ("earlier first asks out", "diagnoses awaited", "rate
+  // limit", or the search's cause when nothing was submitted); `slot_s` is the slots' whole time.
+  std::map<std::string, double> idle_s;
+  double slot_s = 0;
 };
 
 class ProposalPool {
@@ -62,6 +71,8 @@ class ProposalPool {
   void answered();  // a request was answered: the allowed concurrency grows back
 
   PoolStats stats() const;
+  // Why the search submits nothing now (while the queue is empty, idle slots are counted to it).
+  void set_idle_cause(std::string cause);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -74,6 +85,8 @@ class ProposalPool {
   void worker();
   // The lowest queued work free to start (queue_.end() if none); mu_ held.
   std::map<std::int64_t, Queued>::iterator startable();
+  // Why a free thread has nothing to start; mu_ held.
+  std::string idle_reason();
 
   const int max_parallel_;
   std::function<void()> wake_;
@@ -88,6 +101,9 @@ class ProposalPool {
   int consecutive_limits_ = 0;
   Clock::time_point paused_until_{};
   bool cancelled_ = false;
+  std::string idle_cause_ = "nothing submitted";
+  std::map<std::string, double> idle_s_;
+  Clock::time_point created_ = Clock::now();
   std::vector<std::thread> threads_;
 };
 

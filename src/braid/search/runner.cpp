@@ -148,6 +148,7 @@ struct EvolutionRunner::Impl {
       launch_ready();  // a slot freed before its candidate's follow-up ended
       emit();
     }
+    log_idle_slots();
     proposals->shutdown();  // joins asks still on their way (their answers are dropped)
     // A summary still out (the last of the run) is waited for and written, unless stopping.
     meta.finish([&] { return stop.load(); });
@@ -156,6 +157,20 @@ struct EvolutionRunner::Impl {
     emit();
     activity.remove();  // nothing is in flight any more
     return status;
+  }
+
+  // Where the model's slots sat idle (ProposalPool's accounting): what a run's throughput lost.
+  void log_idle_slots() {
+    if (!proposals->concurrent()) return;
+    const PoolStats ps = proposals->pool_stats();
+    double idle = 0;
+    std::string by;
+    for (auto& [cause, s] : ps.idle_s) {
+      idle += s;
+      if (s >= 0.05 * ps.slot_s / double(cfg.max_parallel_proposals)) by += fmt::format("; {:.0f}s {}", s, cause);
+    }
+    log::info("model slots idle {:.0f}% ({:.0f} of {:.0f} slot-seconds{})", ps.slot_s > 0 ? 100 * idle / ps.slot_s : 0,
+              idle, ps.slot_s, by);
   }
 
   // Islands, stored state, orphaned jobs of a crash, seeds, the noise level and best/.
@@ -176,8 +191,9 @@ struct EvolutionRunner::Impl {
       while (next_generation <= cfg.num_generations &&
              (pop.generation_done(next_generation) || in_flight.count(next_generation)))
         ++next_generation;
-      if (next_generation > cfg.num_generations) return;
-      if (!index_through(next_generation - lag) || std::int64_t(in_flight.size()) >= lag) return;
+      if (next_generation > cfg.num_generations) return proposals->set_idle_cause("every generation proposed");
+      if (!index_through(next_generation - lag) || std::int64_t(in_flight.size()) >= lag)
+        return proposals->set_idle_cause(index_wait_cause());
       if (budget_spent()) return;
       if (goals.target_reached()) return;  // indexing above may have met the goal
       in_flight.insert(next_generation);
@@ -185,6 +201,17 @@ struct EvolutionRunner::Impl {
       emit();
       if (stop_flag->load()) return;
     }
+  }
+
+  // What the lowest generation not indexed waits for: while it does, nothing more is proposed.
+  std::string index_wait_cause() const {
+    if (in_flight.empty()) return "nothing in flight";
+    const std::int64_t g = *in_flight.begin();
+    std::string step = completed.count(g)  ? "a meta summary"
+                       : ready.count(g)    ? "an evaluation slot"
+                       : !proposals->doing(g).empty() ? "its proposal: " + proposals->doing(g)
+                                                      : "its evaluation";
+    return "the index waits for " + step;
   }
 
   bool budget_spent() {
