@@ -251,12 +251,14 @@ TEST(AnalyzerSyntaxForms, EveryDeclaratorOfAClassIsAConstruction) {
     return transform(analyze("user.cu", src), src);
   };
   EXPECT_EQ(convert("Worker tp_worker(tp, a);").converted_calls, 1);
-  for (const std::string& two : {"Worker tp_worker(tp, a), dp_worker(dp, g);", "Worker tp_worker{tp, a}, dp_worker{dp, g};",
-                                 "Worker tp_worker(tp, a);\n    Worker dp_worker(dp, g);"}) {
+  for (const std::string& two :
+       {"Worker tp_worker(tp, a), dp_worker(dp, g);", "Worker tp_worker{tp, a}, dp_worker{dp, g};",
+        "Worker tp_worker(tp, a);\n    Worker dp_worker(dp, g);"}) {
     const Conversion c = convert(two);
     EXPECT_EQ(c.converted_calls, 0) << two;
     bool told = false;
-    for (const Unconverted& u : c.left) told = told || u.reason.find("more than one background thread") != std::string::npos;
+    for (const Unconverted& u : c.left)
+      told = told || u.reason.find("more than one background thread") != std::string::npos;
     EXPECT_TRUE(told) << two;
   }
 }

@@ -161,5 +161,25 @@ TEST(ProposalPool, CancelDropsQueuedWorkAndWakesAPause) {
   EXPECT_EQ(gate.started, std::vector<std::int64_t>{1});
 }
 
+// Slots not asking are accounted by cause: the search's own while nothing is submitted, the
+// diagnoses a queued ask waits for, and the whole of it against the slots' time.
+TEST(ProposalPool, IdleSlotsAreAccountedByCause) {
+  ProposalPool pool(2, nullptr);
+  pool.set_idle_cause("the index waits for its evaluation");
+  std::this_thread::sleep_for(300ms);
+  std::atomic<bool> ready{false};
+  pool.submit(
+      1, [] {}, false, 0, [&] { return ready.load(); });
+  std::this_thread::sleep_for(300ms);
+  ready = true;
+  wait_finished(pool, 1);
+  const PoolStats s = pool.stats();
+  // Two slots idle for ~0.3 s each way (the 50 ms re-checks may land a little either side).
+  EXPECT_GE(s.idle_s.at("the index waits for its evaluation"), 0.45);
+  EXPECT_GE(s.idle_s.at("diagnoses awaited"), 0.45);
+  EXPECT_GE(s.slot_s, 1.2);
+  EXPECT_NE(idle_summary(s).find("s diagnoses awaited"), std::string::npos) << idle_summary(s);
+}
+
 }  // namespace
 }  // namespace braid

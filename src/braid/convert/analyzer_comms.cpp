@@ -292,7 +292,8 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
   std::size_t anchor = 0;
   for (const BufferFlow::ThreadStart& st : flow.thread_starts()) {
     auto at = places_in(flow, st.entry, creator);
-    if (!at || at->size() != 1 || anchor != 0) return "starts more than one background thread (or one from more than one place), each calling beside the others";
+    if (!at || at->size() != 1 || anchor != 0)
+      return "starts more than one background thread (or one from more than one place), each calling beside the others";
     anchor = at->front();
   }
   if (anchor == 0 || in_loop(toks, *cf, anchor) || flow.conditional(anchor))

@@ -311,12 +311,12 @@ bool BufferFlow::is_map(const std::string& container) const {
 // Whether `name` is declared as a standard library container (`std::queue<Job> q_`): a member
 // call on it is the library's, whatever functions of the same name the file defines.
 bool BufferFlow::standard_container(const std::string& name) const {
-  static const std::set<std::string> kContainers = {"vector", "deque",         "list",          "forward_list",
-                                                    "queue",  "priority_queue", "stack",         "map",
-                                                    "set",    "unordered_map",  "unordered_set", "multimap",
-                                                    "array",  "span",           "optional"};
+  static const std::set<std::string> kContainers = {
+      "vector", "deque",         "list",          "forward_list", "queue", "priority_queue", "stack",   "map",
+      "set",    "unordered_map", "unordered_set", "multimap",     "array", "span",           "optional"};
   for (std::size_t k = 1; k < code_.size(); ++k)
-    if (code_[k].text == name && code_[k - 1].text == ">") return kContainers.count(template_name_before(code_, k - 1)) > 0;
+    if (code_[k].text == name && code_[k - 1].text == ">")
+      return kContainers.count(template_name_before(code_, k - 1)) > 0;
   return false;
 }
 

@@ -9,6 +9,18 @@
 
 namespace braid {
 
+void record_result(ProgramRecord& rec, const EvalResult& res) {
+  rec.failure = res.failure;
+  rec.correct = res.correct && res.failure == FailureKind::Ok;
+  rec.combined_score = rec.correct ? res.combined_score : 0.0;
+  rec.public_metrics = res.public_metrics;
+  rec.public_metrics["level_reached"] = res.level_reached;
+  rec.private_metrics = res.private_metrics;
+  rec.error_text = res.error_text;
+  rec.text_feedback = res.text_feedback;
+  rec.timings = res.timings;
+}
+
 void EvaluationJobs::launch(std::function<ProgramRecord()> evaluate, std::function<void(ProgramRecord&)> follow_up,
                             bool store, std::function<void(const ProgramRecord&)> afterwards) {
   ++evaluating_;

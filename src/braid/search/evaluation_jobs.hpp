@@ -24,6 +24,9 @@
 
 namespace braid {
 
+// A candidate's record given its evaluation's outcome (a score only when correct).
+void record_result(ProgramRecord& rec, const EvalResult& res);
+
 class EvaluationJobs {
  public:
   explicit EvaluationJobs(SharedDatabase& db) : db_(db) {}

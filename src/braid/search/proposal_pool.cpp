@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "braid/util/log.hpp"
 
 namespace braid {
@@ -12,6 +14,16 @@ namespace {
 constexpr double kBackoffBaseS = 1.0;
 constexpr double kBackoffMaxS = 60.0;
 }  // namespace
+
+std::string idle_summary(const PoolStats& s) {
+  double idle = 0;
+  for (auto& [cause, t] : s.idle_s) idle += t;
+  std::string by;
+  for (auto& [cause, t] : s.idle_s)
+    if (t >= 0.05 * idle && t >= 0.5) by += fmt::format("; {:.0f}s {}", t, cause);
+  return fmt::format("idle {:.0f}% ({:.0f} of {:.0f} slot-seconds{})", s.slot_s > 0 ? 100 * idle / s.slot_s : 0.0, idle,
+                     s.slot_s, by);
+}
 
 ProposalPool::ProposalPool(int max_parallel, std::function<void()> wake)
     : max_parallel_(std::max(1, max_parallel)), wake_(std::move(wake)), limit_(max_parallel_) {

@@ -42,6 +42,10 @@ struct PoolStats {
   double slot_s = 0;
 };
 
+// "idle 3% (81 of 2730 slot-seconds; 63s every generation proposed)": the causes of at least 5%
+// of the idle time named.
+std::string idle_summary(const PoolStats& s);
+
 class ProposalPool {
  public:
   // `wake` is called (from a pool thread) whenever work finishes.

@@ -148,7 +148,7 @@ struct EvolutionRunner::Impl {
       launch_ready();  // a slot freed before its candidate's follow-up ended
       emit();
     }
-    log_idle_slots();
+    if (proposals->concurrent()) log::info("model slots {}", idle_summary(proposals->pool_stats()));
     proposals->shutdown();  // joins asks still on their way (their answers are dropped)
     // A summary still out (the last of the run) is waited for and written, unless stopping.
     meta.finish([&] { return stop.load(); });
@@ -157,20 +157,6 @@ struct EvolutionRunner::Impl {
     emit();
     activity.remove();  // nothing is in flight any more
     return status;
-  }
-
-  // Where the model's slots sat idle (ProposalPool's accounting): what a run's throughput lost.
-  void log_idle_slots() {
-    if (!proposals->concurrent()) return;
-    const PoolStats ps = proposals->pool_stats();
-    double idle = 0;
-    std::string by;
-    for (auto& [cause, s] : ps.idle_s) {
-      idle += s;
-      if (s >= 0.05 * ps.slot_s / double(cfg.max_parallel_proposals)) by += fmt::format("; {:.0f}s {}", s, cause);
-    }
-    log::info("model slots idle {:.0f}% ({:.0f} of {:.0f} slot-seconds{})", ps.slot_s > 0 ? 100 * idle / ps.slot_s : 0,
-              idle, ps.slot_s, by);
   }
 
   // Islands, stored state, orphaned jobs of a crash, seeds, the noise level and best/.
@@ -205,13 +191,12 @@ struct EvolutionRunner::Impl {
 
   // What the lowest generation not indexed waits for: while it does, nothing more is proposed.
   std::string index_wait_cause() const {
-    if (in_flight.empty()) return "nothing in flight";
-    const std::int64_t g = *in_flight.begin();
-    std::string step = completed.count(g)  ? "a meta summary"
-                       : ready.count(g)    ? "an evaluation slot"
-                       : !proposals->doing(g).empty() ? "its proposal: " + proposals->doing(g)
-                                                      : "its evaluation";
-    return "the index waits for " + step;
+    const std::int64_t g = in_flight.empty() ? 0 : *in_flight.begin();
+    const std::string doing = proposals->doing(g);
+    return "the index waits for " + std::string(completed.count(g) ? "a meta summary"
+                                                : ready.count(g)   ? "an evaluation slot"
+                                                : !doing.empty()   ? "its proposal: " + doing
+                                                                   : "its evaluation");
   }
 
   bool budget_spent() {
@@ -478,16 +463,7 @@ struct EvolutionRunner::Impl {
     req.code = rec.code;
     req.work_dir = dir;
     req.seed = hash64(rec.id, run_seed);
-    EvalResult res = parts.evaluator->evaluate(req, jobs.observer());
-    rec.failure = res.failure;
-    rec.correct = res.correct && res.failure == FailureKind::Ok;
-    rec.combined_score = rec.correct ? res.combined_score : 0.0;
-    rec.public_metrics = res.public_metrics;
-    rec.public_metrics["level_reached"] = res.level_reached;
-    rec.private_metrics = res.private_metrics;
-    rec.error_text = res.error_text;
-    rec.text_feedback = res.text_feedback;
-    rec.timings = res.timings;
+    record_result(rec, parts.evaluator->evaluate(req, jobs.observer()));
   }
 
   // Accepted candidates start their evaluation, lowest generation first, while fewer than
