@@ -262,3 +262,25 @@ TEST(AnalyzerSyntaxForms, EveryDeclaratorOfAClassIsAConstruction) {
     EXPECT_TRUE(told) << two;
   }
 }
+
+// A helper that allocates into a struct it takes by reference (`void setup(Stage& s)` called once
+// as `setup(st)`) fills `st`'s fields, arrays of them included, as one given `&st` fills through
+// `Stage* s` (before, `s.in` stayed the helper's own name and the calls on `st.in` were left).
+TEST(AnalyzerSyntaxForms, StructsFilledThroughAReferenceParameter) {
+  for (const std::string& param : {"Stage& s", "Stage& s, int /*unused*/ = 0"}) {
+    const std::string src =
+        "#include <nccl.h>\n"
+        "struct Stage { float* in; float* out[2]; };\n"
+        "static void setup(" +
+        param +
+        ", size_t n) { cudaMalloc(&s.in, n); for (int m = 0; m < 2; ++m) cudaMalloc(&s.out[m], n); }\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  Stage st; setup(st, 4096);\n"
+        "  ncclAllReduce(st.in, st.in, 1024, ncclFloat, ncclSum, comm, 0);\n"
+        "  for (int m = 0; m < 2; ++m) ncclAllReduce(st.out[m], st.out[m], 1024, ncclFloat, ncclSum, comm, 0);\n"
+        "}\n";
+    const Conversion c = transform(analyze("user.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 2) << param;
+  }
+}

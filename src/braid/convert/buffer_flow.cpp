@@ -441,7 +441,12 @@ std::string BufferFlow::through_struct_pointer(const FunctionDef& f, const std::
   if (p == f.params.end() || value_uses_.count(f.name) || calls == calls_.end() || calls->second.size() != 1) return "";
   const CallSite& c = calls->second.front();
   const std::size_t index = (std::size_t)(p - f.params.begin());
-  if (index >= c.args.size() || c.args.size() != f.params.size() || conditional(c.token)) return "";
+  if (index >= c.args.size() || c.args.size() > f.params.size() || conditional(c.token))
+    return "";  // defaults may follow
+  // `void setup(Stage& s)` called as `setup(st)`: the reference is the object given.
+  for (std::size_t k = f.name_token + 2; k < f.body_open; ++k)
+    if (code_[k].text == param && (code_[k - 1].text == "&" || code_[k - 1].text == "&&"))
+      return access_path(c.args[index], false);
   return access_path(c.args[index], true);
 }
 
