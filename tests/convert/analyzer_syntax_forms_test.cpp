@@ -284,3 +284,46 @@ TEST(AnalyzerSyntaxForms, StructsFilledThroughAReferenceParameter) {
     EXPECT_EQ(c.converted_calls, 2) << param;
   }
 }
+
+// An arena class that allocates once and hands out views (`arena.take<half>(n)`, a member template
+// given arguments) fills the pointers it is assigned to: a declared one, an array's elements
+// assigned in a loop or through a range-for reference, and a `std::for_each` lambda's parameter is
+// each element of its range. An array element written any other way is not followed.
+TEST(AnalyzerSyntaxForms, ArenaViewsAssignedToElementsAndVisitedByForEach) {
+  const auto convert = [](const std::string& fill, const std::string& visit) {
+    const std::string src =
+        "#include <nccl.h>\n#include <algorithm>\n#include <array>\n#include <cstdint>\n"
+        "struct Arena {\n"
+        "  uint8_t* base = nullptr;\n"
+        "  size_t used = 0;\n"
+        "  void init(size_t bytes) { cudaMalloc(reinterpret_cast<void**>(&base), bytes); }\n"
+        "  template <typename T> T* take(size_t n) { T* p = reinterpret_cast<T*>(base + used); used += n * "
+        "sizeof(T); return p; }\n"
+        "};\n"
+        "int main() {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  Arena arena;\n"
+        "  arena.init(1 << 26);\n"
+        "  std::array<float*, 3> grads{};\n"
+        "  " +
+        fill +
+        "\n"
+        "  float* loss = arena.take<float>(1);\n"
+        "  " +
+        visit +
+        "\n"
+        "  ncclAllReduce(loss, loss, 1, ncclFloat, ncclMax, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  const std::string loop = "for (int i = 0; i < 3; ++i) grads[i] = arena.take<float>(1 << 20);";
+  const std::string each = "for (float* g : grads) ncclAllReduce(g, g, 1 << 20, ncclFloat, ncclSum, comm, 0);";
+  EXPECT_EQ(convert(loop, each), 2);
+  EXPECT_EQ(convert("for (auto& g : grads) g = arena.take<float>(1 << 20);", each), 2);
+  EXPECT_EQ(convert(loop,
+                    "std::for_each(grads.begin(), grads.end(), [&](float* g) { ncclAllReduce(g, g, 1 << 20, "
+                    "ncclFloat, ncclSum, comm, 0); });"),
+            2);
+  // A helper given the whole array may write its elements: they are not followed.
+  EXPECT_EQ(convert(loop + " reset(grads);", each), 1);
+}

@@ -99,9 +99,11 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
           c.via.push_back(fmt::format("{} is filled through the reference parameter {}", path, param));
         }
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
-    // every value it is given is an assignment braid follows (not an array element, no declared value).
+    // every value it is given is an assignment braid follows (no declared value; for an array's
+    // elements, `grads[i] = ...`, no other use that could write one).
     const bool assigned_only =
-        !found && path.find('[') == std::string::npos && !flow.declared_with_value(split_root(path).first);
+        !found && (path.find('[') == std::string::npos ? !flow.declared_with_value(split_root(path).first)
+                                                       : flow.elements_only_assigned(split_root(path).first));
     const BufferFlow::Resolution given = assigned_only ? flow.exchanged_with({path}) : BufferFlow::Resolution{};
     for (const std::string& p : given.reason.empty() ? given.paths : std::vector<std::string>{})
       for (const auto& [key, b] : a.buffers)

@@ -518,6 +518,11 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     return;
   }
   const auto [root, rest] = split_root(path);
+  if (const std::string element = for_each_element(root, at); !element.empty()) {
+    out.via.push_back(fmt::format("`{}` is each element of `{}`", root, element.substr(0, element.size() - 6)));
+    resolve_into(element + rest, function_at(unnamed_lambda_at(at)), unnamed_lambda_at(at), depth - 1, out, stack);
+    return;
+  }
   if (const int line = unnamed_lambda_parameter(root, at); line > 0) {
     // Not the enclosing function's variable of that name: whoever calls the lambda gives it.
     out.reason = fmt::format(

@@ -104,6 +104,11 @@ class BufferFlow {
   // True when a declaration of `name` anywhere in the file gives it a value (`float* p = buf;`,
   // `float* a[] = {x, y};`, a null pointer aside): its values are not only what is assigned later.
   bool declared_with_value(const std::string& name) const;
+  // True when the elements of array or container `name` get pointers only by assignment
+  // (`grads[i] = arena.take<half>(n)`, `for (auto& g : grads) g = ...`): it is declared with no
+  // pointer value (`T* a[3];`, `std::array<T*, 3> a{}`, `std::vector<T*> a(n)`) and every other use
+  // reads it. Its elements are then what those assignments give (exchanged_with).
+  bool elements_only_assigned(const std::string& name) const;
 
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
@@ -142,6 +147,10 @@ class BufferFlow {
   // The line of the lambda bound to no name whose body holds code token `at` and whose parameter
   // `name` is (its arguments come from whoever holds it: not followed); 0 when there is none.
   int unnamed_lambda_parameter(const std::string& name, std::size_t at) const;
+  // `std::for_each(grads.begin(), grads.end(), [&](half* g) {...})` (or `std::ranges::for_each(grads,
+  // ...)`, `std::begin(grads)`): the lambda's one parameter `name`, whose body holds code token `at`,
+  // is an element of the range, "grads [ i ]"; "" otherwise.
+  std::string for_each_element(const std::string& name, std::size_t at) const;
 
   // A thread the file starts (buffer_flow_threads.cpp): `std::thread t(f, ..)` (and later
   // declarators, `b(f, ..)`), `std::thread(f, ..)`, `threads.emplace_back(f, ..)` into a container of
@@ -187,6 +196,7 @@ class BufferFlow {
   bool rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars, int depth) const;
   bool rank_free_name(const std::string& name, int depth) const;
   bool read_only_use(std::size_t k) const;
+  bool for_each_by_value(std::size_t k) const;
   std::set<std::size_t> visible_containers_;  // the class token of each such container's declaration
   // A copy or move of another instance's same field (buffer_flow_members.cpp): no write of its own.
   bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;

@@ -59,6 +59,82 @@ bool BufferFlow::declared_with_value(const std::string& name) const {
   return false;
 }
 
+// Whether code token k is in the arguments of a `for_each(...)` whose last argument is a lambda
+// taking its one parameter by value.
+bool BufferFlow::for_each_by_value(std::size_t k) const {
+  std::size_t call = k;
+  for (int depth = 0; call-- > 0;) {
+    const std::string& x = code_[call].text;
+    if (x == ")" || x == "]" || x == "}") ++depth;
+    else if ((x == "(" || x == "[" || x == "{") && depth-- == 0) break;
+  }
+  if (call == SIZE_MAX || call == 0 || code_[call - 1].text != "for_each") return false;
+  const std::size_t close = match_forward(code_, call, code_.size());
+  for (const auto& [begin, end] : unnamed_lambdas_) {
+    if (end + 1 != close) continue;
+    const std::size_t open = match_forward(code_, begin, end) + 1;
+    if (open >= end || code_[open].text != "(") return false;
+    for (std::size_t j = open + 1; code_[j].text != ")"; ++j)
+      if (code_[j].text == "&" || code_[j].text == "&&" || code_[j].text == ",") return false;
+    return true;
+  }
+  return false;
+}
+
+bool BufferFlow::elements_only_assigned(const std::string& name) const {
+  bool declared = false;
+  for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
+    if (code_[k].text != name || is_member_step(code_[k - 1]) || code_[k - 1].text == "::") continue;
+    const std::string& prev = code_[k - 1].text;
+    const std::string& next = code_[k + 1].text;
+    const bool declaration = code_[k - 1].kind == TokenKind::Identifier || prev == ">" || prev == "*";
+    if (declaration) {
+      // No value but a size: `[N]`, `{}`, `(n)`, `= {}`, or none.
+      std::size_t e = k + 1;
+      if (code_[e].text == "[") e = match_forward(code_, e, code_.size()) + 1;
+      if (code_[e].text == "{" && code_[e + 1].text == "}") e += 2;
+      else if (code_[e].text == "=" && code_[e + 1].text == "{" && e + 2 < code_.size() && code_[e + 2].text == "}")
+        e += 3;
+      else if (code_[e].text == "(" && split_top(code_, e, match_forward(code_, e, code_.size())).size() <= 1)
+        e = match_forward(code_, e, code_.size()) + 1;
+      if (code_[e].text != ";") return false;
+      declared = true;
+      continue;
+    }
+    if (next == "[") {  // `name[i] = v;` (an exchange) or a read of an element
+      const std::size_t close = match_forward(code_, k + 1, code_.size());
+      if (close + 1 < code_.size() && code_[close + 1].text == "=" && statement_start(code_, k)) continue;
+    }
+    // `for (auto& g : name)`: the loop variable is only assigned (`g = v;`) or read in its body.
+    if (prev == ":" && next == ")") {
+      std::size_t open = k;
+      while (open > 0 && code_[open].text != "(") --open;
+      const std::size_t var = k - 2;
+      if (open > 0 && code_[open - 1].text == "for" && code_[var].kind == TokenKind::Identifier) {
+        const std::size_t body_end = for_body_end(k + 1, code_.size());
+        bool reference = false;  // a copy's writes leave the elements as they are
+        for (std::size_t j = open + 1; j < var; ++j)
+          reference = reference || code_[j].text == "&" || code_[j].text == "&&";
+        bool plain = true;
+        if (!reference) continue;
+        for (std::size_t j = k + 2; j < body_end && plain; ++j)
+          if (code_[j].text == code_[var].text && !is_member_step(code_[j - 1]))
+            plain = (code_[j + 1].text == "=" && statement_start(code_, j)) || read_only_use(j);
+        if (plain) continue;
+      }
+      return false;
+    }
+    // `std::for_each(name.begin(), name.end(), [](T* g) {...})`: a lambda given copies reads it.
+    if (next == "." && k + 4 < code_.size() && code_[k + 3].text == "(" && code_[k + 4].text == ")" &&
+        (code_[k + 2].text == "begin" || code_[k + 2].text == "end" || code_[k + 2].text == "cbegin" ||
+         code_[k + 2].text == "cend") &&
+        for_each_by_value(k))
+      continue;
+    if (!read_only_use(k)) return false;
+  }
+  return declared;
+}
+
 BufferFlow::Resolution BufferFlow::exchanged_with(const std::vector<std::string>& paths) const {
   Resolution out;
   std::vector<std::string> pending = paths, seen = paths;

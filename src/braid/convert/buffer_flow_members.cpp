@@ -354,11 +354,17 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
   const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
   if (addr) return false;
   for (std::size_t i = 0; i + 2 < t.size(); ++i) {
-    if (t[i].kind != TokenKind::Identifier || t[i + 1].text != "(") continue;
+    if (t[i].kind != TokenKind::Identifier) continue;
+    // `arena.take<float>(n)`: a member template's arguments are skipped.
+    const std::size_t paren = t[i + 1].text == "<" ? flow_tokens::after_template_args(t, i + 1, t.size()) : i + 1;
+    if (paren == SIZE_MAX || paren + 1 >= t.size() || t[paren].text != "(") continue;
     const bool member = i > 0 && (t[i - 1].text == "." || t[i - 1].text == "->");
-    // `pool.block(layer, id)`: a view getter given arguments (only that form takes them).
-    const std::size_t close = t[i + 2].text == ")" ? i + 2 : flow_tokens::match_forward(t, i + 1, t.size());
-    if (close >= t.size() || (close != i + 2 && !(member && !returned_field(t[i].text).empty()))) continue;
+    // `pool.block(layer, id)`: a view getter given arguments; `arena.take<float>(n)`: a member
+    // function handing out views of its class's own allocation (followed through its returns).
+    const std::size_t close = t[paren + 1].text == ")" ? paren + 1 : flow_tokens::match_forward(t, paren, t.size());
+    if (close >= t.size() ||
+        (close != paren + 1 && !(member && (!returned_field(t[i].text).empty() || !owner_of(t[i].text).empty()))))
+      continue;
     if (i > 0 && !member) return false;
     const std::string rest = access_path("r" + join(t, close + 1, t.size()), false);
     if (rest.empty() || rest[0] != 'r') return false;
@@ -371,7 +377,8 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
     }
     bool any = false;
     for (const FunctionDef& f : functions_) {
-      if (f.name != t[i].text || !f.enclosing.empty() || !f.params.empty() || (member && f.owner.empty())) continue;
+      if (f.name != t[i].text || !f.enclosing.empty() || (!member && !f.params.empty()) || (member && f.owner.empty()))
+        continue;
       any = true;
       follow_returns(f, rest.substr(1), depth, out, stack);
       if (!out.reason.empty()) return true;

@@ -134,6 +134,10 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
     // `auto buf = std::unique_ptr<float, CudaFree>(p)`: the pointer it owns.
     out.via.push_back(fmt::format("{} = {} (line {}) owns {}", root, best->init, code_[best->token].line, owned));
     resolve_into(owned + rest, function, best->token, depth, out, stack);
+  } else if (base.empty() && rest.empty() &&
+             follow_accessor(best->init, function, best->token, depth - 1, out, stack)) {
+    // `float* loss = arena.take<float>(1)`: what the object's member function returns.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
   } else if (base.empty()) {
     // Initialised by a call or an expression (`ncclComm_t comm = init_comm(r)`): the variable
     // itself is what the program names; an allocation through it must still be found by path.

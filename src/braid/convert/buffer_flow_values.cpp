@@ -98,6 +98,35 @@ int BufferFlow::unnamed_lambda_parameter(const std::string& name, std::size_t at
   return 0;
 }
 
+std::string BufferFlow::for_each_element(const std::string& name, std::size_t at) const {
+  for (const auto& [begin, end] : unnamed_lambdas_) {
+    if (at <= begin || at >= end || begin < 3 || end + 1 >= code_.size() || code_[end + 1].text != ")") continue;
+    const std::size_t open = match_forward(code_, begin, end) + 1;  // `[captures] (first, ...)`
+    if (open >= end || code_[open].text != "(") return "";
+    const std::size_t close = match_forward(code_, open, end);
+    const std::vector<std::string> params = split_top(code_, open, close);
+    if (params.empty() || code_[close - 1].text != name || split_top(code_, open, close).size() != 1) return "";
+    // The call the lambda is the last argument of: `[std::][ranges::]for_each(...)`.
+    std::size_t call = end + 1;
+    for (int depth = 0; call-- > 0;) {
+      const std::string& x = code_[call].text;
+      if (x == ")" || x == "]" || x == "}") ++depth;
+      else if ((x == "(" || x == "[" || x == "{") && depth-- == 0) break;
+    }
+    if (call == SIZE_MAX || call == 0 || code_[call - 1].text != "for_each") return "";
+    const std::vector<std::string> args = split_top(code_, call, end + 1);
+    if (args.size() == 2) return access_path(args[0], false).empty() ? "" : args[0] + " [ i ]";  // ranges
+    if (args.size() != 3) return "";
+    std::string first = args[0];
+    std::erase(first, ' ');
+    for (const char* form : {".begin()", ".cbegin()"})
+      if (first.ends_with(form)) first.resize(first.size() - std::string(form).size());
+    if (first.starts_with("std::begin(") && first.ends_with(")")) first = first.substr(11, first.size() - 12);
+    return access_path(first, false).empty() || first == args[0] ? "" : first + " [ i ]";
+  }
+  return "";
+}
+
 namespace {
 
 // The '{' enclosing code token k (SIZE_MAX at file scope), skipping balanced brackets.
