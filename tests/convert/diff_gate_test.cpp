@@ -346,10 +346,10 @@ TEST(DiffGateRun, HangNamesTheRanksStillRunning) {
   EXPECT_NE(hang_failure("converted", run, ranked, 5).find("ranks 1, 2 still running"), std::string::npos);
 }
 
-// An original that writes `first` in its first run and `later` in every later one (per rank), as
-// a program with atomicAdd partial sums or timings in a buffer does.
+// An original that writes `first` in its first `same` runs and `later` in every later one (per
+// rank), as a program with atomicAdd partial sums or timings in a buffer does.
 std::filesystem::path changing_original(const std::filesystem::path& dir, const std::string& manifest,
-                                        const std::string& first, const std::string& later) {
+                                        const std::string& first, const std::string& later, int same = 1) {
   const auto p = dir / "original";
   write_file_atomic(p,
                     "#!/usr/bin/env bash\n"
@@ -361,8 +361,10 @@ std::filesystem::path changing_original(const std::filesystem::path& dir, const 
                         manifest +
                         "' > \"$d/manifest.tsv\"\n"
                         "printf '\\x00\\x00\\x40\\x40' > \"$d/1.bin\"\n"
-                        "if [ -f \"$runs\" ]; then printf '" +
-                        later + "' > \"$d/0.bin\"; else printf '" + first + "' > \"$d/0.bin\"; touch \"$runs\"; fi\n");
+                        "n=$(cat \"$runs\" 2>/dev/null | wc -l)\necho run >> \"$runs\"\n"
+                        "if [ \"$n\" -ge " +
+                        std::to_string(same) + " ]; then printf '" + later + "' > \"$d/0.bin\"; else printf '" + first +
+                        "' > \"$d/0.bin\"; fi\n");
   std::filesystem::permissions(p, std::filesystem::perms::owner_all);
   return p;
 }
@@ -391,10 +393,23 @@ TEST(DiffGateRun, WhatTheOriginalDoesNotReproduceIsHeldToItsOwnSpread) {
   EXPECT_NE(g.details["buffers"][0]["tolerance"].get<std::string>().find("differs from itself by up to 4.77e-07"),
             std::string::npos)
       << g.details["buffers"][0];
-  EXPECT_NE(diff_gate_summary(g).find("the original wrote 2 of them differently in a second run: 2 held to its own "
+  EXPECT_NE(diff_gate_summary(g).find("the original wrote 2 of them differently in another run: 2 held to its own "
                                       "spread, 0 not compared"),
             std::string::npos)
       << diff_gate_summary(g);
+}
+
+// The original's second run reproduces its first by chance (a sum whose order varies): the third
+// shows the spread, and the converted program is held to it.
+TEST(DiffGateRun, AThirdRunOfTheOriginalWhenTheSecondReproducedTheFirst) {
+  const auto dir = fresh_dir("spread-third");
+  const auto o = changing_original(dir, kFloatReducedByTheProgram, kOnePlusOne, kOnePlus4Ulp, 2);
+  const auto c = fake_program(dir, "converted", kFloatReducedByTheProgram, kOnePlus8Ulp);
+  const GateResult g = diff_programs(o, c, local_spec(dir), {});
+  EXPECT_TRUE(g.passed) << g.failure;
+  EXPECT_EQ(g.details["original_again"]["runs"], 2);
+  EXPECT_EQ(g.details["original_again"]["buffers_within_its_spread"], 2);
+  EXPECT_TRUE(std::filesystem::exists(dir / "work" / "original-third" / "snapshots" / "rank0" / "0.bin"));
 }
 
 TEST(DiffGateRun, BeyondTheOriginalsOwnSpreadStillFails) {

@@ -362,6 +362,18 @@ BufferComparison compare_pair(const RankSnapshot& os, const SnapshotBuffer& o, c
 
 }  // namespace
 
+void merge_spread(OriginalSpread& into, const OriginalSpread& more) {
+  for (const auto& [index, why] : more.not_defined) {
+    into.not_defined.emplace(index, why);
+    into.within.erase(index);
+  }
+  for (const auto& [index, t] : more.within) {
+    if (into.not_defined.count(index)) continue;
+    auto it = into.within.find(index);
+    if (it == into.within.end() || t.abs > it->second.abs) into.within[index] = t;
+  }
+}
+
 OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem::path& first_dir,
                                const RankSnapshot& again, const std::filesystem::path& again_dir,
                                const std::vector<ConvertedReduction>& converted, int ranks) {

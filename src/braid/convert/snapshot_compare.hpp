@@ -109,6 +109,9 @@ struct OriginalSpread {
   std::map<std::size_t, Tolerance> within;         // buffer index -> tolerance widened by the spread
   std::map<std::size_t, std::string> not_defined;  // buffer index -> why it is not compared
 };
+// `into` widened by `more` (the spread of another run): a buffer not defined in either is not
+// defined; held to the wider of two spreads.
+void merge_spread(OriginalSpread& into, const OriginalSpread& more);
 OriginalSpread original_spread(const RankSnapshot& first, const std::filesystem::path& first_dir,
                                const RankSnapshot& again, const std::filesystem::path& again_dir,
                                const std::vector<ConvertedReduction>& converted, int ranks);
