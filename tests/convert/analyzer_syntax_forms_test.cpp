@@ -327,3 +327,56 @@ TEST(AnalyzerSyntaxForms, ArenaViewsAssignedToElementsAndVisitedByForEach) {
   // A helper given the whole array may write its elements: they are not followed.
   EXPECT_EQ(convert(loop + " reset(grads);", each), 1);
 }
+
+// A vector of a RAII tensor class that is a data member of a model (`std::vector<DistTensor<half>>
+// grads;`), filled by the model's constructor over a shape list its one construction gives
+// rank-free (`Model m({4096, 1 << 20})`) and only read elsewhere (`for (auto& g : m.grads)`): the
+// tensors' allocations run alike on every rank. A fill outside a constructor, a use that may write
+// the vector from outside, or shapes that depend on the rank keep them out of braid's sight.
+TEST(AnalyzerSyntaxForms, MemberVectorsOfTensorsFilledByTheirHoldersConstructor) {
+  const auto convert = [](const std::string& model_body, const std::string& construct, const std::string& use) {
+    const std::string src =
+        "#include <nccl.h>\n#include <cuda_fp16.h>\n#include <vector>\n"
+        "template <typename T> class DistTensor {\n"
+        " public:\n"
+        "  explicit DistTensor(size_t n) : numel_(n) { cudaMalloc(&data_, n * sizeof(T)); }\n"
+        "  ~DistTensor() { if (data_) cudaFree(data_); }\n"
+        "  DistTensor(DistTensor&& o) noexcept : data_(o.data_), numel_(o.numel_) { o.data_ = nullptr; }\n"
+        "  void all_reduce(ncclComm_t comm, cudaStream_t s) { ncclAllReduce(data_, data_, numel_, ncclHalf, "
+        "ncclSum, comm, s); }\n"
+        " private:\n"
+        "  T* data_ = nullptr;\n"
+        "  size_t numel_ = 0;\n"
+        "};\n"
+        "struct Model {\n"
+        " public:\n"
+        "  std::vector<DistTensor<half>> grads;\n" +
+        model_body +
+        "};\n"
+        "int main(int argc, char** argv) {\n"
+        "  int rank = atoi(argv[1]);\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, rank);\n"
+        "  cudaStream_t s; cudaStreamCreate(&s);\n"
+        "  " +
+        construct +
+        "\n"
+        "  " +
+        use +
+        "\n"
+        "  for (auto& g : m.grads) g.all_reduce(comm, s);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  const std::string ctor =
+      "  explicit Model(const std::vector<size_t>& shapes) {\n"
+      "    grads.reserve(shapes.size());\n"
+      "    for (size_t n : shapes) grads.emplace_back(n);\n"
+      "  }\n";
+  EXPECT_EQ(convert(ctor, "Model m({4096, 1 << 20, 1 << 16});", ""), 1);
+  EXPECT_EQ(convert(ctor, "Model m({4096, 1 << 20, 1 << 16});", "size_t total = m.grads.size();"), 1);
+  // The shapes depend on the rank.
+  EXPECT_EQ(convert(ctor, "Model m({4096, size_t(rank + 1) << 20});", ""), 0);
+  // Filled from outside the constructors, or written from outside.
+  EXPECT_EQ(convert("  void add(size_t n) { grads.emplace_back(n); }\n", "Model m; if (rank == 0) m.add(8);", ""), 0);
+  EXPECT_EQ(convert(ctor, "Model m({4096});", "m.grads.emplace_back(64);"), 0);
+}

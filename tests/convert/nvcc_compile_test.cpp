@@ -246,6 +246,7 @@ INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
                                            std::pair<std::string, int>{"comm_worker_helpers_fp16", 1},
                                            std::pair<std::string, int>{"pipeline_gpipe_stage_ref_fp16", 2},
                                            std::pair<std::string, int>{"workspace_arena_foreach_fp16", 2},
+                                           std::pair<std::string, int>{"model_tensor_vector_member_fp16", 1},
 
                                            std::pair<std::string, int>{"disagg_prefill_decode_kv", 1},
                                            std::pair<std::string, int>{"moe_ep_fp8_dispatch_arena", 8},

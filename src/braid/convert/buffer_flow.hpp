@@ -297,6 +297,8 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+  bool container_use(std::size_t j, std::size_t first, const FunctionDef* f, const std::string& cls,
+                     std::vector<CallSite>& emplaced, int& fills) const;
   void collect_thread_starts();
   void add_thread_start(std::size_t open, std::size_t skip);
   bool holds_threads(const std::string& name) const;

@@ -125,12 +125,41 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
   if (depth <= 0) return false;
   const FunctionDef* main = function_named("main");
   bool parameter = main && std::find(main->params.begin(), main->params.end(), name) != main->params.end();
+  // A parameter of the file's other functions (`Model(const std::vector<size_t>& shapes)`): rank-free
+  // when every call gives it a rank-free argument (`Model m({4096, 1 << 20})`).
+  std::vector<const FunctionDef*> takers;
+  for (const FunctionDef& f : functions_)
+    if (&f != main && std::find(f.params.begin(), f.params.end(), name) != f.params.end()) takers.push_back(&f);
+  for (const FunctionDef* f : takers) {
+    const std::size_t index = std::size_t(std::find(f->params.begin(), f->params.end(), name) - f->params.begin());
+    auto sites = calls_.find(f->name);
+    if (sites == calls_.end() || value_uses_.count(f->name)) return false;
+    for (const CallSite& c : sites->second) {
+      if (index >= c.args.size()) return false;  // a default argument
+      const std::vector<Token> arg = code_tokens(lex(c.args[index]).tokens);
+      for (std::size_t i = 0; i < arg.size(); ++i) {
+        if (arg[i].kind == TokenKind::String) return false;
+        if (arg[i].kind != TokenKind::Identifier || neutral_word(arg[i].text)) continue;
+        if (i > 0 && is_member_step(arg[i - 1])) {  // as rank_free_expression reads a member
+          if (!reading_member(arg[i].text)) return false;
+          continue;
+        }
+        const bool called = i + 1 < arg.size() && (arg[i + 1].text == "(" || arg[i + 1].text == "<");
+        if (called ? !pure_call(arg[i].text) : !rank_free_name(arg[i].text, depth - 1)) return false;
+      }
+    }
+  }
+  const auto in_a_head = [&](std::size_t k) {
+    if (parameter && k > main->name_token && k < main->body_open) return true;
+    return std::any_of(takers.begin(), takers.end(),
+                       [&](const FunctionDef* f) { return k > f->name_token && k < f->body_open; });
+  };
   int declarations = 0;
   for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
     if (code_[k].text != name || code_[k].kind != TokenKind::Identifier || is_member_step(code_[k - 1]) ||
         code_[k - 1].text == "::")
       continue;
-    if (parameter && main && k > main->name_token && k < main->body_open) continue;  // its declaration
+    if (in_a_head(k)) continue;  // its declaration as a parameter
     const Token& prev = code_[k - 1];
     const std::string& next = code_[k + 1].text;
     const bool declared = (prev.text == ">" || (prev.kind == TokenKind::Identifier && prev.text != "return" &&
@@ -153,7 +182,7 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
       return false;
     if (!rank_free_expression(b, e, {}, depth)) return false;
   }
-  return declarations == 1 || parameter;
+  return declarations == 1 || parameter || (declarations == 0 && !takers.empty());
 }
 
 // True when every loop of `function` holding code token `at` runs the same number of times on every
@@ -197,7 +226,13 @@ bool BufferFlow::rank_free_loops(std::size_t at, const FunctionDef& function) co
 std::size_t BufferFlow::vector_of_class(std::size_t k, std::size_t& cls) const {
   if (code_[k].text != "vector" || k + 3 >= code_.size() || code_[k + 1].text != "<") return 0;
   std::size_t start = k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text == "std" ? k - 2 : k;
-  if (start == 0 || (code_[start - 1].text != ";" && code_[start - 1].text != "{" && code_[start - 1].text != "}"))
+  const auto access = [&](std::size_t colon) {  // `public:` in a class body
+    return code_[colon].text == ":" && colon > 0 &&
+           (code_[colon - 1].text == "public" || code_[colon - 1].text == "private" ||
+            code_[colon - 1].text == "protected");
+  };
+  if (start == 0 || (code_[start - 1].text != ";" && code_[start - 1].text != "{" && code_[start - 1].text != "}" &&
+                     !access(start - 1)))
     return 0;
   std::size_t c = k + 2;
   while (c + 2 < code_.size() && code_[c + 1].text == "::") c += 2;
@@ -214,72 +249,110 @@ std::size_t BufferFlow::vector_of_class(std::size_t k, std::size_t& cls) const {
   return after;
 }
 
+// One use of a container of class `cls` at code token j (its name), whose access starts at `first`
+// (`this->grads`: at `this`): a fill (`emplace_back`, `push_back` of a temporary, `reserve`) in
+// `f`, recorded in `emplaced` and counted in `fills`, or a read. `f` null: a use through another
+// object (`model.grads`), which may only read. False when the use keeps the fills out of sight.
+bool BufferFlow::container_use(std::size_t j, std::size_t first, const FunctionDef* f, const std::string& cls,
+                               std::vector<CallSite>& emplaced, int& fills) const {
+  const std::string& prev = code_[first - 1].text;
+  const bool statement = prev == ";" || prev == "{" || prev == "}" || prev == ")" || prev == "else";
+  const std::string& member = code_[j + 2].text;
+  if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
+      (member == "emplace_back" || member == "push_back" || member == "reserve")) {
+    if (f == nullptr) return false;
+    const std::size_t close = match_forward(code_, j + 3, code_.size());
+    bool visible = statement && close + 1 < code_.size() && code_[close + 1].text == ";" && close > j + 4 &&
+                   rank_free_loops(j, *f);
+    if (member == "reserve") return visible && !conditional(j) && rank_free_expression(j + 4, close, {}, 4);
+    ++fills;
+    if (member == "push_back") {  // a temporary of the class, already a construction
+      std::size_t c = j + 4;
+      while (c + 2 < close && code_[c + 1].text == "::") c += 2;
+      const std::size_t args =
+          c + 1 < close && code_[c + 1].text == "<" ? after_template_args(code_, c + 1, close) : c + 1;
+      visible = visible && code_[c].text == cls && args < close &&
+                (code_[args].text == "(" || code_[args].text == "{") && match_forward(code_, args, close) + 1 == close;
+      // Also at the token before its arguments: the rank pass reads a call site's arguments
+      // after it, and `Buffer<float>(n)` is recorded at `Buffer`.
+      if (visible && code_[args].text == "(")
+        emplaced.push_back(CallSite{f->name, split_top(code_, args, close - 1), args - 1, code_[j + 2].line});
+      return visible;
+    }
+    emplaced.push_back(CallSite{f->name, split_top(code_, j + 3, close), j + 2, code_[j + 2].line});
+    return visible;
+  }
+  // Read: counted (`size()`), iterated by reference (`for (auto& g : grads)`: a copy would run the
+  // class's copy constructor), or an element used through a member (`grads[l].data()`), never whole.
+  std::size_t element = 0;
+  if (code_[j + 1].text == "[") element = match_forward(code_, j + 1, code_.size()) + 1;
+  else if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
+           (member == "at" || member == "front" || member == "back"))
+    element = match_forward(code_, j + 3, code_.size()) + 1;
+  if (element > 0)
+    return prev != "&" && element + 2 < code_.size() && is_member_step(code_[element]) &&
+           code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
+  if (code_[j + 1].text == ".") return member == "size" || member == "empty" || member == "capacity";
+  return prev == ":" && code_[j + 1].text == ")" && first >= 3 &&
+         (code_[first - 3].text == "&" || code_[first - 3].text == "&&");
+}
+
 // Each vector of a class whose every use is read above: its declaration's class token is no hidden
 // construction, and each `emplace_back` is a construction of the class (a call site with its
-// arguments, so the rank pass sees a size given by the rank).
+// arguments, so the rank pass sees a size given by the rank). A vector declared in a function is
+// used in its block only; one that is a data member of a class (`struct Model { std::vector<Tensor>
+// grads; }`) is filled in that class's constructors and only read elsewhere (`model.grads[l]`,
+// `for (auto& g : model.grads)`): its fills then run with each construction of its holder.
 void BufferFlow::collect_visible_containers() {
   for (std::size_t k = 0; k < code_.size(); ++k) {
     std::size_t cls_token = 0;
     const std::size_t decl = vector_of_class(k, cls_token);
-    if (decl == 0 || owner_[decl] < 0) continue;
-    const FunctionDef& f = functions_[(std::size_t)owner_[decl]];
-    std::size_t block = decl;  // the block the vector is declared in
-    for (int d = 0; block-- > f.body_open;)
-      if (code_[block].text == "}") ++d;
-      else if (code_[block].text == "{" && d-- == 0) break;
-    const std::size_t block_close = match_forward(code_, block, f.body_close);
+    if (decl == 0) continue;
+    const ClassBody* holder = nullptr;
+    std::size_t block = 0, block_close = 0;  // a function's: the block the vector is declared in
+    if (owner_[decl] >= 0) {
+      const FunctionDef& f = functions_[(std::size_t)owner_[decl]];
+      block = decl;
+      for (int d = 0; block-- > f.body_open;)
+        if (code_[block].text == "}") ++d;
+        else if (code_[block].text == "{" && d-- == 0) break;
+      block_close = match_forward(code_, block, f.body_close);
+    } else {
+      for (const ClassBody& c : classes_)
+        if (decl > c.open && decl < c.close && (holder == nullptr || c.open > holder->open)) holder = &c;
+      if (holder == nullptr) continue;
+    }
     const std::string& name = code_[decl].text;
     const std::string& cls = code_[cls_token].text;
     std::vector<CallSite> emplaced;
     bool visible = true;
     int fills = 0;
     for (std::size_t j = 1; visible && j + 3 < code_.size(); ++j) {
-      if (j == decl || code_[j].text != name || code_[j].kind != TokenKind::Identifier ||
-          is_member_step(code_[j - 1]) || code_[j - 1].text == "::")
+      if (j == decl || code_[j].text != name || code_[j].kind != TokenKind::Identifier || code_[j - 1].text == "::")
         continue;
-      visible = j > decl && j < block_close && owner_[j] == owner_[decl];
-      if (!visible) break;
-      const std::string& prev = code_[j - 1].text;
-      const bool statement = prev == ";" || prev == "{" || prev == "}" || prev == ")" || prev == "else";
-      const std::string& member = code_[j + 2].text;
-      if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
-          (member == "emplace_back" || member == "push_back" || member == "reserve")) {
-        const std::size_t close = match_forward(code_, j + 3, code_.size());
-        visible = statement && close + 1 < code_.size() && code_[close + 1].text == ";" && close > j + 4 &&
-                  rank_free_loops(j, f);
-        if (member == "reserve") {
-          visible = visible && !conditional(j) && rank_free_expression(j + 4, close, {}, 4);
-        } else if (member == "push_back") {  // a temporary of the class, already a construction
-          std::size_t c = j + 4;
-          while (c + 2 < close && code_[c + 1].text == "::") c += 2;
-          const std::size_t args =
-              c + 1 < close && code_[c + 1].text == "<" ? after_template_args(code_, c + 1, close) : c + 1;
-          visible = visible && code_[c].text == cls && args < close &&
-                    (code_[args].text == "(" || code_[args].text == "{") &&
-                    match_forward(code_, args, close) + 1 == close;
-          // Also at the token before its arguments: the rank pass reads a call site's arguments
-          // after it, and `Buffer<float>(n)` is recorded at `Buffer`.
-          if (visible && code_[args].text == "(")
-            emplaced.push_back(CallSite{f.name, split_top(code_, args, close - 1), args - 1, code_[j + 2].line});
-          ++fills;
-        } else {
-          emplaced.push_back(CallSite{f.name, split_top(code_, j + 3, close), j + 2, code_[j + 2].line});
-          ++fills;
-        }
+      const bool through_this = j >= 2 && code_[j - 1].text == "->" && code_[j - 2].text == "this";
+      if (is_member_step(code_[j - 1]) && !through_this) {
+        if (holder == nullptr) continue;  // another object's field of that name
+        std::size_t first = j - 1;        // `a.b.grads`: the access starts at `a`
+        while (first >= 2 && code_[first - 1].kind == TokenKind::Identifier && is_member_step(code_[first - 2]))
+          first -= 2;
+        visible = first >= 2 && container_use(j, first - 1, nullptr, cls, emplaced, fills);
         continue;
       }
-      // Read: counted (`size()`), iterated by reference (`for (auto& g : grads)`: a copy would run the
-      // class's copy constructor), or an element used through a member (`grads[l].data()`), never whole.
-      std::size_t element = 0;
-      if (code_[j + 1].text == "[") element = match_forward(code_, j + 1, code_.size()) + 1;
-      else if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
-               (member == "at" || member == "front" || member == "back"))
-        element = match_forward(code_, j + 3, code_.size()) + 1;
-      if (element > 0)
-        visible = prev != "&" && element + 2 < code_.size() && is_member_step(code_[element]) &&
-                  code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
-      else if (code_[j + 1].text == ".") visible = member == "size" || member == "empty" || member == "capacity";
-      else visible = prev == ":" && code_[j + 1].text == ")" && (code_[j - 3].text == "&" || code_[j - 3].text == "&&");
+      const std::size_t first = through_this ? j - 2 : j;
+      if (holder == nullptr) {
+        visible = j > decl && j < block_close && owner_[j] == owner_[decl] &&
+                  container_use(j, first, &functions_[(std::size_t)owner_[decl]], cls, emplaced, fills);
+        continue;
+      }
+      // A member's own use: in a member function of its class, filled only by a constructor.
+      const FunctionDef* f = owner_[j] >= 0 ? &functions_[(std::size_t)owner_[j]] : nullptr;
+      if (f == nullptr || f->owner != holder->name) {
+        visible = false;
+        continue;
+      }
+      const int before = fills;
+      visible = container_use(j, first, f, cls, emplaced, fills) && (fills == before || f->name == holder->name);
     }
     if (!visible || fills == 0) continue;  // never filled here: kept out of sight, as before
     visible_containers_.insert(cls_token);

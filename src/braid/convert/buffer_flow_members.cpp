@@ -277,18 +277,20 @@ void BufferFlow::record_construction(std::size_t k, const std::string& caller, s
   const bool declaration = open == after + 1;  // `T name(...)`, `T name{...}`, `T name;`
   // Each declarator constructs one: `CommWorker tp_worker(tp), dp_worker(dp);`. `at` is a
   // declarator's `(` or `{`, or what follows a name given no initialiser.
-  for (std::size_t at = open;;) {
+  // A later declarator's call site is at its name (its arguments follow it, as a call's do).
+  for (std::size_t at = open, site = k;;) {
     std::size_t next = at;
     if (code_[at].text == "(" || code_[at].text == "{") {
       const std::size_t close = match_forward(code_, at, end);
-      calls_[cls].push_back(CallSite{caller, split_top(code_, at, close), k, t.line});
+      calls_[cls].push_back(CallSite{caller, split_top(code_, at, close), site, t.line});
       next = close + 1;
     } else {
-      calls_[cls].push_back(CallSite{caller, {}, k, t.line});  // the default constructor runs
+      calls_[cls].push_back(CallSite{caller, {}, site, t.line});  // the default constructor runs
     }
     if (!declaration || next + 2 >= end || code_[next].text != "," || code_[next + 1].kind != TokenKind::Identifier)
       return;
     at = next + 2;
+    site = next + 1;
     const std::string& x = code_[at].text;
     if (x != "(" && x != "{" && x != "," && x != ";") return;
   }
