@@ -105,7 +105,7 @@ std::string BufferFlow::for_each_element(const std::string& name, std::size_t at
     if (open >= end || code_[open].text != "(") return "";
     const std::size_t close = match_forward(code_, open, end);
     const std::vector<std::string> params = split_top(code_, open, close);
-    if (params.empty() || code_[close - 1].text != name || split_top(code_, open, close).size() != 1) return "";
+    if (params.size() != 1 || code_[close - 1].text != name) return "";
     // The call the lambda is the last argument of: `[std::][ranges::]for_each(...)`.
     std::size_t call = end + 1;
     for (int depth = 0; call-- > 0;) {
