@@ -175,6 +175,20 @@ std::vector<std::string> ternary_branches(const std::string& expr) {
   return {};
 }
 
+std::size_t enclosing_open(const std::vector<Token>& t, std::size_t k) {
+  for (int depth = 0; k-- > 0;) {
+    const std::string& x = t[k].text;
+    if (x == ")" || x == "]" || x == "}") ++depth;
+    else if ((x == "(" || x == "[" || x == "{") && depth-- == 0) return k;
+  }
+  return SIZE_MAX;
+}
+
+bool declaring_word(const Token& w) {
+  static const std::set<std::string> kStatementWords = {"return", "else", "case", "do", "throw", "delete", "co_return", "goto"};
+  return w.kind == TokenKind::Identifier && !kStatementWords.count(w.text);
+}
+
 }  // namespace flow_tokens
 
 using namespace flow_tokens;
@@ -361,16 +375,12 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       const Token& t = code_[k];
       if (t.kind != TokenKind::Identifier) continue;
       const Token& prev = code_[k - 1];
-      const auto type_word = [](const Token& w) {
-        return w.kind == TokenKind::Identifier && w.text != "return" && w.text != "else" && w.text != "case" &&
-               w.text != "do";
-      };
       // `float* p = v` declares p; `*p = v;` (after `;`, `{`, `)`) stores through it and aliases nothing.
       const Token& before = code_[k - 2];
       const bool declared =
-          ((prev.text == "*" || prev.text == "&") && (type_word(before) || before.text == "*" || before.text == "&" ||
+          ((prev.text == "*" || prev.text == "&") && (declaring_word(before) || before.text == "*" || before.text == "&" ||
                                                       before.text == ">" || before.text == ",")) ||
-          type_word(prev);
+          declaring_word(prev);
       // `device_ptr<float> buf = make_device<float>(n)`: a template type declares too.
       if ((declared || prev.text == ">") && code_[k + 1].text == "=") {
         std::size_t e = k + 2;

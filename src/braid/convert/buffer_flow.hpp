@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -196,7 +197,14 @@ class BufferFlow {
   bool rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars, int depth) const;
   bool rank_free_name(const std::string& name, int depth) const;
   bool read_only_use(std::size_t k) const;
-  bool for_each_by_value(std::size_t k) const;
+  // A `[std::][ranges::]for_each(...)` whose last argument is the unnamed lambda [begin, end]: the
+  // range it visits (`grads` of `grads.begin()`, `std::begin(grads)`, the ranges form; "" when
+  // unknown), the lambda's one parameter and whether it takes it by value.
+  struct ForEachVisit {
+    std::string range, param;
+    bool by_value = false;
+  };
+  std::optional<ForEachVisit> for_each_visit(std::size_t begin, std::size_t end) const;
   std::set<std::size_t> visible_containers_;  // the class token of each such container's declaration
   // A copy or move of another instance's same field (buffer_flow_members.cpp): no write of its own.
   bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;

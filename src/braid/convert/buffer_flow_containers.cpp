@@ -101,12 +101,7 @@ bool BufferFlow::read_only_use(std::size_t k) const {
   }
   if (next >= code_.size() || writes(code_[next].text)) return false;
   if ((prev == "(" || prev == ",") && (code_[k + 1].text == ")" || code_[k + 1].text == ",")) {
-    std::size_t open = k;  // the bracket the whole argument is in
-    for (int d = 0; open-- > 0;) {
-      const std::string& x = code_[open].text;
-      if (x == ")" || x == "]" || x == "}") ++d;
-      else if ((x == "(" || x == "[" || x == "{") && d-- == 0) break;
-    }
+    const std::size_t open = enclosing_open(code_, k);                          // the bracket the whole argument is in
     if (open == SIZE_MAX || open == 0 || code_[open].text != "(") return true;  // a braced list copies
     // Given by value: to a kernel, printf, or a constructor of the file's classes, directly or
     // through a vector's fill (a constructor taking its size by non-const reference is not met).
@@ -162,9 +157,7 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
     if (in_a_head(k)) continue;  // its declaration as a parameter
     const Token& prev = code_[k - 1];
     const std::string& next = code_[k + 1].text;
-    const bool declared = (prev.text == ">" || (prev.kind == TokenKind::Identifier && prev.text != "return" &&
-                                                prev.text != "case" && prev.text != "else" && prev.text != "throw")) &&
-                          (next == "=" || next == "{" || next == "(");
+    const bool declared = (prev.text == ">" || declaring_word(prev)) && (next == "=" || next == "{" || next == "(");
     if (!declared) {
       if (!read_only_use(k)) return false;
       continue;

@@ -59,35 +59,13 @@ bool BufferFlow::declared_with_value(const std::string& name) const {
   return false;
 }
 
-// Whether code token k is in the arguments of a `for_each(...)` whose last argument is a lambda
-// taking its one parameter by value.
-bool BufferFlow::for_each_by_value(std::size_t k) const {
-  std::size_t call = k;
-  for (int depth = 0; call-- > 0;) {
-    const std::string& x = code_[call].text;
-    if (x == ")" || x == "]" || x == "}") ++depth;
-    else if ((x == "(" || x == "[" || x == "{") && depth-- == 0) break;
-  }
-  if (call == SIZE_MAX || call == 0 || code_[call - 1].text != "for_each") return false;
-  const std::size_t close = match_forward(code_, call, code_.size());
-  for (const auto& [begin, end] : unnamed_lambdas_) {
-    if (end + 1 != close) continue;
-    const std::size_t open = match_forward(code_, begin, end) + 1;
-    if (open >= end || code_[open].text != "(") return false;
-    for (std::size_t j = open + 1; code_[j].text != ")"; ++j)
-      if (code_[j].text == "&" || code_[j].text == "&&" || code_[j].text == ",") return false;
-    return true;
-  }
-  return false;
-}
-
 bool BufferFlow::elements_only_assigned(const std::string& name) const {
   bool declared = false;
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
     if (code_[k].text != name || is_member_step(code_[k - 1]) || code_[k - 1].text == "::") continue;
     const std::string& prev = code_[k - 1].text;
     const std::string& next = code_[k + 1].text;
-    const bool declaration = code_[k - 1].kind == TokenKind::Identifier || prev == ">" || prev == "*";
+    const bool declaration = declaring_word(code_[k - 1]) || prev == ">" || prev == "*";
     if (declaration) {
       // No value but a size: `[N]`, `{}`, `(n)`, `= {}`, or none.
       std::size_t e = k + 1;
@@ -127,9 +105,15 @@ bool BufferFlow::elements_only_assigned(const std::string& name) const {
     // `std::for_each(name.begin(), name.end(), [](T* g) {...})`: a lambda given copies reads it.
     if (next == "." && k + 4 < code_.size() && code_[k + 3].text == "(" && code_[k + 4].text == ")" &&
         (code_[k + 2].text == "begin" || code_[k + 2].text == "end" || code_[k + 2].text == "cbegin" ||
-         code_[k + 2].text == "cend") &&
-        for_each_by_value(k))
-      continue;
+         code_[k + 2].text == "cend")) {
+      const std::size_t call = enclosing_open(code_, k);
+      const std::size_t close = call == SIZE_MAX ? SIZE_MAX : match_forward(code_, call, code_.size());
+      const auto lambda = std::find_if(unnamed_lambdas_.begin(), unnamed_lambdas_.end(),
+                                       [&](const auto& l) { return l.second + 1 == close; });
+      const std::optional<ForEachVisit> v =
+          lambda == unnamed_lambdas_.end() ? std::nullopt : for_each_visit(lambda->first, lambda->second);
+      if (v && v->by_value && v->range == name) continue;
+    }
     if (!read_only_use(k)) return false;
   }
   return declared;

@@ -16,6 +16,12 @@ inline bool sequence_fill(const std::string& m) {
   return m == "push_back" || m == "emplace_back" || m == "push" || m == "emplace" || m == "push_front" ||
          m == "emplace_front";
 }
+// The innermost bracket (`(`, `[`, `{`) still open before t[k], skipping balanced ones; SIZE_MAX
+// when none is (file scope).
+std::size_t enclosing_open(const std::vector<Token>& t, std::size_t k);
+// A word that may stand before a declared name as its type (`float* p`, `Model m`): an identifier
+// other than the statements' keywords (`return x;`, `else x = ...`, `delete p;`).
+bool declaring_word(const Token& w);
 // The token closing the bracket opened at t[open], searching before `end` (`end` when none).
 std::size_t match_forward(const std::vector<Token>& t, std::size_t open, std::size_t end);
 // One past the template argument list opening at code[lt] ("<"), or SIZE_MAX when it does not close

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "braid/convert/buffer_flow.hpp"
@@ -98,31 +99,37 @@ int BufferFlow::unnamed_lambda_parameter(const std::string& name, std::size_t at
   return 0;
 }
 
-std::string BufferFlow::for_each_element(const std::string& name, std::size_t at) const {
-  for (const auto& [begin, end] : unnamed_lambdas_) {
-    if (at <= begin || at >= end || begin < 3 || end + 1 >= code_.size() || code_[end + 1].text != ")") continue;
-    const std::size_t open = match_forward(code_, begin, end) + 1;  // `[captures] (first, ...)`
-    if (open >= end || code_[open].text != "(") return "";
-    const std::size_t close = match_forward(code_, open, end);
-    const std::vector<std::string> params = split_top(code_, open, close);
-    if (params.size() != 1 || code_[close - 1].text != name) return "";
-    // The call the lambda is the last argument of: `[std::][ranges::]for_each(...)`.
-    std::size_t call = end + 1;
-    for (int depth = 0; call-- > 0;) {
-      const std::string& x = code_[call].text;
-      if (x == ")" || x == "]" || x == "}") ++depth;
-      else if ((x == "(" || x == "[" || x == "{") && depth-- == 0) break;
-    }
-    if (call == SIZE_MAX || call == 0 || code_[call - 1].text != "for_each") return "";
-    const std::vector<std::string> args = split_top(code_, call, end + 1);
-    if (args.size() == 2) return access_path(args[0], false).empty() ? "" : args[0] + " [ i ]";  // ranges
-    if (args.size() != 3) return "";
+std::optional<BufferFlow::ForEachVisit> BufferFlow::for_each_visit(std::size_t begin, std::size_t end) const {
+  if (end + 1 >= code_.size() || code_[end + 1].text != ")") return std::nullopt;
+  const std::size_t open = match_forward(code_, begin, end) + 1;  // `[captures] (param)`
+  if (open >= end || code_[open].text != "(") return std::nullopt;
+  const std::size_t close = match_forward(code_, open, end);
+  const std::size_t call = enclosing_open(code_, end + 1);  // the call the lambda is the last argument of
+  if (split_top(code_, open, close).size() != 1 || call == SIZE_MAX || call == 0 || code_[call - 1].text != "for_each")
+    return std::nullopt;
+  ForEachVisit v;
+  v.param = code_[close - 1].text;
+  v.by_value = std::none_of(code_.begin() + long(open), code_.begin() + long(close),
+                            [](const Token& t) { return t.text == "&" || t.text == "&&"; });
+  const std::vector<std::string> args = split_top(code_, call, end + 1);
+  std::string range = args.size() == 2 ? args[0] : "";  // std::ranges::for_each(grads, ...)
+  if (args.size() == 3) {
     std::string first = args[0];
     std::erase(first, ' ');
     for (const char* form : {".begin()", ".cbegin()"})
-      if (first.ends_with(form)) first.resize(first.size() - std::string(form).size());
-    if (first.starts_with("std::begin(") && first.ends_with(")")) first = first.substr(11, first.size() - 12);
-    return access_path(first, false).empty() || first == args[0] ? "" : first + " [ i ]";
+      if (first.ends_with(form)) range = first.substr(0, first.size() - std::string(form).size());
+    if (first.starts_with("std::begin(") && first.ends_with(")")) range = first.substr(11, first.size() - 12);
+  }
+  if (!range.empty() && access_path(range, false).empty()) range.clear();
+  v.range = range;
+  return v;
+}
+
+std::string BufferFlow::for_each_element(const std::string& name, std::size_t at) const {
+  for (const auto& [begin, end] : unnamed_lambdas_) {
+    if (at <= begin || at >= end) continue;
+    const std::optional<ForEachVisit> v = for_each_visit(begin, end);
+    return v && v->param == name && !v->range.empty() ? v->range + " [ i ]" : "";
   }
   return "";
 }
@@ -131,16 +138,8 @@ namespace {
 
 // The '{' enclosing code token k (SIZE_MAX at file scope), skipping balanced brackets.
 std::size_t enclosing_brace(const std::vector<Token>& code, std::size_t k) {
-  int depth = 0;
-  for (std::size_t j = k; j-- > 0;) {
-    const std::string& x = code[j].text;
-    if (x == ")" || x == "]" || x == "}") ++depth;
-    else if (x == "(" || x == "[" || x == "{") {
-      if (depth == 0) return x == "{" ? j : SIZE_MAX;
-      --depth;
-    }
-  }
-  return SIZE_MAX;
+  const std::size_t open = enclosing_open(code, k);
+  return open != SIZE_MAX && code[open].text == "{" ? open : SIZE_MAX;
 }
 
 }  // namespace
@@ -247,8 +246,7 @@ void BufferFlow::record_value_uses() {
     if (prev == "~" || next == "::") continue;  // a destructor's name, a scope
     // `std::function<void(float*, size_t)> reduce_;`: the declaration of the variable a lambda is
     // assigned to later (`reduce_ = [this](...) {...};`), not a use of its value.
-    const bool type_before = prev == ">" || (k > 0 && code_[k - 1].kind == TokenKind::Identifier && prev != "return" &&
-                                             prev != "throw" && prev != "co_return");
+    const bool type_before = prev == ">" || (k > 0 && declaring_word(code_[k - 1]));
     if (type_before && (next == ";" || next == "{")) continue;
     if (const ThreadStart* started = thread_started_at(k)) {  // a thread started on it: a call
       calls_[t.text].push_back(CallSite{function_at(k), started->args, k, t.line});
