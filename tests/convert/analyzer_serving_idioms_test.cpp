@@ -109,8 +109,39 @@ TEST(AnalyzerServingIdioms, WorkspaceViewsCarvedFromEachOtherAreTheirAllocation)
 // Disaggregated serving: the decode worker holds a larger KV pool than the prefill one. A window
 // is registered collectively with one size on every rank, so a buffer whose size depends on the
 // rank (through a role chosen from it, a value assigned under a condition on it, or a helper's
-// parameter given one) stays as written; one sized by the rank count converts.
-TEST(AnalyzerServingIdioms, BuffersSizedByTheRankStayAsWritten) {
+// parameter given one) is allocated as large as the largest rank's, agreed over the communicator
+// at the allocation (sym_malloc_agreed); one sized by the rank count needs no agreement. Made
+// before the communicator exists (nothing to agree over), or in a loop (an agreement and a
+// registration at every trip), it stays as written.
+TEST(AnalyzerServingIdioms, BuffersSizedByTheRankAreAgreedAfterTheCreation) {
+  const auto program = [](const std::string& before, const std::string& after) {
+    return kPrologue +
+           "#include <mpi.h>\n"
+           "struct Worker { int role; int blocks; float* pool; };\n"
+           "float* make(size_t bytes) { float* p; cudaMalloc(&p, bytes); return p; }\n"
+           "int main() {\n"
+           "  int rank, world; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+           "  Worker w; w.role = rank == 0 ? 0 : 1;\n"
+           "  w.blocks = w.role == 0 ? 256 : 1024;\n" +
+           before + "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, world, id, rank);\n" +
+           after +
+           "  ncclAllReduce(w.pool, w.pool, 16, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  const std::string pool = "  cudaMalloc(&w.pool, (size_t)w.blocks * 4096);\n";
+  const Conversion c = convert_text(program("", pool));
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&w.pool, (size_t)w.blocks * 4096)")) << c.source;
+  const Conversion early = convert_text(program(pool, ""));
+  EXPECT_EQ(early.converted_calls, 0) << conversion_to_text(early);
+  EXPECT_TRUE(told(early, "buffer `w.pool` is allocated (line 10) with a size that depends on the rank"))
+      << conversion_to_text(early);
+  EXPECT_TRUE(told(early, "where braid cannot place it after a communicator's creation on every path"))
+      << conversion_to_text(early);
+  const Conversion looped = convert_text(program("", "  for (int i = 0; i < 2; ++i) " + pool));
+  EXPECT_EQ(looped.converted_calls, 0) << conversion_to_text(looped);
+  EXPECT_TRUE(told(looped, "in a loop (an agreement and a registration at every trip)")) << conversion_to_text(looped);
+
   const std::string src =
       kPrologue +
       "#include <mpi.h>\n"
@@ -119,29 +150,20 @@ TEST(AnalyzerServingIdioms, BuffersSizedByTheRankStayAsWritten) {
       "int main() {\n"
       "  int rank, world; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
       "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, world, id, rank);\n"
-      "  Worker w; w.role = rank == 0 ? 0 : 1;\n"
-      "  w.blocks = w.role == 0 ? 256 : 1024;\n"
-      "  cudaMalloc(&w.pool, (size_t)w.blocks * 4096);\n"
       "  size_t scratch = 0;\n"
-      "  if (w.role == 0) scratch = 1 << 20; else scratch = 1 << 16;\n"
+      "  if (rank == 0) scratch = 1 << 20; else scratch = 1 << 16;\n"
       "  float* s1; cudaMalloc(&s1, scratch);\n"
       "  float* s2 = make(rank * 4096 + 4096);\n"
       "  float* even; cudaMalloc(&even, world * 4096);\n"
-      "  ncclAllReduce(w.pool, w.pool, 16, ncclFloat, ncclSum, comm, s);\n"
       "  ncclAllReduce(s1, s1, 16, ncclFloat, ncclSum, comm, s);\n"
       "  ncclAllReduce(s2, s2, 16, ncclFloat, ncclSum, comm, s);\n"
       "  ncclAllReduce(even, even, 16, ncclFloat, ncclSum, comm, s);\n"
       "}\n";
-  const Conversion c = convert_text(src);
-  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
-  EXPECT_TRUE(told(c, "buffer `w.pool` is allocated (line 11) with a size that depends on the rank"))
-      << conversion_to_text(c);
-  EXPECT_TRUE(told(c, "buffer `s1` is allocated (line 14) with a size that depends on the rank"))
-      << conversion_to_text(c);
-  EXPECT_TRUE(told(c, "buffer `p` is allocated (line 5) with a size that depends on the rank"))
-      << conversion_to_text(c);
-  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&even, world * 4096)")) << c.source;
-  EXPECT_TRUE(contains(c.source, "cudaMalloc(&w.pool, (size_t)w.blocks * 4096)")) << c.source;
+  const Conversion d = convert_text(src);
+  EXPECT_EQ(d.converted_calls, 3) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc_agreed(&s1, scratch)")) << d.source;
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc_agreed(&p, bytes)")) << d.source;
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc(&even, world * 4096)")) << d.source;
 }
 
 // A paged KV pool hands out views through a getter taking the block's coordinates

@@ -588,8 +588,10 @@ TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
 
 // llm.c makes its gradients lazily, on the first backward pass (`if (model->grads_memory == NULL)`):
 // a condition every rank evaluates alike, so every rank allocates there, in the same order, and
-// the buffer becomes symmetric (its window registration is collective). A condition on the rank,
-// on a call's result, or an else branch is not known to be alike on every rank: those stay.
+// the buffer becomes symmetric (its window registration is collective), also in the else of such a
+// condition (the multi-GPU Jacobi's `if (user_buffer_reg) {..} else { cudaMalloc(..) }`). A
+// condition on the rank (or its else), on a call's result, or an else-if chain is not known to be
+// alike on every rank: those stay.
 TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
   const auto program = [](const std::string& lazy) {
     return kPrologue +
@@ -616,10 +618,14 @@ TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
   const Conversion unbraced =
       convert_text(program("  if (step == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"));
   EXPECT_EQ(unbraced.converted_calls, 1) << conversion_to_text(unbraced);
+  const Conversion in_else =
+      convert_text(program("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"));
+  EXPECT_EQ(in_else.converted_calls, 1) << conversion_to_text(in_else);
   for (const std::string& not_alike :
        {std::string("  if (rank == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"),
         std::string("  if (use_big_workspace()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
-        std::string("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"),
+        std::string("  if (rank == 0) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"),
+        std::string("  if (rank == 0) { } else cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
         std::string(
             "  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
             "model->n * 4); } }\n")}) {

@@ -666,10 +666,12 @@ TEST(Transform, CommunicatorFieldNamedBareInMemberFunctions) {
   EXPECT_FALSE(contains(d.source, "comm_init_rank(&tp.comm"));
 }
 
-// A window is registered with the same size on every rank, so allocations sized by the rank stay
-// as written: by the thread's rank (the variable its communicator is created with), and through a
-// template class's constructor (`DeviceBuffer<float> x(64 * (rank + 1))`).
-TEST(Transform, SizesByTheRankStayAsWrittenInThreadsAndTemplateConstructors) {
+// A window is registered with the same size on every rank, so an allocation sized by the rank is
+// made as large as the largest rank's, agreed over the communicator at the allocation: after the
+// thread's own creation (a rank per thread, sized by the variable its communicator is created
+// with), and in a template class's constructor (`DeviceBuffer<float> x(64 * (rank + 1))`) whose
+// construction comes after the creation. Constructed before it, the buffer stays as written.
+TEST(Transform, SizesByTheRankAreAgreedAfterTheCreationInThreadsAndTemplateConstructors) {
   const std::string thread =
       "#include <nccl.h>\n"
       "void worker(int r, ncclUniqueId id) {\n"
@@ -679,9 +681,8 @@ TEST(Transform, SizesByTheRankStayAsWrittenInThreadsAndTemplateConstructors) {
       "}\n"
       "int main() { std::vector<std::thread> ts; for (int i = 0; i < 2; ++i) ts.emplace_back(worker, i, id); }\n";
   Conversion c = transform(analyze("t.cu", thread), thread);
-  EXPECT_EQ(c.converted_calls, 0);
-  ASSERT_EQ(c.left.size(), 1u);
-  EXPECT_TRUE(contains(c.left[0].reason, "with a size that depends on the rank")) << c.left[0].reason;
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&x, 1024 * (r + 1))")) << c.source;
   const std::string raii =
       "#include <nccl.h>\n"
       "template <typename T> struct DeviceBuffer {\n"
@@ -697,7 +698,15 @@ TEST(Transform, SizesByTheRankStayAsWrittenInThreadsAndTemplateConstructors) {
       "  ncclAllReduce(x.data(), x.data(), 64, ncclFloat, ncclSum, comm, 0);\n"
       "}\n";
   Conversion d = transform(analyze("r.cu", raii), raii);
-  EXPECT_EQ(d.converted_calls, 0) << conversion_to_text(d);
-  ASSERT_EQ(d.left.size(), 1u);
-  EXPECT_TRUE(contains(d.left[0].reason, "with a size that depends on the rank")) << d.left[0].reason;
+  EXPECT_EQ(d.converted_calls, 1) << conversion_to_text(d);
+  EXPECT_TRUE(contains(d.source, "braid_converted::sym_malloc_agreed(&ptr_, n * sizeof(T))")) << d.source;
+  std::string early = raii;
+  const std::string made = "  DeviceBuffer<float> x(64 * (rank + 1));\n";
+  early.erase(early.find(made), made.size());
+  early.insert(early.find("  ncclComm_t comm;"), made);
+  Conversion e = transform(analyze("r.cu", early), early);
+  EXPECT_EQ(e.converted_calls, 0) << conversion_to_text(e);
+  ASSERT_EQ(e.left.size(), 1u);
+  EXPECT_TRUE(contains(e.left[0].reason, "with a size that depends on the rank")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "where braid cannot place it after a communicator's creation")) << e.left[0].reason;
 }

@@ -83,6 +83,7 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   mark_captured_calls(flow, token_at, a);
   mark_rank_dependent_sizes(toks, flow, token_at, a);
   collect_comm_inits(flow, toks, token_at, a);
+  mark_allocations_after_creations(toks, flow, token_at, a);
   match_member_communicators(a);
   detect_threaded_ranks(toks, lr.tokens, flow, token_at, a);
   list_address_taken(toks, a);

@@ -43,6 +43,8 @@ struct Buffer {
   int registered_line = 0;            // the program registers a window from inside it here (buf + off)
   int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
   std::string rank_dependent_size;  // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none
+  std::vector<std::size_t> after_creations;  // with such a size: the comm_inits made before it on every path
+  bool allocated_in_loop = false;            // ... and made in a loop (or by a call in one): again at every trip
   int ipc_exported_line =
       0;  // the program exports it through cudaIpcGetMemHandle here (legacy IPC refuses cuMem memory)
   std::string freed_in_header;  // released by a call in a header braid does not rewrite ("cudaFree in x.h:60 (in f())")

@@ -372,6 +372,49 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
 
 }  // namespace
 
+void mark_allocations_after_creations(const std::vector<Token>& toks, const BufferFlow& flow,
+                                      const TokenIndex& token_at, Analysis& a) {
+  const auto token_of = [&](std::size_t call) -> std::optional<std::size_t> {
+    auto it = token_at.find(a.calls[call].call_begin);
+    if (it == token_at.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto looped = [&](std::size_t at) {
+    const std::string fn = flow.function_at(at);
+    for (const FunctionDef& f : flow.functions())
+      if (f.name == fn && f.body_open < at && at < f.body_close) return in_loop(toks, f, at);
+    return false;
+  };
+  for (auto& [key, b] : a.buffers) {
+    if (b.rank_dependent_size.empty() || b.alloc_call >= a.calls.size()) continue;
+    const auto alloc = token_of(b.alloc_call);
+    if (!alloc) continue;
+    // Made at every trip of a loop (per-step buffers sized by routed token counts), the agreement
+    // and the window registration would be collective steps of every trip: not converted.
+    b.allocated_in_loop = looped(*alloc);
+    if (b.allocated_in_loop) continue;
+    for (std::size_t k = 0; k < a.comm_inits.size(); ++k) {
+      const CommInit& ci = a.comm_inits[k];
+      auto at = token_of(ci.call);
+      if (ci.conditional || ci.nonblocking || !at) continue;
+      // The creation, then the unconditional call that runs its function (once), and so on up: the
+      // allocation must come after one of them in that function, on every path that reaches it.
+      for (int up = 0; up < 4 && at && !looped(*at) && !flow.conditional(*at); ++up) {
+        const std::string fn = flow.function_at(*at);
+        const auto places = places_in(flow, *alloc, fn);
+        if (places && std::any_of(places->begin(), places->end(), looped)) b.allocated_in_loop = true;
+        if (places && !places->empty() && !b.allocated_in_loop &&
+            std::all_of(places->begin(), places->end(), [&](std::size_t p) { return p > *at; })) {
+          b.after_creations.push_back(k);
+          break;
+        }
+        const std::vector<std::size_t> sites = flow.call_sites_of(fn);
+        at = sites.size() == 1 ? std::optional<std::size_t>(sites.front()) : std::nullopt;
+      }
+    }
+  }
+}
+
 void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Token>& all, const BufferFlow& flow,
                            const TokenIndex& token_at, Analysis& a) {
   if ((a.single_process_multi_gpu && !a.one_thread_drives_ranks) || a.comm_inits.empty()) return;

@@ -135,6 +135,10 @@ void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& tok
 // them): their Buffer::rank_dependent_size, since a window is registered with one size on every rank.
 void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow& flow, const TokenIndex& token_at,
                                Analysis& a);
+// Of the allocations with a rank-dependent size, the communicator creations that run before them
+// on every path (Buffer::after_creations): the converted runtime agrees on one size over those.
+void mark_allocations_after_creations(const std::vector<Token>& toks, const BufferFlow& flow,
+                                      const TokenIndex& token_at, Analysis& a);
 // NCCL calls that run while a stream is captured into a CUDA graph (between cudaStreamBeginCapture
 // and its cudaStreamEndCapture, or in a function called there): their Call::captured_line.
 void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);

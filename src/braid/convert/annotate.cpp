@@ -68,7 +68,7 @@ bool is_stop_call(const std::vector<Token>& code, std::size_t k) {
       "adopt_harness", "release_harness", "sym_malloc",    "sym_free",     "sym_nccl_alloc",
       "sym_nccl_free", "comm_destroy",    "comm_finalize", "comm_abort",   "harness_main",
       "init_comm",     "bootstrap_rank",  "printf",        "fprintf",      "puts",
-      "exit",          "abort",           "cublasCreate",  "cublasDestroy"};
+      "exit",          "abort",           "cublasCreate",  "cublasDestroy", "sym_malloc_agreed", "sym_nccl_alloc_agreed"};
   if (starts_with(n, "nccl")) return true;
   if (starts_with(n, "cuda") && !allowed_cuda.count(n)) return true;
   if (starts_with(n, "MPI_")) return true;

@@ -168,8 +168,9 @@ class BufferFlow {
   std::string function_at(std::size_t at) const;
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
   bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
-  // What token `at` runs under: the `(` of each enclosing if's condition, innermost first;
-  // kUnknownGuard for an else, a switch or a `?:` (empty when it is not conditional).
+  // What token `at` runs under: the `(` of each enclosing if's condition, innermost first (for an
+  // else, the condition it negates, when its if is a plain braced one); kUnknownGuard for another
+  // else, a switch or a `?:` (empty when it is not conditional).
   static constexpr std::size_t kUnknownGuard = static_cast<std::size_t>(-1);
   const std::vector<std::size_t>& guards(std::size_t at) const;
   const std::vector<FunctionDef>& functions() const { return functions_; }

@@ -387,6 +387,18 @@ void BufferFlow::mark_conditionals() {
     if (guard_sets_.back() != set) guard_sets_.push_back(set);
     guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
   };
+  // The else at code[e] runs under the negation of its if's condition, which every rank evaluates
+  // as alike as the condition itself: that condition's `(`, when the if is a plain one with a
+  // braced body (not an else-if chain).
+  const auto else_guard = [&](std::size_t e) {
+    if (e < 1 || code[e - 1].text != "}") return kUnknownGuard;
+    const std::size_t body = enclosing_open(code, e - 1);
+    if (body == SIZE_MAX || body < 1 || code[body - 1].text != ")") return kUnknownGuard;
+    const std::size_t cond = enclosing_open(code, body - 1);
+    if (cond == SIZE_MAX || cond < 1 || code[cond - 1].text != "if" || (cond >= 2 && code[cond - 2].text == "else"))
+      return kUnknownGuard;
+    return cond;
+  };
   for (i = 0; i < code.size(); ++i) {
     const std::string& x = code[i].text;
     bool in = cond_depth > 0 || !unbraced.empty();
@@ -395,7 +407,7 @@ void BufferFlow::mark_conditionals() {
     if (in_condition) in = condition_in;
     if (x == "{") {
       std::size_t guard = kNotAGuard;
-      if (i > 0 && code[i - 1].text == "else") guard = kUnknownGuard;
+      if (i > 0 && code[i - 1].text == "else") guard = else_guard(i - 1);
       if (i > 0 && code[i - 1].text == ")") {
         int d = 0;
         std::size_t q = i - 1;
@@ -429,7 +441,7 @@ void BufferFlow::mark_conditionals() {
         changed = true;
       }
     } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced.push_back({brace_guard.size(), kUnknownGuard});
+      unbraced.push_back({brace_guard.size(), else_guard(i)});
       changed = true;
       in = true;
     } else if (x == "?") {

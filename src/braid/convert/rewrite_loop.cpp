@@ -150,7 +150,7 @@ std::string replacement_api(const std::string& prelude) {
   static const std::set<std::string> kPublic = {
       "sym_malloc", "sym_nccl_alloc", "sym_free",   "sym_nccl_free",  "comm_destroy", "comm_finalize",
       "comm_abort", "all_gather",     "all_reduce", "reduce_scatter", "broadcast",    "bcast",
-      "all_to_all", "send",           "recv",       "group_start",    "group_end"};
+      "all_to_all", "send",           "recv",       "group_start",    "group_end", "sym_malloc_agreed", "sym_nccl_alloc_agreed"};
   std::vector<std::string> lines;
   {
     std::istringstream in(prelude);

@@ -180,6 +180,13 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   bool site_symmetric = false;
   for (const std::string& key : rw.symmetric)
     if (a.buffers.at(key).alloc_call == i) site_symmetric = true;
+  std::string rank_sized;  // what its size depends on, when that is the rank: every rank allocates the largest
+  for (const auto& [key, b] : a.buffers)
+    if (b.alloc_call == i && !b.rank_dependent_size.empty()) rank_sized = b.rank_dependent_size;
+  if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && site_symmetric && !rank_sized.empty())
+    return {c.name == "cudaMalloc" ? "braid_converted::sym_malloc_agreed" : "braid_converted::sym_nccl_alloc_agreed",
+            "symmetric memory of the largest size any rank asks for (its size depends on the rank, through `" +
+                rank_sized + "`): agreed over the communicators bound here, since a window has one size on every rank"};
   if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && site_symmetric)
     return {c.name == "cudaMalloc" ? "braid_converted::sym_malloc" : "braid_converted::sym_nccl_alloc",
             "symmetric memory (ncclMemAlloc); registered as an NCCL window once the communicator exists"};
@@ -479,6 +486,8 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
   static const std::map<std::string, std::string> kInfrastructure = {
       {"sym_malloc", "cudaMalloc"},
       {"sym_nccl_alloc", "ncclMemAlloc"},
+      {"sym_malloc_agreed", "cudaMalloc"},
+      {"sym_nccl_alloc_agreed", "ncclMemAlloc"},
       {"sym_free", "cudaFree"},
       {"sym_nccl_free", "ncclMemFree"},
       {"comm_destroy", "ncclCommDestroy"},

@@ -120,11 +120,19 @@ std::string own_reason(const Analysis& a, const Call& c) {
         return "buffer `" + key + "` is registered by the program itself (line " + std::to_string(b.registered_line) +
                (b.allocator == "ncclMemAlloc" ? ", not as a window on the whole buffer" : "") +
                "): a second registration as a window is not made";
-      if (!b.rank_dependent_size.empty())
+      // A window has one size on every rank: the runtime makes every rank allocate the largest any
+      // asks for, agreed over the communicators bound at the allocation (bind_communicators checks
+      // that the call's own is among them), which one thread driving every rank cannot ask.
+      if (!b.rank_dependent_size.empty() && (b.after_creations.empty() || a.one_thread_drives_ranks))
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +
                ") with a size that depends on the rank (`" + b.bytes_expr +
                (b.rank_dependent_size == b.bytes_expr ? "" : "`, through `" + b.rank_dependent_size) +
-               "`): a window is registered collectively with the same size on every rank";
+               "`) " +
+               (a.one_thread_drives_ranks ? "by one thread driving every rank"
+                : b.allocated_in_loop     ? "in a loop (an agreement and a registration at every trip)"
+                                          : "where braid cannot place it after a communicator's creation on every path") +
+               ": a window is registered collectively with the same size on every rank, agreed over a "
+               "communicator at the allocation";
       if (b.ipc_exported_line > 0)
         return "buffer `" + key + "` is exported through cudaIpcGetMemHandle (line " +
                std::to_string(b.ipc_exported_line) +
@@ -182,6 +190,29 @@ void hold_nonblocking(const Analysis& a, const std::vector<std::size_t>& collect
   }
 }
 
+// Why call `c` on `bound` cannot convert because a buffer of rank-dependent size is allocated
+// before that communicator is created ("" when none is): the runtime agrees on the size over the
+// communicators bound at the allocation, so the call's own must be one of them.
+std::string created_after(const Analysis& a, const Call& c, const BoundComm& bound) {
+  for (int idx : window_args(c.name, *nccl_signature(c.name))) {
+    auto it = c.arg_buffers.find(idx);
+    if (it == c.arg_buffers.end()) continue;
+    for (const std::string& key : it->second) {
+      const Buffer& b = a.buffers.at(key);
+      if (b.rank_dependent_size.empty()) continue;
+      const bool before = bound.init != nullptr && std::any_of(b.after_creations.begin(), b.after_creations.end(),
+                                                               [&](std::size_t k) { return &a.comm_inits[k] == bound.init; });
+      if (!before)
+        return fmt::format(
+            "buffer `{}` is allocated (line {}) with a size that depends on the rank (`{}`) where `{}` is not "
+            "created before it on every path: the ranks agree on one window size over the communicators bound "
+            "at the allocation",
+            key, b.line, b.rank_dependent_size, bound.path);
+    }
+  }
+  return "";
+}
+
 // The communicators converted: every one a convertible call uses (data- and tensor-parallel ones
 // side by side; the runtime binds each, and registers every symmetric allocation with each, in the
 // same order on every rank). With one thread driving every rank, only the one most calls use: the
@@ -221,6 +252,8 @@ void bind_communicators(const Analysis& a, const std::vector<std::size_t>& colle
             "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
             "the first converted call would register the windows inside the capture",
             c.captured_line, bound->path);
+      else if (const std::string late = created_after(a, c, *bound); !late.empty())
+        p.reason[ci] = late;
       else if (is_p2p(c.name) && !bound->init &&
                (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
         p.reason[ci] =

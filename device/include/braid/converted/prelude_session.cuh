@@ -20,6 +20,8 @@ struct Allocation {
   std::vector<Window> windows;  // one per communicator it is registered with
   bool external = false;        // registered by someone else (the harness): never deregistered here
   int device = 0;               // where it was made: with one thread driving every rank, the rank it belongs to
+  bool agreed = false;          // its size was made the largest of the ranks' (sym_malloc_agreed) ...
+  std::vector<ncclComm_t> agreed_over;  // ... over these communicators' ranks
 };
 
 // Mailbox of a rank (one window): posts[sender][slot] written by this rank when it receives,
@@ -218,25 +220,47 @@ inline void release_slot(Binding* b, Window& w) {
   w.slot = -1;
 }
 
+// `v` reduced with `op` over the ranks of binding `b`'s communicator: a host all-reduce (every rank
+// calls it at the same point), waited for on a stream of the runtime's own (per thread: a rank per
+// thread has its own GPU).
+inline uint64_t reduce_over(Binding& b, uint64_t v, ncclRedOp_t op) {
+  thread_local uint64_t* scratch = nullptr;
+  thread_local cudaStream_t stream = nullptr;
+  OnDevice on(b);
+  if (scratch == nullptr) {
+    snapshot_next(-1);
+    BRAID_CUDA(cudaMalloc(&scratch, sizeof(uint64_t)));
+    BRAID_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  BRAID_CUDA(cudaMemcpyAsync(scratch, &v, sizeof v, cudaMemcpyHostToDevice, stream));
+  const ncclResult_t reduced = ncclAllReduce(scratch, scratch, 1, ncclUint64, op, b.comm, stream);
+  BRAID_NCCL(reduced);
+  BRAID_CUDA(cudaMemcpyAsync(&v, scratch, sizeof v, cudaMemcpyDeviceToHost, stream));
+  BRAID_CUDA(cudaStreamSynchronize(stream));
+  return v;
+}
+
 // Stage A: symmetric allocation (the window is registered once the communicator is known).
 // Zero bytes is what cudaMalloc makes of it: success and a null pointer, no allocation and no
 // window (ncclMemAlloc refuses zero bytes, and a call on it has nothing to move: host NCCL).
+// `allocated` (>= bytes) is what is allocated and registered.
 template <typename T>
-inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
-  if (bytes == 0) {
+inline cudaError_t sym_malloc(T** ptr, size_t bytes, size_t allocated = 0) {
+  allocated = std::max(allocated, bytes);
+  if (allocated == 0) {
     *ptr = nullptr;
     return cudaSuccess;
   }
   void* p = nullptr;
   snapshot_next((long long)bytes);
-  if (ncclMemAlloc(&p, round_window(bytes)) != ncclSuccess) return cudaErrorMemoryAllocation;
+  if (ncclMemAlloc(&p, round_window(allocated)) != ncclSuccess) return cudaErrorMemoryAllocation;
   *ptr = static_cast<T*>(p);
   State& s = state();
   int device = 0;
   cudaGetDevice(&device);
   {
     CrossThreads guard;
-    s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(bytes), {}, false, device});
+    s.allocations.push_back(Allocation{static_cast<char*>(p), round_window(allocated), {}, false, device});
   }
   // Every rank allocates here too; with one thread driving every rank, the others have not yet:
   // registered at the next converted call (register_pending).
@@ -245,6 +269,33 @@ inline cudaError_t sym_malloc(T** ptr, size_t bytes) {
 }
 inline ncclResult_t sym_nccl_alloc(void** ptr, size_t bytes) {
   return sym_malloc(reinterpret_cast<char**>(ptr), bytes) == cudaSuccess ? ncclSuccess : ncclSystemError;
+}
+// An allocation whose size depends on the rank (the rows of an uneven domain split): a window has
+// one size on every rank, so every rank allocates the largest any rank of the bound communicators
+// asks for (two sweeps when there are several: a tensor- by data-parallel grid) and uses its own
+// part. Every rank reaches it at the same point (the rules convert it only after its
+// communicator's creation). Nothing bound yet, or one thread driving every rank: plain memory of
+// the program's own allocator (not a window: calls on it run as host NCCL on every rank).
+template <typename T>
+inline cudaError_t sym_malloc_agreed(T** ptr, size_t bytes) {
+  State& s = state();
+  if (kOneThreadDrivesRanks || !s.bound_at_creation || s.bound.empty()) return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+  uint64_t agreed = bytes;
+  std::vector<ncclComm_t> over;
+  for (int sweep = 0; sweep < (s.bound.size() > 1 ? 2 : 1); ++sweep)
+    for (Binding& b : s.bound) agreed = reduce_over(b, agreed, ncclMax), over.push_back(b.comm);
+  const cudaError_t e = sym_malloc(ptr, bytes, (size_t)agreed);
+  if (e == cudaSuccess && agreed > 0) {
+    CrossThreads guard;
+    s.allocations.back().agreed = true;
+    s.allocations.back().agreed_over = over;
+  }
+  return e;
+}
+inline ncclResult_t sym_nccl_alloc_agreed(void** ptr, size_t bytes) {
+  State& s = state();
+  if (kOneThreadDrivesRanks || !s.bound_at_creation || s.bound.empty()) return ncclMemAlloc(ptr, bytes);
+  return sym_malloc_agreed(reinterpret_cast<char**>(ptr), bytes) == cudaSuccess ? ncclSuccess : ncclSystemError;
 }
 // The state holding symmetric allocation `ptr` (ours, not the harness's) and its index there, or
 // null. With a rank per thread it may be another thread's (the main thread freeing what its workers
@@ -329,6 +380,12 @@ inline void publish_window(Binding& b, Window& w) {
 // kernel's table. The registration is collective over b's communicator.
 inline void register_on(Binding& b, Allocation& a) {
   Window* w = window_on(a, b);
+  // A size agreed before this communicator was bound may differ among its ranks: every rank asks
+  // (the same two reductions, the same answer everywhere) and none registers when they differ.
+  if (w == nullptr && a.agreed && std::find(a.agreed_over.begin(), a.agreed_over.end(), b.comm) == a.agreed_over.end()) {
+    if (reduce_over(b, a.bytes, ncclMax) != reduce_over(b, a.bytes, ncclMin)) return;
+    a.agreed_over.push_back(b.comm);
+  }
   if (w == nullptr) {
     a.windows.push_back(Window{b.comm, nullptr, -1});
     w = &a.windows.back();
