@@ -105,6 +105,9 @@ class BufferFlow {
   // True when a declaration of `name` anywhere in the file gives it a value (`float* p = buf;`,
   // `float* a[] = {x, y};`, a null pointer aside): its values are not only what is assigned later.
   bool declared_with_value(const std::string& name) const;
+  // True when `name` is a local variable of free function `function`: declared in its body (not
+  // static, not a parameter), so a same-named variable of another function is another variable.
+  bool local_of(const std::string& name, const std::string& function) const;
   // True when the elements of array or container `name` get pointers only by assignment
   // (`grads[i] = arena.take<half>(n)`, `for (auto& g : grads) g = ...`): it is declared with no
   // pointer value (`T* a[3];`, `std::array<T*, 3> a{}`, `std::vector<T*> a(n)`) and every other use

@@ -59,6 +59,28 @@ bool BufferFlow::declared_with_value(const std::string& name) const {
   return false;
 }
 
+bool BufferFlow::local_of(const std::string& name, const std::string& function) const {
+  for (const FunctionDef& f : functions_) {
+    if (f.name != function || !f.owner.empty() || !f.enclosing.empty()) continue;
+    if (std::find(f.params.begin(), f.params.end(), name) != f.params.end()) return false;
+    for (std::size_t k = f.body_open + 1; k + 1 < f.body_close; ++k) {
+      if (code_[k].text != name) continue;
+      // `T* name;`, `T *a, *name = ..;`, `T name[n];`: a declarator, after a type or a `*`.
+      std::size_t w = k - 1;
+      while (w > f.body_open && code_[w].text == "*") --w;
+      const std::string& next = code_[k + 1].text;
+      const bool declarator = (declaring_word(code_[w]) || code_[w].text == ">" || (w < k - 1 && code_[w].text == ",")) &&
+                              (next == ";" || next == "," || next == "=" || next == "[");
+      if (!declarator || is_member_step(code_[w])) continue;
+      // `static T* name;` keeps its value from call to call: not a plain local.
+      for (std::size_t b = w; b > f.body_open && code_[b].text != ";" && code_[b].text != "{" && code_[b].text != "}"; --b)
+        if (code_[b].text == "static") return false;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool BufferFlow::elements_only_assigned(const std::string& name) const {
   bool declared = false;
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
