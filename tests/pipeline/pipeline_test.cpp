@@ -11,6 +11,7 @@
 #include "braid/pipeline/pipeline_state.hpp"
 #include "braid/pipeline/seed_workload.hpp"
 #include "braid/pipeline/user_flags.hpp"
+#include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
 
 namespace braid {
@@ -96,6 +97,26 @@ TEST(UserFlags, FoldersBecomeAbsoluteAndFlagsSplit) {
   EXPECT_EQ(b.defines, std::vector<std::string>{"N=4"});
   EXPECT_EQ(b.libs, (std::vector<std::string>{"-L" + fs::absolute("lib").string(), "-lm"}));
   EXPECT_EQ(b.extra, (std::vector<std::string>{"-Xcompiler", "-O3 -g"}));
+}
+
+// A program split over several files (`braid convert jacobi.cpp jacobi_kernels.cu`): the others
+// are linked with it wherever it is linked (first among the link arguments, by absolute path); a
+// missing one stops braid with its name.
+TEST(UserFlags, OtherSourcesOfTheProgramAreLinkedWithIt) {
+  TempFolder t;
+  write_file_atomic(t.dir / "kernels.cu", "__global__ void k() {}\n");
+  UserFlags u;
+  u.sources = {(t.dir / "kernels.cu").string()};
+  u.lib_names = {"m"};
+  const convert::BuildFlags b = to_build_flags(u);
+  EXPECT_EQ(b.libs, (std::vector<std::string>{fs::absolute(t.dir / "kernels.cu").lexically_normal().string(), "-lm"}));
+  u.sources = {(t.dir / "missing.cu").string()};
+  try {
+    to_build_flags(u);
+    FAIL() << "no error for a missing source";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.cu: no such file"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PipelineState, AStepIsDoneWhileItsOutputsKeepTheirHashesAndReopeningDropsLaterSteps) {

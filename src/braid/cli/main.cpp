@@ -20,6 +20,9 @@ std::vector<std::pair<int, CommandSetup>>& registry() {
 Registrar::Registrar(int order, CommandSetup setup) { registry().emplace_back(order, std::move(setup)); }
 
 void add_user_flag_options(CLI::App& cmd, UserFlags& flags) {
+  cmd.add_option("sources", flags.sources,
+                 "The program's other source or object files (.cu, .cpp, .o, .a), compiled and linked with it as "
+                 "they are (only the first file is converted)");
   cmd.add_option("-I", flags.includes, "Include folder for the program's headers (as nvcc -I)");
   cmd.add_option("-D", flags.defines, "Macro definition NAME[=VALUE] (as nvcc -D)");
   cmd.add_option("-L", flags.lib_dirs, "Library folder (as nvcc -L)");
