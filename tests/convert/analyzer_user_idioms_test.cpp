@@ -589,9 +589,11 @@ TEST(AnalyzerUserIdioms, AHelperGivenTwoCommunicatorsConvertsForBoth) {
 // llm.c makes its gradients lazily, on the first backward pass (`if (model->grads_memory == NULL)`):
 // a condition every rank evaluates alike, so every rank allocates there, in the same order, and
 // the buffer becomes symmetric (its window registration is collective), also in the else of such a
-// condition (the multi-GPU Jacobi's `if (user_buffer_reg) {..} else { cudaMalloc(..) }`). A
-// condition on the rank (or its else), on a call's result, or an else-if chain is not known to be
-// alike on every rank: those stay.
+// condition (the multi-GPU Jacobi's `if (user_buffer_reg) {..} else { cudaMalloc(..) }`), in an
+// else-if chain of such conditions, and under a call that returns alike for alike arguments (a
+// function of this file naming nothing per-rank; one braid cannot see given alike arguments, as
+// llm.c's `else if (ends_with_bin(load_filename))`). A condition on the rank (or its else), or on
+// a call that may differ per rank (`rand()`, `is_master()`), is not known to be alike: those stay.
 TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
   const auto program = [](const std::string& lazy) {
     return kPrologue +
@@ -621,13 +623,23 @@ TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
   const Conversion in_else =
       convert_text(program("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"));
   EXPECT_EQ(in_else.converted_calls, 1) << conversion_to_text(in_else);
+  for (const std::string& alike :
+       {std::string("  if (use_big_workspace()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
+        std::string("  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
+                    "model->n * 4); } }\n"),
+        std::string("  if (step > 0) { } else if (ends_with_bin(\"x.bin\")) { } else { cudaMalloc((void**)&model->grads_memory, "
+                    "model->n * 4); }\n")}) {
+    const Conversion c = convert_text(program(alike));
+    EXPECT_EQ(c.converted_calls, 1) << alike << conversion_to_text(c);
+  }
   for (const std::string& not_alike :
        {std::string("  if (rank == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"),
-        std::string("  if (use_big_workspace()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
+        std::string("  if (rand() % 2) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
+        std::string("  if (is_master()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
         std::string("  if (rank == 0) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"),
         std::string("  if (rank == 0) { } else cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
         std::string(
-            "  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
+            "  if (step == 0) { if (model->acts) { } else if (rank < 1) { cudaMalloc((void**)&model->grads_memory, "
             "model->n * 4); } }\n")}) {
     const Conversion c = convert_text(program(not_alike));
     EXPECT_EQ(c.converted_calls, 0) << not_alike << conversion_to_text(c);

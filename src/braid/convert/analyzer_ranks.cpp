@@ -155,15 +155,51 @@ bool names_a_per_rank_value(const std::string& name) {
   return n == "argc" || n == "argv" || n == "me" || n == "id";
 }
 
+// Whether function `name`, called with arguments every rank has alike, returns alike on every
+// rank: one of this file whose body names nothing per-rank or rank-dependent and calls only such
+// functions (`static int use_big_workspace() { return 1; }`), or one braid cannot see that takes
+// arguments and is not named for per-rank state (llm.c's `ends_with_bin(load_filename)` in
+// llmc/utils.h). Functions of no arguments braid cannot see (`rand()`, `time(NULL)` aside) may
+// read anything: not alike.
+bool alike_function(const std::vector<Token>& t, const BufferFlow& flow, const std::string& name, bool has_args,
+                    const Tainted& tainted, int depth) {
+  static const std::set<std::string> kKeywords = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "static_cast", "reinterpret_cast", "const_cast"};
+  static const std::set<std::string> kVarying = {"rand", "random", "drand48", "lrand48", "rand_r", "time", "clock",
+                                                 "clock_gettime", "gettimeofday", "getpid", "gethostname", "MPI_Wtime"};
+  if (kVarying.count(name) || names_a_per_rank_value(name) || name.rfind("MPI_", 0) == 0 || name.rfind("nccl", 0) == 0 ||
+      name.rfind("cuda", 0) == 0)
+    return false;
+  const FunctionDef* def = nullptr;
+  for (const FunctionDef& f : flow.functions())
+    if (f.name == name && f.owner.empty() && f.enclosing.empty()) def = def == nullptr ? &f : nullptr;
+  if (def == nullptr) {
+    for (const FunctionDef& f : flow.functions())
+      if (f.name == name) return false;  // overloads or members: not followed
+    return has_args;
+  }
+  if (depth <= 0 || !tainted_in(t, def->body_open + 1, def->body_close, def->name, tainted).empty()) return false;
+  for (std::size_t k = def->body_open + 1; k + 1 < def->body_close; ++k) {
+    if (t[k].kind != TokenKind::Identifier) continue;
+    if (names_a_per_rank_value(t[k].text)) return false;
+    if (t[k + 1].text == "(" && !kKeywords.count(t[k].text) && t[k].text != name &&
+        !alike_function(t, flow, t[k].text, t[k + 2].text != ")", tainted, depth - 1))
+      return false;
+  }
+  return true;
+}
+
 // Whether every condition code token `at` runs under is one every rank evaluates alike: an `if`
-// whose condition names nothing rank-dependent and calls nothing (a null check of a buffer made
-// lazily, a step counter). An else, a switch, `?:` or a call in a condition is not followed.
+// (or else, else-if) whose conditions name nothing rank-dependent and call only functions that
+// return alike for alike arguments (a null check of a buffer made lazily, a step counter, a file
+// name's suffix). A switch or `?:` is not followed.
 bool uniform_guards(const std::vector<Token>& t, const BufferFlow& flow, std::size_t at, const Tainted& tainted) {
   for (std::size_t open : flow.guards(at)) {
     if (open == BufferFlow::kUnknownGuard || open >= t.size()) return false;
     const std::size_t close = match_forward(t, open, t.size());
     for (std::size_t k = open + 1; k + 1 < close; ++k) {
-      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof") return false;
+      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof" &&
+          !alike_function(t, flow, t[k].text, k + 2 < close && t[k + 2].text != ")", tainted, 3))
+        return false;
       if (t[k].kind == TokenKind::Identifier && names_a_per_rank_value(t[k].text)) return false;
     }
     if (!tainted_in(t, open + 1, close, flow.function_at(open), tainted).empty()) return false;

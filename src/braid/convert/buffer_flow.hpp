@@ -172,8 +172,8 @@ class BufferFlow {
   // True when token `at` sits under if/else/switch/?: (its execution may differ between ranks).
   bool conditional(std::size_t at) const { return at < conditional_.size() && conditional_[at]; }
   // What token `at` runs under: the `(` of each enclosing if's condition, innermost first (for an
-  // else, the condition it negates, when its if is a plain braced one); kUnknownGuard for another
-  // else, a switch or a `?:` (empty when it is not conditional).
+  // else or an else-if, also the conditions of its chain before it, when its ifs have braced
+  // bodies); kUnknownGuard for another else, a switch or a `?:` (empty when it is not conditional).
   static constexpr std::size_t kUnknownGuard = static_cast<std::size_t>(-1);
   const std::vector<std::size_t>& guards(std::size_t at) const;
   const std::vector<FunctionDef>& functions() const { return functions_; }

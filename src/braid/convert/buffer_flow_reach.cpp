@@ -354,12 +354,12 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
 void BufferFlow::mark_conditionals() {
   const std::vector<Token>& code = code_;
   std::size_t i = 0;
-  // Per open '{': kNotAGuard, or what it runs under (an if's condition, kUnknownGuard).
-  constexpr std::size_t kNotAGuard = kUnknownGuard - 1;
-  std::vector<std::size_t> brace_guard;
+  // Per open '{': what it runs under (if conditions, or kUnknownGuard); empty when not a guard.
+  using Guards = std::vector<std::size_t>;
+  std::vector<Guards> brace_guard;
   int cond_depth = 0;
   // Unbraced bodies end at ';' at this brace depth; each with what it runs under.
-  std::vector<std::pair<std::size_t, std::size_t>> unbraced;
+  std::vector<std::pair<std::size_t, Guards>> unbraced;
   // An if/switch's own parenthesised condition runs whenever the statement does
   // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
   std::size_t condition_until = 0, condition_open = 0;
@@ -372,9 +372,8 @@ void BufferFlow::mark_conditionals() {
     if (!changed) return now;
     now.clear();
     // Innermost first: unbraced bodies sit inside the braces open around them.
-    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) now.push_back(it->second);
-    for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it)
-      if (*it != kNotAGuard) now.push_back(*it);
+    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) now.insert(now.end(), it->second.begin(), it->second.end());
+    for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it) now.insert(now.end(), it->begin(), it->end());
     changed = false;
     return now;
   };
@@ -387,17 +386,32 @@ void BufferFlow::mark_conditionals() {
     if (guard_sets_.back() != set) guard_sets_.push_back(set);
     guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
   };
-  // The else at code[e] runs under the negation of its if's condition, which every rank evaluates
-  // as alike as the condition itself: that condition's `(`, when the if is a plain one with a
-  // braced body (not an else-if chain).
-  const auto else_guard = [&](std::size_t e) {
-    if (e < 1 || code[e - 1].text != "}") return kUnknownGuard;
-    const std::size_t body = enclosing_open(code, e - 1);
-    if (body == SIZE_MAX || body < 1 || code[body - 1].text != ")") return kUnknownGuard;
-    const std::size_t cond = enclosing_open(code, body - 1);
-    if (cond == SIZE_MAX || cond < 1 || code[cond - 1].text != "if" || (cond >= 2 && code[cond - 2].text == "else"))
-      return kUnknownGuard;
-    return cond;
+  // The else at code[e] runs under the negations of the conditions of its if-else chain (`if (A)
+  // {..} else if (B) {..} else`), which every rank evaluates as alike as the conditions themselves:
+  // their `(`s, when every if of the chain has a braced body; else kUnknownGuard.
+  const auto else_chain = [&](std::size_t e) -> Guards {
+    Guards conds;
+    for (int n = 0; n < 64; ++n) {
+      if (e < 1 || code[e - 1].text != "}") return {kUnknownGuard};
+      const std::size_t body = enclosing_open(code, e - 1);
+      if (body == SIZE_MAX || body < 1 || code[body - 1].text != ")") return {kUnknownGuard};
+      const std::size_t cond = enclosing_open(code, body - 1);
+      if (cond == SIZE_MAX || cond < 1 || code[cond - 1].text != "if") return {kUnknownGuard};
+      conds.push_back(cond);
+      if (cond < 2 || code[cond - 2].text != "else") return conds;
+      e = cond - 2;
+    }
+    return {kUnknownGuard};
+  };
+  // The guards of an if's body whose condition opens at code[q]: its condition, and those of the
+  // chain before it for an else-if.
+  const auto if_guards = [&](std::size_t q) -> Guards {
+    Guards g = {q};
+    if (q > 1 && code[q - 2].text == "else") {
+      const Guards before = else_chain(q - 2);
+      g.insert(g.end(), before.begin(), before.end());
+    }
+    return g;
   };
   for (i = 0; i < code.size(); ++i) {
     const std::string& x = code[i].text;
@@ -406,8 +420,8 @@ void BufferFlow::mark_conditionals() {
     const bool in_condition = i > 0 && i <= condition_until;
     if (in_condition) in = condition_in;
     if (x == "{") {
-      std::size_t guard = kNotAGuard;
-      if (i > 0 && code[i - 1].text == "else") guard = else_guard(i - 1);
+      Guards guard;
+      if (i > 0 && code[i - 1].text == "else") guard = else_chain(i - 1);
       if (i > 0 && code[i - 1].text == ")") {
         int d = 0;
         std::size_t q = i - 1;
@@ -416,16 +430,15 @@ void BufferFlow::mark_conditionals() {
           else if (code[q].text == "(" && --d == 0) break;
           if (q == 0) break;
         }
-        // An else-if's body also runs under the conditions before it: not followed.
-        if (q > 0 && code[q - 1].text == "if") guard = q > 1 && code[q - 2].text == "else" ? kUnknownGuard : q;
-        if (q > 0 && code[q - 1].text == "switch") guard = kUnknownGuard;
+        if (q > 0 && code[q - 1].text == "if") guard = if_guards(q);
+        if (q > 0 && code[q - 1].text == "switch") guard = {kUnknownGuard};
       }
-      brace_guard.push_back(guard);
+      if (!guard.empty()) ++cond_depth;
+      brace_guard.push_back(std::move(guard));
       changed = true;
-      if (guard != kNotAGuard) ++cond_depth;
     } else if (x == "}") {
       if (!brace_guard.empty()) {
-        if (brace_guard.back() != kNotAGuard) --cond_depth;
+        if (!brace_guard.back().empty()) --cond_depth;
         brace_guard.pop_back();
         changed = true;
       }
@@ -436,12 +449,11 @@ void BufferFlow::mark_conditionals() {
       condition_open = i + 1;
       condition_guards = current();
       if (close + 1 < code.size() && code[close + 1].text != "{") {
-        unbraced.push_back(
-            {brace_guard.size(), x == "if" && !(i > 0 && code[i - 1].text == "else") ? condition_open : kUnknownGuard});
+        unbraced.push_back({brace_guard.size(), x == "if" ? if_guards(condition_open) : Guards{kUnknownGuard}});
         changed = true;
       }
     } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced.push_back({brace_guard.size(), else_guard(i)});
+      unbraced.push_back({brace_guard.size(), else_chain(i)});
       changed = true;
       in = true;
     } else if (x == "?") {
