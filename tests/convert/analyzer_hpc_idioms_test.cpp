@@ -213,32 +213,31 @@ TEST(AnalyzerHpcIdioms, PointersAssignedIntoAPoolAreThePool) {
 // rank 0 only, swapped there too), so it converts and the reference's memory stays cudaMalloc. A
 // local that reaches the call through an argument is still followed to its function.
 TEST(AnalyzerHpcIdioms, SameNamedLocalsOfAnotherFunctionAreOtherBuffers) {
-  const std::string src =
-      kPrologue +
-      "#include <utility>\n"
-      "void reference(int n) {\n"
-      "  float *a, *a_new;\n"
-      "  cudaMalloc(&a, n * 4); cudaMalloc(&a_new, n * 4);\n"
-      "  for (int i = 0; i < 3; ++i) std::swap(a, a_new);\n"
-      "  cudaFree(a); cudaFree(a_new);\n"
-      "}\n"
-      "void reduce(float* g, size_t n) { ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, s); }\n"
-      "void grads() { float* g; cudaMalloc(&g, 4096); reduce(g, 1024); }\n"
-      "int main() {\n"
-      "  int rank = 0, size = 2; ncclUniqueId id; ncclCommInitRank(&comm, size, id, rank);\n"
-      "  const int rows = rank < 1 ? 100 : 101;\n"
-      "  float *a, *a_new;\n"
-      "  cudaMalloc(&a, (rows + 2) * 256 * 4); cudaMalloc(&a_new, (rows + 2) * 256 * 4);\n"
-      "  for (int i = 0; i < 3; ++i) {\n"
-      "    ncclGroupStart();\n"
-      "    ncclRecv(a, 256, ncclFloat, (rank + 1) % size, comm, s);\n"
-      "    ncclSend(a + 256, 256, ncclFloat, (rank + 1) % size, comm, s);\n"
-      "    ncclGroupEnd();\n"
-      "    std::swap(a, a_new);\n"
-      "  }\n"
-      "  grads();\n"
-      "  if (rank == 0) reference(1 << 20);\n"
-      "}\n";
+  const std::string src = kPrologue +
+                          "#include <utility>\n"
+                          "void reference(int n) {\n"
+                          "  float *a, *a_new;\n"
+                          "  cudaMalloc(&a, n * 4); cudaMalloc(&a_new, n * 4);\n"
+                          "  for (int i = 0; i < 3; ++i) std::swap(a, a_new);\n"
+                          "  cudaFree(a); cudaFree(a_new);\n"
+                          "}\n"
+                          "void reduce(float* g, size_t n) { ncclAllReduce(g, g, n, ncclFloat, ncclSum, comm, s); }\n"
+                          "void grads() { float* g; cudaMalloc(&g, 4096); reduce(g, 1024); }\n"
+                          "int main() {\n"
+                          "  int rank = 0, size = 2; ncclUniqueId id; ncclCommInitRank(&comm, size, id, rank);\n"
+                          "  const int rows = rank < 1 ? 100 : 101;\n"
+                          "  float *a, *a_new;\n"
+                          "  cudaMalloc(&a, (rows + 2) * 256 * 4); cudaMalloc(&a_new, (rows + 2) * 256 * 4);\n"
+                          "  for (int i = 0; i < 3; ++i) {\n"
+                          "    ncclGroupStart();\n"
+                          "    ncclRecv(a, 256, ncclFloat, (rank + 1) % size, comm, s);\n"
+                          "    ncclSend(a + 256, 256, ncclFloat, (rank + 1) % size, comm, s);\n"
+                          "    ncclGroupEnd();\n"
+                          "    std::swap(a, a_new);\n"
+                          "  }\n"
+                          "  grads();\n"
+                          "  if (rank == 0) reference(1 << 20);\n"
+                          "}\n";
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 3) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "  cudaMalloc(&a, n * 4); cudaMalloc(&a_new, n * 4);")) << c.source;

@@ -380,3 +380,36 @@ TEST(AnalyzerSyntaxForms, MemberVectorsOfTensorsFilledByTheirHoldersConstructor)
   EXPECT_EQ(convert("  void add(size_t n) { grads.emplace_back(n); }\n", "Model m; if (rank == 0) m.add(8);", ""), 0);
   EXPECT_EQ(convert(ctor, "Model m({4096});", "m.grads.emplace_back(64);"), 0);
 }
+
+// Pipeline slots as vectors of an RAII buffer class declared together (`std::vector<DeviceBuffer>
+// act_in, act_out;`), reserved, filled by emplace_back in a loop and emptied with clear(): every
+// declarator's fills are constructions braid sees (reserve and clear construct nothing), so the
+// buffers become symmetric and the stage-to-stage sends and receives convert.
+TEST(AnalyzerSyntaxForms, VectorsOfBuffersDeclaredTogetherReservedAndCleared) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <vector>\n"
+      "class DeviceBuffer {\n"
+      " public:\n"
+      "  explicit DeviceBuffer(size_t n) { cudaMalloc(&p_, n * sizeof(float)); }\n"
+      "  ~DeviceBuffer() { if (p_) cudaFree(p_); }\n"
+      "  float* data() const { return p_; }\n"
+      " private:\n"
+      "  float* p_ = nullptr;\n"
+      "};\n"
+      "int main() {\n"
+      "  int rank = 0, world = 2; ncclUniqueId id; ncclComm_t comm; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  std::vector<DeviceBuffer> act_in, act_out;\n"
+      "  act_in.reserve(2); act_out.reserve(2);\n"
+      "  for (int k = 0; k < 2; ++k) { act_in.emplace_back(1024); act_out.emplace_back(1024); }\n"
+      "  for (int m = 0; m < 8; ++m) {\n"
+      "    if (rank > 0) ncclRecv(act_in[m % 2].data(), 1024, ncclFloat, rank - 1, comm, s);\n"
+      "    if (rank < world - 1) ncclSend(act_out[m % 2].data(), 1024, ncclFloat, rank + 1, comm, s);\n"
+      "  }\n"
+      "  act_in.clear(); act_out.clear();\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_NE(c.source.find("braid_converted::sym_malloc(&p_, n * sizeof(float))"), std::string::npos) << c.source;
+}

@@ -620,14 +620,16 @@ TEST(AnalyzerUserIdioms, LazyAllocationUnderAConditionEveryRankEvaluatesAlike) {
   const Conversion unbraced =
       convert_text(program("  if (step == 0) cudaMalloc((void**)&model->grads_memory, model->n * sizeof(float));\n"));
   EXPECT_EQ(unbraced.converted_calls, 1) << conversion_to_text(unbraced);
-  const Conversion in_else =
-      convert_text(program("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"));
+  const Conversion in_else = convert_text(
+      program("  if (model->acts) { } else { cudaMalloc((void**)&model->grads_memory, model->n * 4); }\n"));
   EXPECT_EQ(in_else.converted_calls, 1) << conversion_to_text(in_else);
   for (const std::string& alike :
        {std::string("  if (use_big_workspace()) cudaMalloc((void**)&model->grads_memory, model->n * 4);\n"),
-        std::string("  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
-                    "model->n * 4); } }\n"),
-        std::string("  if (step > 0) { } else if (ends_with_bin(\"x.bin\")) { } else { cudaMalloc((void**)&model->grads_memory, "
+        std::string(
+            "  if (step == 0) { if (model->acts) { } else if (step < 1) { cudaMalloc((void**)&model->grads_memory, "
+            "model->n * 4); } }\n"),
+        std::string("  if (step > 0) { } else if (ends_with_bin(\"x.bin\")) { } else { "
+                    "cudaMalloc((void**)&model->grads_memory, "
                     "model->n * 4); }\n")}) {
     const Conversion c = convert_text(program(alike));
     EXPECT_EQ(c.converted_calls, 1) << alike << conversion_to_text(c);

@@ -13,6 +13,28 @@
 namespace braid::convert {
 namespace {
 
+// Paths are names: a local of another function with the same name (a single-GPU reference
+// solver's own `a` beside main's `a`) is another variable, unless the way to the call at code token
+// `tok` went through that function (an argument it passes, a pointer it returns; an exchange inside
+// it, `std::swap(a, a_new)`, keeps its locals in it). When that would leave nothing, all stay.
+void drop_other_functions_locals(const BufferFlow& flow, const Analysis& a, std::size_t tok, const Call& c,
+                                 std::vector<std::string>& keys) {
+  const std::string here = flow.function_at(tok);
+  std::vector<std::string> related;
+  for (const std::string& key : keys) {
+    const Buffer& b = a.buffers.at(key);
+    const std::string there = b.alloc_call < a.calls.size() ? a.calls[b.alloc_call].function : "";
+    const bool other_local =
+        !there.empty() && there != here && b.path == split_root(b.path).first && flow.local_of(b.path, there) &&
+        std::none_of(c.via.begin(), c.via.end(), [&](const std::string& v) {
+          return (v.find(" <- ") != std::string::npos && v.find("in " + there + "()") != std::string::npos) ||
+                 v.find(there + "() returns") != std::string::npos;
+        });
+    if (!other_local) related.push_back(key);
+  }
+  if (!related.empty()) keys = std::move(related);
+}
+
 // The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
 // reason in c.unresolved, when it cannot be followed.
 std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
@@ -132,24 +154,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
   };
   once(keys);
   once(c.via);
-  // Paths are names: a local of another function with the same name (a single-GPU reference
-  // solver's own `a` beside main's `a`) is another variable, unless the way here went through that
-  // function (an argument it passes, a pointer it returns; an exchange inside it, `std::swap(a,
-  // a_new)`, keeps its locals in it). When that would leave nothing, all stay.
-  const std::string here = flow.function_at(tok);
-  std::vector<std::string> related;
-  for (const std::string& key : keys) {
-    const Buffer& b = a.buffers.at(key);
-    const std::string there = b.alloc_call < a.calls.size() ? a.calls[b.alloc_call].function : "";
-    const bool other_local = !there.empty() && there != here && b.path == split_root(b.path).first &&
-                             flow.local_of(b.path, there) &&
-                             std::none_of(c.via.begin(), c.via.end(), [&](const std::string& v) {
-                               return (v.find(" <- ") != std::string::npos && v.find("in " + there + "()") != std::string::npos) ||
-                                      v.find(there + "() returns") != std::string::npos;
-                             });
-    if (!other_local) related.push_back(key);
-  }
-  if (!related.empty()) keys = std::move(related);
+  drop_other_functions_locals(flow, a, tok, c, keys);
   return keys;
 }
 

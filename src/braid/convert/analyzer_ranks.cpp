@@ -163,11 +163,14 @@ bool names_a_per_rank_value(const std::string& name) {
 // read anything: not alike.
 bool alike_function(const std::vector<Token>& t, const BufferFlow& flow, const std::string& name, bool has_args,
                     const Tainted& tainted, int depth) {
-  static const std::set<std::string> kKeywords = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "static_cast", "reinterpret_cast", "const_cast"};
-  static const std::set<std::string> kVarying = {"rand", "random", "drand48", "lrand48", "rand_r", "time", "clock",
-                                                 "clock_gettime", "gettimeofday", "getpid", "gethostname", "MPI_Wtime"};
-  if (kVarying.count(name) || names_a_per_rank_value(name) || name.rfind("MPI_", 0) == 0 || name.rfind("nccl", 0) == 0 ||
-      name.rfind("cuda", 0) == 0)
+  static const std::set<std::string> kKeywords = {"if",        "for",     "while",    "switch",      "return",
+                                                  "sizeof",    "alignof", "decltype", "static_cast", "reinterpret_cast",
+                                                  "const_cast"};
+  static const std::set<std::string> kVarying = {"rand",         "random", "drand48",     "lrand48",
+                                                 "rand_r",       "time",   "clock",       "clock_gettime",
+                                                 "gettimeofday", "getpid", "gethostname", "MPI_Wtime"};
+  if (kVarying.count(name) || names_a_per_rank_value(name) || name.rfind("MPI_", 0) == 0 ||
+      name.rfind("nccl", 0) == 0 || name.rfind("cuda", 0) == 0)
     return false;
   const FunctionDef* def = nullptr;
   for (const FunctionDef& f : flow.functions())

@@ -231,9 +231,13 @@ std::size_t BufferFlow::vector_of_class(std::size_t k, std::size_t& cls) const {
   while (c + 2 < code_.size() && code_[c + 1].text == "::") c += 2;
   if (code_[c].kind != TokenKind::Identifier || !is_class(code_[c].text)) return 0;
   const std::size_t after = after_template_args(code_, k + 1, code_.size());
-  if (after == SIZE_MAX || after + 1 >= code_.size() || code_[after].kind != TokenKind::Identifier ||
-      code_[after + 1].text != ";")
-    return 0;
+  if (after == SIZE_MAX || after + 1 >= code_.size() || code_[after].kind != TokenKind::Identifier) return 0;
+  // `std::vector<Buffer> a;` or several declarators with no value: `std::vector<Buffer> a, b;`.
+  for (std::size_t p = after;; p += 2) {
+    if (p + 1 >= code_.size() || code_[p].kind != TokenKind::Identifier) return 0;
+    if (code_[p + 1].text == ";") break;
+    if (code_[p + 1].text != ",") return 0;
+  }
   // Nothing but the class and its own template arguments between `<` and the list's end.
   const std::size_t own = c + 1 < after && code_[c + 1].text == "<" ? after_template_args(code_, c + 1, after) : c + 1;
   const bool closes_both = own == SIZE_MAX && code_[after - 1].text == ">>";  // `vector<Buffer<float>>`
@@ -285,7 +289,11 @@ bool BufferFlow::container_use(std::size_t j, std::size_t first, const FunctionD
   if (element > 0)
     return prev != "&" && element + 2 < code_.size() && is_member_step(code_[element]) &&
            code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
-  if (code_[j + 1].text == ".") return member == "size" || member == "empty" || member == "capacity";
+  // Reads, and what makes no element: `reserve` (room only), `clear`/`pop_back` (destructions: a
+  // release is no collective step, and each goes to its own allocator).
+  if (code_[j + 1].text == ".")
+    return member == "size" || member == "empty" || member == "capacity" || member == "reserve" || member == "clear" ||
+           member == "pop_back";
   return prev == ":" && code_[j + 1].text == ")" && first >= 3 &&
          (code_[first - 3].text == "&" || code_[first - 3].text == "&&");
 }
@@ -315,37 +323,41 @@ void BufferFlow::collect_visible_containers() {
         if (decl > c.open && decl < c.close && (holder == nullptr || c.open > holder->open)) holder = &c;
       if (holder == nullptr) continue;
     }
-    const std::string& name = code_[decl].text;
     const std::string& cls = code_[cls_token].text;
     std::vector<CallSite> emplaced;
     bool visible = true;
     int fills = 0;
-    for (std::size_t j = 1; visible && j + 3 < code_.size(); ++j) {
-      if (j == decl || code_[j].text != name || code_[j].kind != TokenKind::Identifier || code_[j - 1].text == "::")
-        continue;
-      const bool through_this = j >= 2 && code_[j - 1].text == "->" && code_[j - 2].text == "this";
-      if (is_member_step(code_[j - 1]) && !through_this) {
-        if (holder == nullptr) continue;  // another object's field of that name
-        std::size_t first = j - 1;        // `a.b.grads`: the access starts at `a`
-        while (first >= 2 && code_[first - 1].kind == TokenKind::Identifier && is_member_step(code_[first - 2]))
-          first -= 2;
-        visible = first >= 2 && container_use(j, first - 1, nullptr, cls, emplaced, fills);
-        continue;
+    // Every declarator of the declaration (`std::vector<Buffer> act_in, act_out;`), each used in sight.
+    for (std::size_t d = decl; visible && d < code_.size() && code_[d].kind == TokenKind::Identifier; d += 2) {
+      const std::string& name = code_[d].text;
+      for (std::size_t j = 1; visible && j + 3 < code_.size(); ++j) {
+        if (j == d || code_[j].text != name || code_[j].kind != TokenKind::Identifier || code_[j - 1].text == "::")
+          continue;
+        const bool through_this = j >= 2 && code_[j - 1].text == "->" && code_[j - 2].text == "this";
+        if (is_member_step(code_[j - 1]) && !through_this) {
+          if (holder == nullptr) continue;  // another object's field of that name
+          std::size_t first = j - 1;        // `a.b.grads`: the access starts at `a`
+          while (first >= 2 && code_[first - 1].kind == TokenKind::Identifier && is_member_step(code_[first - 2]))
+            first -= 2;
+          visible = first >= 2 && container_use(j, first - 1, nullptr, cls, emplaced, fills);
+          continue;
+        }
+        const std::size_t first = through_this ? j - 2 : j;
+        if (holder == nullptr) {
+          visible = j > decl && j < block_close && owner_[j] == owner_[decl] &&
+                    container_use(j, first, &functions_[(std::size_t)owner_[decl]], cls, emplaced, fills);
+          continue;
+        }
+        // A member's own use: in a member function of its class, filled only by a constructor.
+        const FunctionDef* f = owner_[j] >= 0 ? &functions_[(std::size_t)owner_[j]] : nullptr;
+        if (f == nullptr || f->owner != holder->name) {
+          visible = false;
+          continue;
+        }
+        const int before = fills;
+        visible = container_use(j, first, f, cls, emplaced, fills) && (fills == before || f->name == holder->name);
       }
-      const std::size_t first = through_this ? j - 2 : j;
-      if (holder == nullptr) {
-        visible = j > decl && j < block_close && owner_[j] == owner_[decl] &&
-                  container_use(j, first, &functions_[(std::size_t)owner_[decl]], cls, emplaced, fills);
-        continue;
-      }
-      // A member's own use: in a member function of its class, filled only by a constructor.
-      const FunctionDef* f = owner_[j] >= 0 ? &functions_[(std::size_t)owner_[j]] : nullptr;
-      if (f == nullptr || f->owner != holder->name) {
-        visible = false;
-        continue;
-      }
-      const int before = fills;
-      visible = container_use(j, first, f, cls, emplaced, fills) && (fills == before || f->name == holder->name);
+      if (code_[d + 1].text != ",") break;
     }
     if (!visible || fills == 0) continue;  // never filled here: kept out of sight, as before
     visible_containers_.insert(cls_token);

@@ -69,11 +69,13 @@ bool BufferFlow::local_of(const std::string& name, const std::string& function) 
       std::size_t w = k - 1;
       while (w > f.body_open && code_[w].text == "*") --w;
       const std::string& next = code_[k + 1].text;
-      const bool declarator = (declaring_word(code_[w]) || code_[w].text == ">" || (w < k - 1 && code_[w].text == ",")) &&
-                              (next == ";" || next == "," || next == "=" || next == "[");
+      const bool declarator =
+          (declaring_word(code_[w]) || code_[w].text == ">" || (w < k - 1 && code_[w].text == ",")) &&
+          (next == ";" || next == "," || next == "=" || next == "[");
       if (!declarator || is_member_step(code_[w])) continue;
       // `static T* name;` keeps its value from call to call: not a plain local.
-      for (std::size_t b = w; b > f.body_open && code_[b].text != ";" && code_[b].text != "{" && code_[b].text != "}"; --b)
+      for (std::size_t b = w; b > f.body_open && code_[b].text != ";" && code_[b].text != "{" && code_[b].text != "}";
+           --b)
         if (code_[b].text == "static") return false;
       return true;
     }

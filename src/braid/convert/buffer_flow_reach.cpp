@@ -365,14 +365,14 @@ void BufferFlow::mark_conditionals() {
   std::size_t condition_until = 0, condition_open = 0;
   bool condition_in = false;
   std::vector<std::size_t> condition_guards;  // what the condition itself runs under
-  // What the code runs under now, rebuilt only when an open brace or unbraced body comes or goes.
-  std::vector<std::size_t> now;
+  std::vector<std::size_t> now;               // what the code runs under now, rebuilt when a body comes or goes
   bool changed = true;
   const auto current = [&]() -> const std::vector<std::size_t>& {
     if (!changed) return now;
     now.clear();
     // Innermost first: unbraced bodies sit inside the braces open around them.
-    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it) now.insert(now.end(), it->second.begin(), it->second.end());
+    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it)
+      now.insert(now.end(), it->second.begin(), it->second.end());
     for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it) now.insert(now.end(), it->begin(), it->end());
     changed = false;
     return now;
@@ -386,9 +386,8 @@ void BufferFlow::mark_conditionals() {
     if (guard_sets_.back() != set) guard_sets_.push_back(set);
     guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
   };
-  // The else at code[e] runs under the negations of the conditions of its if-else chain (`if (A)
-  // {..} else if (B) {..} else`), which every rank evaluates as alike as the conditions themselves:
-  // their `(`s, when every if of the chain has a braced body; else kUnknownGuard.
+  // The else at code[e] runs under the negations of its chain's conditions (`if (A) {} else if (B) {}
+  // else`), alike where they are: their `(`s when every if has a braced body, else kUnknownGuard.
   const auto else_chain = [&](std::size_t e) -> Guards {
     Guards conds;
     for (int n = 0; n < 64; ++n) {
@@ -403,8 +402,7 @@ void BufferFlow::mark_conditionals() {
     }
     return {kUnknownGuard};
   };
-  // The guards of an if's body whose condition opens at code[q]: its condition, and those of the
-  // chain before it for an else-if.
+  // An if's body (condition at code[q]): its condition, and for an else-if the chain's before it.
   const auto if_guards = [&](std::size_t q) -> Guards {
     Guards g = {q};
     if (q > 1 && code[q - 2].text == "else") {

@@ -148,9 +148,10 @@ int line_of(const std::string& text, std::size_t pos) {
 // the folded prelude's interface, so the model knows the signatures without the bodies.
 std::string replacement_api(const std::string& prelude) {
   static const std::set<std::string> kPublic = {
-      "sym_malloc", "sym_nccl_alloc", "sym_free",   "sym_nccl_free",  "comm_destroy", "comm_finalize",
-      "comm_abort", "all_gather",     "all_reduce", "reduce_scatter", "broadcast",    "bcast",
-      "all_to_all", "send",           "recv",       "group_start",    "group_end", "sym_malloc_agreed", "sym_nccl_alloc_agreed"};
+      "sym_malloc",           "sym_nccl_alloc", "sym_free",   "sym_nccl_free",  "comm_destroy", "comm_finalize",
+      "comm_abort",           "all_gather",     "all_reduce", "reduce_scatter", "broadcast",    "bcast",
+      "all_to_all",           "send",           "recv",       "group_start",    "group_end",    "sym_malloc_agreed",
+      "sym_nccl_alloc_agreed"};
   std::vector<std::string> lines;
   {
     std::istringstream in(prelude);

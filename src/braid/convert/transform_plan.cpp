@@ -126,11 +126,10 @@ std::string own_reason(const Analysis& a, const Call& c) {
       if (!b.rank_dependent_size.empty() && (b.after_creations.empty() || a.one_thread_drives_ranks))
         return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +
                ") with a size that depends on the rank (`" + b.bytes_expr +
-               (b.rank_dependent_size == b.bytes_expr ? "" : "`, through `" + b.rank_dependent_size) +
-               "`) " +
+               (b.rank_dependent_size == b.bytes_expr ? "" : "`, through `" + b.rank_dependent_size) + "`) " +
                (a.one_thread_drives_ranks ? "by one thread driving every rank"
                 : b.allocated_in_loop     ? "in a loop (an agreement and a registration at every trip)"
-                                          : "where braid cannot place it after a communicator's creation on every path") +
+                                      : "where braid cannot place it after a communicator's creation on every path") +
                ": a window is registered collectively with the same size on every rank, agreed over a "
                "communicator at the allocation";
       if (b.ipc_exported_line > 0)
@@ -200,8 +199,9 @@ std::string created_after(const Analysis& a, const Call& c, const BoundComm& bou
     for (const std::string& key : it->second) {
       const Buffer& b = a.buffers.at(key);
       if (b.rank_dependent_size.empty()) continue;
-      const bool before = bound.init != nullptr && std::any_of(b.after_creations.begin(), b.after_creations.end(),
-                                                               [&](std::size_t k) { return &a.comm_inits[k] == bound.init; });
+      const bool before =
+          bound.init != nullptr && std::any_of(b.after_creations.begin(), b.after_creations.end(),
+                                               [&](std::size_t k) { return &a.comm_inits[k] == bound.init; });
       if (!before)
         return fmt::format(
             "buffer `{}` is allocated (line {}) with a size that depends on the rank (`{}`) where `{}` is not "
@@ -252,8 +252,7 @@ void bind_communicators(const Analysis& a, const std::vector<std::size_t>& colle
             "captured into a CUDA graph (cudaStreamBeginCapture at line {}) and `{}` is not created in this file: "
             "the first converted call would register the windows inside the capture",
             c.captured_line, bound->path);
-      else if (const std::string late = created_after(a, c, *bound); !late.empty())
-        p.reason[ci] = late;
+      else if (const std::string late = created_after(a, c, *bound); !late.empty()) p.reason[ci] = late;
       else if (is_p2p(c.name) && !bound->init &&
                (c.group >= 0 ? a.calls[a.groups[(std::size_t)c.group].start_call].conditional : c.conditional))
         p.reason[ci] =

@@ -13,7 +13,7 @@ struct UserFlags {
   std::vector<std::string> includes, defines, lib_dirs, lib_names;  // -I -D -L -l
   std::string nvcc_flags;                                           // other nvcc flags, one string
   std::vector<std::string> sources;  // the program's other source or object files, linked as they are
-  bool keep_headers = false;  // --keep-headers: the program's headers stay files (their NCCL calls host)
+  bool keep_headers = false;         // --keep-headers: the program's headers stay files (their NCCL calls host)
 };
 
 // nvcc runs in folders of its own: folders become absolute (-I, -L); the other flags stay as given.
