@@ -244,3 +244,52 @@ TEST(AnalyzerHpcIdioms, SameNamedLocalsOfAnotherFunctionAreOtherBuffers) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&a, (rows + 2) * 256 * 4)")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&g, 4096)")) << c.source;
 }
+
+// Allocations some ranks skip must stay as written (a window registration is collective): a
+// `continue` under a condition on the rank skips the rest of the loop body on those ranks, and
+// the neighbours and coordinates of a Cartesian topology (MPI_Cart_shift, MPI_Cart_coords) differ
+// per rank: a halo buffer made only where a west neighbour exists stays cudaMalloc, and a size
+// computed from the coordinates is agreed (the largest any rank asks for). A `continue` on a
+// condition every rank evaluates alike skips nothing on some ranks only.
+TEST(AnalyzerHpcIdioms, SkippedAllocationsAndCartesianNeighboursDependOnTheRank) {
+  const auto loop = [](const std::string& skip) {
+    return kPrologue +
+           "int main() {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  float* recvbuf[4];\n"
+           "  for (int i = 0; i < 4; ++i) {\n" +
+           skip +
+           "    cudaMalloc(&recvbuf[i], 4096);\n"
+           "  }\n"
+           "  for (int i = 1; i < 4; ++i) ncclAllReduce(recvbuf[i], recvbuf[i], 1024, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  for (const std::string skip : {"    if (rank == 0) continue;\n", "    if (rank == 0) { continue; }\n"}) {
+    const Conversion c = convert_text(loop(skip));
+    EXPECT_EQ(c.converted_calls, 0) << skip << conversion_to_text(c);
+    EXPECT_TRUE(told(c, "under a condition")) << skip << conversion_to_text(c);
+  }
+  EXPECT_EQ(convert_text(loop("    if (i == 0) continue;\n")).converted_calls, 1);
+
+  const std::string cart =
+      kPrologue +
+      "int main() {\n"
+      "  int size, me, dims[2] = {0, 0}, periods[2] = {0, 0}, coords[2], west, east; MPI_Comm cart;\n"
+      "  MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &cart);\n"
+      "  MPI_Comm_rank(cart, &me); MPI_Comm_size(cart, &size);\n"
+      "  MPI_Cart_coords(cart, me, 2, coords);\n"
+      "  MPI_Cart_shift(cart, 0, 1, &west, &east);\n"
+      "  const int ny = 1000 / dims[1] + (coords[1] < 1000 % dims[1] ? 1 : 0);\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, size, id, me);\n"
+      "  float *halo_w = nullptr, *halo_e = nullptr;\n"
+      "  if (west != MPI_PROC_NULL) cudaMalloc(&halo_w, ny * sizeof(float));\n"
+      "  cudaMalloc(&halo_e, ny * sizeof(float));\n"
+      "  ncclAllReduce(halo_w, halo_w, 4, ncclFloat, ncclSum, comm, s);\n"
+      "  ncclAllReduce(halo_e, halo_e, 4, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(cart);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(told(c, "buffer `halo_w` is allocated under a condition")) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&halo_e, ny * sizeof(float))")) << c.source;
+}

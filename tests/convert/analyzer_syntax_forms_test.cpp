@@ -413,3 +413,31 @@ TEST(AnalyzerSyntaxForms, VectorsOfBuffersDeclaredTogetherReservedAndCleared) {
   EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
   EXPECT_NE(c.source.find("braid_converted::sym_malloc(&p_, n * sizeof(float))"), std::string::npos) << c.source;
 }
+
+// Overloads of one member of different arity (`recv(float* buf, n, from)`, `recv(__half* buf, n)`):
+// the parameter of each is followed to the calls of its own arity, so the fp16 receive's buffer is
+// `act`, made symmetric, and not the fp32 overload's `stats` (a converted receive into a buffer that
+// is no window stops the program).
+TEST(AnalyzerSyntaxForms, OverloadsOfDifferentArityFollowTheirOwnCalls) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <cuda_fp16.h>\n"
+      "struct Channel {\n"
+      "  ncclComm_t comm; cudaStream_t s; int peer;\n"
+      "  void recv(float* buf, size_t n, int from) { ncclRecv(buf, n, ncclFloat, from, comm, s); }\n"
+      "  void recv(__half* buf, size_t n) { ncclRecv(buf, n, ncclHalf, peer, comm, s); }\n"
+      "  void send(const float* buf, size_t n, int to) { ncclSend(buf, n, ncclFloat, to, comm, s); }\n"
+      "  void send(const __half* buf, size_t n) { ncclSend(buf, n, ncclHalf, peer, comm, s); }\n"
+      "};\n"
+      "int main() {\n"
+      "  int rank = 0; ncclUniqueId id; Channel ch; ncclCommInitRank(&ch.comm, 2, id, rank); ch.peer = rank ^ 1;\n"
+      "  float* stats; __half* act;\n"
+      "  cudaMalloc(&stats, 256 * sizeof(float));\n"
+      "  cudaMalloc(&act, 4096 * sizeof(__half));\n"
+      "  if (rank % 2 == 0) { ch.send(stats, 256, ch.peer); ch.send(act, 4096); }\n"
+      "  else { ch.recv(stats, 256, ch.peer); ch.recv(act, 4096); }\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_NE(c.source.find("braid_converted::sym_malloc(&act, 4096 * sizeof(__half))"), std::string::npos) << c.source;
+  EXPECT_NE(c.source.find("braid_converted::sym_malloc(&stats, 256 * sizeof(float))"), std::string::npos) << c.source;
+}

@@ -1414,3 +1414,45 @@ TEST(AnalyzerUserIdioms, MapElementsCopiedFromStructsWhoseFieldsHelpersFilled) {
     EXPECT_TRUE(contains(conversion_to_text(c), "params holds copies of t")) << conversion_to_text(c);
   }
 }
+
+// A size drawn from a generator seeded with the rank (`std::mt19937 rng(1000 + rank)`) depends on
+// the rank like the rank itself: the allocation is agreed, not a plain symmetric one.
+TEST(AnalyzerUserIdioms, AGeneratorSeededWithTheRankGivesRankDependentSizes) {
+  const std::string src = kPrologue +
+                          "#include <random>\n"
+                          "int main() {\n"
+                          "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+                          "  ncclUniqueId id; ncclComm_t comm; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+                          "  std::mt19937 rng(1000 + rank);\n"
+                          "  const size_t n = rng() % 4096 + 1;\n"
+                          "  float* p; cudaMalloc(&p, n * sizeof(float));\n"
+                          "  ncclAllReduce(p, p, 1, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&p, n * sizeof(float))")) << c.source;
+}
+
+// Communicators kept in an array indexed by named constants (`comms[kPairs]`, `comms[kAll]`) are
+// one path to the analysis; each of their unconditional creations binds where it is made, so a
+// send/recv on the second one never binds at its first call on two ranks only.
+TEST(AnalyzerUserIdioms, EveryCreationOfACommunicatorArrayBindsWhereItIsMade) {
+  const std::string src = kPrologue +
+                          "#include <array>\n"
+                          "enum GroupKind { kPairs = 0, kAll = 1 };\n"
+                          "int main() {\n"
+                          "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+                          "  ncclUniqueId id; ncclComm_t root; cudaStream_t s; ncclCommInitRank(&root, 4, id, rank);\n"
+                          "  std::array<ncclComm_t, 2> comms{};\n"
+                          "  ncclCommSplit(root, rank % 2, rank, &comms[kPairs], nullptr);\n"
+                          "  ncclCommSplit(root, 0, rank, &comms[kAll], nullptr);\n"
+                          "  float* buf; cudaMalloc(&buf, 4096);\n"
+                          "  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comms[kPairs], s);\n"
+                          "  if (rank == 0) ncclSend(buf, 1024, ncclFloat, 1, comms[kAll], s);\n"
+                          "  if (rank == 1) ncclRecv(buf, 1024, ncclFloat, 0, comms[kAll], s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_split(root, rank % 2, rank, &comms[kPairs], nullptr)"))
+      << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::comm_split(root, 0, rank, &comms[kAll], nullptr)")) << c.source;
+}

@@ -9,6 +9,7 @@
 // rank's own send volume, nothing launched for an empty group), so it is not blind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -52,10 +53,12 @@ std::vector<Launch> lower_current(const Program& prog, int ranks) {
       continue;
     }
     if (c.requests.empty()) continue;  // flush_p2p launches nothing for an empty group
-    Launch l{true, c.site, braid::convert_p2p::p2p_ctas(0, kSms), {}};
-    const char* why = seq.plan(c.requests, l.ops);
-    EXPECT_STREQ(why, "");
-    out.push_back(l);
+    for (const std::vector<P2pRequest>& round : braid::convert_p2p::p2p_rounds(c.requests)) {
+      Launch l{true, c.site, braid::convert_p2p::p2p_ctas(0, kSms), {}};
+      const char* why = seq.plan(round, l.ops);
+      EXPECT_STREQ(why, "");
+      out.push_back(l);
+    }
   }
   return out;
 }
@@ -214,7 +217,8 @@ TEST(ConvertedLaunchShape, P2pLaunchShapeIgnoresVolume) {
   EXPECT_STREQ(a.plan({{true, 1, 16}}, pa), "");
   EXPECT_STREQ(b.plan({{true, 1, (std::size_t)1 << 30}}, pb), "");
   EXPECT_EQ(pa[0].seq, pb[0].seq);  // matching depends on order, not size
-  // More messages to one peer than the mailbox holds in one group is refused, never split.
+  // More messages to one peer than the mailbox holds in one plan is refused (flush_p2p cuts a group
+  // into launches first: GroupsBeyondTheMailboxRunAsSeveralLaunches).
   std::vector<P2pRequest> many((std::size_t)braid::convert_p2p::kSlots + 1, P2pRequest{true, 2, 8});
   EXPECT_STRNE(a.plan(many, pa), "");
 }
@@ -233,4 +237,34 @@ TEST(ConvertedLaunchShape, SimulatorFindsTheFormerLoweringsDeadlock) {
   EXPECT_FALSE(completes(lower_all(idle_rank, lower_former), &stuck));
   stuck.clear();
   EXPECT_TRUE(completes(lower_all(idle_rank, lower_current), &stuck)) << stuck;
+}
+
+// A group with more messages to one peer than the mailbox holds (a KV transfer of 504 pages), or
+// more operations than a plan holds, runs as several launches (p2p_rounds), each within both
+// limits; the sides cut differently (rank 1 also sends 900 messages to rank 2, in a shuffled
+// order), and every rank still finishes.
+TEST(ConvertedLaunchShape, GroupsBeyondTheMailboxRunAsSeveralLaunches) {
+  namespace p2p = braid::convert_p2p;
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<Program> progs(3);
+    std::vector<P2pRequest> r0(504, P2pRequest{true, 1, 4096}), r1, r2(900, P2pRequest{false, 1, 512});
+    for (int i = 0; i < 504; ++i) r1.push_back(P2pRequest{false, 0, 4096});
+    for (int i = 0; i < 900; ++i) r1.push_back(P2pRequest{true, 2, 512});
+    // Any interleaving of the two peers' messages keeps each peer's own order.
+    std::stable_partition(r1.begin(), r1.end(), [&](const P2pRequest&) { return rng() % 2 == 0; });
+    progs[0] = {{ConvertedCall::P2pGroup, 0, 0, r0}};
+    progs[1] = {{ConvertedCall::P2pGroup, 0, 0, r1}};
+    progs[2] = {{ConvertedCall::P2pGroup, 0, 0, r2}};
+    const auto launches = lower_all(progs, lower_current);
+    for (const auto& rank : launches)
+      for (const Launch& l : rank) {
+        EXPECT_LE((int)l.ops.size(), p2p::kMaxP2pOps);
+        std::map<std::pair<int, bool>, int> per_pair;
+        for (const P2pPlanned& op : l.ops) EXPECT_LE(++per_pair[std::make_pair(op.peer, op.is_send)], p2p::kSlots);
+      }
+    EXPECT_GE(launches[0].size(), 2u);
+    std::string stuck;
+    EXPECT_TRUE(completes(launches, &stuck)) << "seed " << seed << ": " << stuck;
+  }
 }

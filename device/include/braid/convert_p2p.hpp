@@ -18,6 +18,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace braid::convert_p2p {
@@ -52,6 +53,31 @@ struct P2pPlanned {
   unsigned long long seq = 0;  // 1-based, per (direction, peer)
   int slot = 0;                // mailbox slot: (seq - 1) % kSlots
 };
+
+// A group cut into launches the plan and the mailbox hold, in issue order: a new launch starts
+// when the next message would be one more than kSlots to its peer in its direction, or one more
+// than kMaxP2pOps in all (a KV transfer of 504 pages to one peer: two launches). Each side cuts its
+// own way, but messages to one peer keep their order across launches, and a launch ends only when
+// its messages are done, so the k-th send of a pair still meets the k-th receive, and a mailbox
+// slot is reused only after its previous message.
+template <typename Op>
+std::vector<std::vector<Op>> p2p_rounds(const std::vector<Op>& group) {
+  std::vector<std::vector<Op>> rounds;
+  std::vector<std::pair<std::pair<int, bool>, int>> per_pair;  // ((peer, is_send), messages in the round)
+  for (const Op& op : group) {
+    auto it = std::find_if(per_pair.begin(), per_pair.end(),
+                           [&](const auto& e) { return e.first == std::make_pair(op.peer, op.is_send); });
+    if (rounds.empty() || (it != per_pair.end() && it->second == kSlots) || (int)rounds.back().size() == kMaxP2pOps) {
+      rounds.emplace_back();
+      per_pair.clear();
+      it = per_pair.end();
+    }
+    if (it == per_pair.end()) it = per_pair.insert(per_pair.end(), {{op.peer, op.is_send}, 0});
+    ++it->second;
+    rounds.back().push_back(op);
+  }
+  return rounds;
+}
 
 // Numbers messages per pair in issue order, on each side independently: what makes the k-th
 // send from a to b meet the k-th receive on b from a without any other coordination.

@@ -129,6 +129,19 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
     if ((under(q) && !declared) || !tainted_in(t, q + 1, value_end(t, q + 1), function, tainted).empty())
       grew = tainted.add(function, lhs) || grew;
   }
+  // An object made from a rank-dependent value (`std::mt19937 rng(1000 + rank);`, `Shape s{rows};`):
+  // what it gives (`rng() % n`) depends on the rank. Taking a call for such a declaration only adds
+  // dependence (the safe side).
+  for (std::size_t q = 2; q + 2 < t.size(); ++q) {
+    if (t[q].kind != TokenKind::Identifier || (t[q + 1].text != "(" && t[q + 1].text != "{")) continue;
+    if ((t[q - 1].text != ">" && !flow_tokens::declaring_word(t[q - 1])) || t[q - 1].text == "new" ||
+        t[q - 1].text == "operator")
+      continue;
+    const std::string function = flow.function_at(q);
+    if (function.empty() || tainted.has(function, t[q].text)) continue;
+    const std::size_t close = match_forward(t, q + 1, t.size());
+    if (!tainted_in(t, q + 2, close, function, tainted).empty()) grew = tainted.add(function, t[q].text) || grew;
+  }
   // A parameter given a rank-dependent argument at any call (`Arena arena(rank_bytes)`, `alloc(p, n)`).
   // The arguments as each site gives them: a template class's construction (`Buffer<float> x(n)`)
   // and a thread's start (`std::thread(worker, r, n)`) are call sites too.
@@ -217,37 +230,35 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
   // The seeds: the rank itself (also the variable a communicator is created with as its rank: a thread
   // per rank has no other), and what each rank reads from its own device (per-peer token counts
   // copied back after a router kernel or an all-to-all) or receives alone over MPI.
-  static const std::map<std::string, std::size_t> kSeeds = {{"MPI_Comm_rank", 1},
-                                                            {"ncclCommUserRank", 1},
-                                                            {"ncclCommInitRank", 3},
-                                                            {"ncclCommInitRankConfig", 3},
-                                                            {"ncclCommInitRankScalable", 2},
-                                                            {"cudaMemcpy", 0},
-                                                            {"cudaMemcpyAsync", 0},
-                                                            {"MPI_Recv", 0},
-                                                            {"MPI_Alltoall", 3},
-                                                            {"MPI_Alltoallv", 4},
-                                                            {"MPI_Scatter", 3},
-                                                            {"MPI_Scatterv", 4}};
+  // A name with several entries writes several outputs (a Cartesian shift's source and destination).
+  static const std::multimap<std::string, std::size_t> kSeeds = {
+      {"MPI_Comm_rank", 1},    {"MPI_Cart_coords", 3},        {"MPI_Cart_shift", 3},
+      {"MPI_Cart_shift", 4},   {"MPI_Cart_rank", 2},          {"ncclCommUserRank", 1},
+      {"ncclCommInitRank", 3}, {"ncclCommInitRankConfig", 3}, {"ncclCommInitRankScalable", 2},
+      {"cudaMemcpy", 0},       {"cudaMemcpyAsync", 0},        {"MPI_Recv", 0},
+      {"MPI_Alltoall", 3},     {"MPI_Alltoallv", 4},          {"MPI_Scatter", 3},
+      {"MPI_Scatterv", 4}};
   Tainted tainted;
   for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
-    const auto seed = kSeeds.find(toks[i].text);
-    if (seed == kSeeds.end() || toks[i + 1].text != "(") continue;
-    const std::vector<std::string> args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size()));
-    if (args.size() <= seed->second) continue;
-    const bool copy = toks[i].text.rfind("cudaMemcpy", 0) == 0;
-    if (copy && (args.size() < 4 || (args[3].find("DeviceToHost") == std::string::npos &&
-                                     args[3].find("cudaMemcpyDefault") == std::string::npos)))
-      continue;
-    std::string dst = args[seed->second];  // split_top's text, its tokens joined with blanks: `w -> rank`
-    dst.erase(std::remove(dst.begin(), dst.end(), ' '), dst.end());
-    // The creations name the rank by value (`r`, `w->rank`; an expression such as `rank * ngpus` is
-    // built from values tainted already, and its first name may be a whole struct), the others by
-    // the address they write (`&rank`).
-    const bool by_value = toks[i].text.rfind("ncclCommInitRank", 0) == 0;
-    const std::string path = access_path(dst, !by_value);
-    if (by_value && path.empty()) continue;
-    tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
+    const auto [seeds_begin, seeds_end] = kSeeds.equal_range(toks[i].text);
+    for (auto seed = seeds_begin; seed != seeds_end; ++seed) {
+      if (toks[i + 1].text != "(") continue;
+      const std::vector<std::string> args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size()));
+      if (args.size() <= seed->second) continue;
+      const bool copy = toks[i].text.rfind("cudaMemcpy", 0) == 0;
+      if (copy && (args.size() < 4 || (args[3].find("DeviceToHost") == std::string::npos &&
+                                       args[3].find("cudaMemcpyDefault") == std::string::npos)))
+        continue;
+      std::string dst = args[seed->second];  // split_top's text, its tokens joined with blanks: `w -> rank`
+      dst.erase(std::remove(dst.begin(), dst.end(), ' '), dst.end());
+      // The creations name the rank by value (`r`, `w->rank`; an expression such as `rank * ngpus` is
+      // built from values tainted already, and its first name may be a whole struct), the others by
+      // the address they write (`&rank`).
+      const bool by_value = toks[i].text.rfind("ncclCommInitRank", 0) == 0;
+      const std::string path = access_path(dst, !by_value);
+      if (by_value && path.empty()) continue;
+      tainted.add(flow.function_at(i), path.empty() ? base_variable(dst) : path);
+    }
   }
   for (int round = 0; round < 16 && grow_once(toks, flow, tainted); ++round) {
   }

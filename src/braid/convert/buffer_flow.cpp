@@ -549,7 +549,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   stack.push_back(key);
   const bool done = resolve_alias(root, rest, path, function, at, depth, out, stack) ||
                     resolve_array_element(expr, root, rest, path, function, at, depth, out, stack) ||
-                    resolve_parameter(root, rest, function, depth, out, stack);
+                    resolve_parameter(root, rest, function, at, depth, out, stack);
   if (done) {
     stack.pop_back();
     return;

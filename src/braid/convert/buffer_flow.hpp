@@ -278,8 +278,8 @@ class BufferFlow {
   bool resolve_array_element(const std::string& expr, const std::string& root, const std::string& rest,
                              const std::string& path, const std::string& function, std::size_t at, int depth,
                              Resolution& out, std::vector<std::string>& stack) const;
-  bool resolve_parameter(const std::string& root, const std::string& rest, const std::string& function, int depth,
-                         Resolution& out, std::vector<std::string>& stack) const;
+  bool resolve_parameter(const std::string& root, const std::string& rest, const std::string& function, std::size_t at,
+                         int depth, Resolution& out, std::vector<std::string>& stack) const;
 
   const std::vector<Token>& code_;
   std::vector<FunctionDef> functions_;

@@ -1,8 +1,9 @@
 // BufferFlow (buffer_flow.hpp): what helpers and fields carry between statements: fields written
 // with a helper's result, a variable or its address, or through an array of their addresses
 // (llm.c's `*(ptrs[i]) = it`), the pointer fields of a struct indexed as an array, element copies
-// between arrays, helpers that return a buffer, and which statements run conditionally and reach
-// which functions (the reach a converted call needs to be proven on every rank).
+// between arrays, helpers that return a buffer, and which functions statements reach (the reach a
+// converted call needs to be proven on every rank; which statements run conditionally:
+// buffer_flow_conditions.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -347,128 +348,6 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
     if (!out.reason.empty()) return;
   }
   if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);
-}
-
-// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands; for each
-// conditional token, the conditions it runs under (guards()).
-void BufferFlow::mark_conditionals() {
-  const std::vector<Token>& code = code_;
-  std::size_t i = 0;
-  // Per open '{': what it runs under (if conditions, or kUnknownGuard); empty when not a guard.
-  using Guards = std::vector<std::size_t>;
-  std::vector<Guards> brace_guard;
-  int cond_depth = 0;
-  // Unbraced bodies end at ';' at this brace depth; each with what it runs under.
-  std::vector<std::pair<std::size_t, Guards>> unbraced;
-  // An if/switch's own parenthesised condition runs whenever the statement does
-  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
-  std::size_t condition_until = 0, condition_open = 0;
-  bool condition_in = false;
-  std::vector<std::size_t> condition_guards;  // what the condition itself runs under
-  std::vector<std::size_t> now;               // what the code runs under now, rebuilt when a body comes or goes
-  bool changed = true;
-  const auto current = [&]() -> const std::vector<std::size_t>& {
-    if (!changed) return now;
-    now.clear();
-    // Innermost first: unbraced bodies sit inside the braces open around them.
-    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it)
-      now.insert(now.end(), it->second.begin(), it->second.end());
-    for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it) now.insert(now.end(), it->begin(), it->end());
-    changed = false;
-    return now;
-  };
-  // Consecutive tokens mostly run under the same guards: each token names its set.
-  guard_set_.assign(code.size(), 0);
-  guard_sets_ = {{}};
-  const auto note_guards = [&](std::size_t at, const std::vector<std::size_t>& g) {
-    const std::vector<std::size_t> unknown = {kUnknownGuard};
-    const std::vector<std::size_t>& set = g.empty() ? unknown : g;
-    if (guard_sets_.back() != set) guard_sets_.push_back(set);
-    guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
-  };
-  // The else at code[e] runs under the negations of its chain's conditions (`if (A) {} else if (B) {}
-  // else`), alike where they are: their `(`s when every if has a braced body, else kUnknownGuard.
-  const auto else_chain = [&](std::size_t e) -> Guards {
-    Guards conds;
-    for (int n = 0; n < 64; ++n) {
-      if (e < 1 || code[e - 1].text != "}") return {kUnknownGuard};
-      const std::size_t body = enclosing_open(code, e - 1);
-      if (body == SIZE_MAX || body < 1 || code[body - 1].text != ")") return {kUnknownGuard};
-      const std::size_t cond = enclosing_open(code, body - 1);
-      if (cond == SIZE_MAX || cond < 1 || code[cond - 1].text != "if") return {kUnknownGuard};
-      conds.push_back(cond);
-      if (cond < 2 || code[cond - 2].text != "else") return conds;
-      e = cond - 2;
-    }
-    return {kUnknownGuard};
-  };
-  // An if's body (condition at code[q]): its condition, and for an else-if the chain's before it.
-  const auto if_guards = [&](std::size_t q) -> Guards {
-    Guards g = {q};
-    if (q > 1 && code[q - 2].text == "else") {
-      const Guards before = else_chain(q - 2);
-      g.insert(g.end(), before.begin(), before.end());
-    }
-    return g;
-  };
-  for (i = 0; i < code.size(); ++i) {
-    const std::string& x = code[i].text;
-    bool in = cond_depth > 0 || !unbraced.empty();
-    std::vector<std::size_t> g;
-    const bool in_condition = i > 0 && i <= condition_until;
-    if (in_condition) in = condition_in;
-    if (x == "{") {
-      Guards guard;
-      if (i > 0 && code[i - 1].text == "else") guard = else_chain(i - 1);
-      if (i > 0 && code[i - 1].text == ")") {
-        int d = 0;
-        std::size_t q = i - 1;
-        for (;; --q) {
-          if (code[q].text == ")") ++d;
-          else if (code[q].text == "(" && --d == 0) break;
-          if (q == 0) break;
-        }
-        if (q > 0 && code[q - 1].text == "if") guard = if_guards(q);
-        if (q > 0 && code[q - 1].text == "switch") guard = {kUnknownGuard};
-      }
-      if (!guard.empty()) ++cond_depth;
-      brace_guard.push_back(std::move(guard));
-      changed = true;
-    } else if (x == "}") {
-      if (!brace_guard.empty()) {
-        if (!brace_guard.back().empty()) --cond_depth;
-        brace_guard.pop_back();
-        changed = true;
-      }
-    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
-      const std::size_t close = match_forward(code, i + 1, code.size());
-      condition_until = close;
-      condition_in = in;
-      condition_open = i + 1;
-      condition_guards = current();
-      if (close + 1 < code.size() && code[close + 1].text != "{") {
-        unbraced.push_back({brace_guard.size(), x == "if" ? if_guards(condition_open) : Guards{kUnknownGuard}});
-        changed = true;
-      }
-    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
-      unbraced.push_back({brace_guard.size(), else_chain(i)});
-      changed = true;
-      in = true;
-    } else if (x == "?") {
-      in = true;
-      g = {kUnknownGuard};
-    }
-    conditional_[i] = in;
-    if (in) note_guards(i, !g.empty() ? g : in_condition ? condition_guards : current());
-    if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) {
-      unbraced.pop_back();
-      changed = true;
-    }
-  }
-}
-
-const std::vector<std::size_t>& BufferFlow::guards(std::size_t at) const {
-  return guard_sets_[at < guard_set_.size() ? guard_set_[at] : 0];
 }
 
 std::string BufferFlow::callers_reach(const std::string& function, const std::set<std::string>& roots) const {

@@ -174,10 +174,15 @@ bool BufferFlow::resolve_array_element(const std::string& expr, const std::strin
 }
 
 // A parameter of `function`: followed to the argument of every call of the function in this file.
+// Of overloads (`recv(float* buf, n, from)`, `recv(__half* buf, n)`), the one whose body holds code
+// token `at`, where the expression is written.
 bool BufferFlow::resolve_parameter(const std::string& root, const std::string& rest, const std::string& function,
-                                   int depth, Resolution& out, std::vector<std::string>& stack) const {
+                                   std::size_t at, int depth, Resolution& out, std::vector<std::string>& stack) const {
+  const bool some_holds_at = std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) {
+    return g.name == function && g.body_open < at && at < g.body_close;
+  });
   for (const FunctionDef& f : functions_) {
-    if (f.name != function) continue;
+    if (f.name != function || (some_holds_at && !(f.body_open < at && at < f.body_close))) continue;
     auto p = std::find(f.params.begin(), f.params.end(), root);
     if (p == f.params.end()) continue;
     const std::size_t index = (std::size_t)(p - f.params.begin());

@@ -233,7 +233,10 @@ void bind_communicators(const Analysis& a, const std::vector<std::size_t>& colle
   for (const std::string& path : chosen) {
     BoundComm bc{path, nullptr};
     for (const CommInit& ci : a.comm_inits)
-      if (ci.path == path && !ci.conditional && !bc.init && a.calls[ci.call].header.empty()) bc.init = &ci;
+      if (ci.path == path && !ci.conditional && a.calls[ci.call].header.empty()) {
+        if (bc.init) bc.also.push_back(&ci);
+        else bc.init = &ci;
+      }
     p.bound.push_back(bc);
   }
   for (std::size_t ci : collectives) {
@@ -369,7 +372,9 @@ Plan plan_conversion(const Analysis& a, const std::vector<std::size_t>& collecti
 
 const BoundComm* Plan::bound_at(std::size_t creation_call) const {
   for (const BoundComm& b : bound)
-    if (b.init && b.init->call == creation_call) return &b;
+    if ((b.init && b.init->call == creation_call) ||
+        std::any_of(b.also.begin(), b.also.end(), [&](const CommInit* c) { return c->call == creation_call; }))
+      return &b;
   return nullptr;
 }
 

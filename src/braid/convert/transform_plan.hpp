@@ -18,6 +18,9 @@ struct BoundComm {
   std::string path;
   const CommInit* init =
       nullptr;  // its unconditional creation in this file, where it is bound; else at its first converted call
+  // The other unconditional creations of that path (`&comms[kPairs]`, `&comms[kAll]`: elements of one
+  // array), each bound where it is made too.
+  std::vector<const CommInit*> also;
 };
 
 struct Plan {

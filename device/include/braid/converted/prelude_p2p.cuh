@@ -39,7 +39,8 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
   return "";
 }
 
-// Runs the pending sends and receives of a group as one pairwise p2p_kernel per communicator (one,
+// Runs the pending sends and receives of a group as pairwise p2p_kernel launches per communicator
+// (one, several where the mailbox or the plan would overflow: p2p_rounds; one,
 // or one per GPU when one thread drives every rank). Host NCCL only for a communicator that is not
 // bound or ranks beyond one LSA team (the same answer on every rank; with one thread driving every
 // rank, all of the group's communicators go to the device or all to host NCCL); a receive outside
@@ -67,19 +68,26 @@ inline ncclResult_t flush_p2p(int site) {
     fell_back(site, "ncclSend/ncclRecv", "another communicator, or ranks beyond one LSA team");
     return host_p2p(ops);
   }
-  std::vector<std::vector<P2pOp>> plans(by_comm.size());
+  // Each communicator's group in launches the plan and the mailbox hold (p2p_rounds), run in order.
+  std::vector<std::vector<P2pOp>> plans;
+  std::vector<size_t> plan_comm;
   for (size_t k = 0; k < by_comm.size(); ++k)
-    if (const char* why = plan_p2p(site, *bindings[k], by_comm[k].second, plans[k]); why[0] != '\0')
-      fatal(site, "ncclSend/ncclRecv group", why);
-  for (size_t k = 0; k < by_comm.size(); ++k) {
+    for (const std::vector<PendingP2p>& round : braid::convert_p2p::p2p_rounds(by_comm[k].second)) {
+      plans.emplace_back();
+      plan_comm.push_back(k);
+      if (const char* why = plan_p2p(site, *bindings[k], round, plans.back()); why[0] != '\0')
+        fatal(site, "ncclSend/ncclRecv group", why);
+    }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const size_t k = plan_comm[i];
     const Binding& b = *bindings[k];
     const cudaStream_t stream = by_comm[k].second.front().stream;
     OnDevice on(b);
     P2pOp* dev = b.dev_plans + (size_t)site * kMaxP2pOps;
-    BRAID_CUDA(cudaMemcpyAsync(dev, plans[k].data(), sizeof(P2pOp) * plans[k].size(), cudaMemcpyHostToDevice, stream));
+    BRAID_CUDA(cudaMemcpyAsync(dev, plans[i].data(), sizeof(P2pOp) * plans[i].size(), cudaMemcpyHostToDevice, stream));
     const int ctas = braid::convert_p2p::p2p_ctas(CTAS, s.sms);  // never a function of the volume
     const size_t chunk = CHUNK_BYTES > 0 ? std::max<size_t>(16, CHUNK_BYTES / 16 * 16) : (size_t)64 * 1024;
-    p2p_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(dev, (int)plans[k].size(), b.mailbox_win, b.dev_windows, b.rank, chunk);
+    p2p_kernel<ISSUER><<<ctas, kThreads, 0, stream>>>(dev, (int)plans[i].size(), b.mailbox_win, b.dev_windows, b.rank, chunk);
     BRAID_LAUNCHED();
   }
   return ncclSuccess;

@@ -1,0 +1,154 @@
+// BufferFlow (buffer_flow.hpp): which statements run conditionally (bodies of if/else/switch, `?:`
+// operands, the rest of a loop body after a conditional `continue`/`break`) and under which
+// conditions (guards()), read by the rank pass to tell conditions every rank evaluates alike.
+#include <vector>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+namespace {
+
+using Guards = std::vector<std::size_t>;  // guards(): if conditions' `(`, or kUnknownGuard
+
+// The else at code[e] runs under the negations of its chain's conditions (`if (A) {} else if (B) {}
+// else`), alike where they are: their `(`s when every if has a braced body, else kUnknownGuard.
+Guards else_chain(const std::vector<Token>& code, std::size_t e) {
+  Guards conds;
+  for (int n = 0; n < 64; ++n) {
+    if (e < 1 || code[e - 1].text != "}") return {BufferFlow::kUnknownGuard};
+    const std::size_t body = enclosing_open(code, e - 1);
+    if (body == SIZE_MAX || body < 1 || code[body - 1].text != ")") return {BufferFlow::kUnknownGuard};
+    const std::size_t cond = enclosing_open(code, body - 1);
+    if (cond == SIZE_MAX || cond < 1 || code[cond - 1].text != "if") return {BufferFlow::kUnknownGuard};
+    conds.push_back(cond);
+    if (cond < 2 || code[cond - 2].text != "else") return conds;
+    e = cond - 2;
+  }
+  return {BufferFlow::kUnknownGuard};
+}
+
+// An if's body (condition at code[q]): its condition, and for an else-if the chain's before it.
+Guards if_guards(const std::vector<Token>& code, std::size_t q) {
+  Guards g = {q};
+  if (q > 1 && code[q - 2].text == "else") {
+    const Guards before = else_chain(code, q - 2);
+    g.insert(g.end(), before.begin(), before.end());
+  }
+  return g;
+}
+
+}  // namespace
+
+// Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands; for each
+// conditional token, the conditions it runs under (guards()).
+void BufferFlow::mark_conditionals() {
+  const std::vector<Token>& code = code_;
+  std::size_t i = 0;
+  // Per open '{': what it runs under (if conditions, or kUnknownGuard); empty when not a guard.
+  std::vector<Guards> brace_guard;
+  int cond_depth = 0;
+  // Unbraced bodies end at ';' at this brace depth; each with what it runs under.
+  std::vector<std::pair<std::size_t, Guards>> unbraced;
+  // An if/switch's own parenthesised condition runs whenever the statement does
+  // (`if (cudaMalloc(&p, n) != cudaSuccess) exit(1);` allocates on every rank).
+  std::size_t condition_until = 0, condition_open = 0;
+  bool condition_in = false;
+  std::vector<std::size_t> condition_guards;  // what the condition itself runs under
+  std::vector<std::size_t> now;               // what the code runs under now, rebuilt when a body comes or goes
+  bool changed = true;
+  const auto current = [&]() -> const std::vector<std::size_t>& {
+    if (!changed) return now;
+    now.clear();
+    // Innermost first: unbraced bodies sit inside the braces open around them.
+    for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it)
+      now.insert(now.end(), it->second.begin(), it->second.end());
+    for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it) now.insert(now.end(), it->begin(), it->end());
+    changed = false;
+    return now;
+  };
+  // Consecutive tokens mostly run under the same guards: each token names its set.
+  guard_set_.assign(code.size(), 0);
+  guard_sets_ = {{}};
+  const auto note_guards = [&](std::size_t at, const std::vector<std::size_t>& g) {
+    const std::vector<std::size_t> unknown = {kUnknownGuard};
+    const std::vector<std::size_t>& set = g.empty() ? unknown : g;
+    if (guard_sets_.back() != set) guard_sets_.push_back(set);
+    guard_set_[at] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
+  };
+  for (i = 0; i < code.size(); ++i) {
+    const std::string& x = code[i].text;
+    bool in = cond_depth > 0 || !unbraced.empty();
+    std::vector<std::size_t> g;
+    const bool in_condition = i > 0 && i <= condition_until;
+    if (in_condition) in = condition_in;
+    if (x == "{") {
+      Guards guard;
+      if (i > 0 && code[i - 1].text == "else") guard = else_chain(code, i - 1);
+      if (i > 0 && code[i - 1].text == ")") {
+        int d = 0;
+        std::size_t q = i - 1;
+        for (;; --q) {
+          if (code[q].text == ")") ++d;
+          else if (code[q].text == "(" && --d == 0) break;
+          if (q == 0) break;
+        }
+        if (q > 0 && code[q - 1].text == "if") guard = if_guards(code, q);
+        if (q > 0 && code[q - 1].text == "switch") guard = {kUnknownGuard};
+      }
+      if (!guard.empty()) ++cond_depth;
+      brace_guard.push_back(std::move(guard));
+      changed = true;
+    } else if (x == "}") {
+      if (!brace_guard.empty()) {
+        if (!brace_guard.back().empty()) --cond_depth;
+        brace_guard.pop_back();
+        changed = true;
+      }
+    } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
+      const std::size_t close = match_forward(code, i + 1, code.size());
+      condition_until = close;
+      condition_in = in;
+      condition_open = i + 1;
+      condition_guards = current();
+      if (close + 1 < code.size() && code[close + 1].text != "{") {
+        unbraced.push_back({brace_guard.size(), x == "if" ? if_guards(code, condition_open) : Guards{kUnknownGuard}});
+        changed = true;
+      }
+    } else if (x == "else" && i + 1 < code.size() && code[i + 1].text != "{" && code[i + 1].text != "if") {
+      unbraced.push_back({brace_guard.size(), else_chain(code, i)});
+      changed = true;
+      in = true;
+    } else if (x == "?") {
+      in = true;
+      g = {kUnknownGuard};
+    } else if ((x == "continue" || x == "break") && i + 1 < code.size() && code[i + 1].text == ";") {
+      // `if (rank == 0) continue;` (or `{ continue; }`): the rest of the loop body runs under that
+      // if's conditions too (an allocation after it is made on some ranks only).
+      const bool braced = code[i - 1].text == "{" && i + 2 < code.size() && code[i + 2].text == "}";
+      const Guards skip = braced ? brace_guard.back() : !unbraced.empty() ? unbraced.back().second : Guards{};
+      const std::size_t target = braced ? brace_guard.size() - 1 : brace_guard.size();
+      if (!skip.empty() && target >= 1 && (braced || unbraced.back().first == brace_guard.size())) {
+        Guards& rest = brace_guard[target - 1];
+        if (rest.empty()) ++cond_depth;
+        rest.insert(rest.end(), skip.begin(), skip.end());
+        changed = true;
+      }
+    }
+    conditional_[i] = in;
+    if (in) note_guards(i, !g.empty() ? g : in_condition ? condition_guards : current());
+    if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) {
+      unbraced.pop_back();
+      changed = true;
+    }
+  }
+}
+
+const std::vector<std::size_t>& BufferFlow::guards(std::size_t at) const {
+  return guard_sets_[at < guard_set_.size() ? guard_set_[at] : 0];
+}
+
+}  // namespace braid::convert
