@@ -379,12 +379,7 @@ void mark_allocations_after_creations(const std::vector<Token>& toks, const Buff
     if (it == token_at.end()) return std::nullopt;
     return it->second;
   };
-  const auto looped = [&](std::size_t at) {
-    const std::string fn = flow.function_at(at);
-    for (const FunctionDef& f : flow.functions())
-      if (f.name == fn && f.body_open < at && at < f.body_close) return in_loop(toks, f, at);
-    return false;
-  };
+  const auto looped = [&](std::size_t at) { return in_helper_loop(toks, flow, at); };
   for (auto& [key, b] : a.buffers) {
     if (b.rank_dependent_size.empty() || b.alloc_call >= a.calls.size()) continue;
     const auto alloc = token_of(b.alloc_call);

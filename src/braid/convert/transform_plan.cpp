@@ -199,9 +199,11 @@ std::string created_after(const Analysis& a, const Call& c, const BoundComm& bou
     for (const std::string& key : it->second) {
       const Buffer& b = a.buffers.at(key);
       if (b.rank_dependent_size.empty()) continue;
-      const bool before =
-          bound.init != nullptr && std::any_of(b.after_creations.begin(), b.after_creations.end(),
-                                               [&](std::size_t k) { return &a.comm_inits[k] == bound.init; });
+      // Any creation of the call's communicator path (an array's elements are one path).
+      const bool before = std::any_of(b.after_creations.begin(), b.after_creations.end(), [&](std::size_t k) {
+        const CommInit* made = &a.comm_inits[k];
+        return made == bound.init || std::find(bound.also.begin(), bound.also.end(), made) != bound.also.end();
+      });
       if (!before)
         return fmt::format(
             "buffer `{}` is allocated (line {}) with a size that depends on the rank (`{}`) where `{}` is not "
