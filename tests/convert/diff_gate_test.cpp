@@ -311,6 +311,32 @@ TEST(DiffGateRun, BufferMismatchFails) {
   EXPECT_NE(g.failure.find("buffer #0 (8 bytes, cudaMalloc) differs on rank 0"), std::string::npos) << g.failure;
 }
 
+// NVIDIA/nccl#1950: a one-rank ncclAvg reduction of NCCL < 2.29.7 leaves its tail unwritten, so at
+// one rank the failure says the original may be the wrong side; not at two ranks, a fixed NCCL or
+// without an average.
+TEST(DiffGateRun, OneRankAveragesNameTheKnownNcclDefect) {
+  const auto dir = fresh_dir("avg1");
+  const auto o = fake_program(dir, "original", kOneFloatBuffer, "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x40");
+  const auto c = fake_program(dir, "converted", kOneFloatBuffer, kOnePlusOne);
+  const std::vector<ConvertedReduction> avg = {{"ncclReduceScatter", 9, 7, 4}};
+  DiffRunSpec one = local_spec(dir, 1);
+  one.nccl_version = "2.28.9+cuda13.0";
+  const GateResult g = diff_programs(o, c, one, avg);
+  EXPECT_FALSE(g.passed);
+  EXPECT_NE(g.failure.find("NCCL 2.28.9+cuda13.0 may be the cause"), std::string::npos) << g.failure;
+  EXPECT_NE(g.failure.find("NVIDIA/nccl#1950"), std::string::npos) << g.failure;
+  one.nccl_version = "2.29.7+cuda13.0";
+  EXPECT_EQ(diff_programs(o, c, one, avg).failure.find("may be the cause"), std::string::npos);
+  one.nccl_version = "";
+  EXPECT_NE(diff_programs(o, c, one, avg).failure.find("NCCL of unknown version may be"), std::string::npos);
+  one.nccl_version = "2.28.9";
+  EXPECT_EQ(diff_programs(o, c, one, {{"ncclReduceScatter", 9, 7, 0}}).failure.find("may be the cause"),
+            std::string::npos);
+  DiffRunSpec two = local_spec(dir, 2);
+  two.nccl_version = "2.28.9";
+  EXPECT_EQ(diff_programs(o, c, two, avg).failure.find("may be the cause"), std::string::npos);
+}
+
 TEST(DiffGateRun, ExitCodeMismatchFails) {
   const auto dir = fresh_dir("exit");
   const auto o = fake_program(dir, "original", kOneFloatBuffer, kOnePlusOne);

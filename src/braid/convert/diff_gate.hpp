@@ -66,6 +66,7 @@ struct DiffRunSpec {
   double timeout_s = 120.0;
   bool per_device = false;                 // several ranks in one process: the shim numbers allocations per GPU
   std::map<std::string, std::string> env;  // more environment for every rank (the original's second run)
+  std::string nccl_version;                // the library the ranks load ("2.28.9+cuda13.0"; "" unknown)
 };
 
 // Runs one side (name: "original" or "converted") with the shim preloaded; snapshots land in
