@@ -187,6 +187,41 @@ TEST(AnalyzerSyntaxForms, HelpersFillingAPointerThroughAReference) {
   EXPECT_EQ(some.converted_calls, 0) << conversion_to_text(some);
 }
 
+// The C form of the same: a pointer-to-pointer parameter (`void dev_alloc(float** p, size_t n)
+// { cudaMalloc((void**)p, ..); }` called as `dev_alloc(&g, n)`, a template `alloc_zero(T** p, ..)`
+// given `(void**)&h`). A `T**` parameter that no allocation fills (a swap) fills nothing.
+TEST(AnalyzerSyntaxForms, HelpersFillingAPointerThroughAPointerToIt) {
+  const auto converted_with = [](const std::string& extra) {
+    const std::string src =
+        "#include <nccl.h>\n"
+        "static void dev_alloc(float** p, size_t n) { CK(cudaMalloc((void**)p, n * sizeof(float))); }\n"
+        "template <typename T> void alloc_zero(T** p, size_t n) { cudaMalloc(p, n * sizeof(T)); cudaMemset(*p, 0, n * "
+        "sizeof(T)); }\n"
+        "void swap(float** a, float** b) { float* t = *a; *a = *b; *b = t; }\n"
+        "int main(int argc, char**) {\n"
+        "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+        "  float *g, *h, *x, *y;\n"
+        "  dev_alloc(&g, 1024);\n"
+        "  alloc_zero((void**)&h, 256);\n" +
+        extra +
+        "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0);\n"
+        "  ncclBroadcast(h, h, 256, ncclFloat, 0, comm, 0);\n"
+        "  swap(&x, &y);\n"
+        "  ncclAllReduce(x, x, 16, ncclFloat, ncclSum, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src);
+  };
+  const Conversion every = converted_with("");
+  EXPECT_EQ(every.converted_calls, 2) << conversion_to_text(every);
+  EXPECT_NE(every.source.find("braid_converted::sym_malloc((void**)p, n * sizeof(float))"), std::string::npos);
+  EXPECT_NE(every.source.find("braid_converted::sym_malloc(p, n * sizeof(T))"), std::string::npos);
+  ASSERT_EQ(every.left.size(), 1u) << conversion_to_text(every);
+  EXPECT_NE(every.left[0].reason.find("no cudaMalloc/ncclMemAlloc allocation"), std::string::npos)
+      << every.left[0].reason;
+  const Conversion some = converted_with("  if (argc > 1) dev_alloc(&x, 16);\n");
+  EXPECT_EQ(some.converted_calls, 1) << conversion_to_text(some);  // alloc_zero's h still
+}
+
 // A work queue of another container kind (`std::queue`, `std::deque`'s push_front, emplace) built
 // from its elements' fields in a member function that shares the container's member name (`push`):
 // `q_.push({b, n})` is the library's push, so the caller's `w.push(bufs[i], n)` is the one call

@@ -113,12 +113,15 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
       found = found || matched;
     }
     // A variable a helper fills through a reference parameter (`alloc(g, n)` with `float*& p`).
-    for (const std::string& param : found ? std::vector<std::string>{} : flow.reference_fills(path))
+    // Same-named parameters of other helpers are other allocations.
+    for (const BufferFlow::Fill& fill : found ? std::vector<BufferFlow::Fill>{} : flow.reference_fills(path))
       for (const auto& [key, b] : a.buffers)
-        if (path_matches(param, b.path)) {
+        if (path_matches(fill.param, b.path) && b.alloc_call < a.calls.size() &&
+            a.calls[b.alloc_call].function == fill.function) {
           keys.push_back(key);
           found = true;
-          c.via.push_back(fmt::format("{} is filled through the reference parameter {}", path, param));
+          c.via.push_back(
+              fmt::format("{} is filled by {}() through its parameter {}", path, fill.function, fill.param));
         }
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
     // every value it is given is an assignment braid follows (no declared value; for an array's

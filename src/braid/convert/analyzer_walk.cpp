@@ -331,7 +331,8 @@ class CallWalker {
   // A buffer keyed by allocation site: the access path of the target, `path@line` for a second site.
   void record_allocation(const Call& c, std::size_t i) {
     // Through references: `cudaMalloc(&L.w, ...)` in `for (auto& L : layers)` allocates `layers[].w`.
-    const std::string path = flow_.target_path(access_path(c.args[0].text, true), flow_.function_at(i), i);
+    std::string path = flow_.target_path(access_path(c.args[0].text, true), flow_.function_at(i), i);
+    if (path.empty()) path = flow_.pointer_parameter_target(c.args[0].text, i);  // `cudaMalloc((void**)p, ..)`, `T** p`
     if (path.empty()) return;
     Buffer b;
     b.path = path;

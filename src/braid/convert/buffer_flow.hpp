@@ -88,8 +88,17 @@ class BufferFlow {
   // A variable a helper fills through a reference-to-pointer parameter (`void alloc(float*& p, size_t n)
   // { cudaMalloc(&p, ...); }` called as `alloc(g, n)`): the helper's parameter names, which are the
   // allocation's path there (one allocation site for every call, as for a helper returning the
-  // pointer); empty when no such helper is given `path`.
-  std::vector<std::string> reference_fills(const std::string& path) const;
+  // pointer) with the helper; empty when no such helper is given `path`.
+  // Also a helper's pointer-to-pointer parameter (`void dev_alloc(float** p, size_t n)
+  // { cudaMalloc((void**)p, ...); }` called as `dev_alloc(&g, n)`).
+  struct Fill {
+    std::string function, param;  // the helper and its parameter (the allocation's path there)
+  };
+  std::vector<Fill> reference_fills(const std::string& path) const;
+  // The allocation path of `target`, the first argument of an allocation at code token `at`, when
+  // it is a pointer-to-pointer parameter of the function there (`cudaMalloc((void**)p, ..)` in
+  // `dev_alloc(float** p, ..)`): the parameter's name; "" otherwise.
+  std::string pointer_parameter_target(const std::string& target, std::size_t at) const;
 
   // What the file writes into a field path that has no allocation of its own
   // (`model.params_memory = malloc_and_point(...)` in main, or through a parameter in a helper),

@@ -273,8 +273,36 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   return out;
 }
 
-std::vector<std::string> BufferFlow::reference_fills(const std::string& path) const {
-  std::vector<std::string> out;
+namespace {
+
+// How a parameter's declaration (code tokens [begin, end)) lets a helper fill its caller's pointer:
+// `T*& p` (a reference to a pointer), `T** p` (a pointer to one), or neither.
+enum class PointerFill { None, Reference, Pointer };
+PointerFill pointer_fill(const std::vector<Token>& code, std::size_t begin, std::size_t end) {
+  for (std::size_t j = begin; j + 1 < end; ++j) {
+    if (code[j].text == "*" && code[j + 1].text == "&") return PointerFill::Reference;
+    if (code[j].text == "*" && code[j + 1].text == "*") return PointerFill::Pointer;
+  }
+  return PointerFill::None;
+}
+
+// Whether an allocation in f's body takes `name` itself as its target (`cudaMalloc((void**)name, ..)`).
+bool allocates_into(const std::vector<Token>& code, const FunctionDef& f, const std::string& name) {
+  for (std::size_t j = f.body_open + 1; j + 1 < f.body_close; ++j) {
+    if (!(code[j].text.rfind("cudaMalloc", 0) == 0 || code[j].text == "ncclMemAlloc") || code[j + 1].text != "(")
+      continue;
+    std::size_t e = j + 2;
+    for (int depth = 0; e < f.body_close && !(depth == 0 && (code[e].text == "," || code[e].text == ")")); ++e)
+      depth += code[e].text == "(" ? 1 : code[e].text == ")" ? -1 : 0;
+    if (access_path(join(code, j + 2, e), false) == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& path) const {
+  std::vector<Fill> out;
   for (const FunctionDef& f : functions_) {
     auto calls = calls_.find(f.name);
     if (calls == calls_.end() || f.name_token + 1 >= f.body_open) continue;
@@ -282,26 +310,48 @@ std::vector<std::string> BufferFlow::reference_fills(const std::string& path) co
     std::size_t index = 0, piece = open + 1;
     for (std::size_t k = open + 1; k <= close; ++k) {
       if (k < close && code_[k].text != ",") continue;
-      // `T*& name` / `T* &name`: a reference to a pointer, the parameter's last identifier.
-      bool ref_to_pointer = false;
-      for (std::size_t j = piece; j + 1 < k; ++j)
-        ref_to_pointer = ref_to_pointer || (code_[j].text == "*" && code_[j + 1].text == "&");
+      const PointerFill kind = pointer_fill(code_, piece, k);
       const std::string name = index < f.params.size() ? f.params[index] : "";
       bool fills = false;  // `cudaMalloc(&name` / `ncclMemAlloc((void**)&name` in its body
-      for (std::size_t j = f.body_open + 1; ref_to_pointer && !name.empty() && j + 2 < f.body_close && !fills; ++j)
+      for (std::size_t j = f.body_open + 1;
+           kind == PointerFill::Reference && !name.empty() && j + 2 < f.body_close && !fills; ++j)
         fills =
             code_[j].text == "&" && code_[j + 1].text == name && (code_[j + 2].text == "," || code_[j + 2].text == ")");
+      fills = fills || (kind == PointerFill::Pointer && !name.empty() && allocates_into(code_, f, name));
       if (fills)
-        for (const CallSite& c : calls->second)
-          if (index < c.args.size() && path_matches(access_path(c.args[index], false), path)) {
-            out.push_back(name);
+        for (const CallSite& c : calls->second) {
+          // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
+          const std::string given = index >= c.args.size()           ? ""
+                                    : kind == PointerFill::Reference ? access_path(c.args[index], false)
+                                                                     : access_path(c.args[index], true);
+          if (!given.empty() && path_matches(given, path)) {
+            out.push_back({f.name, name});
             break;
           }
+        }
       ++index;
       piece = k + 1;
     }
   }
   return out;
+}
+
+std::string BufferFlow::pointer_parameter_target(const std::string& target, std::size_t at) const {
+  if (at >= owner_.size() || owner_[at] < 0) return "";
+  const FunctionDef& f = functions_[(std::size_t)owner_[at]];
+  const std::string name = access_path(target, false);
+  const auto it = std::find(f.params.begin(), f.params.end(), name);
+  if (name.empty() || it == f.params.end() || f.name_token + 1 >= f.body_open) return "";
+  const std::size_t open = f.name_token + 1, close = match_forward(code_, open, f.body_open);
+  std::size_t index = 0, piece = open + 1;
+  for (std::size_t k = open + 1; k <= close; ++k) {
+    if (k < close && code_[k].text != ",") continue;
+    if (index == (std::size_t)(it - f.params.begin()))
+      return pointer_fill(code_, piece, k) == PointerFill::Pointer ? name : "";
+    ++index;
+    piece = k + 1;
+  }
+  return "";
 }
 
 // The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`,
