@@ -35,6 +35,23 @@ void drop_other_functions_locals(const BufferFlow& flow, const Analysis& a, std:
   if (!related.empty()) keys = std::move(related);
 }
 
+// A variable a helper fills through a reference or pointer-to-pointer parameter (`alloc(g, n)` with
+// `float*& p`, `dev_alloc(&g, n)` with `float** p`): that helper's allocation sites, into `keys`.
+// Same-named parameters of other helpers are other allocations.
+bool filled_by_helper(const BufferFlow& flow, const Analysis& a, const std::string& path,
+                      std::vector<std::string>& keys, Call& c) {
+  bool found = false;
+  for (const BufferFlow::Fill& fill : flow.reference_fills(path))
+    for (const auto& [key, b] : a.buffers)
+      if (path_matches(fill.param, b.path) && b.alloc_call < a.calls.size() &&
+          a.calls[b.alloc_call].function == fill.function) {
+        keys.push_back(key);
+        found = true;
+        c.via.push_back(fmt::format("{} is filled by {}() through its parameter {}", path, fill.function, fill.param));
+      }
+  return found;
+}
+
 // The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
 // reason in c.unresolved, when it cannot be followed.
 std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
@@ -112,17 +129,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
         c.via.push_back(fmt::format("{} holds copies of {}", split_root(path).first, split_root(origin).first));
       found = found || matched;
     }
-    // A variable a helper fills through a reference parameter (`alloc(g, n)` with `float*& p`).
-    // Same-named parameters of other helpers are other allocations.
-    for (const BufferFlow::Fill& fill : found ? std::vector<BufferFlow::Fill>{} : flow.reference_fills(path))
-      for (const auto& [key, b] : a.buffers)
-        if (path_matches(fill.param, b.path) && b.alloc_call < a.calls.size() &&
-            a.calls[b.alloc_call].function == fill.function) {
-          keys.push_back(key);
-          found = true;
-          c.via.push_back(
-              fmt::format("{} is filled by {}() through its parameter {}", path, fill.function, fill.param));
-        }
+    found = found || filled_by_helper(flow, a, path, keys, c);
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
     // every value it is given is an assignment braid follows (no declared value; for an array's
     // elements, `grads[i] = ...`, no other use that could write one).
