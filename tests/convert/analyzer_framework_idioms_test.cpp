@@ -47,30 +47,48 @@ TEST(AnalyzerFrameworkIdioms, MakeUniqueOfANamespacedClassConstructsIt) {
 // A class named with its namespace as a container's element type (`std::vector<pp::Buffer>`) is
 // constructed there out of braid's sight, as `std::vector<Buffer>` is: its allocation stays as
 // written and the call on it host NCCL. Before, the qualifier hid the container, and the buffer
-// became a window although a rank may construct a different number of elements.
+// became a window although a rank may construct a different number of elements. Out of sight
+// means a constructor the container runs itself (a default one here, or a copy) or one run in
+// place (`emplace_back(n)`): with only `Buffer(size_t)` and no emplace, the container constructs
+// nothing that allocates (a std::map of RAII tensors filled with `emplace(key, Tensor(n))`).
 TEST(AnalyzerFrameworkIdioms, AContainerOfANamespacedClassHidesItsConstructions) {
-  const std::string src =
-      "#include <nccl.h>\n"
-      "#include <vector>\n"
-      "namespace pp {\n"
-      "class Buffer {\n"
-      " public:\n"
-      "  explicit Buffer(size_t n) { cudaMalloc(&ptr_, n * 4); }\n"
-      "  float* data() const { return ptr_; }\n"
-      " private:\n"
-      "  float* ptr_ = nullptr;\n"
-      "};\n"
-      "}  // namespace pp\n"
-      "int main(int argc, char** argv) {\n"
-      "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
-      "  cudaStream_t s; cudaStreamCreate(&s);\n"
-      "  pp::Buffer grad(1024);\n"
-      "  std::vector<pp::Buffer> extra;\n"
-      "  ncclAllReduce(grad.data(), grad.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
-      "}\n";
-  const Conversion c = transform(analyze("user.cu", src), src);
-  EXPECT_EQ(c.converted_calls, 0);
-  EXPECT_TRUE(contains(left_text(c), "line 16")) << left_text(c);
+  const auto program = [](const std::string& constructors, const std::string& fill) {
+    return "#include <nccl.h>\n"
+           "#include <vector>\n"
+           "namespace pp {\n"
+           "class Buffer {\n"
+           " public:\n"
+           "  explicit Buffer(size_t n) { cudaMalloc(&ptr_, n * 4); }\n" +
+           constructors +
+           "  float* data() const { return ptr_; }\n"
+           " private:\n"
+           "  float* ptr_ = nullptr;\n"
+           "};\n"
+           "}  // namespace pp\n"
+           "int main(int argc, char** argv) {\n"
+           "  ncclComm_t comm; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  cudaStream_t s; cudaStreamCreate(&s);\n"
+           "  pp::Buffer grad(1024);\n"
+           "  std::vector<pp::Buffer> extra;\n" +
+           fill +
+           "  keep(extra);\n"
+           "  ncclAllReduce(grad.data(), grad.data(), 1024, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  const std::string by_default = "  Buffer() { cudaMalloc(&ptr_, 64); }\n";
+  const std::string deep_copy = "  Buffer(const Buffer& o) { cudaMalloc(&ptr_, 64); }\n";
+  for (const auto& [constructors, fill] : std::vector<std::pair<std::string, std::string>>{
+           {by_default, ""}, {deep_copy, ""}, {"", "  extra.emplace_back(16);\n"}}) {
+    const std::string src = program(constructors, fill);
+    const Conversion c = transform(analyze("user.cu", src), src);
+    EXPECT_EQ(c.converted_calls, 0) << constructors << fill;
+    const std::string line = constructors.empty() ? "line 16" : "line 17";  // the container's declaration
+    EXPECT_TRUE(contains(left_text(c), line)) << constructors << fill << left_text(c);
+  }
+  for (const std::string& fill : {"", "  extra.push_back(pp::Buffer(16));\n"}) {
+    const std::string src = program("  Buffer(Buffer&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = nullptr; }\n", fill);
+    EXPECT_EQ(transform(analyze("user.cu", src), src).converted_calls, 1) << fill;
+  }
 }
 
 // A std::span made from a device pointer is a view of that allocation: `.data()` of a span made at

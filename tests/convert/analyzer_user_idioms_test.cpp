@@ -1150,7 +1150,8 @@ TEST(AnalyzerUserIdioms, AllocationsInAHelperCalledUnderAConditionStayAsWritten)
 
 // A constructor also runs where its class is a member of another (`struct Model { Buf<float> g{n}; }`,
 // `new Model()` under a condition) or an element of a container braid does not follow
-// (`std::vector<Buf<float>>`): those make its allocation rank-dependent too.
+// (`std::vector<Buf<float>>` filled in place and given away): those make its allocation
+// rank-dependent too.
 TEST(AnalyzerUserIdioms, ConstructorsRunAsMembersAndContainerElements) {
   const auto program = [](const std::string& more) {
     return kPrologue +
@@ -1177,12 +1178,80 @@ TEST(AnalyzerUserIdioms, ConstructorsRunAsMembersAndContainerElements) {
                        "in Model(), which may run on some ranks only (called under a condition, or "
                        "constructed out of braid's sight, at line 15)"))
       << member.left[0].reason;
-  const Conversion element = convert_text(program("  std::vector<Buf<float>> extra;\n"));
+  const Conversion element =
+      convert_text(program("  std::vector<Buf<float>> extra;\n  extra.emplace_back(16);\n  keep(extra);\n"));
   EXPECT_EQ(element.converted_calls, 0);
   ASSERT_EQ(element.left.size(), 1u);
   EXPECT_TRUE(contains(element.left[0].reason, "in Buf(), which may run on some ranks only")) << element.left[0].reason;
   EXPECT_TRUE(contains(element.left[0].reason, "at line 15)")) << element.left[0].reason;
   EXPECT_EQ(convert_text(program("  std::vector<Buf<float>*> pointers;\n")).converted_calls, 1);  // no construction
+}
+
+// A smart pointer's raw pointer handed to a helper (`allreduce_sum(grad.get(), ..)`) or offset
+// (`grad.get() + 16`) is what it owns; a `std::shared_ptr` declared empty and given its pointer by
+// one assignment with a lambda deleter is followed through the assignment. A std::map of RAII
+// tensors filled with `emplace(key, Tensor(n))` and `m[key] = Tensor(n)` constructs each where
+// braid sees it (the map itself only default-constructs and moves).
+TEST(AnalyzerUserIdioms, SmartPointerArgumentsOffsetsAndMapsOfTensors) {
+  const std::string smart =
+      kPrologue +
+      "#include <memory>\n"
+      "struct CudaDeleter { void operator()(void* p) const { cudaFree(p); } };\n"
+      "template <typename T> using DevPtr = std::unique_ptr<T, CudaDeleter>;\n"
+      "template <typename T> DevPtr<T> make_dev(size_t n) { T* p = nullptr; cudaMalloc(&p, n * "
+      "sizeof(T)); return DevPtr<T>(p); }\n"
+      "static void allreduce_sum(float* buf, size_t n, ncclComm_t c, cudaStream_t s) {\n"
+      "  ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c, s);\n"
+      "}\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  auto grad = make_dev<float>(4096);\n"
+      "  DevPtr<float> out = make_dev<float>(8192);\n"
+      "  std::shared_ptr<float> loss;\n"
+      "  { float* p = nullptr; cudaMalloc(&p, 256); loss = std::shared_ptr<float>(p, [](float* q) { "
+      "cudaFree(q); }); }\n"
+      "  allreduce_sum(grad.get(), 4096, comm, s);\n"
+      "  ncclAllGather(grad.get() + 16, out.get(), 1024, ncclFloat, comm, s);\n"
+      "  allreduce_sum(loss.get(), 64, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(smart);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(c.left.empty()) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "loss = std::shared_ptr<float>(p, [](float* q) { braid_converted::sym_free(q); })"))
+      << c.source;
+  // Given a second pointer later (`loss = ...` after a declaration with a value): not followed.
+  std::string repointed = smart;
+  repointed.replace(repointed.find("std::shared_ptr<float> loss;"), 28,
+                    "std::shared_ptr<float> loss = std::shared_ptr<float>(grad.get(), [](float*) {});");
+  const Conversion again = convert_text(repointed);
+  EXPECT_TRUE(contains(left_text(again), "owns another pointer")) << left_text(again);
+
+  const std::string map =
+      kPrologue +
+      "#include <map>\n#include <string>\n#include <utility>\n"
+      "class Tensor {\n"
+      " public:\n"
+      "  Tensor() = default;\n"
+      "  explicit Tensor(size_t n) : n_(n) { cudaMalloc(&data_, n * sizeof(float)); }\n"
+      "  Tensor(Tensor&& o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(o.n_) {}\n"
+      "  Tensor& operator=(Tensor&& o) noexcept { std::swap(data_, o.data_); n_ = o.n_; return *this; }\n"
+      "  ~Tensor() { if (data_) cudaFree(data_); }\n"
+      "  float* data() const { return data_; }\n"
+      "  size_t numel() const { return n_; }\n"
+      " private:\n"
+      "  float* data_ = nullptr;\n"
+      "  size_t n_ = 0;\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::map<std::string, Tensor> grads;\n"
+      "  grads.emplace(\"embed\", Tensor(1 << 20));\n"
+      "  grads[\"mlp\"] = Tensor(4 << 20);\n"
+      "  for (auto& [name, t] : grads) ncclAllReduce(t.data(), t.data(), t.numel(), ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion m = convert_text(map);
+  EXPECT_EQ(m.converted_calls, 1) << left_text(m);
+  EXPECT_TRUE(contains(m.source, "braid_converted::sym_malloc(&data_, n * sizeof(float))")) << m.source;
 }
 
 // Smart pointers hold the buffer they were made from: `buf.get()` is what `buf` owns, made by

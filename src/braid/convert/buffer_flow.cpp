@@ -185,7 +185,8 @@ std::size_t enclosing_open(const std::vector<Token>& t, std::size_t k) {
 }
 
 bool declaring_word(const Token& w) {
-  static const std::set<std::string> kStatementWords = {"return", "else", "case", "do", "throw", "delete", "co_return", "goto"};
+  static const std::set<std::string> kStatementWords = {"return", "else",   "case",      "do",
+                                                        "throw",  "delete", "co_return", "goto"};
   return w.kind == TokenKind::Identifier && !kStatementWords.count(w.text);
 }
 
@@ -377,10 +378,10 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       const Token& prev = code_[k - 1];
       // `float* p = v` declares p; `*p = v;` (after `;`, `{`, `)`) stores through it and aliases nothing.
       const Token& before = code_[k - 2];
-      const bool declared =
-          ((prev.text == "*" || prev.text == "&") && (declaring_word(before) || before.text == "*" || before.text == "&" ||
-                                                      before.text == ">" || before.text == ",")) ||
-          declaring_word(prev);
+      const bool declared = ((prev.text == "*" || prev.text == "&") &&
+                             (declaring_word(before) || before.text == "*" || before.text == "&" ||
+                              before.text == ">" || before.text == ",")) ||
+                            declaring_word(prev);
       // `device_ptr<float> buf = make_device<float>(n)`: a template type declares too.
       if ((declared || prev.text == ">") && code_[k + 1].text == "=") {
         std::size_t e = k + 2;
@@ -502,6 +503,13 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
       resolve_into(b, function, at, depth, out, stack);
       if (!out.reason.empty()) return;
     }
+    return;
+  }
+  // `buf.get() + off`, `(char*)view.data() - k`: the left operand's allocation (a plain path's
+  // arithmetic is access_path's).
+  if (const std::string base = access_path(expr, false).empty() ? offset_base(expr) : ""; !base.empty()) {
+    out.via.push_back(fmt::format("`{}` points into `{}`", expr, base));
+    resolve_into(base, function, at, depth, out, stack);
     return;
   }
   if (const std::string owned = owned_pointer(expr); !owned.empty()) {

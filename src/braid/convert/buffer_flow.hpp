@@ -200,8 +200,13 @@ class BufferFlow {
   // construction of one constructs it.
   std::vector<std::string> classes_holding(const std::string& cls) const;
   // The line where `cls` is a template argument that constructs it out of braid's sight
-  // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`); 0 when there is none.
+  // (`std::vector<Buffer<float>>`, `std::optional<Buffer<float>>`) with a constructor that may
+  // allocate: one the container runs itself (container_construction_allocates), or any when the
+  // file constructs in place (an `emplace_back(n)` not given a `cls` temporary); 0 when none.
   int hidden_construction(const std::string& cls) const;
+  // Whether a constructor of cls that a container runs itself (callable without arguments, a copy
+  // or a move) allocates or calls a function of this file.
+  bool container_construction_allocates(const std::string& cls) const;
   // Containers of a class whose every use is read (buffer_flow_containers.cpp): their fills are the
   // class's constructions (`emplace_back` recorded as a call site), their declarations no hidden one.
   void collect_visible_containers();
@@ -249,7 +254,7 @@ class BufferFlow {
   // or `device_ptr<T>(p)` (an alias of a smart pointer type) -> `p`; "" for any other form.
   std::string owned_pointer(const std::string& expr) const;
   // Where the smart pointer named `name` is given another pointer (`name.reset(q)`, `name.swap(o)`,
-  // `std::swap(name, o)`, `name = ...` after its declaration); 0 when nowhere.
+  // `std::swap(name, o)`, `name = ...` after a declaration with a value); 0 when nowhere.
   int repointed(const std::string& name) const;
   void collect_smart_types();
   // `std::unique_ptr<float, CudaFree> buf(p)` / `device_ptr<float> buf{p}` declaring the name at code

@@ -52,7 +52,9 @@ bool BufferFlow::declared_with_value(const std::string& name) const {
   for (std::size_t i = 1; i + 2 < code_.size(); ++i) {
     if (code_[i].text != name || code_[i + 1].text != "=") continue;
     const Token& before = code_[i - 1];
-    if (before.text != "*" && before.text != "&" && before.kind != TokenKind::Identifier) continue;  // no declaration
+    // `T* name = `, `auto name = `, `std::shared_ptr<T> name = `; anything else is no declaration.
+    if (before.text != "*" && before.text != "&" && before.text != ">" && before.kind != TokenKind::Identifier)
+      continue;
     const std::string& v = code_[i + 2].text;
     if (v != "nullptr" && v != "NULL" && v != "0") return true;
   }

@@ -168,19 +168,58 @@ std::vector<std::string> BufferFlow::classes_holding(const std::string& cls) con
   return out;
 }
 
+bool BufferFlow::container_construction_allocates(const std::string& cls) const {
+  return std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& f) {
+    if (f.name != cls || f.owner != cls) return false;
+    const std::size_t open = f.name_token + 1, close = match_forward(code_, open, f.body_open);
+    const auto in_params = [&](const char* word) {
+      return std::any_of(code_.begin() + (long)open, code_.begin() + (long)close,
+                         [&](const Token& t) { return t.text == word; });
+    };
+    // Callable without arguments, or a copy or move (`T(const T& o)`): what a container runs itself.
+    const bool by_container = f.params.empty() || in_params("=") || (f.params.size() == 1 && in_params(cls.c_str()));
+    if (!by_container) return false;
+    // Its initialisers and body allocate, or call a function of this file that may.
+    for (std::size_t k = close + 1; k + 1 < f.body_close; ++k) {
+      const std::string& x = code_[k].text;
+      if (x.rfind("cudaMalloc", 0) == 0 || x == "ncclMemAlloc") return true;
+      if (code_[k + 1].text == "(" && code_[k].kind == TokenKind::Identifier && x != cls &&
+          std::any_of(functions_.begin(), functions_.end(), [&](const FunctionDef& g) { return g.name == x; }))
+        return true;
+    }
+    return false;
+  });
+}
+
 int BufferFlow::hidden_construction(const std::string& cls) const {
+  // A container default-constructs (resize, operator[], a sized vector) and copies or moves what it
+  // is given; only a construction in place (`emplace_back(n)`) runs another constructor unseen.
+  // Either is reported at the container.
+  const bool by_default = container_construction_allocates(cls);
+  int emplaced = 0;
+  for (std::size_t k = 1; !by_default && emplaced == 0 && k + 1 < code_.size(); ++k) {
+    const std::string& m = code_[k].text;
+    if (!is_member_step(code_[k - 1]) || code_[k + 1].text != "(" ||
+        !(m.rfind("emplace", 0) == 0 || m == "try_emplace"))
+      continue;
+    const std::size_t close = match_forward(code_, k + 1, code_.size());
+    // `m.emplace(key, T(n))`: the T is built where braid sees it, then moved in.
+    const bool temporary = std::any_of(code_.begin() + (long)k + 2, code_.begin() + (long)close,
+                                       [&](const Token& t) { return t.text == cls; });
+    if (!temporary) emplaced = code_[k].line;
+  }
   for (std::size_t k = 2; k < code_.size(); ++k) {
     if (code_[k].text != cls) continue;
     std::size_t q = k;  // `std::vector<pp::Buffer>`: the qualifiers belong to the argument
     while (q >= 3 && code_[q - 1].text == "::" && code_[q - 2].kind == TokenKind::Identifier) q -= 2;
     if (q < 2 || (code_[q - 1].text != "<" && code_[q - 1].text != ",")) continue;
-    if (visible_containers_.count(k)) continue;  // a vector whose fills are constructions braid sees
+    if (visible_containers_.count(k)) continue;     // a vector whose fills are constructions braid sees
     const std::string& holder = code_[q - 2].text;  // made by make_unique/new, seen as constructions
     if (code_[q - 1].text == "<" && (holder == "make_unique" || holder == "make_shared" || smart_types_.count(holder)))
       continue;
     const std::size_t after = past_template_arguments(code_, k);
     if (after < code_.size() && (code_[after].text == "*" || code_[after].text == "&")) continue;
-    return code_[k].line;
+    if (by_default || emplaced > 0) return code_[k].line;
   }
   return 0;
 }

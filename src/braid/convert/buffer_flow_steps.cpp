@@ -70,7 +70,10 @@ int BufferFlow::repointed(const std::string& name) const {
                         ((code_[k + 2].text == "reset" && k + 4 < code_.size() && code_[k + 4].text != ")") ||
                          code_[k + 2].text == "swap");
     const bool swapped = prev == "(" && k >= 2 && code_[k - 2].text == "swap";
-    const bool assigned = code_[k + 1].text == "=" && (prev == ";" || prev == "{" || prev == "}");
+    // Declared empty and given its pointer only by assignments, it is followed through them
+    // (exchanged_with), as a raw pointer would be.
+    const bool assigned =
+        code_[k + 1].text == "=" && (prev == ";" || prev == "{" || prev == "}") && declared_with_value(name);
     if (method || swapped || assigned) return code_[k].line;
   }
   return 0;
@@ -220,9 +223,11 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr) arg_path = access_path(join(t, 0, t.size()), false);
       }
-      // `c ? a : b`, or a view made at the call (`f(std::span<float>(p, n))`): followed as written.
+      // `c ? a : b`, a view made at the call (`f(std::span<float>(p, n))`), a smart pointer's
+      // (`f(buf.get())`) or an offset into one (`f(buf.get() + off)`): followed as written.
       if (arg_path.empty() && rest.empty() &&
-          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty())) {
+          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty() ||
+           !owned_pointer(c.args[index]).empty() || !offset_base(c.args[index]).empty())) {
         out.via.push_back(
             fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
         resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);

@@ -43,5 +43,8 @@ std::vector<Token> strip(std::vector<Token> t, bool& addr);
 std::pair<std::size_t, std::size_t> qualified_call(const std::vector<Token>& t);
 // `c ? a : b` (under casts and parentheses) -> {a, b}: a pointer that is one of two buffers.
 std::vector<std::string> ternary_branches(const std::string& expr);
+// `base + k` / `base - k` (under casts and parentheses; the first top-level + or -) -> "base": a
+// pointer into base's allocation. "" for any other form.
+std::string offset_base(const std::string& expr);
 
 }  // namespace braid::convert::flow_tokens

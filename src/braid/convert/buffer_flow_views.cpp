@@ -2,6 +2,7 @@
 // what the pointer points into, whatever part of it the view covers: `std::span<float>(p, n).data()`,
 // `view.data()` of `std::span<float> view(p, n)`, `grads.subspan(off, n).data()`, a parameter
 // `std::span<const T> in` followed to what its callers pass, a field declared as a span.
+// Also a pointer offset into a buffer (`buf.get() + off`): offset_base.
 // `.data()` is stripped only where the receiver is known to be a view: for any other class it is the
 // class's own accessor (follow_accessor), or a container's storage braid does not follow.
 #include <fmt/format.h>
@@ -135,5 +136,26 @@ std::string BufferFlow::viewed_pointer(const std::string& expr, const std::strin
   if (source.empty() || (!data && source == view)) return "";
   return source;
 }
+
+namespace flow_tokens {
+
+std::string offset_base(const std::string& expr) {
+  LexResult lr = lex(expr);
+  if (!lr.error.empty()) return "";
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
+  if (addr) return "";
+  int depth = 0;
+  for (std::size_t i = 1; i < t.size(); ++i) {
+    const std::string& x = t[i].text;
+    if (x == "(" || x == "[" || x == "{") ++depth;
+    else if (x == ")" || x == "]" || x == "}") --depth;
+    else if (depth == 0 && (x == "?" || x == "<" || x == ">" || x == "=" || x == "," || x == "*")) return "";
+    else if (depth == 0 && (x == "+" || x == "-")) return join(t, 0, i);
+  }
+  return "";
+}
+
+}  // namespace flow_tokens
 
 }  // namespace braid::convert
