@@ -21,7 +21,8 @@ namespace {
 class ConvertedCompiles : public ::testing::TestWithParam<std::string> {};
 
 std::filesystem::path program_path(const std::string& name) {
-  if (name == "gemm_allgather_seed") return std::filesystem::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/seed.cu";
+  if (name == "gemm_allgather_seed")
+    return std::filesystem::path(BRAID_SOURCE_DIR) / "workloads/gemm_allgather/seed.cu";
   return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / (name + ".cu");
 }
 
@@ -35,7 +36,8 @@ TEST_P(ConvertedCompiles, WithNvcc) {
   ASSERT_GT(c.converted_calls, 0);
   // -O0 keeps CI's two cores free; the cache lives in the build folder so reruns are instant.
   const auto work = std::filesystem::current_path() / "convert-nvcc" / GetParam();
-  braid::BuildResult r = compile_only(c.source, work, "converted", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
+  braid::BuildResult r =
+      compile_only(c.source, work, "converted", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
 }
 
@@ -72,8 +74,8 @@ TEST(PreludeHeader, CompilesWithNvcc) {
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc: device/include/braid/converted/*.cuh not compiled";
   const auto path = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/prelude_header.cu";
   const auto work = std::filesystem::current_path() / "convert-nvcc" / "prelude_header";
-  braid::BuildResult r =
-      compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(), {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
+  braid::BuildResult r = compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(),
+                                      {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
   EXPECT_TRUE(r.ok) << r.error;
   // One thread driving every rank of the process (ncclCommInitAll): the per-GPU bindings.
   r = compile_only(braid::read_file(path), work / "one-thread", "prelude_header", path.parent_path(),
@@ -96,7 +98,8 @@ TEST(PreludeHeader, IsTheInsertedText) {
   EXPECT_EQ(converted_prelude(0, false).rfind("\nnamespace braid_converted { constexpr int kCallSites = 1;", 0), 0u);
   EXPECT_NE(converted_prelude(3, false, RanksInProcess::OneThreadDrivesAll).find("kOneThreadDrivesRanks = true; "),
             std::string::npos);
-  EXPECT_NE(converted_prelude(3, false, RanksInProcess::ThreadPerRank).find("kRankPerThread = true; }"), std::string::npos);
+  EXPECT_NE(converted_prelude(3, false, RanksInProcess::ThreadPerRank).find("kRankPerThread = true; }"),
+            std::string::npos);
 }
 
 // prelude.cuh is split by concern into parts it includes; the inserted text is self-contained:
@@ -112,18 +115,21 @@ TEST(PreludeHeader, InsertsEveryPartInline) {
     const std::string file = entry.path().filename().string();
     if (file == "prelude.cuh" || file == "prelude_harness.cuh") continue;
     ++parts;
-    EXPECT_NE(umbrella.find(kPartInclude + file + "\""), std::string::npos) << file << " is not included by prelude.cuh";
+    EXPECT_NE(umbrella.find(kPartInclude + file + "\""), std::string::npos)
+        << file << " is not included by prelude.cuh";
   }
   EXPECT_GT(parts, 1);
-  for (const char* def : {"struct State {", "struct Shape {", "inline void teardown(", "void __launch_bounds__(1024) broadcast_kernel(",
-                          "void __launch_bounds__(1024) reduce_kernel(", "void __launch_bounds__(1024) p2p_kernel(",
-                          "inline ncclResult_t all_gather(", "inline ncclResult_t flush_p2p("})
+  for (const char* def :
+       {"struct State {", "struct Shape {", "inline void teardown(", "void __launch_bounds__(1024) broadcast_kernel(",
+        "void __launch_bounds__(1024) reduce_kernel(", "void __launch_bounds__(1024) p2p_kernel(",
+        "inline ncclResult_t all_gather(", "inline ncclResult_t flush_p2p("})
     EXPECT_NE(inserted.find(def), std::string::npos) << def;
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, ConvertedCompiles,
-                         ::testing::Values("allreduce_after_kernel", "ring_sendrecv", "alltoallv_counts", "grouped_collectives", "two_streams",
-                                           "loop_reduce_scatter", "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
+                         ::testing::Values("allreduce_after_kernel", "ring_sendrecv", "alltoallv_counts",
+                                           "grouped_collectives", "two_streams", "loop_reduce_scatter",
+                                           "broadcast_root", "alltoall_tokens", "gemm_allgather_seed"));
 
 // Programs written the way ML engineers write them (tests/convert/corpus_user, listed in
 // docs/run.md): each converts by rules (those left untouched compile as they are), and the result
@@ -172,90 +178,88 @@ TEST_P(UserProgramCompiles, ConvertedWithNvcc) {
 }
 
 // Minimum calls converted by rules, per program (docs/run.md lists what stays host NCCL and why).
-INSTANTIATE_TEST_SUITE_P(UserCorpus, UserProgramCompiles,
-                         ::testing::Values(std::pair<std::string, int>{"mpi_dp_grads", 1}, std::pair<std::string, int>{"tp_mlp_fp16", 1},
-                                           std::pair<std::string, int>{"pipeline_stages", 2},
-                                           std::pair<std::string, int>{"moe_dispatch_uneven", 2},
-                                           std::pair<std::string, int>{"fsdp_model_struct", 2},
-                                           std::pair<std::string, int>{"dp_tp_two_comms", 1},
-                                           std::pair<std::string, int>{"single_process_init_all", 1},
-                                           std::pair<std::string, int>{"single_thread_group_init_fp16", 3},
-                                           std::pair<std::string, int>{"param_registry_unique_ptr", 1},
-                                           std::pair<std::string, int>{"loss_stats_reduce", 3},
-                                           std::pair<std::string, int>{"broadcast_weights_array", 1},
-                                           std::pair<std::string, int>{"workspace_cast_alias", 2},
-                                           std::pair<std::string, int>{"grad_buckets_bf16_avg", 1},
-                                           std::pair<std::string, int>{"ring_attention_fp16", 2},
-                                           std::pair<std::string, int>{"embedding_allgather_types", 3},
-                                           std::pair<std::string, int>{"collective_dispatch_fnptr", 1},
-                                           std::pair<std::string, int>{"decode_gather_to_root", 2},
-                                           std::pair<std::string, int>{"sequence_parallel_rs_ag", 2},
-                                           std::pair<std::string, int>{"expert_alltoall_ncclmem", 3},
-                                           std::pair<std::string, int>{"llmc_style_trainer", 1},
-                                           std::pair<std::string, int>{"template_allreduce_fp16", 1},
-                                           std::pair<std::string, int>{"zero1_bucket_shards", 2},
-                                           std::pair<std::string, int>{"graph_captured_tp_decode", 1},
-                                           std::pair<std::string, int>{"alloc_helpers_member_dp", 3},
-                                           std::pair<std::string, int>{"thread_per_gpu_ranks", 1},
-                                           std::pair<std::string, int>{"pthread_per_gpu_fp16_ring", 4},
-                                           std::pair<std::string, int>{"threads_main_allocates_bf16", 2},
-                                           std::pair<std::string, int>{"communicator_class_members", 2},
-                                           std::pair<std::string, int>{"macro_wrapped_collectives", 3},
-                                           std::pair<std::string, int>{"trainer_initlist_comm", 2},
-                                           std::pair<std::string, int>{"nccl_example_one_device_per_process", 2},
-                                           std::pair<std::string, int>{"nccl_tests_style_perf", 1},
-                                           std::pair<std::string, int>{"llmc_zero1_floatx", 4},
-                                           std::pair<std::string, int>{"fsdp_prefetch_lambdas", 2},
-                                           std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
-                                           std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
-                                           std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
-                                           std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
-                                           std::pair<std::string, int>{"course_nonblocking_sweep", 0},
-                                           std::pair<std::string, int>{"megatron_two_initrank_bf16", 2},
-                                           std::pair<std::string, int>{"layer_alloc_helper_loop", 2},
-                                           std::pair<std::string, int>{"llmc_pointer_arrays", 2},
-                                           std::pair<std::string, int>{"pipeline_1f1b_bf16_slots", 9},
-                                           std::pair<std::string, int>{"fsdp_flat_param_views", 2},
-                                           std::pair<std::string, int>{"ulysses_sendrecv_alltoall_fp16", 2},
-                                           std::pair<std::string, int>{"dp_accum_overlap_loss_scale", 2},
-                                           std::pair<std::string, int>{"tp_serving_kv_cache", 4},
-                                           std::pair<std::string, int>{"pipeline_interleaved_optional_p2p", 2},
-                                           std::pair<std::string, int>{"moe_step_buffers_async", 2},
-                                           std::pair<std::string, int>{"nccl_example_registered_buffers", 3},
-                                           std::pair<std::string, int>{"raii_device_buffers_thrust", 3},
-                                           std::pair<std::string, int>{"scalable_init_split_nocolor", 3},
-                                           std::pair<std::string, int>{"nccl_tests_argv_dtype_premulsum", 3},
-                                           std::pair<std::string, int>{"halo_exchange_group_guard", 2},
-                                           std::pair<std::string, int>{"nccl_tests_async_poll_inplace", 4},
-                                           std::pair<std::string, int>{"symmetric_windows_mpi", 2},
-                                           std::pair<std::string, int>{"cg_poisson_mpi_double_dots", 5},
-                                           std::pair<std::string, int>{"jacobi2d_rowcol_split_swap", 4},
-                                           std::pair<std::string, int>{"ensemble_streams_reduce_root", 3},
-                                           std::pair<std::string, int>{"hierarchical_node_split_fields", 2},
-                                           std::pair<std::string, int>{"power_iter_bcast_allgatherv", 3},
-                                           std::pair<std::string, int>{"jacobi_halo_std_swap_l2norm", 5},
-                                           std::pair<std::string, int>{"process_group_virtual_dp", 3},
-                                           std::pair<std::string, int>{"ddp_span_buckets_work_queue", 2},
-                                           std::pair<std::string, int>{"tp_inference_mempool_allocators", 0},
-                                           std::pair<std::string, int>{"pipeline_batch_isend_irecv_ops", 2},
-                                           std::pair<std::string, int>{"tp_dp_shared_allreduce_helper_fp16", 1},
-                                           std::pair<std::string, int>{"llmc_lazy_grads_memory", 1},
-                                           std::pair<std::string, int>{"reducer_hooks_work_handles", 2},
-                                           std::pair<std::string, int>{"ddp_comm_thread_fp16", 2},
-                                           std::pair<std::string, int>{"mpi_pthread_reducer_bf16", 1},
-                                           std::pair<std::string, int>{"comm_worker_helpers_fp16", 1},
-                                           std::pair<std::string, int>{"pipeline_gpipe_stage_ref_fp16", 2},
-                                           std::pair<std::string, int>{"workspace_arena_foreach_fp16", 2},
-                                           std::pair<std::string, int>{"model_tensor_vector_member_fp16", 1},
-                                           std::pair<std::string, int>{"uneven_rows_halo_fp16", 5},
+INSTANTIATE_TEST_SUITE_P(
+    UserCorpus, UserProgramCompiles,
+    ::testing::Values(
+        std::pair<std::string, int>{"mpi_dp_grads", 1}, std::pair<std::string, int>{"tp_mlp_fp16", 1},
+        std::pair<std::string, int>{"pipeline_stages", 2}, std::pair<std::string, int>{"moe_dispatch_uneven", 2},
+        std::pair<std::string, int>{"fsdp_model_struct", 2}, std::pair<std::string, int>{"dp_tp_two_comms", 1},
+        std::pair<std::string, int>{"single_process_init_all", 1},
+        std::pair<std::string, int>{"single_thread_group_init_fp16", 3},
+        std::pair<std::string, int>{"param_registry_unique_ptr", 1},
+        std::pair<std::string, int>{"loss_stats_reduce", 3}, std::pair<std::string, int>{"broadcast_weights_array", 1},
+        std::pair<std::string, int>{"workspace_cast_alias", 2}, std::pair<std::string, int>{"grad_buckets_bf16_avg", 1},
+        std::pair<std::string, int>{"ring_attention_fp16", 2},
+        std::pair<std::string, int>{"embedding_allgather_types", 3},
+        std::pair<std::string, int>{"collective_dispatch_fnptr", 1},
+        std::pair<std::string, int>{"decode_gather_to_root", 2},
+        std::pair<std::string, int>{"sequence_parallel_rs_ag", 2},
+        std::pair<std::string, int>{"expert_alltoall_ncclmem", 3}, std::pair<std::string, int>{"llmc_style_trainer", 1},
+        std::pair<std::string, int>{"template_allreduce_fp16", 1},
+        std::pair<std::string, int>{"zero1_bucket_shards", 2},
+        std::pair<std::string, int>{"graph_captured_tp_decode", 1},
+        std::pair<std::string, int>{"alloc_helpers_member_dp", 3},
+        std::pair<std::string, int>{"thread_per_gpu_ranks", 1},
+        std::pair<std::string, int>{"pthread_per_gpu_fp16_ring", 4},
+        std::pair<std::string, int>{"threads_main_allocates_bf16", 2},
+        std::pair<std::string, int>{"communicator_class_members", 2},
+        std::pair<std::string, int>{"macro_wrapped_collectives", 3},
+        std::pair<std::string, int>{"trainer_initlist_comm", 2},
+        std::pair<std::string, int>{"nccl_example_one_device_per_process", 2},
+        std::pair<std::string, int>{"nccl_tests_style_perf", 1}, std::pair<std::string, int>{"llmc_zero1_floatx", 4},
+        std::pair<std::string, int>{"fsdp_prefetch_lambdas", 2},
+        std::pair<std::string, int>{"pipeline_uneven_microbatches", 2},
+        std::pair<std::string, int>{"c_style_globals_use_bf16", 2},
+        std::pair<std::string, int>{"moe_async_alloc_alltoallv", 1},
+        std::pair<std::string, int>{"megatron_tp_parallel_state", 2},
+        std::pair<std::string, int>{"course_nonblocking_sweep", 0},
+        std::pair<std::string, int>{"megatron_two_initrank_bf16", 2},
+        std::pair<std::string, int>{"layer_alloc_helper_loop", 2},
+        std::pair<std::string, int>{"llmc_pointer_arrays", 2},
+        std::pair<std::string, int>{"pipeline_1f1b_bf16_slots", 9},
+        std::pair<std::string, int>{"fsdp_flat_param_views", 2},
+        std::pair<std::string, int>{"ulysses_sendrecv_alltoall_fp16", 2},
+        std::pair<std::string, int>{"dp_accum_overlap_loss_scale", 2},
+        std::pair<std::string, int>{"tp_serving_kv_cache", 4},
+        std::pair<std::string, int>{"pipeline_interleaved_optional_p2p", 2},
+        std::pair<std::string, int>{"moe_step_buffers_async", 2},
+        std::pair<std::string, int>{"nccl_example_registered_buffers", 3},
+        std::pair<std::string, int>{"raii_device_buffers_thrust", 3},
+        std::pair<std::string, int>{"scalable_init_split_nocolor", 3},
+        std::pair<std::string, int>{"nccl_tests_argv_dtype_premulsum", 3},
+        std::pair<std::string, int>{"halo_exchange_group_guard", 2},
+        std::pair<std::string, int>{"nccl_tests_async_poll_inplace", 4},
+        std::pair<std::string, int>{"symmetric_windows_mpi", 2},
+        std::pair<std::string, int>{"cg_poisson_mpi_double_dots", 5},
+        std::pair<std::string, int>{"jacobi2d_rowcol_split_swap", 4},
+        std::pair<std::string, int>{"ensemble_streams_reduce_root", 3},
+        std::pair<std::string, int>{"hierarchical_node_split_fields", 2},
+        std::pair<std::string, int>{"power_iter_bcast_allgatherv", 3},
+        std::pair<std::string, int>{"jacobi_halo_std_swap_l2norm", 5},
+        std::pair<std::string, int>{"process_group_virtual_dp", 3},
+        std::pair<std::string, int>{"ddp_span_buckets_work_queue", 2},
+        std::pair<std::string, int>{"tp_inference_mempool_allocators", 0},
+        std::pair<std::string, int>{"pipeline_batch_isend_irecv_ops", 2},
+        std::pair<std::string, int>{"tp_dp_shared_allreduce_helper_fp16", 1},
+        std::pair<std::string, int>{"llmc_lazy_grads_memory", 1},
+        std::pair<std::string, int>{"reducer_hooks_work_handles", 2},
+        std::pair<std::string, int>{"ddp_comm_thread_fp16", 2},
+        std::pair<std::string, int>{"mpi_pthread_reducer_bf16", 1},
+        std::pair<std::string, int>{"comm_worker_helpers_fp16", 1},
+        std::pair<std::string, int>{"pipeline_gpipe_stage_ref_fp16", 2},
+        std::pair<std::string, int>{"workspace_arena_foreach_fp16", 2},
+        std::pair<std::string, int>{"model_tensor_vector_member_fp16", 1},
+        std::pair<std::string, int>{"uneven_rows_halo_fp16", 5},
+        std::pair<std::string, int>{"c_alloc_helpers_pipeline_fp16", 6},
+        std::pair<std::string, int>{"raii_map_smart_ptrs_mpi", 2},
 
-                                           std::pair<std::string, int>{"disagg_prefill_decode_kv", 5},
-                                           std::pair<std::string, int>{"moe_ep_fp8_dispatch_arena", 8},
-                                           std::pair<std::string, int>{"tp_custom_allreduce_ipc_fallback", 1},
-                                           std::pair<std::string, int>{"dp_attention_graphs_per_bs", 3},
-                                           std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1},
-                                           std::pair<std::string, int>{"raii_vector_grads_mpi", 2}),
-                         [](const auto& info) { return info.param.first; });
+        std::pair<std::string, int>{"disagg_prefill_decode_kv", 5},
+        std::pair<std::string, int>{"moe_ep_fp8_dispatch_arena", 8},
+        std::pair<std::string, int>{"tp_custom_allreduce_ipc_fallback", 1},
+        std::pair<std::string, int>{"dp_attention_graphs_per_bs", 3},
+        std::pair<std::string, int>{"pp_decode_graphs_sendrecv", 1},
+        std::pair<std::string, int>{"raii_vector_grads_mpi", 2}),
+    [](const auto& info) { return info.param.first; });
 
 // A program that is C++17 and not C++20 (a u8 literal is char8_t in C++20) builds as C++17 when it
 // names no standard, and `flags` keep that for later builds; a standard the user names is kept and

@@ -223,20 +223,37 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr) arg_path = access_path(join(t, 0, t.size()), false);
       }
-      // `c ? a : b`, a view made at the call (`f(std::span<float>(p, n))`), a smart pointer's
-      // (`f(buf.get())`) or an offset into one (`f(buf.get() + off)`): followed as written.
+      // `c ? a : b`, or a view made at the call (`f(std::span<float>(p, n))`): followed as written.
       if (arg_path.empty() && rest.empty() &&
-          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty() ||
-           !owned_pointer(c.args[index]).empty() || !offset_base(c.args[index]).empty())) {
+          (!ternary_branches(c.args[index]).empty() || !viewed_pointer(c.args[index], c.caller).empty())) {
         out.via.push_back(
             fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
         resolve_into(c.args[index], c.caller, c.token, depth - 1, out, stack);
         if (!out.reason.empty()) break;
         continue;
       }
+      // Any other expression braid follows: a smart pointer's (`f(buf.get())`), an offset into one
+      // (`f(buf.get() + off)`), an accessor of a class of this file (`f(t.data())`).
+      std::string why;  // what stops the argument, when it is followed as written
+      if (arg_path.empty() && rest.empty()) {
+        Resolution given;
+        std::vector<std::string> inner = stack;
+        resolve_into(c.args[index], c.caller, c.token, depth - 1, given, inner);
+        if (given.reason.empty() && !given.paths.empty()) {
+          out.via.push_back(
+              fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
+          out.via.insert(out.via.end(), given.via.begin(), given.via.end());
+          out.paths.insert(out.paths.end(), given.paths.begin(), given.paths.end());
+          out.null_given = out.null_given || given.null_given;
+          continue;
+        }
+        if (!given.reason.empty() &&
+            given.reason.find("is not a variable, field or element access") == std::string::npos)
+          why = ": " + given.reason;
+      }
       if (arg_path.empty()) {
-        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow", c.caller,
-                                 c.args[index], root, c.line);
+        out.reason = fmt::format("{}() passes `{}` as `{}` at line {}, which braid cannot follow{}", c.caller,
+                                 c.args[index], root, c.line, why);
         break;
       }
       out.via.push_back(
