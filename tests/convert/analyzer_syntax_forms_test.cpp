@@ -256,9 +256,11 @@ TEST(AnalyzerSyntaxForms, QueuesFilledInAMemberNamedLikeTheirFill) {
   }
 }
 
-// `Worker tp_worker(tp), dp_worker(dp);` constructs twice: two background threads, each calling
-// on the communicator it was given, stay host NCCL (one declarator converts), where before the
-// second declarator went unseen and both threads' calls were converted as if only tp's existed.
+// `Worker tp_worker(tp), dp_worker(dp);` constructs twice: two background threads started from one
+// place, each calling on the communicator it was given, stay host NCCL (one declarator converts),
+// where before the second declarator went unseen and both threads' calls were converted as if only
+// tp's existed. (Two threads started from two places convert:
+// `Transform.TwoBackgroundThreadsEachOnItsOwnCommunicatorConvert`.)
 TEST(AnalyzerSyntaxForms, EveryDeclaratorOfAClassIsAConstruction) {
   const auto convert = [](const std::string& workers) {
     const std::string src =

@@ -9,7 +9,9 @@ using namespace braid::convert;
 
 namespace {
 
-std::filesystem::path corpus(const std::string& name) { return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name; }
+std::filesystem::path corpus(const std::string& name) {
+  return std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/corpus" / name;
+}
 
 Conversion convert_file(const std::filesystem::path& p) {
   const std::string src = braid::read_file(p);
@@ -23,13 +25,17 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(Transform, EveryCorpusProgramConvertsCompletely) {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"allreduce_after_kernel.cu", {"braid_converted::all_reduce<0>(grad, sum"}},
-      {"ring_sendrecv.cu", {"braid_converted::group_start()", "braid_converted::send<0>(mine", "braid_converted::recv<0>(incoming",
-                            "braid_converted::group_end<0>()"}},
+      {"ring_sendrecv.cu",
+       {"braid_converted::group_start()", "braid_converted::send<0>(mine", "braid_converted::recv<0>(incoming",
+        "braid_converted::group_end<0>()"}},
       {"alltoallv_counts.cu", {"braid_converted::send<0>(sendbuf + send_disp[p]", "braid_converted::group_end<0>()"}},
-      {"grouped_collectives.cu", {"braid_converted::group_start()", "braid_converted::all_reduce<0>(weights", "braid_converted::all_reduce<2>(bias",
-                                  "braid_converted::all_gather<3>(shard", "braid_converted::group_end<1>()"}},
+      {"grouped_collectives.cu",
+       {"braid_converted::group_start()", "braid_converted::all_reduce<0>(weights",
+        "braid_converted::all_reduce<2>(bias", "braid_converted::all_gather<3>(shard",
+        "braid_converted::group_end<1>()"}},
       {"two_streams.cu", {"braid_converted::all_gather<0>(shard, gathered, kShard, ncclFloat, comm, comm_stream)"}},
-      {"loop_reduce_scatter.cu", {"braid_converted::reduce_scatter<0>(full, shard", "braid_converted::all_gather<1>(shard, full"}},
+      {"loop_reduce_scatter.cu",
+       {"braid_converted::reduce_scatter<0>(full, shard", "braid_converted::all_gather<1>(shard, full"}},
       {"broadcast_root.cu", {"braid_converted::broadcast<0>(params, local"}},
       {"alltoall_tokens.cu", {"braid_converted::all_to_all<0>(dispatch, received"}},
   };
@@ -42,8 +48,9 @@ TEST(Transform, EveryCorpusProgramConvertsCompletely) {
     // Stage A: symmetric allocation, teardown before the communicator goes, the prelude.
     EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&"));
     EXPECT_TRUE(contains(c.source, "braid_converted::comm_destroy(comm)"));
-    EXPECT_TRUE(contains(c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) +
-                                       "; constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false; }"));
+    EXPECT_TRUE(contains(
+        c.source, "namespace braid_converted { constexpr int kCallSites = " + std::to_string(c.call_sites) +
+                      "; constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false; }"));
     EXPECT_FALSE(contains(c.source, "BRAID_NCCL(ncclAllReduce(") || contains(c.source, "BRAID_NCCL(ncclAllGather("));
     // Annotations stay for the gate.
     EXPECT_TRUE(contains(c.source, "// braid:input"));
@@ -59,7 +66,8 @@ TEST(Transform, HarnessSeedGetsWindowsAndHooks) {
   EXPECT_TRUE(contains(c.source, "c.alloc_window(\"gathered\""));
   EXPECT_TRUE(contains(c.source, "braid_converted::adopt_harness(c);"));
   EXPECT_TRUE(contains(c.source, "braid_converted::release_harness(c);"));
-  EXPECT_TRUE(contains(c.source, "braid_converted::all_gather<0>(a.ptr, gathered.ptr, a.count, ncclBfloat16, c.comm, s)"));
+  EXPECT_TRUE(
+      contains(c.source, "braid_converted::all_gather<0>(a.ptr, gathered.ptr, a.count, ncclBfloat16, c.comm, s)"));
 }
 
 TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
@@ -104,7 +112,8 @@ TEST(Transform, WhatNoRuleHandlesIsLeftWithItsLine) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(y)"));
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(z)"));  // not ours: the lookup sends it to cudaFree
   EXPECT_FALSE(c.complete());
-  EXPECT_TRUE(contains(conversion_to_text(c), "p.cu:6: cudaMallocAsync: buffer `z` cannot move to symmetric memory by rule"));
+  EXPECT_TRUE(
+      contains(conversion_to_text(c), "p.cu:6: cudaMallocAsync: buffer `z` cannot move to symmetric memory by rule"));
 }
 
 TEST(Transform, AGroupWithAMemberWithoutARuleStaysHost) {
@@ -238,7 +247,8 @@ TEST(Transform, SendRecvPairIsWindowedOnBothEndsOrNeither) {
   EXPECT_TRUE(contains(c.source, "if (rank > 0) ncclRecv(in"));
   EXPECT_TRUE(contains(c.source, "ncclSend(out"));
   // --explain prints the reason with the line.
-  EXPECT_TRUE(contains(conversion_to_text(c), "pair.cu:9: ncclRecv: a send/recv pair must be in symmetric windows on both ends or on neither"))
+  EXPECT_TRUE(contains(conversion_to_text(c),
+                       "pair.cu:9: ncclRecv: a send/recv pair must be in symmetric windows on both ends or on neither"))
       << conversion_to_text(c);
 
   // The same pair with a send buffer that can be a window: both ends are, both convert.
@@ -254,7 +264,8 @@ TEST(Transform, SendRecvPairIsWindowedOnBothEndsOrNeither) {
   shared.replace(shared.find("ncclAllGather(x, x,"), 19, "ncclAllGather(x, in,");
   Conversion e = transform(analyze("pair.cu", shared), shared);
   EXPECT_EQ(e.converted_calls, 0) << conversion_to_text(e);
-  EXPECT_TRUE(contains(conversion_to_text(e), "pair.cu:11: ncclAllGather: buffer `in` is also used by the host send/recv at line 9"))
+  EXPECT_TRUE(contains(conversion_to_text(e),
+                       "pair.cu:11: ncclAllGather: buffer `in` is also used by the host send/recv at line 9"))
       << conversion_to_text(e);
   EXPECT_TRUE(contains(e.source, "  cudaMalloc(&in, 4096)"));
 }
@@ -264,7 +275,9 @@ TEST(Transform, GateInstrumentationReplacesAnnotations) {
   const std::string src = braid::read_file(p);
   Analysis a = analyze("two_streams.cu", src);
   const std::string g = instrument_for_gate(a, src);
-  EXPECT_TRUE(contains(g, "braid_gate::clear(gathered, kShard * kMaxRanks * sizeof(float)); braid_gate::input(shard, kShard * sizeof(float), \"shard\");"));
+  EXPECT_TRUE(contains(g,
+                       "braid_gate::clear(gathered, kShard * kMaxRanks * sizeof(float)); braid_gate::input(shard, "
+                       "kShard * sizeof(float), \"shard\");"));
   EXPECT_TRUE(contains(g, "braid_gate::input(local, 1024 * sizeof(float), \"local\");"));
   EXPECT_TRUE(contains(g, "braid_gate::output(gathered, kShard * kMaxRanks * sizeof(float), \"gathered\");"));
   EXPECT_FALSE(contains(g, "// braid:output"));
@@ -364,7 +377,8 @@ TEST(Transform, ARankPerThreadConverts) {
       "void* entry(void* a) { worker(0, 1, id); return nullptr; }\n"
       "int main() { pthread_t t; pthread_create(&t, nullptr, entry, nullptr); }\n",
       "int main() {\n#pragma omp parallel num_threads(4)\n  worker(omp_get_thread_num(), 4, id);\n}\n",
-      "int main() {\n#pragma omp parallel num_threads(4)\n  {\n    int r = omp_get_thread_num();\n    worker(r, 4, id);\n  }\n}\n"};
+      "int main() {\n#pragma omp parallel num_threads(4)\n  {\n    int r = omp_get_thread_num();\n    worker(r, 4, "
+      "id);\n  }\n}\n"};
   for (const std::string& start : starts) {
     const std::string src = worker + start;
     Conversion c = transform(analyze("p.cu", src), src);
@@ -419,7 +433,8 @@ TEST(Transform, ARankPerThreadConverts) {
       "}\n";
   Conversion d = transform(analyze("p.cu", loader), loader);
   EXPECT_EQ(d.converted_calls, 1) << conversion_to_text(d);
-  EXPECT_TRUE(contains(d.source, "constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false;"));
+  EXPECT_TRUE(
+      contains(d.source, "constexpr bool kOneThreadDrivesRanks = false; constexpr bool kRankPerThread = false;"));
 }
 
 // Threads that share communicators are left untouched with the reason: a communicator made in a
@@ -450,7 +465,8 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
       "void run(int r) { cudaSetDevice(r); ncclAllReduce(b[r], b[r], 1024, ncclFloat, ncclSum, comms[r], 0); }\n"
       "int main() {\n"
       "  ncclGroupStart();\n"
-      "  for (int r = 0; r < 2; ++r) { cudaSetDevice(r); cudaMalloc(&b[r], 4096); ncclCommInitRank(&comms[r], 2, id, r); }\n"
+      "  for (int r = 0; r < 2; ++r) { cudaSetDevice(r); cudaMalloc(&b[r], 4096); ncclCommInitRank(&comms[r], 2, id, "
+      "r); }\n"
       "  ncclGroupEnd();\n"
       "  std::vector<std::thread> ts;\n"
       "  for (int r = 0; r < 2; ++r) ts.emplace_back(run, r);\n"
@@ -476,10 +492,51 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
   Conversion e = transform(analyze("p.cu", background), background);
   EXPECT_EQ(e.converted_calls, 0);
   ASSERT_FALSE(e.left.empty());
-  EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which another thread runs")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "calls ncclAllReduce (line 5) in a lambda, which another thread runs"))
+      << e.left[0].reason;
   EXPECT_TRUE(contains(e.left[0].reason, "one rank, a background thread")) << e.left[0].reason;
   EXPECT_TRUE(contains(e.left[0].reason, "calls cudaMalloc (line 6) after the thread starts")) << e.left[0].reason;
   EXPECT_FALSE(contains(e.left[0].reason, "several ranks")) << e.left[0].reason;
+}
+
+// One rank with two communicators made together in a group (two ids, one rank argument: not a rank
+// per GPU) and two background threads, each calling on its own: both lives lie between the windows'
+// making and release, so both convert. A third thread started after an allocation breaks the rule.
+TEST(Transform, TwoBackgroundThreadsEachOnItsOwnCommunicatorConvert) {
+  const auto program = [](const std::string& third) {
+    return "#include <nccl.h>\n#include <thread>\n"
+           "struct Channel { ncclComm_t comm; float* buf; size_t n; };\n"
+           "static void grads(Channel* ch) { for (int i = 0; i < 4; ++i) ncclAllReduce(ch->buf, ch->buf, ch->n, "
+           "ncclFloat, ncclSum, ch->comm, 0); }\n"
+           "static void stats(Channel* ch) { ncclBroadcast(ch->buf, ch->buf, ch->n, ncclFloat, 0, ch->comm, 0); }\n"
+           "int main() {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclUniqueId ids[2]; Channel g, s;\n"
+           "  ncclGroupStart();\n"
+           "  ncclCommInitRank(&g.comm, 2, ids[0], rank);\n"
+           "  ncclCommInitRank(&s.comm, 2, ids[1], rank);\n"
+           "  ncclGroupEnd();\n"
+           "  g.n = 1024; s.n = 16;\n"
+           "  cudaMalloc(&g.buf, 4096); cudaMalloc(&s.buf, 64);\n"
+           "  std::thread t1(grads, &g);\n"
+           "  std::thread t2(stats, &s);\n" +
+           third +
+           "  t1.join();\n  t2.join();\n"
+           "  cudaFree(g.buf); cudaFree(s.buf);\n"
+           "}\n";
+  };
+  const std::string two = program("");
+  const Conversion c = transform(analyze("p.cu", two), two);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(conversion_to_text(c),
+                       "a background thread runs stats() (2 threads, started from line 15, all "
+                       "ended by line 18)"))
+      << conversion_to_text(c);
+  const std::string late = program("  float* x; cudaMalloc(&x, 64);\n  std::thread t3(stats, &s);\n  t3.join();\n");
+  const Conversion l = transform(analyze("p.cu", late), late);
+  EXPECT_EQ(l.converted_calls, 0);
+  ASSERT_FALSE(l.left.empty());
+  EXPECT_TRUE(contains(l.left[0].reason, "calls cudaMalloc (line 17) after the thread starts")) << l.left[0].reason;
 }
 
 // A background thread (a reducer fed by the training loop) converts when its whole life lies between
@@ -503,7 +560,8 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
   const Conversion ok = transform(analyze("p.cu", base), base);
   EXPECT_EQ(ok.converted_calls, 2) << conversion_to_text(ok);
   EXPECT_TRUE(ok.left.empty()) << conversion_to_text(ok);
-  EXPECT_TRUE(contains(conversion_to_text(ok), "a background thread runs a lambda (started at line 7, ended by line 8)"))
+  EXPECT_TRUE(
+      contains(conversion_to_text(ok), "a background thread runs a lambda (started at line 7, ended by line 8)"))
       << conversion_to_text(ok);
   // The thread held by an object whose block ends before the releases (its destructor joins).
   const std::string held =
@@ -547,7 +605,8 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
       "}\n";
   const Conversion pt = transform(analyze("p.cu", pthread), pthread);
   EXPECT_EQ(pt.converted_calls, 1) << conversion_to_text(pt);
-  EXPECT_TRUE(contains(conversion_to_text(pt), "a background thread runs reduce() (started at line 12, ended by line 13)"))
+  EXPECT_TRUE(
+      contains(conversion_to_text(pt), "a background thread runs reduce() (started at line 12, ended by line 13)"))
       << conversion_to_text(pt);
   // `src` with `from` replaced by `to` converts nothing, for the reason `why`.
   const auto refused_in = [&](std::string src, const std::string& from, const std::string& to, const std::string& why) {
@@ -558,11 +617,11 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
     EXPECT_TRUE(contains(c.left[0].reason, why)) << c.left[0].reason;
   };
   refused_in(pthread, "  pthread_join(tid, nullptr);\n", "", "starts pthread `tid` and joins it nowhere");
-  refused_in(pthread, "  pthread_join(tid, nullptr);\n  cudaFree(g);\n", "  cudaFree(g);\n  pthread_join(tid, nullptr);\n",
-                  "calls cudaFree (line 13) before the thread has ended");
+  refused_in(pthread, "  pthread_join(tid, nullptr);\n  cudaFree(g);\n",
+             "  cudaFree(g);\n  pthread_join(tid, nullptr);\n", "calls cudaFree (line 13) before the thread has ended");
   refused_in(pthread, "  pthread_join(tid, nullptr);\n", "  pthread_detach(tid);\n", "pthread_detach");
   refused_in(pthread, "  pthread_join(tid, nullptr);\n", "  if (rank == 0) pthread_join(tid, nullptr);\n",
-                  "starts pthread `tid` and joins it nowhere");
+             "starts pthread `tid` and joins it nowhere");
   // Started and joined by helpers a worker struct is handed to (`start(&w)` creates `&w->tid`,
   // `stop(&w)` joins `w->tid`), the worker reaching its buffers through `w.model = &model`.
   const std::string helpers =
@@ -588,7 +647,8 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
       "}\n";
   const Conversion hp = transform(analyze("p.cu", helpers), helpers);
   EXPECT_EQ(hp.converted_calls, 1) << conversion_to_text(hp);
-  EXPECT_TRUE(contains(conversion_to_text(hp), "a background thread runs reduce() (started at line 17, ended by line 18)"))
+  EXPECT_TRUE(
+      contains(conversion_to_text(hp), "a background thread runs reduce() (started at line 17, ended by line 18)"))
       << conversion_to_text(hp);
   EXPECT_TRUE(contains(conversion_to_text(hp), "worker . model = & model (line 16")) << conversion_to_text(hp);
   // A join the helper makes only sometimes, a stop after the free, a start under a condition.
@@ -600,7 +660,8 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
              "{ if (w->comm) pthread_create(&w->tid, nullptr, reduce, w); }", "in a loop or under a condition");
   // A std::jthread joins in its destructor: its life ends with its block.
   std::string jthread = base;
-  jthread.replace(jthread.find("  std::thread reducer"), std::string("  std::thread reducer").size(), "  {\n  std::jthread reducer");
+  jthread.replace(jthread.find("  std::thread reducer"), std::string("  std::thread reducer").size(),
+                  "  {\n  std::jthread reducer");
   jthread.replace(jthread.find("  reducer.join();\n"), std::string("  reducer.join();\n").size(), "  }\n");
   const Conversion j = transform(analyze("p.cu", jthread), jthread);
   EXPECT_EQ(j.converted_calls, 2) << conversion_to_text(j);
@@ -620,15 +681,17 @@ TEST(Transform, ABackgroundThreadBetweenTheAllocationsAndTheReleasesConverts) {
     EXPECT_TRUE(contains(c.left[0].reason, why)) << c.left[0].reason;
     EXPECT_EQ(c.source, src);
   };
-  refused("  reducer.join();\n", "  cudaFree(loss);\n  reducer.join();\n", "calls cudaFree (line 8) before the thread has ended");
+  refused("  reducer.join();\n", "  cudaFree(loss);\n  reducer.join();\n",
+          "calls cudaFree (line 8) before the thread has ended");
   refused("  reducer.join();\n", "  reducer.detach();\n", "detach");
   refused("ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0);", "ncclSend(g, 1024, ncclFloat, 1, comm, 0);",
           "calls ncclSend (line 7) in the thread");
-  refused("  std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n  reducer.join();\n",
-          "  for (int i = 0; i < 2; ++i) {\n"
-          "    std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n"
-          "    reducer.join();\n  }\n",
-          "in a loop");
+  refused(
+      "  std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n  reducer.join();\n",
+      "  for (int i = 0; i < 2; ++i) {\n"
+      "    std::thread reducer([&] { ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm, 0); });\n"
+      "    reducer.join();\n  }\n",
+      "in a loop");
   refused("  reducer.join();\n", "", "joins it nowhere");
   refused("  reducer.join();\n", "  if (rank == 0) reducer.join();\n", "joins it nowhere");
 }
@@ -708,5 +771,6 @@ TEST(Transform, SizesByTheRankAreAgreedAfterTheCreationInThreadsAndTemplateConst
   EXPECT_EQ(e.converted_calls, 0) << conversion_to_text(e);
   ASSERT_EQ(e.left.size(), 1u);
   EXPECT_TRUE(contains(e.left[0].reason, "with a size that depends on the rank")) << e.left[0].reason;
-  EXPECT_TRUE(contains(e.left[0].reason, "where braid cannot place it after a communicator's creation")) << e.left[0].reason;
+  EXPECT_TRUE(contains(e.left[0].reason, "where braid cannot place it after a communicator's creation"))
+      << e.left[0].reason;
 }

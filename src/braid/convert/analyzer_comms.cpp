@@ -21,6 +21,40 @@ static bool creates_by_rank(const std::string& name) {
   return name == "ncclCommInitRank" || name == "ncclCommInitRankConfig" || name == "ncclCommInitRankScalable";
 }
 
+// Whether `word` is a token of `text`.
+static bool mentions(const std::string& text, const std::string& word) {
+  if (word.empty()) return false;
+  const std::vector<Token> t = code_tokens(lex(text).tokens);
+  return std::any_of(t.begin(), t.end(), [&](const Token& x) { return x.text == word; });
+}
+
+// Creations by rank in a loop or several in one group: a rank per GPU of this process (nccl-tests'
+// `-g N`, NCCL's example 3: the rank argument moves with the loop, one id) unless each makes another
+// communicator of this same rank (a data- and a stats-communicator: several ids, one rank argument).
+static bool several_ranks_here(const Call& c, const Analysis& a) {
+  const std::size_t rank_arg = c.name == "ncclCommInitRankScalable" ? 2 : 3, id_arg = 2;
+  if (c.args.size() <= rank_arg) return true;
+  const std::string& rank = c.args[rank_arg].text;
+  if (c.group >= 0) {
+    std::set<std::string> ids;
+    for (const Call& o : a.calls)
+      if (o.group == c.group && creates_by_rank(o.name)) {
+        if (o.args.size() <= rank_arg || o.args[rank_arg].text != rank) return true;
+        ids.insert(o.args[id_arg].text);
+      }
+    if (ids.size() > 1) return false;
+  }
+  if (c.loop >= 0 && (std::size_t)c.loop < a.loops.size()) {
+    // The loop's variable: the name before the header's first `=` or `:` (`int i = 0`, `auto& g : gpus`).
+    const std::vector<Token> h = code_tokens(lex(a.loops[(std::size_t)c.loop].header).tokens);
+    std::string var;
+    for (std::size_t k = 1; k < h.size() && var.empty(); ++k)
+      if ((h[k].text == "=" || h[k].text == ":") && h[k - 1].kind == TokenKind::Identifier) var = h[k - 1].text;
+    if (!mentions(rank, var) && c.args.size() > id_arg && mentions(c.args[id_arg].text, var)) return false;
+  }
+  return true;
+}
+
 // A split given no config (NULL) takes its parent's: a split of a non-blocking communicator is
 // non-blocking too, through any number of splits.
 static void inherit_split_modes(Analysis& a) {
@@ -60,7 +94,8 @@ void collect_comm_inits(const BufferFlow& flow, const std::vector<Token>& toks, 
     const bool several_here = c.group >= 0 && std::count_if(a.calls.begin(), a.calls.end(), [&](const Call& o) {
                                                 return o.group == c.group && creates_by_rank(o.name);
                                               }) > 1;
-    if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu) {
+    if (c.name != "ncclCommSplit" && (c.loop >= 0 || several_here) && !a.single_process_multi_gpu &&
+        several_ranks_here(c, a)) {
       a.single_process_multi_gpu = a.one_thread_drives_ranks = true;
       a.single_process_why = fmt::format("creates communicators {} (line {}): a rank per GPU of this process",
                                          c.loop >= 0 ? "in a loop" : "together in one group", c.line);
@@ -259,17 +294,85 @@ std::size_t pthread_joined_after(const std::vector<Token>& toks, const BufferFlo
   return best;
 }
 
-// One rank per process whose communicator a background thread calls on (a reducer thread fed by a
-// queue). Converted, the thread's collectives run as kernels on the device communicator and read
-// the runtime's windows; every host NCCL call a conversion adds (a window's registration, which is
-// collective) or a release changes them. So it converts only when the thread's whole life lies
-// between the two in the creating function's order, the same on every rank: every allocation and
-// creation before the one place the thread starts (not in a loop, not under a condition), every
-// release and destruction after it is joined (`t.join()` of a local std::thread, `pthread_join` of
-// a pthread's handle there or in a helper called once, or the end of the block whose object holds
-// it: a joinable std::thread left to its destructor ends the program), no
-// detach, and the thread makes only collectives, outside groups (a group's state is the runtime's,
-// shared). Returns why not, or "" with `joined` set to the line by which the thread has ended.
+// One rank per process whose communicators background threads call on (a reducer thread fed by a
+// queue; a gradient thread and a statistics thread, each on its own communicator). Converted, the
+// threads' collectives run as kernels on the device communicators and read the runtime's windows;
+// every host NCCL call a conversion adds (a window's registration, which is collective) or a
+// release changes them. So it converts only when every thread's whole life lies between the two in
+// the creating function's order, the same on every rank: every allocation and creation before the
+// first place a thread starts (each start once, not in a loop, not under a condition), every
+// release and destruction after the last is joined (`t.join()` of a local std::thread,
+// `pthread_join` of a pthread's handle there or in a helper called once, or the end of the block
+// whose object holds it: a joinable std::thread left to its destructor ends the program), no
+// detach, and the threads make only collectives, outside groups (a group's state is the runtime's,
+// shared). Returns why not, or "" with `started`/`joined` set to the lines of the first start and
+// of the last end.
+namespace {
+struct ThreadLife {
+  std::size_t start = 0, end = 0;  // tokens: where the thread starts, by where it has ended
+  std::string why;                 // why braid cannot place it ("" when placed)
+};
+
+ThreadLife thread_life(const std::vector<Token>& toks, const BufferFlow& flow, const FunctionDef& cf,
+                       const BufferFlow::ThreadStart& st) {
+  const std::string& creator = cf.name;
+  ThreadLife life;
+  auto at = places_in(flow, st.entry, creator);
+  if (!at || at->size() != 1)
+    return {0, 0, "starts more than one background thread from one place (or one from more than one place)"};
+  const std::size_t anchor = at->front();
+  life.start = anchor;
+  if (in_loop(toks, cf, anchor) || flow.conditional(anchor))
+    return {0, 0, "starts its thread in a loop or under a condition"};
+  // Where its life ends: `name.join()` of a local std::thread, `pthread_join(name, ..)` of
+  // `pthread_create(&name, ..)`, else the end of the enclosing block (a std::jthread, or an object
+  // holding the thread, joins in its destructor).
+  const auto block_end = [&](std::size_t from) {
+    int depth = 0;
+    std::size_t open = from;
+    while (open > cf.body_open && !(toks[open].text == "{" && depth == 0)) {
+      if (toks[open].text == "}") ++depth;
+      else if (toks[open].text == "{") --depth;
+      --open;
+    }
+    return matching(toks, open);
+  };
+  // The first `name.join()` after the start that runs on every path (one under a condition may
+  // leave the thread running past the releases).
+  const auto joined_after = [&](const std::string& name) {
+    for (std::size_t k = anchor; k + 3 < cf.body_close; ++k)
+      if (toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join" && !flow.conditional(k))
+        return k;
+    return std::size_t(0);
+  };
+  // The `(` of the pthread_create that starts it, when one does.
+  const std::size_t create = st.open > 0 && toks[st.open - 1].text == "pthread_create" ? st.open : 0;
+  // `std::thread name(f, ..)` / `std::jthread name{[&] {..}}`: the start's first argument is the entry.
+  if (flow.function_at(st.entry) == creator && anchor >= 3 &&
+      (toks[anchor - 1].text == "(" || toks[anchor - 1].text == "{") &&
+      toks[anchor - 2].kind == TokenKind::Identifier &&
+      (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
+    const std::string& name = toks[anchor - 2].text;
+    life.end = joined_after(name);
+    if (life.end == 0 && toks[anchor - 3].text == "jthread") life.end = block_end(anchor - 3);
+    if (life.end == 0)
+      life.why = fmt::format("starts thread `{}` and joins it nowhere braid can see on every path", name);
+  } else if (create != 0) {
+    // `pthread_create(&h, ..)`: no destructor ends a pthread; its `pthread_join(h, ..)` does.
+    const std::string handle = pthread_handle(toks, create + 1);
+    if (handle.empty()) return {0, 0, "starts a pthread that braid cannot follow to its pthread_join"};
+    if (flow.function_at(st.open) != creator && (flow.conditional(st.open) || in_helper_loop(toks, flow, st.open)))
+      return {0, 0, "starts its thread in a loop or under a condition"};
+    life.end = pthread_joined_after(toks, flow, creator, handle, anchor);
+    if (life.end == 0)
+      life.why = fmt::format("starts pthread `{}` and joins it nowhere braid can see on every path", handle);
+  } else {
+    life.end = block_end(anchor);
+  }
+  return life;
+}
+}  // namespace
+
 std::string background_thread_refusal(const std::vector<Token>& toks, const BufferFlow& flow,
                                       const TokenIndex& token_at, const ThreadCode& tc, const Analysis& a, int& started,
                                       int& joined) {
@@ -288,63 +391,17 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     if (it == token_at.end()) return std::nullopt;
     return it->second;
   };
-  // The one place the thread starts, in the creating function.
-  std::size_t anchor = 0;
+  // Every thread's life, in the creating function: from the first start to the last end.
+  std::size_t first = SIZE_MAX, last = 0;
   for (const BufferFlow::ThreadStart& st : flow.thread_starts()) {
-    auto at = places_in(flow, st.entry, creator);
-    if (!at || at->size() != 1 || anchor != 0)
-      return "starts more than one background thread (or one from more than one place), each calling beside the others";
-    anchor = at->front();
+    const ThreadLife life = thread_life(toks, flow, *cf, st);
+    if (!life.why.empty()) return life.why;
+    first = std::min(first, life.start);
+    last = std::max(last, life.end);
   }
-  if (anchor == 0 || in_loop(toks, *cf, anchor) || flow.conditional(anchor))
-    return "starts its thread in a loop or under a condition";
-  // Where its life ends: `name.join()` of a local std::thread, `pthread_join(name, ..)` of
-  // `pthread_create(&name, ..)`, else the end of the enclosing block (a std::jthread, or an object
-  // holding the thread, joins in its destructor).
-  std::size_t end = 0;
-  const auto block_end = [&](std::size_t from) {
-    int depth = 0;
-    std::size_t open = from;
-    while (open > cf->body_open && !(toks[open].text == "{" && depth == 0)) {
-      if (toks[open].text == "}") ++depth;
-      else if (toks[open].text == "{") --depth;
-      --open;
-    }
-    return matching(toks, open);
-  };
-  const BufferFlow::ThreadStart& st = flow.thread_starts().front();
-  // The first `name.join()` after the start that runs on every path (one under a condition may
-  // leave the thread running past the releases).
-  const auto joined_after = [&](const std::string& name) {
-    for (std::size_t k = anchor; k + 3 < cf->body_close; ++k)
-      if (toks[k].text == name && toks[k + 1].text == "." && toks[k + 2].text == "join" && !flow.conditional(k))
-        return k;
-    return std::size_t(0);
-  };
-  // The `(` of the pthread_create that starts it, when one does.
-  const std::size_t create = st.open > 0 && toks[st.open - 1].text == "pthread_create" ? st.open : 0;
-  // `std::thread name(f, ..)` / `std::jthread name{[&] {..}}`: the start's first argument is the entry.
-  if (flow.function_at(st.entry) == creator && anchor >= 3 &&
-      (toks[anchor - 1].text == "(" || toks[anchor - 1].text == "{") &&
-      toks[anchor - 2].kind == TokenKind::Identifier &&
-      (toks[anchor - 3].text == "thread" || toks[anchor - 3].text == "jthread")) {
-    const std::string& name = toks[anchor - 2].text;
-    end = joined_after(name);
-    if (end == 0 && toks[anchor - 3].text == "jthread") end = block_end(anchor - 3);
-    if (end == 0) return fmt::format("starts thread `{}` and joins it nowhere braid can see on every path", name);
-  } else if (create != 0) {
-    // `pthread_create(&h, ..)`: no destructor ends a pthread; its `pthread_join(h, ..)` does.
-    const std::string handle = pthread_handle(toks, create + 1);
-    if (handle.empty()) return "starts a pthread that braid cannot follow to its pthread_join";
-    if (flow.function_at(st.open) != creator && (flow.conditional(st.open) || in_helper_loop(toks, flow, st.open)))
-      return "starts its thread in a loop or under a condition";
-    end = pthread_joined_after(toks, flow, creator, handle, anchor);
-    if (end == 0) return fmt::format("starts pthread `{}` and joins it nowhere braid can see on every path", handle);
-  } else {
-    end = block_end(anchor);
-  }
-  started = toks[anchor].line;
-  joined = end < toks.size() ? toks[end].line : 0;
+  if (first == SIZE_MAX) return "starts its thread nowhere braid can place";
+  started = toks[first].line;
+  joined = last < toks.size() ? toks[last].line : 0;
   for (const Call& c : a.calls) {
     auto tok = token_of(c);
     if (!tok) continue;
@@ -363,7 +420,7 @@ std::string background_thread_refusal(const std::vector<Token>& toks, const Buff
     if (!places)
       return fmt::format("calls {} (line {}) where braid cannot place it against the thread", c.name, c.line);
     for (std::size_t p : *places)
-      if (makes ? p >= anchor : p <= end)
+      if (makes ? p >= first : p <= last)
         return fmt::format("calls {} (line {}) {} the thread {}", c.name, c.line, makes ? "after" : "before",
                            makes ? "starts" : "has ended");
   }
@@ -450,12 +507,20 @@ void detect_threaded_ranks(const std::vector<Token>& toks, const std::vector<Tok
     int started = 0, joined = 0;
     const std::string refusal = several ? "" : background_thread_refusal(toks, flow, token_at, tc, a, started, joined);
     if (!several && refusal.empty()) {
-      a.background_thread = fmt::format(
-          "a background thread runs {} (started at line {}, ended by line {}): every window is made before it "
-          "starts and released after it ends",
-          runs_in(*inside), started, joined);
+      const auto says = [&](const std::string& runs) {
+        if (flow.thread_starts().size() == 1)
+          return fmt::format(
+              "a background thread runs {} (started at line {}, ended by line {}): every window is made before it "
+              "starts and released after it ends",
+              runs, started, joined);
+        return fmt::format(
+            "a background thread runs {} ({} threads, started from line {}, all ended by line {}): every window is "
+            "made before they start and released after they end",
+            runs, flow.thread_starts().size(), started, joined);
+      };
+      a.background_thread = says(runs_in(*inside));
       for (Call& c : a.calls)
-        if (c.kind == CallKind::Nccl && !runs_in(c).empty()) c.via.push_back(a.background_thread);
+        if (c.kind == CallKind::Nccl && !runs_in(c).empty()) c.via.push_back(says(runs_in(c)));
       return;
     }
     return left(fmt::format(
