@@ -1254,6 +1254,39 @@ TEST(AnalyzerUserIdioms, SmartPointerArgumentsOffsetsAndMapsOfTensors) {
   EXPECT_TRUE(contains(m.source, "braid_converted::sym_malloc(&data_, n * sizeof(float))")) << m.source;
 }
 
+// A struct that allocates its own field in a member function (`void init(n) { cudaMalloc(&buf, ..); }`),
+// its field read from outside (`ncclAllReduce(ws.buf, ..)`): that allocation, as through an accessor.
+// Called under a condition it stays host NCCL. A class's unused group wrappers
+// (`void start_coalescing() { ncclGroupStart(); }`, never called) do not refuse the file.
+TEST(AnalyzerUserIdioms, FieldsAllocatedByTheirClassAndUnusedGroupWrappers) {
+  const auto program = [](const std::string& init) {
+    return kPrologue +
+           "struct Workspace {\n"
+           "  float* buf = nullptr; size_t n = 0;\n"
+           "  void init(size_t count) { n = count; cudaMalloc(&buf, n * sizeof(float)); }\n"
+           "  void release() { cudaFree(buf); }\n"
+           "};\n"
+           "class ProcessGroup {\n"
+           " public:\n"
+           "  void start_coalescing() { ncclGroupStart(); }\n"
+           "  void end_coalescing() { ncclGroupEnd(); }\n"
+           "};\n"
+           "int main(int argc, char** argv) {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  Workspace ws;\n" +
+           init +
+           "  ncclAllReduce(ws.buf, ws.buf, ws.n, ncclFloat, ncclSum, comm, s);\n"
+           "  ws.release();\n"
+           "}\n";
+  };
+  const Conversion c = convert_text(program("  ws.init(1 << 20);\n"));
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&buf, n * sizeof(float))")) << c.source;
+  const Conversion some = convert_text(program("  if (argc > 1) ws.init(1 << 20);\n"));
+  EXPECT_EQ(some.converted_calls, 0);
+  EXPECT_TRUE(contains(left_text(some), "in init(), which may run on some ranks only")) << left_text(some);
+}
+
 // Smart pointers hold the buffer they were made from: `buf.get()` is what `buf` owns, made by
 // `std::unique_ptr<float, CudaFree>(p)`, direct initialisation, or a (namespace-qualified) helper
 // returning an alias of a smart pointer type (`using device_ptr = std::unique_ptr<T, CudaFree>`).

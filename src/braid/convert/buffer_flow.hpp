@@ -99,6 +99,15 @@ class BufferFlow {
   // it is a pointer-to-pointer parameter of the function there (`cudaMalloc((void**)p, ..)` in
   // `dev_alloc(float** p, ..)`): the parameter's name; "" otherwise.
   std::string pointer_parameter_target(const std::string& target, std::size_t at) const;
+  // `ws.buf` where every declaration of `ws` in the file is of class C (an object, a pointer, a
+  // reference) whose own code allocates `buf` through `&buf` (`void init() { cudaMalloc(&buf, ..); }`):
+  // C and the field's path there (`buf`, with the rest of the path); empty otherwise.
+  struct OwnField {
+    std::string cls, path;
+  };
+  OwnField own_field_allocation(const std::string& path) const;
+  // The class whose member function `function` is ("" for a free function, or several classes').
+  std::string owner_of(const std::string& function) const;
 
   // What the file writes into a field path that has no allocation of its own
   // (`model.params_memory = malloc_and_point(...)` in main, or through a parameter in a helper),
@@ -228,7 +237,6 @@ class BufferFlow {
   bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
-  std::string owner_of(const std::string& function) const;
   bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
                      std::vector<std::string>& stack) const;
   void record_element_copy(std::size_t k, std::size_t end);

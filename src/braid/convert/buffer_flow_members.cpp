@@ -442,6 +442,34 @@ std::string BufferFlow::owner_of(const std::string& function) const {
 
 // A field of the function's class followed to what the class's own code writes into it (non-null
 // values; a field also written through its address keeps its own path too). False when nothing does.
+BufferFlow::OwnField BufferFlow::own_field_allocation(const std::string& path) const {
+  const auto [root, rest] = split_root(path);
+  if (rest.size() < 2 || rest[0] != '.') return {};
+  const std::size_t next = rest.find_first_of(".[", 1);
+  const std::string field = rest.substr(1, next == std::string::npos ? std::string::npos : next - 1);
+  // Every declaration of `root` in the file: `C root`, `C* root`, `const C& root`, `C<T> root`.
+  std::set<std::string> classes;
+  for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
+    if (code_[k].text != root) continue;
+    const std::string& after = code_[k + 1].text;
+    if (after != ";" && after != "(" && after != "{" && after != "=" && after != "," && after != ")") continue;
+    std::size_t w = k - 1;
+    while (w > 0 && (code_[w].text == "*" || code_[w].text == "&" || code_[w].text == "&&")) --w;
+    if (code_[w].text == ">") {  // back over template arguments to the class's name
+      int depth = 0;
+      for (; w > 0; --w) {
+        if (code_[w].text == ">") ++depth;
+        else if (code_[w].text == "<" && --depth == 0) break;
+      }
+      if (w == 0) continue;
+      --w;
+    }
+    if (code_[w].kind == TokenKind::Identifier && is_class(code_[w].text)) classes.insert(code_[w].text);
+  }
+  if (classes.size() != 1 || !member_addressed_.count(*classes.begin() + "::" + field)) return {};
+  return {*classes.begin(), field + (next == std::string::npos ? "" : rest.substr(next))};
+}
+
 bool BufferFlow::follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
                                std::vector<std::string>& stack) const {
   const auto [root, rest] = split_root(path);
