@@ -52,6 +52,25 @@ bool filled_by_helper(const BufferFlow& flow, const Analysis& a, const std::stri
   return found;
 }
 
+// `ws.buf` of an object whose class allocates `buf` in its own code (`ws.init(n)`), and that nothing
+// outside writes: that allocation's sites, into `keys`.
+bool allocated_by_own_class(const BufferFlow& flow, const Analysis& a, const std::string& path,
+                            std::vector<std::string>& keys, Call& c) {
+  const BufferFlow::OwnField own = flow.own_field_allocation(path);
+  if (own.cls.empty()) return false;
+  const BufferFlow::Resolution written = flow.written_to(path);
+  if (!written.paths.empty() || !written.reason.empty()) return false;
+  bool found = false;
+  for (const auto& [key, b] : a.buffers)
+    if (path_matches(own.path, b.path) && b.alloc_call < a.calls.size() &&
+        flow.owner_of(a.calls[b.alloc_call].function) == own.cls) {
+      keys.push_back(key);
+      found = true;
+      c.via.push_back(fmt::format("{} is field {} of class {}, allocated by its own code", path, own.path, own.cls));
+    }
+  return found;
+}
+
 // The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
 // reason in c.unresolved, when it cannot be followed.
 std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
@@ -130,22 +149,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
       found = found || matched;
     }
     found = found || filled_by_helper(flow, a, path, keys, c);
-    // `ws.buf` of an object whose class allocates `buf` in its own code (`ws.init(n)`), and that
-    // nothing outside writes: that allocation.
-    const auto written_outside = [&] {
-      const BufferFlow::Resolution w = flow.written_to(path);
-      return !w.paths.empty() || !w.reason.empty();
-    };
-    if (const BufferFlow::OwnField own = found ? BufferFlow::OwnField{} : flow.own_field_allocation(path);
-        !own.cls.empty() && !written_outside())
-      for (const auto& [key, b] : a.buffers)
-        if (path_matches(own.path, b.path) && b.alloc_call < a.calls.size() &&
-            flow.owner_of(a.calls[b.alloc_call].function) == own.cls) {
-          keys.push_back(key);
-          found = true;
-          c.via.push_back(
-              fmt::format("{} is field {} of class {}, allocated by its own code", path, own.path, own.cls));
-        }
+    found = found || allocated_by_own_class(flow, a, path, keys, c);
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
     // every value it is given is an assignment braid follows (no declared value; for an array's
     // elements, `grads[i] = ...`, no other use that could write one).
