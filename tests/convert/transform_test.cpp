@@ -501,7 +501,9 @@ TEST(Transform, ThreadsSharingCommunicatorsLeaveTheFileUntouched) {
 
 // One rank with two communicators made together in a group (two ids, one rank argument: not a rank
 // per GPU) and two background threads, each calling on its own: both lives lie between the windows'
-// making and release, so both convert. A third thread started after an allocation breaks the rule.
+// making and release, so both convert. The group of creations stays an NCCL group (binding inside it
+// failed with "ncclDevCommCreate: invalid usage" on H200). A third thread started after an
+// allocation breaks the rule.
 TEST(Transform, TwoBackgroundThreadsEachOnItsOwnCommunicatorConvert) {
   const auto program = [](const std::string& third) {
     return "#include <nccl.h>\n#include <thread>\n"
@@ -528,6 +530,9 @@ TEST(Transform, TwoBackgroundThreadsEachOnItsOwnCommunicatorConvert) {
   const std::string two = program("");
   const Conversion c = transform(analyze("p.cu", two), two);
   EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  // The group of creations stays NCCL's; the runtime binds its communicators at its end.
+  EXPECT_TRUE(contains(c.source, "braid_converted::creation_group_start();")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::creation_group_end();")) << c.source;
   EXPECT_TRUE(contains(conversion_to_text(c),
                        "a background thread runs stats() (2 threads, started from line 15, all "
                        "ended by line 18)"))

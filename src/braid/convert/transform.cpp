@@ -147,6 +147,29 @@ void bracket_creating_groups(const Analysis& a, Rewrite& rw) {
       rw.group_site.emplace(c.group, rw.next_site++);
 }
 
+// One rank per process creating its communicators inside its own NCCL group: the group stays NCCL's
+// (its creations complete at its end, in any order), and the runtime binds them there.
+void bracket_creations_one_rank(const Analysis& a, Conversion& conv, Rewrite& rw) {
+  std::set<int> groups;
+  for (const Call& c : a.calls)
+    if (c.group >= 0 && !rw.group_site.count(c.group) &&
+        (c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable" ||
+         c.name == "ncclCommSplit"))
+      groups.insert(c.group);
+  for (int g : groups) {
+    const Group& grp = a.groups[(std::size_t)g];
+    rw.edits.push_back(rename(a.calls[grp.start_call], "braid_converted::creation_group_start"));
+    rw.edits.push_back(rename(a.calls[grp.end_call], "braid_converted::creation_group_end"));
+    conv.changes.push_back(Change{a.calls[grp.start_call].line, "A", "infrastructure", "ncclGroupStart",
+                                  "braid_converted::creation_group_start",
+                                  "the program's group of communicator creations stays an NCCL group"});
+    conv.changes.push_back(Change{a.calls[grp.end_call].line, "A", "infrastructure", "ncclGroupEnd",
+                                  "braid_converted::creation_group_end",
+                                  "closes the NCCL group, then binds the communicators created in it, in creation "
+                                  "order (the same on every rank)"});
+  }
+}
+
 // Group brackets around converted calls.
 void bracket_groups(const Analysis& a, Conversion& conv, Rewrite& rw) {
   for (auto& [g, site] : rw.group_site) {
@@ -401,6 +424,7 @@ Conversion transform(const Analysis& a, const std::string& source) {
   rename_collectives(a, collectives, plan, conv, rw);
   if (conv.converted_calls > 0 && a.one_thread_drives_ranks) bracket_creating_groups(a, rw);
   bracket_groups(a, conv, rw);
+  if (conv.converted_calls > 0 && !a.one_thread_drives_ranks) bracket_creations_one_rank(a, conv, rw);
   conv.call_sites = rw.next_site;
   if (conv.converted_calls > 0) move_to_symmetric_memory(a, plan, conv, rw);
   if (conv.converted_calls > 0) release_values(a, source, conv, rw);
@@ -495,6 +519,8 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"comm_abort", "ncclCommAbort"},
       {"group_start", "ncclGroupStart"},
       {"group_end", "ncclGroupEnd"},
+      {"creation_group_start", "ncclGroupStart"},
+      {"creation_group_end", "ncclGroupEnd"},
       {"adopt_harness", ""},
       {"release_harness", ""},
       {"sym_free_async", "cudaFreeAsync"},
@@ -549,41 +575,6 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
     text.replace(toks[i].offset, padded.size(), padded);
   }
   return analyze(file, text, /*require_collective=*/false);
-}
-
-json conversion_to_json(const Conversion& c) {
-  json changes = json::array();
-  for (const Change& ch : c.changes)
-    changes.push_back({{"line", ch.line},
-                       {"stage", ch.stage},
-                       {"rule", ch.rule},
-                       {"before", ch.before},
-                       {"after", ch.after},
-                       {"why", ch.why}});
-  json left = json::array();
-  for (const Unconverted& u : c.left)
-    left.push_back({{"file", c.file}, {"line", u.line}, {"construct", u.construct}, {"reason", u.reason}});
-  return json{{"file", c.file},
-              {"nccl_calls", c.nccl_calls},
-              {"converted_calls", c.converted_calls},
-              {"call_sites", c.call_sites},
-              {"complete", c.complete()},
-              {"inlined_headers", c.inlined_headers},
-              {"changes", changes},
-              {"unconverted", left}};
-}
-
-std::string conversion_to_text(const Conversion& c) {
-  std::string out = fmt::format("{}: {} of {} NCCL calls converted by rules{}\n", c.file, c.converted_calls,
-                                c.nccl_calls, c.complete() ? " (complete)" : "");
-  for (const std::string& h : c.inlined_headers)
-    out += fmt::format("  \"{}\" is written into the converted file: its calls convert with the file's\n", h);
-  for (const Change& ch : c.changes)
-    out += fmt::format("  line {:<4} stage {} {:<15} {} -> {}\n             {}\n", ch.line, ch.stage, ch.rule,
-                       ch.before.empty() ? "(insert)" : ch.before, ch.after, ch.why);
-  if (!c.left.empty()) out += "left for the LLM loop:\n";
-  for (const Unconverted& u : c.left) out += fmt::format("  {}:{}: {}: {}\n", c.file, u.line, u.construct, u.reason);
-  return out;
 }
 
 }  // namespace braid::convert

@@ -63,8 +63,29 @@ inline ncclResult_t bind_created(ncclResult_t r, ncclComm_t comm) {
     return r;
   }
   if (binding_of(comm) != nullptr) return r;
+  if (s.creation_group_depth > 0) {  // NCCL completes it at the group's end: bound there
+    s.created_in_group.push_back(comm);
+    return r;
+  }
   s.bound_at_creation = true;
   bind(comm);  // not ensure(): its creation's own mode (blocking or not) was checked by the caller
+  return r;
+}
+// One rank per process, the program's own NCCL group around its creations (a data- and a
+// statistics-communicator made together): the group stays an NCCL group, and its communicators
+// are bound at its end, in creation order (the same on every rank).
+inline ncclResult_t creation_group_start() {
+  ++state().creation_group_depth;
+  return ncclGroupStart();
+}
+inline ncclResult_t creation_group_end() {
+  State& s = state();
+  const ncclResult_t r = ncclGroupEnd();
+  if (s.creation_group_depth > 0 && --s.creation_group_depth > 0) return r;
+  std::vector<ncclComm_t> created;
+  created.swap(s.created_in_group);
+  for (ncclComm_t comm : created)
+    if (r == ncclSuccess) bind_created(r, comm);
   return r;
 }
 // ncclCommInitAll: one thread, a rank per listed GPU, every communicator bound at once.

@@ -83,6 +83,7 @@ struct State {
   bool nccl_group_open = false;  // kOneThreadDrivesRanks: the program's group is open in NCCL too
   std::vector<PendingP2p> pending;
   std::vector<ncclComm_t> created_in_group;  // kOneThreadDrivesRanks: bound when the group that creates them ends
+  int creation_group_depth = 0;  // one rank per process: inside the program's group of creations (creation_group_start)
   std::map<int, bool> site_on_device;        // kOneThreadDrivesRanks: each site's choice within the open group
   std::set<int> warned;
   // Made non-blocking (ncclConfig_t.blocking = 0, or split from such a one): never bound, so its
