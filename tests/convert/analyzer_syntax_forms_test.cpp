@@ -222,6 +222,41 @@ TEST(AnalyzerSyntaxForms, HelpersFillingAPointerThroughAPointerToIt) {
   EXPECT_EQ(some.converted_calls, 1) << conversion_to_text(some);  // alloc_zero's h still
 }
 
+// An allocation helper called in the right operand of `&&`/`||` or a branch of `?:` runs on some
+// ranks only (`if (alloc(&a) != ok || (rank == 0 && alloc(&b) != ok))` allocates b on rank 0): it
+// stays as written and the calls host NCCL (it was converted, and rank 0 hung in the window's
+// registration). After a success test (`a() != cudaSuccess || b() != cudaSuccess`) or at the top of
+// an if whose body leaves (`if (setup_a() || setup_b()) MPI_Abort(..)`), every rank that goes on has
+// run it.
+TEST(AnalyzerSyntaxForms, AllocationsInShortCircuitsAndTernariesAreConditional) {
+  const auto converted = [](const std::string& allocs) {
+    const std::string src =
+        "#include <nccl.h>\n"
+        "cudaError_t alloc_field(float** f, size_t n) { return cudaMalloc((void**)f, n * sizeof(float)); }\n"
+        "int setup_b(float** b) { return alloc_field(b, 16) != cudaSuccess; }\n"
+        "int main(int argc, char** argv) {\n"
+        "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+        "  ncclComm_t comm; ncclUniqueId id; ncclCommInitRank(&comm, 2, id, rank);\n"
+        "  float *a = NULL, *b = NULL;\n" +
+        allocs +
+        "  ncclAllReduce(a, a, 1024, ncclFloat, ncclSum, comm, 0);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  EXPECT_EQ(converted("  alloc_field(&a, 1024);\n  if (rank == 0) alloc_field(&b, 16);\n"), 0);
+  EXPECT_EQ(
+      converted("  if (alloc_field(&a, 1024) != cudaSuccess || (rank == 0 && alloc_field(&b, 16) != cudaSuccess)) "
+                "MPI_Abort(MPI_COMM_WORLD, 1);\n"),
+      0);
+  EXPECT_EQ(converted("  alloc_field(&a, 1024);\n  cudaError_t e = rank == 0 ? alloc_field(&b, 16) : cudaSuccess;\n"),
+            0);
+  EXPECT_EQ(converted("  bool ok = rank > 0 || alloc_field(&b, 16) == cudaSuccess;\n  alloc_field(&a, 1024);\n"), 0);
+  EXPECT_EQ(converted("  if (alloc_field(&a, 1024) != cudaSuccess || alloc_field(&b, 16) != cudaSuccess) return 1;\n"),
+            1);
+  EXPECT_EQ(converted("  if (alloc_field(&a, 1024) || setup_b(&b)) MPI_Abort(MPI_COMM_WORLD, 1);\n"), 1);
+  EXPECT_EQ(converted("  if (alloc_field(&a, 1024) || setup_b(&b)) { printf(\"no\\n\"); }\n"), 0);
+}
+
 // A work queue of another container kind (`std::queue`, `std::deque`'s push_front, emplace) built
 // from its elements' fields in a member function that shares the container's member name (`push`):
 // `q_.push({b, n})` is the library's push, so the caller's `w.push(bufs[i], n)` is the one call

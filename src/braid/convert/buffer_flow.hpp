@@ -198,6 +198,8 @@ class BufferFlow {
 
  private:
   void mark_conditionals();
+  void mark_short_circuits();
+  bool error_exit_condition(std::size_t op) const;
   void collect_lambdas();
   void record_value_uses();
   std::vector<std::string> struct_fields(const std::string& type) const;

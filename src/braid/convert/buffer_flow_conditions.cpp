@@ -1,6 +1,8 @@
 // BufferFlow (buffer_flow.hpp): which statements run conditionally (bodies of if/else/switch, `?:`
 // operands, the rest of a loop body after a conditional `continue`/`break`) and under which
 // conditions (guards()), read by the rank pass to tell conditions every rank evaluates alike.
+#include <algorithm>
+#include <set>
 #include <vector>
 
 #include "braid/convert/buffer_flow.hpp"
@@ -143,6 +145,60 @@ void BufferFlow::mark_conditionals() {
     if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) {
       unbraced.pop_back();
       changed = true;
+    }
+  }
+  mark_short_circuits();
+}
+
+// `if (setup_comms() || setup_fields(n)) MPI_Abort(...)`: a `||` at the top of an if's condition
+// whose body leaves (abort, exit, return, goto, throw). A rank that skips the right operand takes
+// that body, so every rank that goes on has run it.
+bool BufferFlow::error_exit_condition(std::size_t op) const {
+  static const std::set<std::string> kLeaves = {"MPI_Abort", "exit", "abort", "_exit", "quick_exit",
+                                                "return",    "goto", "throw", "std",   "assert"};
+  const std::vector<Token>& code = code_;
+  const std::size_t open = enclosing_open(code, op);
+  if (open == SIZE_MAX || open == 0 || code[open].text != "(" || code[open - 1].text != "if") return false;
+  const std::size_t close = match_forward(code, open, code.size());
+  std::size_t end = close + 1;
+  if (end < code.size() && code[end].text == "{") end = match_forward(code, end, code.size());
+  while (end < code.size() && code[end].text != ";" && code[end].text != "}") ++end;
+  for (std::size_t k = close + 1; k < end && k < code.size(); ++k)
+    if (kLeaves.count(code[k].text) &&
+        (code[k].text != "std" || (k + 2 < end && (code[k + 2].text == "exit" || code[k + 2].text == "abort"))))
+      return true;
+  return false;
+}
+
+// What runs only when an operand says so: the right operand of `&&` and `||`, both branches of
+// `?:` (`if (alloc(&a) != ok || (rank == 0 && alloc(&b) != ok))` allocates b on rank 0 only), up to
+// the end of the enclosing expression. Their guards are unknown. `T&& name` declares a reference;
+// an operand after a CUDA or NCCL success test, or of an error exit's `||` (error_exit_condition),
+// runs on every rank that goes on.
+void BufferFlow::mark_short_circuits() {
+  const std::vector<Token>& code = code_;
+  static const std::set<std::string> kTypes = {"auto", "int", "float", "double", "char", "bool", "void", "size_t", ">"};
+  for (std::size_t i = 1; i + 1 < code.size(); ++i) {
+    const std::string& x = code[i].text;
+    if (x != "&&" && x != "||" && x != "?") continue;
+    if (x == "&&" && (kTypes.count(code[i - 1].text) || is_class(code[i - 1].text))) continue;
+    // `a() != cudaSuccess || b() != cudaSuccess`: b runs wherever a succeeded, every rank on the
+    // path that goes on (a failure is the program's error path).
+    const bool success = code[i - 1].text == "cudaSuccess" || code[i - 1].text == "ncclSuccess";
+    if (i >= 2 && success && code[i - 2].text == (x == "||" ? "!=" : "==")) continue;
+    if (x == "||" && error_exit_condition(i)) continue;
+    int depth = 0;
+    for (std::size_t k = i + 1; k < code.size(); ++k) {
+      const std::string& y = code[k].text;
+      if (y == "(" || y == "[" || y == "{") ++depth;
+      else if ((y == ")" || y == "]" || y == "}") && --depth < 0) break;
+      else if (depth == 0 && (y == ";" || y == "," || (x != "?" && (y == "?" || y == ":")))) break;
+      conditional_[k] = true;
+      std::vector<std::size_t> g = guards(k);
+      if (std::find(g.begin(), g.end(), kUnknownGuard) != g.end()) continue;
+      g.push_back(kUnknownGuard);
+      guard_sets_.push_back(g);
+      guard_set_[k] = static_cast<std::uint32_t>(guard_sets_.size() - 1);
     }
   }
 }
