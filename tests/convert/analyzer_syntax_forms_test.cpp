@@ -257,6 +257,35 @@ TEST(AnalyzerSyntaxForms, AllocationsInShortCircuitsAndTernariesAreConditional) 
   EXPECT_EQ(converted("  if (alloc_field(&a, 1024) || setup_b(&b)) { printf(\"no\\n\"); }\n"), 0);
 }
 
+// A helper given the communicator's address (`exchange(.., &comm, ..)` with `ncclComm_t* comm`,
+// used as `*comm`) names main's `comm`: buffers sized by the rank after its creation are agreed
+// (they stayed host NCCL: "`comm[0]` is not created before it on every path").
+TEST(AnalyzerSyntaxForms, ACommunicatorGivenByAddressIsTheVariable) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "static void exchange(const double* s, double* r, size_t blk, ncclComm_t* comm, int n, cudaStream_t st) {\n"
+      "  ncclGroupStart();\n"
+      "  for (int p = 0; p < n; p++) {\n"
+      "    ncclSend(s + p * blk, blk, ncclDouble, p, *comm, st);\n"
+      "    ncclRecv(r + p * blk, blk, ncclDouble, p, *comm, st);\n"
+      "  }\n"
+      "  ncclGroupEnd();\n"
+      "}\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank, nranks; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &nranks);\n"
+      "  ncclUniqueId id; ncclComm_t comm; cudaStream_t st;\n"
+      "  ncclCommInitRank(&comm, nranks, id, rank);\n"
+      "  size_t blk = 64 + rank;\n"
+      "  double *sb, *rb;\n"
+      "  cudaMalloc(&sb, blk * nranks * sizeof(double));\n"
+      "  cudaMalloc(&rb, blk * nranks * sizeof(double));\n"
+      "  exchange(sb, rb, blk, &comm, nranks, st);\n"
+      "}\n";
+  const Conversion c = transform(analyze("user.cu", src), src);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_NE(c.source.find("braid_converted::sym_malloc_agreed(&sb,"), std::string::npos) << c.source;
+}
+
 // A work queue of another container kind (`std::queue`, `std::deque`'s push_front, emplace) built
 // from its elements' fields in a member function that shares the container's member name (`push`):
 // `q_.push({b, n})` is the library's push, so the caller's `w.push(bufs[i], n)` is the one call

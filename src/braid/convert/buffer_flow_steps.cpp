@@ -216,12 +216,15 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
         out.via.push_back(fmt::format("{} of {}() <- {} (line {}, no buffer)", root, function, c.args[index], c.line));
         continue;
       }
-      std::string arg_path = pointee_path(c.args[index], rest);
+      std::string arg_path = pointee_path(c.args[index], rest), tail = rest;
       if (arg_path.empty()) {  // `&model` (`&model->grads`) passes the struct itself: m->x is model.x
         bool addr = false;
         LexResult lr = lex(c.args[index]);
         std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
         if (addr) arg_path = access_path(join(t, 0, t.size()), false);
+        // `*comm` (`comm[0]`) of a `ncclComm_t* comm` given `&comm`: the variable itself.
+        if (addr && !arg_path.empty() && (tail.starts_with("[0]") || tail.starts_with("[]")))
+          tail = tail.substr(tail[1] == '0' ? 3 : 2);
       }
       // `c ? a : b`, or a view made at the call (`f(std::span<float>(p, n))`): followed as written.
       if (arg_path.empty() && rest.empty() &&
@@ -258,7 +261,7 @@ bool BufferFlow::resolve_parameter(const std::string& root, const std::string& r
       }
       out.via.push_back(
           fmt::format("{} of {}() <- {} (line {}, in {}())", root, function, c.args[index], c.line, c.caller));
-      resolve_into(arg_path + rest, c.caller, c.token, depth - 1, out, stack);
+      resolve_into(arg_path + tail, c.caller, c.token, depth - 1, out, stack);
       if (!out.reason.empty()) break;
     }
     return true;
