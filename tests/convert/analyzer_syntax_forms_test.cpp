@@ -286,6 +286,37 @@ TEST(AnalyzerSyntaxForms, ACommunicatorGivenByAddressIsTheVariable) {
   EXPECT_NE(c.source.find("braid_converted::sym_malloc_agreed(&sb,"), std::string::npos) << c.source;
 }
 
+// An array of views (`tail[k] = d_field[k] + off`) given whole to a helper that only reads its
+// elements (`ncclSend(send[k], ..)`) keeps the views' allocations; a helper that writes an element
+// (`send[0] = other`) could point it anywhere.
+TEST(AnalyzerSyntaxForms, AnArrayOfViewsGivenToAnElementReader) {
+  const auto converted = [](const std::string& extra) {
+    const std::string src =
+        "#include <nccl.h>\n"
+        "static void ring(float** send, float** recv, int nf, int n, int r, int s, ncclComm_t c, cudaStream_t st) {\n" +
+        extra +
+        "  ncclGroupStart();\n"
+        "  for (int k = 0; k < nf; k++) {\n"
+        "    ncclSend(send[k], n, ncclFloat, (r + 1) % s, c, st);\n"
+        "    ncclRecv(recv[k], n, ncclFloat, (r - 1 + s) % s, c, st);\n"
+        "  }\n"
+        "  ncclGroupEnd();\n"
+        "}\n"
+        "int main(int argc, char** argv) {\n"
+        "  int rank, size, k, n = 4096;\n"
+        "  float *d_field[2], *d_halo[2], *tail[2];\n"
+        "  ncclUniqueId id; ncclComm_t comm; cudaStream_t st;\n"
+        "  ncclCommInitRank(&comm, size, id, rank);\n"
+        "  for (k = 0; k < 2; k++) { cudaMalloc((void**)&d_field[k], n * 4); cudaMalloc((void**)&d_halo[k], 1024); }\n"
+        "  for (k = 0; k < 2; k++) tail[k] = d_field[k] + (n - 256);\n"
+        "  ring(tail, d_halo, 2, 256, rank, size, comm, st);\n"
+        "}\n";
+    return transform(analyze("user.cu", src), src).converted_calls;
+  };
+  EXPECT_EQ(converted(""), 2);
+  EXPECT_EQ(converted("  float* other = nullptr; send[0] = other;\n"), 0);
+}
+
 // A work queue of another container kind (`std::queue`, `std::deque`'s push_front, emplace) built
 // from its elements' fields in a member function that shares the container's member name (`push`):
 // `q_.push({b, n})` is the library's push, so the caller's `w.push(bufs[i], n)` is the one call

@@ -226,6 +226,9 @@ class BufferFlow {
   bool rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars, int depth) const;
   bool rank_free_name(const std::string& name, int depth) const;
   bool read_only_use(std::size_t k) const;
+  // Code token k (an array) is given whole to a function of this file whose parameter there is only
+  // read element by element (`ring(tail, ..)` with `send[k]` passed to NCCL): no element written.
+  bool given_to_element_reader(std::size_t k) const;
   // A `[std::][ranges::]for_each(...)` whose last argument is the unnamed lambda [begin, end]: the
   // range it visits (`grads` of `grads.begin()`, `std::begin(grads)`, the ranges form; "" when
   // unknown), the lambda's one parameter and whether it takes it by value.

@@ -85,6 +85,34 @@ bool BufferFlow::local_of(const std::string& name, const std::string& function) 
   return false;
 }
 
+bool BufferFlow::given_to_element_reader(std::size_t k) const {
+  if ((code_[k - 1].text != "(" && code_[k - 1].text != ",") || (code_[k + 1].text != "," && code_[k + 1].text != ")"))
+    return false;
+  const std::size_t open = enclosing_open(code_, k);
+  if (open == SIZE_MAX || open == 0 || code_[open].text != "(") return false;
+  const std::string& callee = code_[open - 1].text;
+  std::size_t index = 0;  // which argument
+  for (std::size_t j = open + 1; j < k; ++j) {
+    if (code_[j].text == "(" || code_[j].text == "[" || code_[j].text == "{") j = match_forward(code_, j, k);
+    else if (code_[j].text == ",") ++index;
+  }
+  bool any = false;
+  for (const FunctionDef& f : functions_) {
+    if (f.name != callee) continue;
+    if (index >= f.params.size() || f.params[index].empty()) return false;
+    any = true;
+    const std::string& param = f.params[index];
+    for (std::size_t j = f.body_open + 1; j + 1 < f.body_close; ++j) {
+      if (code_[j].text != param || is_member_step(code_[j - 1])) continue;
+      if (code_[j + 1].text != "[") return false;  // given on, or its address taken
+      const std::size_t close = match_forward(code_, j + 1, f.body_close);
+      if (close + 1 < f.body_close && (code_[close + 1].text == "=" || code_[close + 1].text == "[")) return false;
+      if (code_[j - 1].text == "&") return false;
+    }
+  }
+  return any;
+}
+
 bool BufferFlow::elements_only_assigned(const std::string& name) const {
   bool declared = false;
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
@@ -140,7 +168,7 @@ bool BufferFlow::elements_only_assigned(const std::string& name) const {
           lambda == unnamed_lambdas_.end() ? std::nullopt : for_each_visit(lambda->first, lambda->second);
       if (v && v->by_value && v->range == name) continue;
     }
-    if (!read_only_use(k)) return false;
+    if (!read_only_use(k) && !given_to_element_reader(k)) return false;
   }
   return declared;
 }
