@@ -299,38 +299,48 @@ bool allocates_into(const std::vector<Token>& code, const FunctionDef& f, const 
   return false;
 }
 
+// The code tokens [begin, end) of f's parameter `index` in its declaration; {0, 0} when absent.
+std::pair<std::size_t, std::size_t> parameter_tokens(const std::vector<Token>& code, const FunctionDef& f,
+                                                     std::size_t index) {
+  if (f.name_token + 1 >= f.body_open) return {0, 0};
+  const std::size_t open = f.name_token + 1, close = match_forward(code, open, f.body_open);
+  std::size_t n = 0, piece = open + 1;
+  for (std::size_t k = open + 1; k <= close; ++k) {
+    if (k < close && code[k].text != ",") continue;
+    if (n++ == index) return {piece, k};
+    piece = k + 1;
+  }
+  return {0, 0};
+}
+
 }  // namespace
 
 std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& path) const {
   std::vector<Fill> out;
   for (const FunctionDef& f : functions_) {
     auto calls = calls_.find(f.name);
-    if (calls == calls_.end() || f.name_token + 1 >= f.body_open) continue;
-    const std::size_t open = f.name_token + 1, close = match_forward(code_, open, f.body_open);
-    std::size_t index = 0, piece = open + 1;
-    for (std::size_t k = open + 1; k <= close; ++k) {
-      if (k < close && code_[k].text != ",") continue;
-      const PointerFill kind = pointer_fill(code_, piece, k);
-      const std::string name = index < f.params.size() ? f.params[index] : "";
+    if (calls == calls_.end()) continue;
+    for (std::size_t index = 0; index < f.params.size(); ++index) {
+      const std::string& name = f.params[index];
+      const auto [begin, end] = parameter_tokens(code_, f, index);
+      const PointerFill kind = begin < end ? pointer_fill(code_, begin, end) : PointerFill::None;
+      if (name.empty() || kind == PointerFill::None) continue;
       bool fills = false;  // `cudaMalloc(&name` / `ncclMemAlloc((void**)&name` in its body
-      for (std::size_t j = f.body_open + 1;
-           kind == PointerFill::Reference && !name.empty() && j + 2 < f.body_close && !fills; ++j)
+      for (std::size_t j = f.body_open + 1; kind == PointerFill::Reference && j + 2 < f.body_close && !fills; ++j)
         fills =
             code_[j].text == "&" && code_[j + 1].text == name && (code_[j + 2].text == "," || code_[j + 2].text == ")");
-      fills = fills || (kind == PointerFill::Pointer && !name.empty() && allocates_into(code_, f, name));
-      if (fills)
-        for (const CallSite& c : calls->second) {
-          // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
-          const std::string given = index >= c.args.size()           ? ""
-                                    : kind == PointerFill::Reference ? access_path(c.args[index], false)
-                                                                     : access_path(c.args[index], true);
-          if (!given.empty() && path_matches(given, path)) {
-            out.push_back({f.name, name});
-            break;
-          }
+      fills = fills || (kind == PointerFill::Pointer && allocates_into(code_, f, name));
+      if (!fills) continue;
+      for (const CallSite& c : calls->second) {
+        // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
+        const std::string given = index >= c.args.size()           ? ""
+                                  : kind == PointerFill::Reference ? access_path(c.args[index], false)
+                                                                   : access_path(c.args[index], true);
+        if (!given.empty() && path_matches(given, path)) {
+          out.push_back({f.name, name});
+          break;
         }
-      ++index;
-      piece = k + 1;
+      }
     }
   }
   return out;
@@ -341,17 +351,9 @@ std::string BufferFlow::pointer_parameter_target(const std::string& target, std:
   const FunctionDef& f = functions_[(std::size_t)owner_[at]];
   const std::string name = access_path(target, false);
   const auto it = std::find(f.params.begin(), f.params.end(), name);
-  if (name.empty() || it == f.params.end() || f.name_token + 1 >= f.body_open) return "";
-  const std::size_t open = f.name_token + 1, close = match_forward(code_, open, f.body_open);
-  std::size_t index = 0, piece = open + 1;
-  for (std::size_t k = open + 1; k <= close; ++k) {
-    if (k < close && code_[k].text != ",") continue;
-    if (index == (std::size_t)(it - f.params.begin()))
-      return pointer_fill(code_, piece, k) == PointerFill::Pointer ? name : "";
-    ++index;
-    piece = k + 1;
-  }
-  return "";
+  if (name.empty() || it == f.params.end()) return "";
+  const auto [begin, end] = parameter_tokens(code_, f, (std::size_t)(it - f.params.begin()));
+  return begin < end && pointer_fill(code_, begin, end) == PointerFill::Pointer ? name : "";
 }
 
 // The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`,

@@ -139,24 +139,25 @@ void rename_collectives(const Analysis& a, const std::vector<std::size_t>& colle
 
 // One thread driving every rank creates the communicators inside one group (nccl-tests' `-g N`):
 // they are complete only at its end, so the runtime sees that group too and binds them there.
-void bracket_creating_groups(const Analysis& a, Rewrite& rw) {
-  for (const Call& c : a.calls)
-    if (c.group >= 0 && !rw.group_site.count(c.group) &&
-        (c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable" ||
-         c.name == "ncclCommSplit"))
-      rw.group_site.emplace(c.group, rw.next_site++);
-}
-
-// One rank per process creating its communicators inside its own NCCL group: the group stays NCCL's
-// (its creations complete at its end, in any order), and the runtime binds them there.
-void bracket_creations_one_rank(const Analysis& a, Conversion& conv, Rewrite& rw) {
+// The groups that create communicators and bracket nothing yet.
+std::set<int> creating_groups(const Analysis& a, const Rewrite& rw) {
   std::set<int> groups;
   for (const Call& c : a.calls)
     if (c.group >= 0 && !rw.group_site.count(c.group) &&
         (c.name == "ncclCommInitRank" || c.name == "ncclCommInitRankConfig" || c.name == "ncclCommInitRankScalable" ||
          c.name == "ncclCommSplit"))
       groups.insert(c.group);
-  for (int g : groups) {
+  return groups;
+}
+
+void bracket_creating_groups(const Analysis& a, Rewrite& rw) {
+  for (int g : creating_groups(a, rw)) rw.group_site.emplace(g, rw.next_site++);
+}
+
+// One rank per process creating its communicators inside its own NCCL group: the group stays NCCL's
+// (its creations complete at its end, in any order), and the runtime binds them there.
+void bracket_creations_one_rank(const Analysis& a, Conversion& conv, Rewrite& rw) {
+  for (int g : creating_groups(a, rw)) {
     const Group& grp = a.groups[(std::size_t)g];
     rw.edits.push_back(rename(a.calls[grp.start_call], "braid_converted::creation_group_start"));
     rw.edits.push_back(rename(a.calls[grp.end_call], "braid_converted::creation_group_end"));
