@@ -1371,7 +1371,8 @@ TEST(AnalyzerUserIdioms, ScalableCreationBindsAndSplitsInheritNonBlocking) {
 }
 
 // A group opened by a bracket its function leaves unpaired (a scope guard's constructor and
-// destructor, group_begin()/group_end() wrappers) holds calls braid does not follow: those in its
+// destructor, group_begin()/group_end() wrappers not called in pairs: here the opening one is an
+// unbraced if's body) holds calls braid does not follow: those in its
 // scope (to the guard's block end, or the closing wrapper's call) and in the functions called
 // there stay host NCCL; calls after it convert. A nested ncclGroupStart/End is part of the outer
 // group, which converts whole.
@@ -1395,7 +1396,7 @@ TEST(AnalyzerUserIdioms, GroupBracketsInGuardsAndWrappersHoldTheirCalls) {
       "  float *a, *b, *x, *y, *z; cudaMalloc(&a, 4096); cudaMalloc(&b, 4096);\n"
       "  cudaMalloc(&x, 4096); cudaMalloc(&y, 4096); cudaMalloc(&z, 4096);\n"
       "  halo(a, b, 1 - rank, comm, s);\n"
-      "  group_begin();\n"
+      "  if (rank >= 0) group_begin();\n"
       "  reduce_pair(x, y, comm, s);\n"
       "  group_end_checked();\n"
       "  ncclAllReduce(z, z, 256, ncclFloat, ncclSum, comm, s);\n"
@@ -1434,6 +1435,94 @@ TEST(AnalyzerUserIdioms, GroupBracketsInGuardsAndWrappersHoldTheirCalls) {
   EXPECT_EQ(n.groups[0].end_line, 13);
   const Conversion nc = transform(n, nested);
   EXPECT_EQ(nc.converted_calls, 2) << conversion_to_text(nc);
+}
+
+// Group wrappers called in pairs (`pg.start_coalescing(); pg.send(..); pg.recv(..);
+// pg.end_coalescing();`, torch.distributed's shape): one group whose members are the calls reached
+// between each pair, converted whole; the wrappers' own ncclGroupStart/End become the runtime's
+// group brackets. Not a pair, the calls stay held: the opening call under an unbraced if, the
+// closing one in another function, two opens before a close.
+TEST(AnalyzerUserIdioms, GroupWrappersCalledInPairsAreAGroup) {
+  const auto program = [](const std::string& step, const std::string& extra = "") {
+    return kPrologue +
+           "class ProcessGroup {\n"
+           " public:\n"
+           "  ProcessGroup(ncclUniqueId id, int rank, int size) : rank_(rank), size_(size) {\n"
+           "    ncclCommInitRank(&comm_, size, id, rank); cudaStreamCreate(&stream_);\n"
+           "  }\n"
+           "  void start_coalescing() { ncclGroupStart(); }\n"
+           "  void end_coalescing() { ncclGroupEnd(); }\n"
+           "  void send(const __half* p, size_t n, int peer) { ncclSend(p, n, ncclHalf, peer, comm_, stream_); }\n"
+           "  void recv(__half* p, size_t n, int peer) { ncclRecv(p, n, ncclHalf, peer, comm_, stream_); }\n"
+           "  int rank() const { return rank_; }\n"
+           "  int size() const { return size_; }\n"
+           " private:\n"
+           "  ncclComm_t comm_; cudaStream_t stream_; int rank_, size_;\n"
+           "};\n" +
+           extra +
+           "static void exchange(ProcessGroup& pg, __half* out, __half* in, size_t n) {\n"
+           "  const int next = (pg.rank() + 1) % pg.size(), prev = (pg.rank() + pg.size() - 1) % pg.size();\n" +
+           step +
+           "}\n"
+           "int main(int argc, char** argv) {\n"
+           "  ncclUniqueId id; ProcessGroup pg(id, argc, 2);\n"
+           "  __half *a, *b; cudaMalloc(&a, 1 << 20); cudaMalloc(&b, 1 << 20);\n"
+           "  for (int step = 0; step < 4; ++step) exchange(pg, a, b, 1 << 19);\n"
+           "}\n";
+  };
+  const std::string paired = program(
+      "  pg.start_coalescing();\n"
+      "  pg.send(out, n, next);\n"
+      "  pg.recv(in, n, prev);\n"
+      "  pg.end_coalescing();\n");
+  const Analysis a = analyze("user.cu", paired);
+  ASSERT_EQ(a.groups.size(), 1u);
+  EXPECT_EQ(a.groups[0].start_line, 10);
+  EXPECT_EQ(a.groups[0].end_line, 11);
+  EXPECT_EQ(a.groups[0].members.size(), 2u);
+  EXPECT_EQ(a.groups[0].regions.size(), 1u);
+  EXPECT_EQ(first_call(a, "ncclSend").group, 0);
+  EXPECT_EQ(first_call(a, "ncclRecv").group, 0);
+  const Conversion c = transform(a, paired);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "void start_coalescing() { braid_converted::group_start(); }")) << c.source;
+  EXPECT_TRUE(contains(c.source, "void end_coalescing() { braid_converted::group_end<0>(); }")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::send<0>(p, n, ncclHalf, peer, comm_, stream_)")) << c.source;
+  EXPECT_TRUE(
+      contains(conversion_to_text(c), "runs inside the group that start_coalescing() opens (line 10) through send()"))
+      << conversion_to_text(c);
+  // Written directly between the calls, and with the pair's calls inside an error-checking macro.
+  const std::string direct = program(
+      "  CHECK(pg.start_coalescing());\n"
+      "  pg.send(out, n, next);\n"
+      "  pg.recv(in, n, prev);\n"
+      "  CHECK(pg.end_coalescing());\n",
+      "#define CHECK(x) x\n");
+  EXPECT_EQ(convert_text(direct).converted_calls, 2) << left_text(convert_text(direct));
+  // Not pairs: each keeps the bracket's reason and both calls stay host NCCL.
+  const std::vector<std::string> unpaired = {
+      "  if (next != prev) pg.start_coalescing();\n"
+      "  pg.send(out, n, next);\n"
+      "  pg.recv(in, n, prev);\n"
+      "  pg.end_coalescing();\n",
+      "  pg.start_coalescing();\n"
+      "  pg.send(out, n, next);\n"
+      "  pg.recv(in, n, prev);\n"
+      "  finish(pg);\n",
+      "  pg.start_coalescing();\n"
+      "  pg.start_coalescing();\n"
+      "  pg.send(out, n, next);\n"
+      "  pg.recv(in, n, prev);\n"
+      "  pg.end_coalescing();\n"
+      "  pg.end_coalescing();\n",
+  };
+  for (const std::string& step : unpaired) {
+    const bool finishes = contains(step, "finish(pg)");
+    const Conversion u =
+        convert_text(program(step, finishes ? "static void finish(ProcessGroup& pg) { pg.end_coalescing(); }\n" : ""));
+    EXPECT_EQ(u.converted_calls, 0) << step << u.source;
+    EXPECT_TRUE(told(u, "start_coalescing() opens or closes (line 10) unpaired")) << step << left_text(u);
+  }
 }
 
 // A pointer variable set to a run-time choice (nccl-tests' in-place input,

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/convert/lexer.hpp"
@@ -122,6 +123,10 @@ struct Group {
   int start_line = 0, end_line = 0;
   std::size_t start_call = 0, end_call = 0;  // indices of ncclGroupStart / ncclGroupEnd
   std::vector<std::size_t> members;          // NCCL calls inside
+  // A group opened and closed by a pair of wrappers (`pg.start_coalescing(); ... pg.end_coalescing();`):
+  // the code tokens between each paired call of the two, where its members run. Empty for a group
+  // written in one function (its members lie between start_call and end_call).
+  std::vector<std::pair<std::size_t, std::size_t>> regions;
 };
 
 // An ncclGroupStart or ncclGroupEnd that its function does not pair: a scope guard's constructor or
@@ -130,7 +135,9 @@ struct Group {
 struct GroupBracket {
   std::string function;
   int line = 0;
-  bool opens = false;  // ncclGroupStart (else ncclGroupEnd)
+  bool opens = false;           // ncclGroupStart (else ncclGroupEnd)
+  std::size_t call = SIZE_MAX;  // index of that ncclGroupStart / ncclGroupEnd
+  bool paired = false;          // its calls pair with a closing (opening) wrapper's: a Group of its own
 };
 
 struct Loop {

@@ -150,6 +150,12 @@ void mark_captured_calls(const BufferFlow& flow, const TokenIndex& token_at, Ana
 // And those it shares through CUDA IPC (cudaIpcGetMemHandle, a custom all-reduce's workspace):
 // Buffer::ipc_exported_line, since legacy IPC refuses ncclMemAlloc (cuMem) memory.
 void mark_program_registered_buffers(const BufferFlow& flow, const TokenIndex& token_at, Analysis& a);
+// Wrappers that open and close a group (`void start_coalescing() { ncclGroupStart(); }` and its
+// `end_coalescing()`), called in pairs: each call of the opening one followed in its block by one of
+// the closing one, each a statement of its own. Such a pair is a Group whose members run between
+// the paired calls (Group::regions); a bracket not paired that way stays a GroupBracket.
+void pair_group_wrappers(const BufferFlow& flow, const std::vector<Token>& toks, const TokenIndex& token_at,
+                         const std::vector<std::size_t>& collectives, Analysis& a);
 // Calls that run inside an ncclGroupStart/End through the functions called there (a helper or a
 // lambda holding the ncclSend) are members of that group, as if written in it; one reached from
 // several groups, or through a function also used as a value (called through a pointer, maybe

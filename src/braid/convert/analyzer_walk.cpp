@@ -256,14 +256,14 @@ class CallWalker {
         c.group = open_group_;
         return;
       }
-      a_.groups.push_back(Group{t.line, 0, a_.calls.size(), 0, {}});
+      a_.groups.push_back(Group{t.line, 0, a_.calls.size(), 0, {}, {}});
       open_group_ = (int)a_.groups.size() - 1;
       group_depth_ = 1;
     } else if (c.name == "ncclGroupEnd") {
       if (open_group_ < 0) {
         if (current_function_ == "main")
           throw UserError(fmt::format("{}:{}", file_, t.line), "ncclGroupEnd without a matching ncclGroupStart");
-        a_.group_brackets.push_back(GroupBracket{current_function_, t.line, false});
+        a_.group_brackets.push_back(GroupBracket{current_function_, t.line, false, a_.calls.size()});
         return;
       }
       if (--group_depth_ > 0) {
@@ -287,7 +287,7 @@ class CallWalker {
     // called here, through a pointer, or never (a class's unused API): a bracket, its calls held.
     if (current_function_ == "main")
       throw UserError(fmt::format("{}:{}", file_, g.start_line), "ncclGroupStart without a matching ncclGroupEnd");
-    a_.group_brackets.push_back(GroupBracket{current_function_, g.start_line, true});
+    a_.group_brackets.push_back(GroupBracket{current_function_, g.start_line, true, g.start_call});
     for (Call& c : a_.calls)
       if (c.group == open_group_) c.group = -1;
     a_.groups.erase(a_.groups.begin() + open_group_);
