@@ -1441,7 +1441,8 @@ TEST(AnalyzerUserIdioms, GroupBracketsInGuardsAndWrappersHoldTheirCalls) {
 // pg.end_coalescing();`, torch.distributed's shape): one group whose members are the calls reached
 // between each pair, converted whole; the wrappers' own ncclGroupStart/End become the runtime's
 // group brackets. Not a pair, the calls stay held: the opening call under an unbraced if, the
-// closing one in another function, two opens before a close.
+// closing one in another function, another object's send or receive between them (maybe another
+// communicator), two opens before a close.
 TEST(AnalyzerUserIdioms, GroupWrappersCalledInPairsAreAGroup) {
   const auto program = [](const std::string& step, const std::string& extra = "") {
     return kPrologue +
@@ -1509,6 +1510,11 @@ TEST(AnalyzerUserIdioms, GroupWrappersCalledInPairsAreAGroup) {
       "  pg.send(out, n, next);\n"
       "  pg.recv(in, n, prev);\n"
       "  finish(pg);\n",
+      "  ProcessGroup other(ncclUniqueId{}, next, 2);\n"
+      "  pg.start_coalescing();\n"
+      "  pg.send(out, n, next);\n"
+      "  other.recv(in, n, prev);\n"
+      "  pg.end_coalescing();\n",
       "  pg.start_coalescing();\n"
       "  pg.start_coalescing();\n"
       "  pg.send(out, n, next);\n"

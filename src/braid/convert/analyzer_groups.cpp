@@ -38,11 +38,32 @@ std::size_t block_end(const std::vector<Token>& toks, std::size_t at) {
   return toks.size();
 }
 
+// `pg.start_coalescing(); pg.send(..); tp.send(..); pg.end_coalescing();`: a member function
+// reaching an NCCL call (`holding`) called between the pair on another object than the opening
+// wrapper's, maybe another communicator, which one converted group cannot serve.
+bool another_objects_calls(const BufferFlow& flow, const std::vector<Token>& toks, std::size_t s, std::size_t e,
+                           const std::set<std::string>& holding) {
+  const auto object_of = [&](std::size_t name) {
+    return name >= 2 && (toks[name - 1].text == "." || toks[name - 1].text == "->") ? toks[name - 2].text : "";
+  };
+  const std::string own = object_of(s);
+  if (own.empty()) return false;
+  for (std::size_t k = s + 1; k + 1 < e; ++k) {
+    if (toks[k].kind != TokenKind::Identifier || toks[k + 1].text != "(") continue;
+    const std::string object = object_of(k);
+    if (object.empty() || object == own) continue;
+    for (const std::string& f : flow.reached_between(k - 1, k + 1))
+      if (holding.count(f)) return true;
+  }
+  return false;
+}
+
 // Each call of the opening wrapper followed, later in its block and at its depth, by a call of the
 // closing one, and every call of the closing one so matched: the regions between them. Empty when
 // any call is not paired that way (conditional on one side only, nested, left to another block).
 std::vector<std::pair<std::size_t, std::size_t>> paired_regions(const BufferFlow& flow, const std::vector<Token>& toks,
-                                                                const GroupBracket& open, const GroupBracket& close) {
+                                                                const GroupBracket& open, const GroupBracket& close,
+                                                                const std::set<std::string>& holding) {
   std::vector<std::size_t> opens = flow.call_sites_of(open.function), closes = flow.call_sites_of(close.function);
   std::sort(opens.begin(), opens.end());
   std::sort(closes.begin(), closes.end());
@@ -52,6 +73,7 @@ std::vector<std::pair<std::size_t, std::size_t>> paired_regions(const BufferFlow
     const std::size_t s = opens[i], e = closes[i];
     if (e <= s || (i + 1 < opens.size() && opens[i + 1] < e) || e >= block_end(toks, s)) return {};
     if (!statement_of_its_own(toks, s) || !statement_of_its_own(toks, e)) return {};
+    if (another_objects_calls(flow, toks, s, e, holding)) return {};
     int depth = 0;
     for (std::size_t k = s; k < e && depth >= 0; ++k) depth += toks[k].text == "{" ? 1 : toks[k].text == "}" ? -1 : 0;
     if (depth != 0) return {};
@@ -77,7 +99,7 @@ void pair_group_wrappers(const BufferFlow& flow, const std::vector<Token>& toks,
     if (!open.opens || !wrapper(open)) continue;
     for (GroupBracket& close : a.group_brackets) {
       if (close.opens || close.function == open.function || !wrapper(close)) continue;
-      auto regions = paired_regions(flow, toks, open, close);
+      auto regions = paired_regions(flow, toks, open, close, holding);
       if (regions.empty()) continue;
       const int g = (int)a.groups.size();
       Call& start = a.calls[open.call];
