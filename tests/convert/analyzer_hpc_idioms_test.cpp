@@ -293,3 +293,80 @@ TEST(AnalyzerHpcIdioms, SkippedAllocationsAndCartesianNeighboursDependOnTheRank)
   EXPECT_TRUE(told(c, "buffer `halo_w` is allocated under a condition")) << conversion_to_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&halo_e, ny * sizeof(float))")) << c.source;
 }
+
+// What some ranks do differently before an allocation makes it rank-dependent, and so not a window
+// (window registration is collective): a role split that returns (`if (color == NCCL_SPLIT_NOCOLOR)
+// { ...; return 0; }`), a loop whose trip count depends on the rank (directly, or a constructor run
+// in one), a size from ncclCommCount of an uneven split (agreed across ranks). An error exit that
+// returns (`return 1;`) is the program's failure path, not a role.
+TEST(AnalyzerHpcIdioms, RolesThatReturnAndRankDependentTripCountsAreConditional) {
+  const std::string head =
+      "#include <nccl.h>\n"
+      "#include <mpi.h>\n"
+      "struct Tensor { float* p; explicit Tensor(size_t n) { cudaMalloc(&p, n * 4); } };\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank, world; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+      "  ncclUniqueId id; ncclComm_t comm, sub = NULL; cudaStream_t s;\n"
+      "  ncclCommInitRank(&comm, world, id, rank);\n"
+      "  if (argc > 5) { printf(\"usage\\n\"); return 1; }\n"
+      "  float* y; cudaMalloc(&y, 4096);\n"
+      "  ncclAllReduce(y, y, 1024, ncclFloat, ncclSum, comm, s);\n";
+  const std::string role = head +
+                           "  const int color = rank == 0 ? NCCL_SPLIT_NOCOLOR : 1;\n"
+                           "  ncclCommSplit(comm, color, rank, &sub, NULL);\n"
+                           "  if (color == NCCL_SPLIT_NOCOLOR) { MPI_Finalize(); return 0; }\n"
+                           "  float* x; cudaMalloc(&x, 4096);\n"
+                           "  ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, sub, s);\n"
+                           "}\n";
+  const Conversion r = convert_text(role);
+  EXPECT_EQ(r.converted_calls, 1) << conversion_to_text(r);  // y: after the error exit, on every rank
+  EXPECT_TRUE(told(r, "buffer `x` is allocated under a condition (line 14)")) << left_text(r);
+  std::string unbraced = role;
+  unbraced.replace(unbraced.find("{ MPI_Finalize(); return 0; }"), 29, "return 0;");
+  EXPECT_TRUE(told(convert_text(unbraced), "buffer `x` is allocated under a condition"));
+  const std::string trip = head +
+                           "  const int nblk = 1 + rank % 3;\n"
+                           "  float* blk[4];\n"
+                           "  for (int b = 0; b < nblk; ++b) cudaMalloc(&blk[b], 4096);\n"
+                           "  for (int b = 0; b < world - rank; ++b) { Tensor t(256); }\n"
+                           "  Tensor x(1024);\n"
+                           "  ncclAllReduce(blk[0], blk[0], 1024, ncclFloat, ncclSum, comm, s);\n"
+                           "  ncclAllReduce(x.p, x.p, 1024, ncclFloat, ncclSum, comm, s);\n"
+                           "}\n";
+  const Conversion t = convert_text(trip);
+  EXPECT_EQ(t.converted_calls, 1) << conversion_to_text(t);
+  EXPECT_TRUE(told(t, "buffer `blk[]` is allocated (line 13) in a loop whose trip count depends on the rank (line 13)"))
+      << left_text(t);
+  EXPECT_TRUE(told(t, "buffer `p` is allocated (line 3) in a loop whose trip count depends on the rank (line 14)"))
+      << left_text(t);
+  const std::string count = head +
+                            "  ncclCommSplit(comm, rank == 0 ? 0 : 1, rank, &sub, NULL);\n"
+                            "  int gsize; ncclCommCount(sub, &gsize);\n"
+                            "  float* all; cudaMalloc(&all, 256 * gsize * sizeof(float));\n"
+                            "  ncclAllGather(y, all, 256, ncclFloat, sub, s);\n"
+                            "}\n";
+  const Conversion c = convert_text(count);
+  EXPECT_EQ(c.converted_calls, 2) << conversion_to_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_agreed(&all, 256 * gsize * sizeof(float))")) << c.source;
+}
+
+// A C allocation helper that allocates into a local and hands it out through its pointer-to-pointer
+// parameter on success (`void* p; if (cudaMalloc(&p, ..) != cudaSuccess) return -1; *out = (float*)p;`):
+// the caller's variable is that local's allocation.
+TEST(AnalyzerHpcIdioms, AnAllocationHandedOutThroughAnOutParameter) {
+  const std::string src = kPrologue +
+                          "static int dmalloc_f(float** out, size_t n) {\n"
+                          "  void* p;\n"
+                          "  if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) return -1;\n"
+                          "  *out = (float*)p;\n"
+                          "  return 0;\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* x; dmalloc_f(&x, 1024);\n"
+                          "  ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(float))")) << c.source;
+}

@@ -1531,6 +1531,36 @@ TEST(AnalyzerUserIdioms, GroupWrappersCalledInPairsAreAGroup) {
   }
 }
 
+// A caching allocator hands out blocks it keeps in its own free lists: a pointer taken back out of
+// such a container is not traced to one allocation, and the reason says so (it used to say the
+// file has no cudaMalloc, beside the allocator's own).
+TEST(AnalyzerUserIdioms, ACachingAllocatorsBlocksAreSaidToBeNotTraced) {
+  const std::string src = kPrologue +
+                          "#include <map>\n"
+                          "#include <vector>\n"
+                          "class CachingAllocator {\n"
+                          " public:\n"
+                          "  void* allocate(size_t bytes) {\n"
+                          "    auto& list = free_[bytes];\n"
+                          "    if (!list.empty()) { void* p = list.back(); list.pop_back(); return p; }\n"
+                          "    void* p = nullptr; cudaMalloc(&p, bytes); return p;\n"
+                          "  }\n"
+                          "  void release(void* p, size_t bytes) { free_[bytes].push_back(p); }\n"
+                          " private:\n"
+                          "  std::map<size_t, std::vector<void*>> free_;\n"
+                          "};\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  CachingAllocator alloc;\n"
+                          "  float* grad = static_cast<float*>(alloc.allocate(1 << 22));\n"
+                          "  ncclAllReduce(grad, grad, 1 << 20, ncclFloat, ncclSum, comm, s);\n"
+                          "  alloc.release(grad, 1 << 22);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 0);
+  EXPECT_TRUE(told(c, "is a pointer taken out of `free_`, which the program fills itself (line 14)")) << left_text(c);
+}
+
 // A pointer variable set to a run-time choice (nccl-tests' in-place input,
 // `int* in = in_place ? recv + rank * n : send`) is either buffer, as the choice written in the
 // call is; a branch braid cannot follow keeps the call host NCCL with its reason.
@@ -1652,4 +1682,31 @@ TEST(AnalyzerUserIdioms, EveryCreationOfACommunicatorArrayBindsWhereItIsMade) {
   EXPECT_TRUE(contains(c.source, "braid_converted::comm_split(root, rank % 2, rank, &comms[kPairs], nullptr)"))
       << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::comm_split(root, 0, rank, &comms[kAll], nullptr)")) << c.source;
+}
+
+// A class's own `get()` returning its smart pointer's `p_.get()` (braid used to loop on it and
+// crash), and a smart pointer member declared empty and given its pointer by `reset(p)` in the
+// constructor: followed to the allocation, as an assignment would be.
+TEST(AnalyzerUserIdioms, AGetAccessorOverASmartPointerGivenItsPointerByReset) {
+  const std::string src =
+      kPrologue +
+      "#include <memory>\n"
+      "template <typename T> class Buffer {\n"
+      " public:\n"
+      "  explicit Buffer(size_t n) : n_(n) { T* p = nullptr; cudaMalloc(&p, n * sizeof(T)); p_.reset(p); }\n"
+      "  T* get() const { return p_.get(); }\n"
+      "  size_t size() const { return n_; }\n"
+      " private:\n"
+      "  struct Del { void operator()(T* p) const { cudaFree(p); } };\n"
+      "  std::unique_ptr<T, Del> p_;\n"
+      "  size_t n_ = 0;\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Buffer<float> g(1 << 20);\n"
+      "  ncclAllReduce(g.get(), g.get(), g.size(), ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(T))")) << c.source;
 }

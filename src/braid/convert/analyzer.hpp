@@ -41,6 +41,7 @@ struct Buffer {
   bool conditional = false;           // allocated under if/else/switch: may differ between ranks
   std::string conditional_caller;     // or in a function called (or class constructed) under one: `DeviceBuffer`
   int conditional_call_line = 0;      // ... at this line
+  int rank_dependent_trip_line = 0;   // or in a loop whose trip count depends on the rank (conditional too)
   int registered_line = 0;            // the program registers a window from inside it here (buf + off)
   int window_line = 0;  // the program registers its own window on the whole buffer here (ncclCommWindowRegister)
   std::string rank_dependent_size;  // a name in its size that depends on the rank (`w.pool.num_blocks`), "" if none

@@ -71,6 +71,23 @@ bool allocated_by_own_class(const BufferFlow& flow, const Analysis& a, const std
   return found;
 }
 
+// Why buffer `text`, followed to `path`, names no allocation: what the assignments it is given do
+// not reach (`given`), a pointer taken back out of a container the program fills itself (a pool's or
+// caching allocator's free list: which allocation it was is decided at run time), or no allocation.
+std::string no_allocation_reason(const BufferFlow& flow, const std::string& text, const std::string& path,
+                                 const std::string& given) {
+  if (!given.empty()) return fmt::format("buffer `{}` (followed to `{}`): {}", text, path, given);
+  if (const int kept_at = path.find('[') != std::string::npos ? flow.sequence_fill_line(split_root(path).first) : 0;
+      kept_at > 0)
+    return fmt::format(
+        "buffer `{}` (followed to `{}`) is a pointer taken out of `{}`, which the program fills itself (line {}): what "
+        "a container filled at run time holds (a pool's free list, a cache, a list of owned blocks) is not traced to "
+        "an allocation",
+        text, path, split_root(path).first, kept_at);
+  return fmt::format("buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file", text,
+                     path);
+}
+
 // The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
 // reason in c.unresolved, when it cannot be followed.
 std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
@@ -164,12 +181,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
           found = true;
           c.via.insert(c.via.end(), given.via.begin(), given.via.end());
         }
-    if (!found && c.unresolved.empty())
-      c.unresolved =
-          given.reason.empty()
-              ? fmt::format("buffer `{}` (followed to `{}`) has no cudaMalloc/ncclMemAlloc allocation in this file",
-                            text, path)
-              : fmt::format("buffer `{}` (followed to `{}`): {}", text, path, given.reason);
+    if (!found && c.unresolved.empty()) c.unresolved = no_allocation_reason(flow, text, path, given.reason);
   }
   for (const std::string& path : exchanged.paths)
     for (const auto& [key, b] : a.buffers)

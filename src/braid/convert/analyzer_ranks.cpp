@@ -212,8 +212,12 @@ bool uniform_guards(const std::vector<Token>& t, const BufferFlow& flow, std::si
   for (std::size_t open : flow.guards(at)) {
     if (open == BufferFlow::kUnknownGuard || open >= t.size()) return false;
     const std::size_t close = match_forward(t, open, t.size());
+    // A container's own queries (`members.empty()`) answer alike for alike contents: the object's
+    // taint decides (below).
+    static const std::set<std::string> kQueries = {"empty", "size", "length", "count", "contains"};
     for (std::size_t k = open + 1; k + 1 < close; ++k) {
-      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof" &&
+      const bool query = k > open + 1 && is_member_step(t[k - 1]) && kQueries.count(t[k].text);
+      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof" && !query &&
           !alike_function(t, flow, t[k].text, k + 2 < close && t[k + 2].text != ")", tainted, 3))
         return false;
       if (t[k].kind == TokenKind::Identifier && names_a_per_rank_value(t[k].text)) return false;
@@ -221,6 +225,37 @@ bool uniform_guards(const std::vector<Token>& t, const BufferFlow& flow, std::si
     if (!tainted_in(t, open + 1, close, flow.function_at(open), tainted).empty()) return false;
   }
   return true;
+}
+
+// The line of a `for`/`while` around code token `at` in its function whose header reads a value that
+// depends on the rank (`for (b = 0; b < nblk; ++b)` with `nblk = 1 + rank % 3`): what runs in it runs
+// a different number of times on each rank. 0 when there is none.
+int rank_dependent_trip(const std::vector<Token>& t, const BufferFlow& flow, std::size_t at, const Tainted& tainted) {
+  const std::string function = flow.function_at(at);
+  for (std::size_t h = 0; h + 1 < at; ++h) {
+    if ((t[h].text != "for" && t[h].text != "while") || t[h + 1].text != "(" || flow.function_at(h) != function)
+      continue;
+    const std::size_t close = match_forward(t, h + 1, t.size());
+    if (close + 1 >= t.size() || close >= at) continue;
+    const std::size_t end =
+        t[close + 1].text == "{" ? match_forward(t, close + 1, t.size()) : statement_end(t, close + 1, t.size());
+    if (at >= end) continue;
+    // A `for`'s own counter is no trip count: with one thread driving every rank it is the rank
+    // itself (`for (i = 0; i < n; ++i) ncclCommInitRank(&c[i], n, id, i)`). Its condition and
+    // increment are read without it.
+    std::vector<Token> header(t.begin() + (std::ptrdiff_t)h + 2, t.begin() + (std::ptrdiff_t)close);
+    if (t[h].text == "for") {
+      const std::size_t init_end = statement_end(header, 0, header.size());
+      std::string counter;
+      for (std::size_t k = 0; k + 1 < init_end; ++k)
+        if (header[k].kind == TokenKind::Identifier && header[k + 1].text == "=") counter = header[k].text;
+      header.erase(header.begin(), header.begin() + (std::ptrdiff_t)std::min(init_end + 1, header.size()));
+      for (Token& x : header)
+        if (x.text == counter) x.text = "0", x.kind = TokenKind::Number;
+    }
+    if (!tainted_in(header, 0, header.size(), function, tainted).empty()) return t[h].line;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -238,8 +273,20 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
       {"cudaMemcpy", 0},       {"cudaMemcpyAsync", 0},        {"MPI_Recv", 0},
       {"MPI_Alltoall", 3},     {"MPI_Alltoallv", 4},          {"MPI_Scatter", 3},
       {"MPI_Scatterv", 4}};
+  // The size of a communicator split from another differs between its groups when the split is
+  // uneven (`color = rank == 0 ? 0 : 1`): ncclCommCount of one is a seed too.
+  std::set<std::string> split;
+  for (std::size_t i = 0; i + 1 < toks.size(); ++i)
+    if (toks[i].text == "ncclCommSplit" && toks[i + 1].text == "(")
+      if (const auto args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size())); args.size() >= 4)
+        split.insert(access_path(args[3], true));
   Tainted tainted;
   for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
+    if (toks[i].text == "ncclCommCount" && toks[i + 1].text == "(")
+      if (const auto args = split_top(toks, i + 1, match_forward(toks, i + 1, toks.size()));
+          args.size() == 2 && split.count(access_path(args[0], false)))
+        if (const std::string count = access_path(args[1], true); !count.empty())
+          tainted.add(flow.function_at(i), count);
     const auto [seeds_begin, seeds_end] = kSeeds.equal_range(toks[i].text);
     for (auto seed = seeds_begin; seed != seeds_end; ++seed) {
       if (toks[i + 1].text != "(") continue;
@@ -265,16 +312,30 @@ void mark_rank_dependent_sizes(const std::vector<Token>& toks, const BufferFlow&
   // An allocation under conditions every rank evaluates alike is made by every rank, in the same
   // order (llm.c's `if (model->grads_memory == NULL)`): its window registration is collective.
   const auto rank_conditional = [&](std::size_t tok) {
-    return flow.conditional(tok) && !uniform_guards(toks, flow, tok, tainted);
+    return !uniform_guards(toks, flow, tok, tainted);  // no guards: unconditional
   };
+  // Each allocation again, with its guards: also those of returns before it, which leave it
+  // unconditional unless some rank may take them (`if (color == NCCL_SPLIT_NOCOLOR) return 0;`).
   for (auto& [key, b] : a.buffers) {
-    if (!b.conditional || b.alloc_call >= a.calls.size()) continue;
+    if (b.alloc_call >= a.calls.size()) continue;
     const auto tok = token_at.find(a.calls[b.alloc_call].call_begin);
     if (tok == token_at.end()) continue;
     const auto [caller, line] = flow.conditional_caller(flow.function_at(tok->second), rank_conditional);
     b.conditional_caller = caller;
     b.conditional_call_line = line;
     b.conditional = rank_conditional(tok->second) || line > 0;
+  }
+  for (auto& [key, b] : a.buffers) {
+    if (b.conditional || b.alloc_call >= a.calls.size()) continue;
+    const auto tok = token_at.find(a.calls[b.alloc_call].call_begin);
+    if (tok == token_at.end()) continue;
+    b.rank_dependent_trip_line = rank_dependent_trip(toks, flow, tok->second, tainted);
+    if (b.rank_dependent_trip_line == 0)  // or a call of its function, or a construction of its class, in one
+      b.rank_dependent_trip_line =
+          flow.conditional_caller(flow.function_at(tok->second),
+                                  [&](std::size_t site) { return rank_dependent_trip(toks, flow, site, tainted) > 0; })
+              .second;
+    b.conditional = b.rank_dependent_trip_line > 0;
   }
   for (auto& [key, b] : a.buffers) {
     if (b.bytes || b.bytes_expr.empty() || b.alloc_call >= a.calls.size()) continue;

@@ -491,6 +491,11 @@ BufferFlow::Resolution BufferFlow::resolve(const std::string& expr, const std::s
 
 void BufferFlow::resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth,
                               Resolution& out, std::vector<std::string>& stack) const {
+  // Every way below spends depth (an accessor returning another accessor's value may loop).
+  if (depth < 0) {
+    out.reason = fmt::format("`{}` is defined through a cycle or more than 6 levels of calls", expr);
+    return;
+  }
   if (const std::vector<std::string> branches = ternary_branches(expr); !branches.empty()) {
     out.via.push_back(fmt::format("`{}` is one of `{}`, `{}`", expr, branches[0], branches[1]));
     for (const std::string& b : branches) {  // either buffer, decided at run time

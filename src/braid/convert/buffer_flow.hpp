@@ -92,7 +92,7 @@ class BufferFlow {
   // Also a helper's pointer-to-pointer parameter (`void dev_alloc(float** p, size_t n)
   // { cudaMalloc((void**)p, ...); }` called as `dev_alloc(&g, n)`).
   struct Fill {
-    std::string function, param;  // the helper and its parameter (the allocation's path there)
+    std::string function, param;  // the helper and its parameter, or the local it hands out through one (`*out = p`)
   };
   std::vector<Fill> reference_fills(const std::string& path) const;
   // The allocation path of `target`, the first argument of an allocation at code token `at`, when
@@ -131,6 +131,9 @@ class BufferFlow {
   // pointer value (`T* a[3];`, `std::array<T*, 3> a{}`, `std::vector<T*> a(n)`) and every other use
   // reads it. Its elements are then what those assignments give (exchanged_with).
   bool elements_only_assigned(const std::string& name) const;
+  // The line of the first call filling container `name` or one of its elements like a sequence
+  // (`free_[bytes].push_back(p)`, `pool.emplace_back(q)`); 0 when there is none.
+  int sequence_fill_line(const std::string& name) const;
 
   // `function` itself or the first of its callers (transitively, in this file) that is in
   // `roots`; "" when none is.
@@ -377,7 +380,10 @@ class BufferFlow {
   };
   std::vector<ClassBody> classes_;
   std::set<std::string> smart_types_;  // unique_ptr, shared_ptr and the file's aliases of them
-  std::set<std::string> view_types_;   // span and the file's aliases of it
+  // Whether the file declares a variable or field `name` of one of those types (`empty`: declared
+  // with no pointer, given one later by `reset(p)` or an assignment).
+  bool declared_smart(const std::string& name, bool empty = false) const;
+  std::set<std::string> view_types_;                               // span and the file's aliases of it
   std::map<std::string, std::vector<MemberWrite>> member_writes_;  // "Class::field" -> its writes
   std::set<std::string> member_addressed_;  // "Class::field" also written through `&field` (an allocation, a creation)
 };

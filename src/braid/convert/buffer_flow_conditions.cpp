@@ -2,6 +2,7 @@
 // operands, the rest of a loop body after a conditional `continue`/`break`) and under which
 // conditions (guards()), read by the rank pass to tell conditions every rank evaluates alike.
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <vector>
 
@@ -43,6 +44,56 @@ Guards if_guards(const std::vector<Token>& code, std::size_t q) {
   return g;
 }
 
+// The return at code[r] leaves with an error (`return 1;`, `return -1;`, `return EXIT_FAILURE;`,
+// `return err;`): the program's failure path, not a role some ranks take.
+bool error_return(const std::vector<Token>& code, std::size_t r) {
+  const std::size_t end = statement_end(code, r, code.size());
+  if (end == r + 2 && code[r + 1].kind == TokenKind::Number) return code[r + 1].text != "0";
+  if (end == r + 3 && code[r + 1].text == "-" && code[r + 2].kind == TokenKind::Number) return true;
+  for (std::size_t k = r + 1; k < end; ++k) {
+    std::string w = code[k].text;
+    std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+    if (code[k].kind == TokenKind::Identifier &&
+        (w.find("err") != std::string::npos || w.find("fail") != std::string::npos))
+      return true;
+  }
+  return false;
+}
+
+// The `{` at code[open] opens an if's or an else's body.
+bool if_body(const std::vector<Token>& code, std::size_t open) {
+  if (open > 0 && code[open - 1].text == "else") return true;
+  if (open == 0 || code[open - 1].text != ")") return false;
+  const std::size_t cond = enclosing_open(code, open - 1);
+  return cond != SIZE_MAX && cond > 0 && code[cond - 1].text == "if";
+}
+
+// `if (color == NCCL_SPLIT_NOCOLOR) return 0;` or `if (rank >= workers) { serve(); return 0; }` (the
+// return at code[i] ends the if's body, directly in it): the rest of the enclosing block runs where
+// the if did not, under its conditions (after_return: guards that do not make the code conditional
+// by themselves; the rank pass reads them). An error return is the program's failure path. True
+// when the guards changed.
+bool guard_rest_after_return(const std::vector<Token>& code, std::size_t i, const std::vector<Guards>& brace_guard,
+                             const std::vector<std::pair<std::size_t, Guards>>& unbraced,
+                             std::vector<Guards>& after_return, int& returned) {
+  if (error_return(code, i)) return false;
+  const Guards* body = nullptr;
+  std::size_t level = brace_guard.size();  // the block the if is in: brace_guard[level - 1]
+  if (!unbraced.empty() && unbraced.back().first == brace_guard.size() &&
+      (code[i - 1].text == ")" || code[i - 1].text == "else")) {
+    body = &unbraced.back().second;
+  } else if (const std::size_t open = enclosing_open(code, i);
+             open != SIZE_MAX && code[open].text == "{" && if_body(code, open) && !brace_guard.back().empty()) {
+    const std::size_t end = statement_end(code, i, code.size());
+    if (end + 1 < code.size() && code[end + 1].text == "}") body = &brace_guard.back(), --level;
+  }
+  if (body == nullptr || body->empty() || level < 1) return false;
+  Guards& rest = after_return[level - 1];
+  if (rest.empty()) ++returned;
+  rest.insert(rest.end(), body->begin(), body->end());
+  return true;
+}
+
 }  // namespace
 
 // Conditional regions: braced or unbraced bodies of if/else/switch, and `?:` operands; for each
@@ -52,6 +103,9 @@ void BufferFlow::mark_conditionals() {
   std::size_t i = 0;
   // Per open '{': what it runs under (if conditions, or kUnknownGuard); empty when not a guard.
   std::vector<Guards> brace_guard;
+  // Per open '{': the conditions of returns before, in its block (guard_rest_after_return); how many are set.
+  std::vector<Guards> after_return;
+  int returned = 0;
   int cond_depth = 0;
   // Unbraced bodies end at ';' at this brace depth; each with what it runs under.
   std::vector<std::pair<std::size_t, Guards>> unbraced;
@@ -69,6 +123,8 @@ void BufferFlow::mark_conditionals() {
     for (auto it = unbraced.rbegin(); it != unbraced.rend(); ++it)
       now.insert(now.end(), it->second.begin(), it->second.end());
     for (auto it = brace_guard.rbegin(); it != brace_guard.rend(); ++it) now.insert(now.end(), it->begin(), it->end());
+    for (auto it = after_return.rbegin(); it != after_return.rend(); ++it)
+      now.insert(now.end(), it->begin(), it->end());
     changed = false;
     return now;
   };
@@ -103,11 +159,14 @@ void BufferFlow::mark_conditionals() {
       }
       if (!guard.empty()) ++cond_depth;
       brace_guard.push_back(std::move(guard));
+      after_return.emplace_back();
       changed = true;
     } else if (x == "}") {
       if (!brace_guard.empty()) {
         if (!brace_guard.back().empty()) --cond_depth;
+        if (!after_return.back().empty()) --returned;
         brace_guard.pop_back();
+        after_return.pop_back();
         changed = true;
       }
     } else if ((x == "if" || x == "switch") && i + 1 < code.size() && code[i + 1].text == "(") {
@@ -140,8 +199,10 @@ void BufferFlow::mark_conditionals() {
         changed = true;
       }
     }
+    if (x == "return" && guard_rest_after_return(code, i, brace_guard, unbraced, after_return, returned))
+      changed = true;
     conditional_[i] = in;
-    if (in) note_guards(i, !g.empty() ? g : in_condition ? condition_guards : current());
+    if (in || returned > 0) note_guards(i, !g.empty() ? g : in_condition ? condition_guards : current());
     if (x == ";" && !unbraced.empty() && unbraced.back().first == brace_guard.size()) {
       unbraced.pop_back();
       changed = true;

@@ -398,4 +398,16 @@ bool BufferFlow::standard_container(const std::string& name) const {
   return false;
 }
 
+int BufferFlow::sequence_fill_line(const std::string& name) const {
+  for (std::size_t k = 0; k < code_.size(); ++k) {
+    if (code_[k].text != name || (k > 0 && is_member_step(code_[k - 1]))) continue;
+    std::size_t j = k + 1;
+    while (j < code_.size() && code_[j].text == "[") j = match_forward(code_, j, code_.size()) + 1;
+    if (j + 2 < code_.size() && is_member_step(code_[j]) && sequence_fill(code_[j + 1].text) &&
+        code_[j + 2].text == "(")
+      return code_[k].line;
+  }
+  return 0;
+}
+
 }  // namespace braid::convert

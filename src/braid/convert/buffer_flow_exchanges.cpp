@@ -42,6 +42,14 @@ void BufferFlow::record_exchange(std::size_t k, const std::string& function, std
     else if (x == "[") eq = match_forward(code_, eq, end) + 1;
     else break;
   }
+  // `p_.reset(p);`: a smart pointer given its pointer, as `p_ = p` (followed when it is declared
+  // empty: repointed()).
+  if (eq < end && code_[eq].text == "(" && eq >= k + 3 && code_[eq - 1].text == "reset" && code_[eq - 2].text == ".") {
+    const std::vector<std::string> args = split_top(code_, eq, match_forward(code_, eq, end));
+    if (args.size() == 1 && args[0] != "nullptr" && args[0] != "NULL")
+      exchanges_.push_back(Exchange{function, join(code_, k, eq - 2), args[0], k});
+    return;
+  }
   if (eq >= end || code_[eq].text != "=") return;
   const std::string value = join(code_, eq + 1, statement_end(code_, eq + 1, end));
   if (value == "nullptr" || value == "NULL" || value == "0") return;  // a reset points at no buffer

@@ -299,6 +299,25 @@ bool allocates_into(const std::vector<Token>& code, const FunctionDef& f, const 
   return false;
 }
 
+// `*out = (float*)p;` (or `out[0] = p;`) in f's body, for pointer-to-pointer parameter `name`: the
+// local `p` the helper hands out through it (`int dmalloc(float** out, size_t n)` allocating into a
+// local and storing it on success); "" when there is no such statement.
+std::string handed_out(const std::vector<Token>& code, const FunctionDef& f, const std::string& name) {
+  for (std::size_t j = f.body_open + 1; j + 3 < f.body_close; ++j) {
+    const std::string& before = code[j - 1].text;
+    if (before != ";" && before != "{" && before != "}" && before != ")" && before != "else") continue;
+    std::size_t eq = 0;
+    if (code[j].text == "*" && code[j + 1].text == name && code[j + 2].text == "=") eq = j + 2;
+    if (code[j].text == name && code[j + 1].text == "[" && j + 4 < f.body_close && code[j + 2].text == "0" &&
+        code[j + 3].text == "]" && code[j + 4].text == "=")
+      eq = j + 4;
+    if (eq == 0) continue;
+    const std::string value = access_path(join(code, eq + 1, statement_end(code, eq + 1, f.body_close)), false);
+    if (!value.empty() && value.find_first_of(".[") == std::string::npos) return value;
+  }
+  return "";
+}
+
 // The code tokens [begin, end) of f's parameter `index` in its declaration; {0, 0} when absent.
 std::pair<std::size_t, std::size_t> parameter_tokens(const std::vector<Token>& code, const FunctionDef& f,
                                                      std::size_t index) {
@@ -330,14 +349,15 @@ std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& pat
         fills =
             code_[j].text == "&" && code_[j + 1].text == name && (code_[j + 2].text == "," || code_[j + 2].text == ")");
       fills = fills || (kind == PointerFill::Pointer && allocates_into(code_, f, name));
-      if (!fills) continue;
+      const std::string through = !fills && kind == PointerFill::Pointer ? handed_out(code_, f, name) : "";
+      if (!fills && through.empty()) continue;
       for (const CallSite& c : calls->second) {
         // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
         const std::string given = index >= c.args.size()           ? ""
                                   : kind == PointerFill::Reference ? access_path(c.args[index], false)
                                                                    : access_path(c.args[index], true);
         if (!given.empty() && path_matches(given, path)) {
-          out.push_back({f.name, name});
+          out.push_back({f.name, through.empty() ? name : through});
           break;
         }
       }

@@ -62,12 +62,34 @@ std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const 
   return args.empty() ? "" : args.front();
 }
 
+bool BufferFlow::declared_smart(const std::string& name, bool empty) const {
+  for (std::size_t k = 2; k + 1 < code_.size(); ++k) {
+    if (code_[k].text != name || code_[k].kind != TokenKind::Identifier) continue;
+    // Empty: `std::unique_ptr<T, Del> p_;` (or `p_{};`), no pointer given where it is declared.
+    if (empty && code_[k + 1].text != ";" &&
+        !(code_[k + 1].text == "{" && k + 3 < code_.size() && code_[k + 2].text == "}" && code_[k + 3].text == ";"))
+      continue;
+    std::size_t type = k - 1;
+    if (code_[type].text == ">") {  // back to the template's '<'
+      for (int depth = 0; type > 0; --type) {
+        if (code_[type].text == ">") ++depth;
+        else if (code_[type].text == "<" && --depth == 0) break;
+      }
+      --type;
+    }
+    if (smart_types_.count(code_[type].text)) return true;
+  }
+  return false;
+}
+
 int BufferFlow::repointed(const std::string& name) const {
   for (std::size_t k = 1; k + 3 < code_.size(); ++k) {
     if (code_[k].text != name) continue;
     const std::string& prev = code_[k - 1].text;
+    // Declared empty, `reset(p)` gives it its pointers as assignments do (below).
     const bool method = code_[k + 1].text == "." && code_[k + 3].text == "(" &&
-                        ((code_[k + 2].text == "reset" && k + 4 < code_.size() && code_[k + 4].text != ")") ||
+                        ((code_[k + 2].text == "reset" && k + 4 < code_.size() && code_[k + 4].text != ")" &&
+                          !declared_smart(name, true)) ||
                          code_[k + 2].text == "swap");
     const bool swapped = prev == "(" && k >= 2 && code_[k - 2].text == "swap";
     // Declared empty and given its pointer only by assignments, it is followed through them
@@ -85,11 +107,13 @@ std::string BufferFlow::owned_pointer(const std::string& expr) const {
   const std::vector<Token> t = strip(code_tokens(lr.tokens), addr);
   const std::size_t n = t.size();
   if (addr || n == 0) return "";
-  // `.get()` of a class of this file is its own accessor (follow_accessor), not a smart pointer's.
+  // `.get()` of a class of this file is its own accessor (follow_accessor), not a smart pointer's,
+  // unless it is called on a variable or field declared as a smart pointer (`p_.get()` inside the
+  // class's own `T* get() const { return p_.get(); }`).
   const bool file_get = std::any_of(functions_.begin(), functions_.end(),
                                     [](const FunctionDef& f) { return f.name == "get" && !f.owner.empty(); });
   if (n > 4 && t[n - 4].text == "." && t[n - 3].text == "get" && t[n - 2].text == "(" && t[n - 1].text == ")" &&
-      !file_get)
+      (!file_get || (t[n - 5].kind == TokenKind::Identifier && declared_smart(t[n - 5].text))))
     return join(t, 0, n - 4);
   const auto [name, open] = qualified_call(t);
   if (name == SIZE_MAX || !smart_types_.count(t[name].text)) return "";

@@ -143,6 +143,10 @@ std::string own_reason(const Analysis& a, const Call& c) {
                "at line " +
                std::to_string(b.conditional_call_line) +
                "): ranks may allocate differently, and window registration is collective";
+      if (b.rank_dependent_trip_line > 0)
+        return "buffer `" + key + "` is allocated (line " + std::to_string(b.line) +
+               ") in a loop whose trip count depends on the rank (line " + std::to_string(b.rank_dependent_trip_line) +
+               "): ranks may allocate a different number of times, and window registration is collective";
       if (b.conditional)
         return "buffer `" + key + "` is allocated under a condition (line " + std::to_string(b.line) +
                "): ranks may allocate differently, and window registration is collective";
