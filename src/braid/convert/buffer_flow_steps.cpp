@@ -25,6 +25,24 @@ std::string pointee_path(const std::string& expr, const std::string& rest) {
 
 using namespace flow_tokens;
 
+namespace {
+
+// The type's name token before the declared name at code[k] (k >= 2): `unique_ptr` of
+// `std::unique_ptr<T, Del> p_`, `device_ptr` of `device_ptr p`.
+std::size_t type_before(const std::vector<Token>& code, std::size_t k) {
+  std::size_t type = k - 1;
+  if (code[type].text == ">") {  // back to the template's '<'
+    for (int depth = 0; type > 0; --type) {
+      if (code[type].text == ">") ++depth;
+      else if (code[type].text == "<" && --depth == 0) break;
+    }
+    --type;
+  }
+  return type;
+}
+
+}  // namespace
+
 // `using device_ptr = std::unique_ptr<T, CudaFree>;` (also under a template) and
 // `typedef std::shared_ptr<float> FloatPtr;` name smart pointer types as std's own names do.
 void BufferFlow::collect_smart_types() {
@@ -47,14 +65,7 @@ void BufferFlow::collect_smart_types() {
 
 std::string BufferFlow::smart_initialiser(std::size_t k, std::size_t end) const {
   if (k < 2 || k + 1 >= end || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) return "";
-  std::size_t type = k - 1;
-  if (code_[type].text == ">") {  // back to the template's '<'
-    for (int depth = 0; type > 0; --type) {
-      if (code_[type].text == ">") ++depth;
-      else if (code_[type].text == "<" && --depth == 0) break;
-    }
-    --type;
-  }
+  const std::size_t type = type_before(code_, k);
   // `std::span<float> grads(flat, n)`: a view holds the pointer it is made from as a smart pointer does.
   if (!smart_types_.count(code_[type].text) && !view_types_.count(code_[type].text)) return "";
   const std::size_t close = match_forward(code_, k + 1, end);
@@ -69,15 +80,7 @@ bool BufferFlow::declared_smart(const std::string& name, bool empty) const {
     if (empty && code_[k + 1].text != ";" &&
         !(code_[k + 1].text == "{" && k + 3 < code_.size() && code_[k + 2].text == "}" && code_[k + 3].text == ";"))
       continue;
-    std::size_t type = k - 1;
-    if (code_[type].text == ">") {  // back to the template's '<'
-      for (int depth = 0; type > 0; --type) {
-        if (code_[type].text == ">") ++depth;
-        else if (code_[type].text == "<" && --depth == 0) break;
-      }
-      --type;
-    }
-    if (smart_types_.count(code_[type].text)) return true;
+    if (smart_types_.count(code_[type_before(code_, k)].text)) return true;
   }
   return false;
 }
