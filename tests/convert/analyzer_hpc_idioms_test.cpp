@@ -370,3 +370,37 @@ TEST(AnalyzerHpcIdioms, AnAllocationHandedOutThroughAnOutParameter) {
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(float))")) << c.source;
 }
+
+// C idioms of element pointers and named constants: a stream indexed by an enumerator or a `const
+// int` (`P.st[FWD]`) is one element, as `P.st[0]` is; a field allocated through an element pointer
+// (`halo_t* h = &H[d]; dmalloc(&h->send, n)`, `halo_t* h = H + d; cudaMalloc(&h->recv, ..)`) is
+// that element's field.
+TEST(AnalyzerHpcIdioms, ConstantIndicesAndFieldsAllocatedThroughElementPointers) {
+  const std::string src =
+      "#include <nccl.h>\n"
+      "#include <cuda_runtime.h>\n"
+      "enum { FWD = 0, BWD, NDIR };\n"
+      "const int kMain = 1;\n"
+      "typedef struct { float *send, *recv; } halo_t;\n"
+      "typedef struct { cudaStream_t st[NDIR]; halo_t h[2]; } pipe_t;\n"
+      "static int dmalloc_f(float** out, size_t n) { return cudaMalloc((void**)out, n * sizeof(float)) == cudaSuccess "
+      "? 0 : -1; }\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  pipe_t P;\n"
+      "  for (int d = 0; d < NDIR; d++) cudaStreamCreate(&P.st[d]);\n"
+      "  for (int d = 0; d < 2; d++) {\n"
+      "    halo_t* h = &P.h[d]; dmalloc_f(&h->send, 1024);\n"
+      "    halo_t* g = P.h + d; cudaMalloc(&g->recv, 4096);\n"
+      "  }\n"
+      "  ncclAllReduce(P.h[0].send, P.h[1].send, 1024, ncclFloat, ncclSum, comm, P.st[FWD]);\n"
+      "  ncclAllReduce(P.h[0].recv, P.h[0].recv, 1024, ncclFloat, ncclSum, comm, P.st[kMain]);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  EXPECT_EQ(a.constants.at("BWD"), 1);
+  EXPECT_EQ(a.constants.at("NDIR"), 2);
+  const Conversion c = transform(a, src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&g->recv, 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc((void**)out, n * sizeof(float))")) << c.source;
+}

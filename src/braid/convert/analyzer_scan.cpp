@@ -299,6 +299,26 @@ std::size_t source_offset(const Analysis& a, std::size_t offset) {
 }
 
 void collect_constants(const std::vector<Token>& toks, Analysis& a) {
+  // Enumerators (`enum { FWD = 0, BWD, NDIR };`, `enum class Dir : int { ... }`): each the one
+  // before it plus one unless given a value.
+  for (std::size_t i = 0; i + 2 < toks.size(); ++i) {
+    if (!is(toks[i], "enum")) continue;
+    std::size_t open = i + 1;
+    while (open < toks.size() && !is(toks[open], "{") && !is(toks[open], ";")) ++open;
+    if (open >= toks.size() || !is(toks[open], "{")) continue;
+    int64_t next = 0;
+    for (std::size_t k = open + 1; k < toks.size() && toks[k].kind == TokenKind::Identifier;) {
+      std::size_t e = k + 1;
+      while (e < toks.size() && !is(toks[e], ",") && !is(toks[e], "}")) ++e;
+      const std::optional<int64_t> v =
+          e > k + 2 && is(toks[k + 1], "=") ? evaluate_integer(normalise(toks, k + 2, e), a.constants) : next;
+      if (!v) break;
+      a.constants[toks[k].text] = *v;
+      next = *v + 1;
+      if (e >= toks.size() || is(toks[e], "}")) break;
+      k = e + 1;
+    }
+  }
   for (std::size_t i = 0; i + 3 < toks.size(); ++i) {
     if (!(is(toks[i], "constexpr") || is(toks[i], "const"))) continue;
     std::size_t j = i + 1;

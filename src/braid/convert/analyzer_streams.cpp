@@ -4,16 +4,29 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 
 #include "braid/convert/analyzer_passes.hpp"
 
 namespace braid::convert {
 namespace {
 
+// `P.st[FWD]` with `enum { FWD = 0, .. }` (or a `const int`) is `P.st[0]`: one element, whatever runs.
+std::string with_constant_indices(const std::string& text, const std::map<std::string, int64_t>& constants) {
+  const std::vector<Token> t = code_tokens(lex(text).tokens);
+  std::string out;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    const bool index = k > 0 && k + 1 < t.size() && t[k - 1].text == "[" && t[k + 1].text == "]";
+    const auto c = index ? constants.find(t[k].text) : constants.end();
+    out += (out.empty() ? "" : " ") + (c != constants.end() ? std::to_string(c->second) : t[k].text);
+  }
+  return out;
+}
+
 // Why the stream argument `text` of a call at code token `tok` may name a different stream from one
 // launch to the next; "" when it names one stream (or cannot be followed: as written).
-std::string varying_stream(const BufferFlow& flow, const std::string& text, std::size_t tok) {
-  const BufferFlow::Resolution r = flow.resolve(text, flow.function_at(tok), tok);
+std::string varying_stream(const BufferFlow& flow, const Analysis& a, const std::string& text, std::size_t tok) {
+  const BufferFlow::Resolution r = flow.resolve(with_constant_indices(text, a.constants), flow.function_at(tok), tok);
   if (!r.reason.empty() || r.paths.empty()) return "";
   std::vector<std::string> paths = r.paths;
   std::sort(paths.begin(), paths.end());
@@ -44,7 +57,7 @@ void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& tok
       continue;
     auto tok = token_at.find(c.call_begin);
     if (tok == token_at.end()) continue;
-    const std::string why = varying_stream(flow, c.args[(std::size_t)sig->stream].text, tok->second);
+    const std::string why = varying_stream(flow, a, c.args[(std::size_t)sig->stream].text, tok->second);
     if (why.empty()) continue;
     // A converted call site has one set of barriers and one p2p plan slot: two of its launches on
     // different streams may run at once on a rank and meet each other's peers, or overwrite the plan.

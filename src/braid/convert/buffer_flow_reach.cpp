@@ -299,6 +299,13 @@ bool allocates_into(const std::vector<Token>& code, const FunctionDef& f, const 
   return false;
 }
 
+// `&h->send` (under casts) -> `h->send`; "" when the argument is not an address taken.
+std::string strip_address(const std::string& arg) {
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lex(arg).tokens), addr);
+  return addr ? join(t, 0, t.size()) : "";
+}
+
 // `*out = (float*)p;` (or `out[0] = p;`) in f's body, for pointer-to-pointer parameter `name`: the
 // local `p` the helper hands out through it (`int dmalloc(float** out, size_t n)` allocating into a
 // local and storing it on success); "" when there is no such statement.
@@ -356,7 +363,15 @@ std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& pat
         const std::string given = index >= c.args.size()           ? ""
                                   : kind == PointerFill::Reference ? access_path(c.args[index], false)
                                                                    : access_path(c.args[index], true);
-        if (!given.empty() && path_matches(given, path)) {
+        // Or what the argument names through the caller's aliases (`halo_t* h = &H[d]; dmalloc(&h->send, n)`).
+        bool names = !given.empty() && path_matches(given, path);
+        if (!names && !given.empty() && given != path && index < c.args.size()) {
+          const std::string pointee = kind == PointerFill::Pointer ? strip_address(c.args[index]) : c.args[index];
+          const Resolution r = pointee.empty() ? Resolution{} : resolve(pointee, c.caller, c.token);
+          names = r.reason.empty() && std::any_of(r.paths.begin(), r.paths.end(),
+                                                  [&](const std::string& p) { return path_matches(p, path); });
+        }
+        if (names) {
           out.push_back({f.name, through.empty() ? name : through});
           break;
         }

@@ -388,7 +388,11 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
       // `Worker* w = &workers[r]`, `workers[r].grads`.
       bool addr = false;
       const std::vector<Token> t = strip(code_tokens(lex(al->init).tokens), addr);
-      const std::string pointee = access_path(join(t, 0, t.size()), false);
+      std::string pointee = access_path(join(t, 0, t.size()), false);
+      // `halo_t* h = H + d;`: an element of H, as `&H[d]` is.
+      if (const std::string base = addr ? "" : offset_base(al->init);
+          !base.empty() && !access_path(base, false).empty())
+        pointee = access_path(base, false) + "[]";
       if (pointee.empty()) return p;
       p = pointee + rest;
       at = al->token;
