@@ -212,12 +212,9 @@ bool uniform_guards(const std::vector<Token>& t, const BufferFlow& flow, std::si
   for (std::size_t open : flow.guards(at)) {
     if (open == BufferFlow::kUnknownGuard || open >= t.size()) return false;
     const std::size_t close = match_forward(t, open, t.size());
-    // A container's own queries (`members.empty()`) answer alike for alike contents: the object's
-    // taint decides (below).
-    static const std::set<std::string> kQueries = {"empty", "size", "length", "count", "contains"};
+    // A container's own query (`mine.empty()`) is not alike: what a rank put in it is not followed.
     for (std::size_t k = open + 1; k + 1 < close; ++k) {
-      const bool query = k > open + 1 && is_member_step(t[k - 1]) && kQueries.count(t[k].text);
-      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof" && !query &&
+      if (t[k].kind == TokenKind::Identifier && t[k + 1].text == "(" && t[k].text != "sizeof" &&
           !alike_function(t, flow, t[k].text, k + 2 < close && t[k + 2].text != ")", tainted, 3))
         return false;
       if (t[k].kind == TokenKind::Identifier && names_a_per_rank_value(t[k].text)) return false;
