@@ -198,10 +198,8 @@ void hold_calls_near_group_brackets(const BufferFlow& flow, const std::vector<To
       if (f.name == b.function) regions.push_back(Region{f.body_open, f.body_close, &b});
     if (!b.opens) continue;
     for (std::size_t site : flow.call_sites_of(b.function)) {
-      std::size_t end = site;  // the end of the block the call (or the guard) is in
-      for (int depth = 0; end < toks.size() && depth >= 0; ++end)
-        depth += toks[end].text == "{" ? 1 : toks[end].text == "}" ? -1 : 0;
-      for (std::size_t close : closings)  // or where a closing wrapper is called, in that block
+      std::size_t end = block_end(toks, site);  // the end of the block the call (or the guard) is in
+      for (std::size_t close : closings)        // or where a closing wrapper is called, in that block
         if (close > site && close < end) end = close;
       regions.push_back(Region{site, end, &b});
     }
