@@ -37,12 +37,15 @@ const browser = await chromium.launch({
 // bypassing it also proves the UI's own escaping holds without that second defence.
 const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, bypassCSP: true });
 const page = await context.newPage();
+// Generous bounds: the suite runs this beside the heaviest tests on two cores; a bound here
+// says "never happened", not "too slow".
+page.setDefaultTimeout(120000);
 page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
 page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
 // Nothing but the server itself may be contacted (no CDN at run time).
 page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:') && r.url() !== 'about:blank') errors.push(`external request: ${r.url()}`); });
 
-async function ready(view, timeout = 30000) {
+async function ready(view, timeout = 90000) {
   await page.waitForFunction((v) => {
     const m = document.querySelector('#main');
     // The render of the current address, not one still on screen from before a click.
@@ -87,7 +90,7 @@ try {
     // Overview: KPIs, server-rendered plots.
     result.loads_ms.overview = await timedLoad('#/run/0/overview', 'overview');
     check((await page.textContent('h1')).startsWith('Run '), 'overview renders');
-    await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
+    await page.waitForFunction(() => [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 60000 });
     check(await imagesLoaded(), 'overview plots load');
     const state = await page.getAttribute('#run-state', 'data-state');
     check(['running', 'done', 'interrupted', 'unknown'].includes(state), `run state shown (${state})`);
@@ -97,20 +100,25 @@ try {
     await shot('overview');
 
     if (process.env.BRAID_LIVE === '1') {
-      await page.waitForFunction(() => Number(document.querySelector('#live').dataset.count) > 0, null, { timeout: 10000 });
+      await page.waitForFunction(() => Number(document.querySelector('#live').dataset.count) > 0, null, { timeout: 60000 });
       const before = Number(await page.getAttribute('#live', 'data-count'));
       // While held at the gate a build is in flight: the live line says what the run is doing.
-      await page.waitForFunction(() => /\d+ evaluating/.test(document.querySelector('#live').textContent), null, { timeout: 15000 });
+      await page.waitForFunction(() => /\d+ evaluating/.test(document.querySelector('#live').textContent), null, { timeout: 60000 });
       check(true, `live line shows what is in flight (${(await page.textContent('#live')).split(' · ').slice(3).join(' · ')})`);
       // The run is held until the page has been seen running; let it go on now.
       if (process.env.BRAID_LIVE_GATE) writeFileSync(process.env.BRAID_LIVE_GATE, '');
-      await page.waitForFunction((b) => Number(document.querySelector('#live').dataset.count) > b, before, { timeout: 90000 });
+      await page.waitForFunction((b) => Number(document.querySelector('#live').dataset.count) > b, before, { timeout: 240000 });
       const after = Number(await page.getAttribute('#live', 'data-count'));
       // The overview itself re-rendered with the new count, without a reload.
-      await page.waitForFunction((a) => [...document.querySelectorAll('.kpi b')].some((b) => Number(b.textContent) >= a), after, { timeout: 10000 });
+      await page.waitForFunction((a) => [...document.querySelectorAll('.kpi b')].some((b) => Number(b.textContent) >= a), after, { timeout: 60000 });
       check(after > before, `live view updated while the run added candidates (${before} -> ${after})`);
       result.live = { before, after };
       await shot('overview_live');
+      // The checks below compare what a page drew with what the API says a moment later; a run
+      // still growing re-renders the page between the two. They run on the finished run.
+      await page.waitForFunction(() => document.querySelector('#live').dataset.state !== 'running', null, { timeout: 600000 });
+      const finished = await page.getAttribute('#live', 'data-state');
+      check(finished === 'done', `the live line follows the run to its end (${finished})`);
     }
 
     // Every candidate as a point: re-measured ones drawn apart from single measurements.
@@ -239,7 +247,7 @@ try {
       await shot('compare_mixed');
       await page.click('#overlay-anyway');
       await ready('compare');
-      await page.waitForFunction(() => document.querySelectorAll('#main img').length > 0 && [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 10000 });
+      await page.waitForFunction(() => document.querySelectorAll('#main img').length > 0 && [...document.querySelectorAll('#main img')].every((i) => i.complete), null, { timeout: 60000 });
       check(await imagesLoaded(), 'comparison plots load when asked for');
       check((await page.$$('#main table')).length >= 3, 'comparison tables (workloads, bests, knobs)');
       await shot('compare');
