@@ -71,6 +71,23 @@ bool allocated_by_own_class(const BufferFlow& flow, const Analysis& a, const std
   return found;
 }
 
+// `model.grads_[i]` of an object whose class fills its member container with its own allocations
+// (`cudaMalloc(&g, ..); grads_.push_back(g);` in its constructor): those allocation sites, into `keys`.
+bool filled_by_own_class(const BufferFlow& flow, const Analysis& a, const std::string& path,
+                         std::vector<std::string>& keys, Call& c) {
+  bool found = false;
+  for (const BufferFlow::OwnCopy& copy : flow.own_container_copies(path))
+    for (const auto& [key, b] : a.buffers)
+      if (path_matches(copy.origin, b.path) && b.alloc_call < a.calls.size() &&
+          a.calls[b.alloc_call].function == copy.function) {
+        keys.push_back(key);
+        found = true;
+        c.via.push_back(fmt::format("{} holds copies of {}, allocated by {}() of class {}", path, copy.origin,
+                                    copy.function, copy.cls));
+      }
+  return found;
+}
+
 // Why buffer `text`, followed to `path`, names no allocation: what the assignments it is given do
 // not reach (`given`), a pointer taken back out of a container the program fills itself (a pool's or
 // caching allocator's free list: which allocation it was is decided at run time), or no allocation.
@@ -167,6 +184,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
     }
     found = found || filled_by_helper(flow, a, path, keys, c);
     found = found || allocated_by_own_class(flow, a, path, keys, c);
+    found = found || filled_by_own_class(flow, a, path, keys, c);
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
     // every value it is given is an assignment braid follows (no declared value; for an array's
     // elements, `grads[i] = ...`, no other use that could write one).

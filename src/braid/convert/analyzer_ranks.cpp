@@ -19,6 +19,7 @@
 namespace braid::convert {
 namespace {
 
+using flow_tokens::join;
 using flow_tokens::match_forward;
 using flow_tokens::split_top;
 using flow_tokens::statement_end;
@@ -110,6 +111,24 @@ std::vector<std::pair<std::size_t, std::size_t>> tainted_ranges(const std::vecto
   return ranges;
 }
 
+// Taints `lhs` (of `lhs_function`; "" for a member, read in every function of its class) with
+// value tokens [b, e) of `function`: all of it when the value names a rank-dependent value, the
+// rank-dependent fields of a whole struct given (`Model m(cfg)` after `cfg.layers = 2 + rank`: the
+// parameter's `.layers`, then `cfg_(cfg)`'s `cfg_.layers`). Whether it grew.
+bool give(const std::vector<Token>& v, std::size_t b, std::size_t e, const std::string& function,
+          const std::string& lhs_function, const std::string& lhs, Tainted& tainted) {
+  if (lhs.empty() || b >= e) return false;
+  if (!tainted_in(v, b, e, function, tainted).empty()) return tainted.add(lhs_function, lhs);
+  const std::string whole = access_path(join(v, b, e), false);
+  if (whole.empty() || whole.find('[') != std::string::npos) return false;
+  std::vector<std::string> fields;  // field paths are keys by their text alone (Tainted::key)
+  for (auto k = tainted.keys.lower_bound(whole + "."); k != tainted.keys.end() && k->rfind(whole + ".", 0) == 0; ++k)
+    fields.push_back(k->substr(whole.size()));
+  bool grew = false;
+  for (const std::string& f : fields) grew = tainted.add(lhs_function, lhs + f) || grew;
+  return grew;
+}
+
 bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tainted) {
   bool grew = false;
   const auto ranges = tainted_ranges(t, flow, tainted);
@@ -126,9 +145,16 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
     const bool declared = q >= 2 && t[q - 1].text == lhs &&
                           (t[q - 2].kind == TokenKind::Identifier || t[q - 2].text == "*" || t[q - 2].text == "&" ||
                            t[q - 2].text == ">" || t[q - 2].text == ",");
-    if ((under(q) && !declared) || !tainted_in(t, q + 1, value_end(t, q + 1), function, tainted).empty())
-      grew = tainted.add(function, lhs) || grew;
+    if (under(q) && !declared) grew = tainted.add(function, lhs) || grew;
+    else grew = give(t, q + 1, value_end(t, q + 1), function, function, lhs, tainted) || grew;
   }
+  // A member given a rank-dependent value by its class's code (`cfg_(cfg)`, `n_ = n;`): read by
+  // every member function, so tainted by its name in all.
+  for (const auto& [key, writes] : flow.member_writes())
+    for (const MemberWrite& w : writes) {
+      const std::vector<Token> v = code_tokens(lex(w.expr).tokens);
+      grew = give(v, 0, v.size(), w.function, "", key.substr(key.find("::") + 2), tainted) || grew;
+    }
   // An object made from a rank-dependent value (`std::mt19937 rng(1000 + rank);`, `Shape s{rows};`):
   // what it gives (`rng() % n`) depends on the rank. Taking a call for such a declaration only adds
   // dependence (the safe side).
@@ -149,8 +175,7 @@ bool grow_once(const std::vector<Token>& t, const BufferFlow& flow, Tainted& tai
     for (const auto& [site, args] : flow.call_arguments_of(f.name)) {
       for (std::size_t i = 0; i < args.size() && i < f.params.size(); ++i) {
         const std::vector<Token> arg = code_tokens(lex(args[i]).tokens);
-        if (!tainted_in(arg, 0, arg.size(), flow.function_at(site), tainted).empty())
-          grew = tainted.add(f.name, f.params[i]) || grew;
+        grew = give(arg, 0, arg.size(), flow.function_at(site), f.name, f.params[i], tainted) || grew;
       }
     }
   return grew;

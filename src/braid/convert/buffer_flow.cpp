@@ -411,7 +411,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_binding_aliases(k, f);
-      record_element_copy(k, f.body_close);
+      record_element_copy(k, f.name, f.body_close);
       record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);
       record_exchange(k, f.name, f.body_close);
@@ -537,6 +537,13 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   const std::string path = access_path(expr, false);
   if (path.empty()) {
     if (follow_accessor(expr, function, at, depth - 1, out, stack)) return;
+    // `ptr_(device_alloc<T>(n))`, `return make(n);`: what a helper of this file returns, as for
+    // `T* p = device_alloc<T>(n);` (resolve_alias).
+    if (const FunctionDef* helper = returning_helper(expr)) {
+      out.via.push_back(fmt::format("`{}` is what {}() returns", expr, helper->name));
+      follow_namesakes_returns(*helper, "", depth - 1, out, stack);
+      return;
+    }
     out.reason = fmt::format("`{}` is not a variable, field or element access braid can follow", expr);
     return;
   }
@@ -573,26 +580,8 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     resolve_into(expr, f->enclosing, at, depth, out, stack);
     return;
   }
-  if (!follow_member(path, function, depth, out, stack)) out.paths.push_back(path);
+  if (!follow_member(path, function, at, depth, out, stack)) out.paths.push_back(path);
   stack.pop_back();
-}
-
-// `(float**)&model->grads` indexed as `[i]...`: the paths of every field of the struct
-// (`model.grads.wte...`, the rest after the index appended) when each is a pointer; empty otherwise.
-std::vector<std::string> BufferFlow::fields_as_array(const std::string& init, const std::string& rest) const {
-  if (rest.empty() || rest[0] != '[') return {};
-  const std::vector<Token> all = code_tokens(lex(init).tokens);
-  bool pointer_cast = false;  // `(T**)` or `reinterpret_cast<T**>` before the `&`
-  for (std::size_t i = 1; i < all.size() && all[i].text != "&"; ++i)
-    pointer_cast = pointer_cast || (all[i].text == "*" && all[i - 1].text == "*");
-  bool addr = false;
-  const std::vector<Token> t = strip(all, addr);
-  const std::string object = addr && pointer_cast ? access_path(join(t, 0, t.size()), false) : "";
-  std::vector<std::string> paths;
-  if (object.empty() || object.find('[') != std::string::npos) return paths;
-  const std::string after = rest.substr(rest.find(']') + 1);
-  for (const std::string& field : pointer_fields(object)) paths.push_back(object + "." + field + after);
-  return paths;
 }
 
 }  // namespace braid::convert

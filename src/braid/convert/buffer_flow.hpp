@@ -106,6 +106,13 @@ class BufferFlow {
     std::string cls, path;
   };
   OwnField own_field_allocation(const std::string& path) const;
+  // `model.grads_[i]` (or through `model.grads()`) where every declaration of `model` is of class C
+  // whose own code fills its member container (`grads_.push_back(g)` in its constructor): each
+  // variable copied in, with the rest of the path, and C's function that copied it; empty otherwise.
+  struct OwnCopy {
+    std::string cls, origin, function;
+  };
+  std::vector<OwnCopy> own_container_copies(const std::string& path) const;
   // The class whose member function `function` is ("" for a free function, or several classes').
   std::string owner_of(const std::string& function) const;
 
@@ -198,6 +205,8 @@ class BufferFlow {
   static constexpr std::size_t kUnknownGuard = static_cast<std::size_t>(-1);
   const std::vector<std::size_t>& guards(std::size_t at) const;
   const std::vector<FunctionDef>& functions() const { return functions_; }
+  // "Class::field" -> the values its class's code gives it (member-initialiser lists, assignments).
+  const std::map<std::string, std::vector<MemberWrite>>& member_writes() const { return member_writes_; }
 
  private:
   void mark_conditionals();
@@ -245,13 +254,17 @@ class BufferFlow {
   bool copies_own_field(const FunctionDef& f, std::size_t b, std::size_t e, const std::string& field) const;
   void record_member_writes(const FunctionDef& f, std::size_t init_colon);
   void record_construction(std::size_t k, const std::string& caller, std::size_t end);
-  bool follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
+  bool follow_member(const std::string& path, const std::string& function, std::size_t at, int depth, Resolution& out,
                      std::vector<std::string>& stack) const;
-  void record_element_copy(std::size_t k, std::size_t end);
+  void record_element_copy(std::size_t k, const std::string& function, std::size_t end);
   void record_element_fields(std::size_t k, const std::string& function, std::size_t end);
   std::string element_type(const std::string& container) const;
   bool standard_container(const std::string& name) const;
   bool is_map(const std::string& container) const;
+  // Whether a member function of class `owner` gives its smart-pointer field `field` another pointer (reset, swap, release).
+  bool owner_resets(const std::string& owner, const std::string& field) const;
+  // Whether `container` is declared as a sequence of smart pointers (`std::vector<std::shared_ptr<float>> bufs`).
+  bool holds_smart_pointers(const std::string& container) const;
   std::size_t for_body_end(std::size_t close, std::size_t limit) const;
   void record_binding_aliases(std::size_t k, const FunctionDef& f);
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);
@@ -291,7 +304,8 @@ class BufferFlow {
   std::vector<std::size_t> return_statements(const FunctionDef& f) const;
   bool follow_accessor(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                        std::vector<std::string>& stack) const;
-  std::string returned_field(const std::string& getter) const;
+  // The field every getter `getter` (of class `cls` when given) returns, as written or cast; "" otherwise.
+  std::string returned_field(const std::string& getter, const std::string& cls = "") const;
   bool declares_field(const std::string& cls, const std::string& name) const;
   // follow_returns for every function of `helper`'s name (overloads, namesakes in other namespaces or
   // classes): a call by that name may be any of them.
@@ -347,7 +361,12 @@ class BufferFlow {
   const ThreadStart* thread_started_at(std::size_t entry) const;
   std::vector<ThreadStart> thread_starts_;
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
-  std::map<std::string, std::vector<std::string>> element_copies_;  // container -> variables copied in
+  struct ElementCopy {
+    std::string origin, function;  // the variable (or view) copied in, and where
+  };
+  std::map<std::string, std::vector<ElementCopy>> element_copies_;  // container -> variables copied in
+  // The one class every declaration of variable `name` in the file has (`C x`, `C* x`, `const C& x`, `C<T> x`).
+  std::string declared_class(const std::string& name) const;
   struct ElementFields {
     std::string function;
     std::size_t token = 0;

@@ -375,6 +375,18 @@ std::string BufferFlow::element_type(const std::string& container) const {
   return "";
 }
 
+bool BufferFlow::holds_smart_pointers(const std::string& container) const {
+  static const std::set<std::string> kSequences = {"vector", "deque", "list", "array"};
+  for (std::size_t k = 1; k < code_.size(); ++k) {
+    if (code_[k].text != container || (code_[k - 1].text != ">" && code_[k - 1].text != ">>")) continue;
+    for (std::size_t j = k - 1; j > 0 && j + 16 > k; --j) {
+      if (smart_types_.count(code_[j].text)) return true;
+      if (kSequences.count(code_[j].text)) break;
+    }
+  }
+  return false;
+}
+
 // Whether `container` is declared as a map (`std::map<K, V> name`, unordered too): its elements
 // are (key, value) pairs, and `.second` of one is the value stored with `name[key] = v`.
 bool BufferFlow::is_map(const std::string& container) const {

@@ -359,20 +359,45 @@ bool BufferFlow::declares_field(const std::string& cls, const std::string& name)
 // { return blocks + (layer * n + id) * elems; }`, `return &blocks[i];`), when every member
 // function of that name is such a getter of a field its class declares and its own code never
 // sets; else "".
-std::string BufferFlow::returned_field(const std::string& getter) const {
+bool BufferFlow::owner_resets(const std::string& owner, const std::string& field) const {
+  for (const FunctionDef& f : functions_)
+    for (std::size_t k = f.body_open + 1; f.owner == owner && k + 2 < f.body_close; ++k)
+      if (code_[k].text == field && code_[k + 1].text == "." &&
+          (code_[k + 2].text == "reset" || code_[k + 2].text == "swap" || code_[k + 2].text == "release"))
+        return true;
+  return false;
+}
+
+std::string BufferFlow::returned_field(const std::string& getter, const std::string& cls) const {
   std::string field;
   for (const FunctionDef& f : functions_) {
-    if (f.name != getter) continue;
+    if (f.name != getter || (!cls.empty() && f.owner != cls)) continue;
     if (f.owner.empty()) return "";
     const std::vector<std::size_t> returns = return_statements(f);
     if (returns.size() != 1) return "";
     std::size_t k = returns[0] + 1;
-    if (k + 2 < f.body_close && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
-    if (k + 2 < f.body_close && code_[k].text == "&" && code_[k + 2].text == "[") ++k;  // `&blocks[i]`
-    if (k + 1 >= f.body_close || code_[k].kind != TokenKind::Identifier) return "";
-    const std::string& next = code_[k + 1].text;
-    const bool view = next == "+" || (next == "[" && code_[k - 1].text == "&");
-    if (next != ";" && !(view && flow_tokens::statement_end(code_, k, f.body_close) < f.body_close)) return "";
+    std::size_t end = flow_tokens::statement_end(code_, k, f.body_close);  // its `;`
+    // `static_cast<float*>(flat.get())`, `(float*)flat.get()`, `reinterpret_cast<T*>(p_)`: the
+    // field itself (a smart pointer's path is the pointer it owns).
+    if (k + 3 < end && (code_[k].text == "static_cast" || code_[k].text == "reinterpret_cast") && code_[k + 1].text == "<")
+      if (const std::size_t open = flow_tokens::after_template_args(code_, k + 1, end);
+          open != SIZE_MAX && code_[open].text == "(" && flow_tokens::match_forward(code_, open, end) + 1 == end) {
+        k = open + 1;
+        end -= 1;
+      }
+    if (k + 4 < end && code_[k].text == "(" && code_[k + 1].kind == TokenKind::Identifier &&
+        code_[flow_tokens::match_forward(code_, k, end) - 1].text == "*")
+      k = flow_tokens::match_forward(code_, k, end) + 1;
+    if (k + 5 == end && code_[k + 1].text == "." && code_[k + 2].text == "get" && code_[k + 3].text == "(") {
+      // A smart pointer its class's own code gives a pointer (`p_.reset(p)`) is followed as a member.
+      if (owner_resets(f.owner, code_[k].text)) return "";
+      end = k + 1;
+    }
+    if (k + 2 < end && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
+    if (k + 2 < end && code_[k].text == "&" && code_[k + 2].text == "[") ++k;  // `&blocks[i]`
+    if (k >= end || code_[k].kind != TokenKind::Identifier) return "";
+    const bool view = code_[k + 1].text == "+" || (code_[k + 1].text == "[" && code_[k - 1].text == "&");
+    if (k + 1 != end && !(view && end < f.body_close)) return "";
     if (std::find(f.params.begin(), f.params.end(), code_[k].text) != f.params.end()) return "";
     if (!declares_field(f.owner, code_[k].text) || (!field.empty() && field != code_[k].text)) return "";
     // A field the class's own code sets (its constructor allocates it) is followed as a member
@@ -407,18 +432,25 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
         (close != paren + 1 && !(member && (!returned_field(t[i].text).empty() || !owner_of(t[i].text).empty()))))
       continue;
     if (i > 0 && !member) return false;
+    // `local.data()` of a variable declared of one class: that class's function, when it has one
+    // (several classes may have a `data()`).
+    std::string cls = member && i == 2 && t[0].kind == TokenKind::Identifier ? declared_class(t[0].text) : "";
+    if (std::none_of(functions_.begin(), functions_.end(),
+                     [&](const FunctionDef& f) { return f.name == t[i].text && f.owner == cls; }))
+      cls.clear();
     const std::string rest = access_path("r" + join(t, close + 1, t.size()), false);
     if (rest.empty() || rest[0] != 'r') return false;
     // `obj.data()` of a getter returning a field (`return data_;`) is `obj.data_`, followed in the
     // caller's terms (the object may be a parameter, an element, a copy of a factory's result).
-    if (const std::string field = member ? returned_field(t[i].text) : ""; !field.empty()) {
+    if (const std::string field = member ? returned_field(t[i].text, cls) : ""; !field.empty()) {
       out.via.push_back(fmt::format("{}() returns its field {}", t[i].text, field));
       resolve_into(join(t, 0, i - 1) + " . " + field + join(t, close + 1, t.size()), function, at, depth, out, stack);
       return true;
     }
     bool any = false;
     for (const FunctionDef& f : functions_) {
-      if (f.name != t[i].text || !f.enclosing.empty() || (!member && !f.params.empty()) || (member && f.owner.empty()))
+      if (f.name != t[i].text || !f.enclosing.empty() || (!member && !f.params.empty()) || (member && f.owner.empty()) ||
+          (!cls.empty() && f.owner != cls))
         continue;
       any = true;
       follow_returns(f, rest.substr(1), depth, out, stack);
@@ -440,21 +472,28 @@ std::string BufferFlow::owner_of(const std::string& function) const {
   return owner;
 }
 
-// A field of the function's class followed to what the class's own code writes into it (non-null
-// values; a field also written through its address keeps its own path too). False when nothing does.
-BufferFlow::OwnField BufferFlow::own_field_allocation(const std::string& path) const {
-  const auto [root, rest] = split_root(path);
-  if (rest.size() < 2 || rest[0] != '.') return {};
-  const std::size_t next = rest.find_first_of(".[", 1);
-  const std::string field = rest.substr(1, next == std::string::npos ? std::string::npos : next - 1);
-  // Every declaration of `root` in the file: `C root`, `C* root`, `const C& root`, `C<T> root`.
+std::string BufferFlow::declared_class(const std::string& name) const {
   std::set<std::string> classes;
   for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
-    if (code_[k].text != root) continue;
+    if (code_[k].text != name) continue;
     const std::string& after = code_[k + 1].text;
     if (after != ";" && after != "(" && after != "{" && after != "=" && after != "," && after != ")") continue;
     std::size_t w = k - 1;
     while (w > 0 && (code_[w].text == "*" || code_[w].text == "&" || code_[w].text == "&&")) --w;
+    // `C a(x), b(y)`: back over the declarators before this one to the type.
+    while (w > 1 && code_[w].text == ",") {
+      std::size_t j = w - 1;
+      if (code_[j].text == ")" || code_[j].text == "}") {
+        for (int depth = 0; j > 0; --j) {
+          depth += code_[j].text == ")" || code_[j].text == "}" ? 1 : code_[j].text == "(" || code_[j].text == "{" ? -1 : 0;
+          if (depth == 0) break;
+        }
+        --j;
+      }
+      if (j == 0 || code_[j].kind != TokenKind::Identifier) break;
+      w = j - 1;
+      while (w > 0 && (code_[w].text == "*" || code_[w].text == "&")) --w;
+    }
     if (code_[w].text == ">") {  // back over template arguments to the class's name
       int depth = 0;
       for (; w > 0; --w) {
@@ -466,14 +505,43 @@ BufferFlow::OwnField BufferFlow::own_field_allocation(const std::string& path) c
     }
     if (code_[w].kind == TokenKind::Identifier && is_class(code_[w].text)) classes.insert(code_[w].text);
   }
-  if (classes.size() != 1 || !member_addressed_.count(*classes.begin() + "::" + field)) return {};
-  return {*classes.begin(), field + (next == std::string::npos ? "" : rest.substr(next))};
+  return classes.size() == 1 ? *classes.begin() : "";
 }
 
-bool BufferFlow::follow_member(const std::string& path, const std::string& function, int depth, Resolution& out,
+BufferFlow::OwnField BufferFlow::own_field_allocation(const std::string& path) const {
+  const auto [root, rest] = split_root(path);
+  if (rest.size() < 2 || rest[0] != '.') return {};
+  const std::size_t next = rest.find_first_of(".[", 1);
+  const std::string field = rest.substr(1, next == std::string::npos ? std::string::npos : next - 1);
+  const std::string cls = declared_class(root);
+  if (cls.empty() || !member_addressed_.count(cls + "::" + field)) return {};
+  return {cls, field + (next == std::string::npos ? "" : rest.substr(next))};
+}
+
+std::vector<BufferFlow::OwnCopy> BufferFlow::own_container_copies(const std::string& path) const {
+  const auto [root, rest] = split_root(path);
+  const std::size_t open = rest.find('[');
+  if (rest.size() < 2 || rest[0] != '.' || open == std::string::npos || rest.find('.', 1) < open) return {};
+  const std::size_t close = rest.find(']', open);
+  const auto copies = element_copies_.find(rest.substr(1, open - 1));
+  const std::string cls = close == std::string::npos || copies == element_copies_.end() ? "" : declared_class(root);
+  if (cls.empty()) return {};
+  std::vector<OwnCopy> out;
+  for (const ElementCopy& copy : copies->second)
+    if (owner_of(copy.function) == cls) out.push_back(OwnCopy{cls, copy.origin + rest.substr(close + 1), copy.function});
+  return out;
+}
+
+// A field of the function's class followed to what the class's own code writes into it (non-null
+// values; a field also written through its address keeps its own path too). False when nothing does.
+bool BufferFlow::follow_member(const std::string& path, const std::string& function, std::size_t at, int depth,
+                               Resolution& out,
                                std::vector<std::string>& stack) const {
   const auto [root, rest] = split_root(path);
-  const std::string owner = owner_of(function);
+  // The class of the function at `at` (several classes may have a function of this name).
+  const std::string owner = at < owner_.size() && owner_[at] >= 0 && functions_[(std::size_t)owner_[at]].name == function
+                                ? functions_[(std::size_t)owner_[at]].owner
+                                : owner_of(function);
   auto writes = owner.empty() ? member_writes_.end() : member_writes_.find(owner + "::" + root);
   if (writes == member_writes_.end()) return false;
   std::vector<const MemberWrite*> values;

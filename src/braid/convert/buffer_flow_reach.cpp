@@ -110,7 +110,7 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
 // for a map `C . emplace|try_emplace|insert_or_assign ( key , v )` at code token k (C): v a whole
 // variable (a struct's copy: its fields), or a view into a buffer (`flat + offsets[l]`,
 // `(float*)ws + off`, `&buf[i]`: the element is in that allocation).
-void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
+void BufferFlow::record_element_copy(std::size_t k, const std::string& function, std::size_t end) {
   const auto is = [&](std::size_t i, const char* text) { return i < end && code_[i].text == text; };
   std::size_t v = 0, v_end = 0;
   // `std::move(v)` is v.
@@ -128,6 +128,27 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
     v = k + 4;
     v_end = match_forward(code_, k + 3, end);
     unwrap_move();
+    // An element owning a pointer: `emplace_back(p, deleter)`, `push_back(std::unique_ptr<T, D>(p))`.
+    if (v < v_end && holds_smart_pointers(code_[k].text)) {
+      std::size_t w = v + (is(v, "std") && is(v + 1, "::") ? 2 : 0);
+      if (w < v_end && smart_types_.count(code_[w].text)) {
+        w = is(w + 1, "<") ? after_template_args(code_, w + 1, v_end) : w + 1;
+        if (w != SIZE_MAX && is(w, "(") && match_forward(code_, w, v_end) + 1 == v_end) {
+          v = w + 1;
+          v_end -= 1;
+        }
+      }
+      const std::vector<std::string> args = split_top(code_, v - 1, v_end);
+      if (args.size() > 1)
+        for (std::size_t c = v, depth = 0; c < v_end; ++c) {
+          depth += code_[c].text == "(" || code_[c].text == "[" || code_[c].text == "{";
+          depth -= code_[c].text == ")" || code_[c].text == "]" || code_[c].text == "}";
+          if (depth == 0 && code_[c].text == ",") {
+            v_end = c;
+            break;
+          }
+        }
+    }
   } else if (is(k + 1, "[") && (k == 0 || (code_[k - 1].text != "." && code_[k - 1].text != "->"))) {
     const std::size_t close = match_forward(code_, k + 1, end);
     if (close + 2 < end && code_[close + 1].text == "=" && code_[close + 2].text == "{")
@@ -165,7 +186,8 @@ void BufferFlow::record_element_copy(std::size_t k, std::size_t end) {
     origin = view;  // a view into a variable's or field's buffer (not an element of another container)
   if (origin.empty() || split_root(origin).first == code_[k].text) return;
   auto& vars = element_copies_[code_[k].text];
-  if (std::find(vars.begin(), vars.end(), origin) == vars.end()) vars.push_back(origin);
+  if (std::none_of(vars.begin(), vars.end(), [&](const ElementCopy& c) { return c.origin == origin; }))
+    vars.push_back(ElementCopy{origin, function});
 }
 
 // The token ending the body of a `for (...)` whose `)` is code_[close]: its block's `}`, or its one
@@ -254,7 +276,7 @@ std::vector<std::string> BufferFlow::element_origins(const std::string& path) co
   if (after.rfind(".second", 0) == 0 && is_map(root)) after.erase(0, 7);  // a map element's value
   std::vector<std::string> out;
   if (auto it = element_copies_.find(root); it != element_copies_.end())
-    for (const std::string& var : it->second) out.push_back(var + after);
+    for (const ElementCopy& copy : it->second) out.push_back(copy.origin + after);
   if (auto it = element_made_.find(root); it != element_made_.end())
     for (const ElementMade& e : it->second) {
       Resolution r;

@@ -419,4 +419,22 @@ std::string BufferFlow::target_path(const std::string& path, const std::string& 
   return p;
 }
 
+// `(float**)&model->grads` indexed as `[i]...`: the paths of every field of the struct
+// (`model.grads.wte...`, the rest after the index appended) when each is a pointer; empty otherwise.
+std::vector<std::string> BufferFlow::fields_as_array(const std::string& init, const std::string& rest) const {
+  if (rest.empty() || rest[0] != '[') return {};
+  const std::vector<Token> all = code_tokens(lex(init).tokens);
+  bool pointer_cast = false;  // `(T**)` or `reinterpret_cast<T**>` before the `&`
+  for (std::size_t i = 1; i < all.size() && all[i].text != "&"; ++i)
+    pointer_cast = pointer_cast || (all[i].text == "*" && all[i - 1].text == "*");
+  bool addr = false;
+  const std::vector<Token> t = strip(all, addr);
+  const std::string object = addr && pointer_cast ? access_path(join(t, 0, t.size()), false) : "";
+  std::vector<std::string> paths;
+  if (object.empty() || object.find('[') != std::string::npos) return paths;
+  const std::string after = rest.substr(rest.find(']') + 1);
+  for (const std::string& field : pointer_fields(object)) paths.push_back(object + "." + field + after);
+  return paths;
+}
+
 }  // namespace braid::convert

@@ -1,0 +1,164 @@
+// Buffers owned by users' classes, as ML-systems C++ writes them: a member initialised from an
+// allocation helper, a member container its constructor fills, a getter casting a smart pointer's
+// pointer, a container of smart pointers. Each is followed to its allocation; a constructor loop
+// bounded by a rank-dependent field of a struct passed whole stays host NCCL.
+#include <gtest/gtest.h>
+
+#include "analyzer_test_util.hpp"
+
+using namespace braid::convert;
+using namespace braid::convert::test;
+
+namespace {
+
+const std::string kPrologue =
+    "#include <nccl.h>\n"
+    "#include <cuda_runtime.h>\n"
+    "#include <memory>\n"
+    "#include <vector>\n"
+    "template <typename T> T* device_alloc(size_t n) { T* p = nullptr; cudaMalloc(&p, n * sizeof(T)); return p; }\n";
+
+}  // namespace
+
+// `ptr_(device_alloc<T>(n))` in a member-initialiser list, and `return device_alloc<T>(n);` in a
+// factory: what the helper returns, as for `T* p = device_alloc<T>(n);`.
+TEST(AnalyzerClassBuffers, AMemberInitialisedFromAnAllocationHelper) {
+  const std::string src = kPrologue +
+                          "class DeviceBuffer {\n"
+                          " public:\n"
+                          "  explicit DeviceBuffer(size_t n) : ptr_(device_alloc<float>(n)), n_(n) {}\n"
+                          "  ~DeviceBuffer() { cudaFree(ptr_); }\n"
+                          "  float* data() const { return ptr_; }\n"
+                          "  size_t size() const { return n_; }\n"
+                          " private:\n"
+                          "  float* ptr_;\n"
+                          "  size_t n_;\n"
+                          "};\n"
+                          "float* make(size_t n) { return device_alloc<float>(n); }\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  DeviceBuffer shard(1 << 20), full(2 << 20);\n"
+                          "  ncclAllGather(shard.data(), full.data(), shard.size(), ncclFloat, comm, s);\n"
+                          "  float* g = make(1 << 20);\n"
+                          "  ncclAllReduce(g, g, 1 << 20, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ag = first_call(a, "ncclAllGather");
+  EXPECT_EQ(ag.unresolved, "");
+  EXPECT_TRUE(std::any_of(ag.via.begin(), ag.via.end(),
+                          [](const std::string& v) { return contains(v, "is what device_alloc() returns"); }));
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(T))")) << c.source;
+}
+
+// A model whose constructor allocates one gradient per layer into its member vector, read back
+// through a reference getter. Sound while every rank runs the loop alike; with the layer count
+// set from the rank on the config passed whole (`cfg.layers = 2 + rank % 2`), the parameter's and
+// then the member's `.layers` carry the rank, and the allocation stays host.
+TEST(AnalyzerClassBuffers, AConstructorFillingItsMemberVectorInALoop) {
+  const auto program = [](const std::string& set_layers) {
+    return kPrologue +
+           "struct Config { int layers = 4; size_t hidden = 1024; };\n"
+           "class Model {\n"
+           " public:\n"
+           "  explicit Model(const Config& cfg) : cfg_(cfg) {\n"
+           "    for (int l = 0; l < cfg_.layers; ++l) {\n"
+           "      float* g = nullptr;\n"
+           "      cudaMalloc(&g, cfg_.hidden * sizeof(float));\n"
+           "      grads_.push_back(g);\n"
+           "    }\n"
+           "  }\n"
+           "  std::vector<float*>& grads() { return grads_; }\n"
+           "  size_t numel() const { return cfg_.hidden; }\n"
+           " private:\n"
+           "  Config cfg_;\n"
+           "  std::vector<float*> grads_;\n"
+           "};\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  Config cfg;\n" +
+           set_layers +
+           "  Model model(cfg);\n"
+           "  for (float* g : model.grads()) ncclAllReduce(g, g, model.numel(), ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  const Conversion alike = convert_text(program(""));
+  EXPECT_EQ(alike.converted_calls, 1) << left_text(alike);
+  EXPECT_TRUE(contains(alike.source, "braid_converted::sym_malloc(&g, cfg_.hidden * sizeof(float))")) << alike.source;
+  const Analysis a = analyze("user.cu", program(""));
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) {
+    return contains(v, "model.grads_[] holds copies of g, allocated by Model() of class Model");
+  })) << ::testing::PrintToString(ar.via);
+
+  const Conversion by_rank = convert_text(program("  cfg.layers = 2 + rank % 2;\n"));
+  EXPECT_EQ(by_rank.converted_calls, 0);
+  EXPECT_TRUE(told(by_rank, "in a loop whose trip count depends on the rank")) << left_text(by_rank);
+  EXPECT_FALSE(contains(by_rank.source, "sym_malloc(&g")) << by_rank.source;
+}
+
+// `data()` returning `static_cast<float*>(flat.get())` of a smart pointer the caller assigns
+// (`nb.flat = device_alloc_owned(n)`): the field itself, followed in the caller's terms.
+TEST(AnalyzerClassBuffers, AGetterCastingASmartPointersPointer) {
+  const std::string src = kPrologue +
+                          "struct CudaDeleter { void operator()(void* p) const { cudaFree(p); } };\n"
+                          "using DevicePtr = std::unique_ptr<void, CudaDeleter>;\n"
+                          "DevicePtr owned_alloc(size_t bytes) { void* p = nullptr; cudaMalloc(&p, bytes); return DevicePtr(p); }\n"
+                          "struct Bucket {\n"
+                          "  DevicePtr flat;\n"
+                          "  size_t numel = 0;\n"
+                          "  float* data() { return static_cast<float*>(flat.get()); }\n"
+                          "  float* raw() { return (float*)flat.get(); }\n"
+                          "};\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Bucket nb;\n"
+                          "  nb.numel = 1 << 20;\n"
+                          "  nb.flat = owned_alloc(nb.numel * sizeof(float));\n"
+                          "  ncclAllReduce(nb.data(), nb.data(), nb.numel, ncclFloat, ncclAvg, comm, s);\n"
+                          "  ncclBroadcast(nb.raw(), nb.raw(), nb.numel, ncclFloat, 0, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, bytes)")) << c.source;
+}
+
+// A class keeping one smart pointer per layer (`layers_.emplace_back(p, deleter)`,
+// `push_back(std::unique_ptr<float, Del>(q))`): an element owns what was given to it.
+TEST(AnalyzerClassBuffers, AContainerOfSmartPointersOwningTheAllocations) {
+  const std::string src = kPrologue +
+                          "struct Del { void operator()(float* p) const { cudaFree(p); } };\n"
+                          "class LayerBuffers {\n"
+                          " public:\n"
+                          "  LayerBuffers(int layers, size_t n) : n_(n) {\n"
+                          "    for (int l = 0; l < layers; ++l) {\n"
+                          "      float* p = nullptr;\n"
+                          "      cudaMalloc(&p, n * sizeof(float));\n"
+                          "      layers_.emplace_back(p, [](float* q) { cudaFree(q); });\n"
+                          "      float* q = nullptr;\n"
+                          "      cudaMalloc(&q, n * sizeof(float));\n"
+                          "      owned_.push_back(std::unique_ptr<float, Del>(q));\n"
+                          "    }\n"
+                          "  }\n"
+                          "  float* layer(int l) { return layers_[l].get(); }\n"
+                          "  float* owned(int l) { return owned_[l].get(); }\n"
+                          "  size_t n_;\n"
+                          " private:\n"
+                          "  std::vector<std::shared_ptr<float>> layers_;\n"
+                          "  std::vector<std::unique_ptr<float, Del>> owned_;\n"
+                          "};\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  LayerBuffers kv(4, 1 << 20);\n"
+                          "  for (int l = 0; l < 4; ++l) {\n"
+                          "    ncclAllReduce(kv.layer(l), kv.layer(l), kv.n_, ncclFloat, ncclSum, comm, s);\n"
+                          "    ncclAllReduce(kv.owned(l), kv.owned(l), kv.n_, ncclFloat, ncclSum, comm, s);\n"
+                          "  }\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(float))")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&q, n * sizeof(float))")) << c.source;
+}
