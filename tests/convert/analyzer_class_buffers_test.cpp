@@ -162,3 +162,55 @@ TEST(AnalyzerClassBuffers, AContainerOfSmartPointersOwningTheAllocations) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(float))")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&q, n * sizeof(float))")) << c.source;
 }
+
+// A model's constructor filling its member vector of tensors in a loop bounded by a field of its
+// config (`for (l < cfg.layers)`, `struct Cfg { int layers = 4; }`, `Cfg cfg; Model m(cfg);`), the
+// elements then bound to references (`auto& w = weights_[i];`): every rank runs it alike. A field
+// that anything sets besides its default (assigned, incremented, read into, its address given, a
+// constructor's initialiser) keeps the constructions out of sight.
+TEST(AnalyzerClassBuffers, AMemberVectorFilledInALoopBoundedByAConfigField) {
+  const auto program = [](const std::string& cfg_struct, const std::string& after_cfg) {
+    return kPrologue + "#include <iostream>\n" +
+           "template <typename T> class Tensor {\n"
+           " public:\n"
+           "  explicit Tensor(size_t n) : n_(n) { cudaMalloc(&p_, n * sizeof(T)); }\n"
+           "  Tensor(Tensor&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; }\n"
+           "  ~Tensor() { if (p_) cudaFree(p_); }\n"
+           "  T* data() { return p_; }\n"
+           "  size_t numel() const { return n_; }\n"
+           " private:\n"
+           "  T* p_ = nullptr;\n"
+           "  size_t n_;\n"
+           "};\n" +
+           cfg_struct +
+           "struct Model {\n"
+           "  std::vector<Tensor<float>> weights_;\n"
+           "  explicit Model(const Cfg& cfg) {\n"
+           "    for (int l = 0; l < cfg.layers; ++l) weights_.emplace_back((size_t)cfg.hidden);\n"
+           "    for (size_t i = 0; i < weights_.size(); ++i) { auto& w = weights_[i]; (void)w; }\n"
+           "  }\n"
+           "};\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  Cfg cfg;\n" +
+           after_cfg +
+           "  Model model(cfg);\n"
+           "  Tensor<float> x(1 << 20);\n"
+           "  ncclAllReduce(x.data(), x.data(), x.numel(), ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  const std::string plain = "struct Cfg { int hidden = 1024; int layers = 4; };\n";
+  const Conversion alike = convert_text(program(plain, ""));
+  EXPECT_EQ(alike.converted_calls, 1) << left_text(alike);
+  EXPECT_TRUE(contains(alike.source, "braid_converted::sym_malloc(&p_, n * sizeof(T))")) << alike.source;
+  for (const std::string& set : {"  cfg.layers = 2 + rank % 2;\n", "  if (rank == 0) cfg.layers++;\n",
+                                 "  std::cin >> cfg.layers;\n", "  void parse(int, char**, Cfg*); parse(argc, argv, &cfg);\n"}) {
+    const Conversion c = convert_text(program(plain, set));
+    EXPECT_EQ(c.converted_calls, 0) << set;
+    EXPECT_TRUE(told(c, "constructed out of braid's sight")) << set << left_text(c);
+  }
+  const Conversion from_env =
+      convert_text(program("struct Cfg { int hidden = 1024; int layers = 4; Cfg() : layers(atoi(getenv(\"L\"))) {} };\n", ""));
+  EXPECT_EQ(from_env.converted_calls, 0);
+}

@@ -237,6 +237,7 @@ class BufferFlow {
   bool rank_free_loops(std::size_t at, const FunctionDef& function) const;
   bool rank_free_expression(std::size_t b, std::size_t e, const std::set<std::string>& loop_vars, int depth) const;
   bool rank_free_name(const std::string& name, int depth) const;
+  bool rank_free_field(const std::string& field, int depth) const;
   bool read_only_use(std::size_t k) const;
   // Code token k (an array) is given whole to a function of this file whose parameter there is only
   // read element by element (`ring(tail, ..)` with `send[k]` passed to NCCL): no element written.

@@ -64,7 +64,9 @@ bool BufferFlow::rank_free_expression(std::size_t b, std::size_t e, const std::s
     }
     if (t.kind != TokenKind::Identifier) continue;
     if (i > b && is_member_step(code_[i - 1])) {
-      if (!reading_member(t.text)) return false;
+      // `cfg.layers`: the object was read above; the field is rank-free when only its default sets it.
+      const bool call = i + 1 < e && code_[i + 1].text == "(";
+      if (!reading_member(t.text) && (call || !rank_free_field(t.text, depth - 1))) return false;
       continue;
     }
     const std::string& next = i + 1 < e ? code_[i + 1].text : "";
@@ -73,6 +75,31 @@ bool BufferFlow::rank_free_expression(std::size_t b, std::size_t e, const std::s
       continue;
     if (next == "(") return false;  // an unknown call
     if (!rank_free_name(t.text, depth - 1)) return false;
+  }
+  return true;
+}
+
+// A field (`layers` of `cfg.layers`) that nothing in the file sets but its declaration's default
+// (`int layers = 4;`, itself rank-free): no assignment, increment, read into or address of it by any
+// object, no constructor's initialiser list. Fields are matched by name, whatever their class.
+bool BufferFlow::rank_free_field(const std::string& field, int depth) const {
+  if (depth <= 0) return false;
+  for (const auto& [key, writes] : member_writes_)
+    if (key.ends_with("::" + field)) return false;
+  for (std::size_t k = 1; k + 1 < code_.size(); ++k) {
+    if (code_[k].text != field || code_[k].kind != TokenKind::Identifier) continue;
+    const std::string& next = code_[k + 1].text;
+    if (owner_[k] < 0 && !is_member_step(code_[k - 1])) {  // its declaration in a class body
+      const std::size_t e = next == "="   ? statement_end(code_, k + 2, code_.size())
+                            : next == "{" ? match_forward(code_, k + 1, code_.size())
+                                          : k + 2;
+      if (e > k + 2 && !rank_free_expression(k + 2, e, {}, depth)) return false;
+      continue;
+    }
+    std::size_t first = k;  // where the access starts: `&w.cfg.layers` is at `w`
+    while (first >= 2 && is_member_step(code_[first - 1]) && code_[first - 2].kind == TokenKind::Identifier) first -= 2;
+    const std::string& before = code_[first - 1].text;
+    if (writes(next) || before == "&" || before == "++" || before == "--" || before == ">>") return false;
   }
   return true;
 }
@@ -96,8 +123,14 @@ bool BufferFlow::read_only_use(std::size_t k) const {
   std::size_t next = k + 1;
   if (code_[next].text == "[") next = match_forward(code_, next, code_.size()) + 1;
   if (code_[next].text == "." && next + 2 < code_.size()) {
-    if (!reading_member(code_[next + 1].text) || code_[next + 2].text != "(") return false;
-    next = match_forward(code_, next + 2, code_.size()) + 1;
+    // A field read (`cfg.layers`, whether the field is rank-free is rank_free_field's) or a reading call.
+    while (is_member_step(code_[next]) && next + 2 < code_.size() && code_[next + 1].kind == TokenKind::Identifier &&
+           code_[next + 2].text != "(")
+      next += 2;
+    if (code_[next].text == "." && next + 2 < code_.size()) {
+      if (!reading_member(code_[next + 1].text) || code_[next + 2].text != "(") return false;
+      next = match_forward(code_, next + 2, code_.size()) + 1;
+    }
   }
   if (next >= code_.size() || writes(code_[next].text)) return false;
   if ((prev == "(" || prev == ",") && (code_[k + 1].text == ")" || code_[k + 1].text == ",")) {
@@ -107,8 +140,12 @@ bool BufferFlow::read_only_use(std::size_t k) const {
     // through a vector's fill (a constructor taking its size by non-const reference is not met).
     const Token& callee = code_[open - 1];
     const std::string cls = callee.text == ">" ? template_name_before(code_, open - 1) : callee.text;
+    // `Model model(cfg)`: the constructor of the declared variable's class.
+    const bool declared_object = callee.kind == TokenKind::Identifier && open >= 2 &&
+                                 (is_class(code_[open - 2].text) ||
+                                  (code_[open - 2].text == ">" && is_class(template_name_before(code_, open - 2))));
     return callee.kind == TokenKind::LaunchClose || callee.text == "printf" || callee.text == "fprintf" ||
-           callee.text == "emplace_back" || callee.text == "push_back" || is_class(cls);
+           callee.text == "emplace_back" || callee.text == "push_back" || is_class(cls) || declared_object;
   }
   return true;
 }
@@ -140,6 +177,7 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
           continue;
         }
         const bool called = i + 1 < arg.size() && (arg[i + 1].text == "(" || arg[i + 1].text == "<");
+        if (!called && arg[i].text == name) continue;  // `Model m(cfg)` for `Model(const Config& cfg)`: checked here
         if (called ? !pure_call(arg[i].text) : !rank_free_name(arg[i].text, depth - 1)) return false;
       }
     }
@@ -158,6 +196,11 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
     const Token& prev = code_[k - 1];
     const std::string& next = code_[k + 1].text;
     const bool declared = (prev.text == ">" || declaring_word(prev)) && (next == "=" || next == "{" || next == "(");
+    // `Config cfg;`: default-constructed (a class's defaults, rank-free or not, are its fields').
+    if (!declared && prev.kind == TokenKind::Identifier && declaring_word(prev) && next == ";" && is_class(prev.text)) {
+      if (++declarations > 1 || parameter) return false;
+      continue;
+    }
     if (!declared) {
       if (!read_only_use(k)) return false;
       continue;
@@ -286,6 +329,10 @@ bool BufferFlow::container_use(std::size_t j, std::size_t first, const FunctionD
   else if (code_[j + 1].text == "." && code_[j + 3].text == "(" &&
            (member == "at" || member == "front" || member == "back"))
     element = match_forward(code_, j + 3, code_.size()) + 1;
+  // `auto& w = grads[i];`: a reference to an element constructs nothing.
+  if (element > 0 && element < code_.size() && code_[element].text == ";" && prev == "=" && first >= 3 &&
+      (code_[first - 3].text == "&" || code_[first - 3].text == "&&"))
+    return true;
   if (element > 0)
     return prev != "&" && element + 2 < code_.size() && is_member_step(code_[element]) &&
            code_[element + 1].kind == TokenKind::Identifier && !writes(code_[element + 2].text);
