@@ -214,3 +214,66 @@ TEST(AnalyzerClassBuffers, AMemberVectorFilledInALoopBoundedByAConfigField) {
       convert_text(program("struct Cfg { int hidden = 1024; int layers = 4; Cfg() : layers(atoi(getenv(\"L\"))) {} };\n", ""));
   EXPECT_EQ(from_env.converted_calls, 0);
 }
+
+// Megatron's shape: one `split()` helper makes the tensor- and the data-parallel communicator
+// (called twice), and a tensor sized by the tensor-parallel group's `ncclCommCount` is made after
+// both: its window size is agreed over the communicators bound by then. Made between the two
+// calls, it comes before one of the creations and stays host with its reason.
+TEST(AnalyzerClassBuffers, ASplitHelperCalledForTwoGroupsThenRankSizedTensors) {
+  const auto program = [](const std::string& between, const std::string& after) {
+    return kPrologue +
+           "class Ctx {\n"
+           " public:\n"
+           "  explicit Ctx(ncclComm_t c) : comm_(c) { ncclCommCount(comm_, &size_); }\n"
+           "  Ctx* split(int color, int key) { ncclComm_t sub; ncclCommSplit(comm_, color, key, &sub, nullptr); return new Ctx(sub); }\n"
+           "  void all_reduce(float* x, size_t n) { ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm_, 0); }\n"
+           "  int size() const { return size_; }\n"
+           " private:\n"
+           "  ncclComm_t comm_;\n"
+           "  int size_ = 1;\n"
+           "};\n"
+           "int main(int argc, char** argv) {\n"
+           "  int rank = 0, world = 1; MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &world);\n"
+           "  ncclComm_t comm; ncclUniqueId id; ncclCommInitRank(&comm, world, id, rank);\n"
+           "  Ctx world_ctx(comm);\n"
+           "  Ctx* tp = world_ctx.split(rank / 2, rank % 2);\n" +
+           between + "  Ctx* dp = world_ctx.split(rank % 2, rank / 2);\n" + after +
+           "  tp->all_reduce(shard, n);\n"
+           "  dp->all_reduce(shard, n);\n"
+           "}\n";
+  };
+  const std::string make = "  size_t n = 4096 / tp->size(); float* shard = device_alloc<float>(n);\n";
+  const Conversion after = convert_text(program("", make));
+  EXPECT_EQ(after.converted_calls, 1) << left_text(after);  // one call site, reached with each group
+  EXPECT_TRUE(contains(after.source, "braid_converted::sym_malloc_agreed(&p, n * sizeof(T))")) << after.source;
+  const Conversion between = convert_text(program(make, ""));
+  EXPECT_EQ(between.converted_calls, 0);
+  EXPECT_TRUE(told(between, "is not created before it on every path")) << left_text(between);
+}
+
+// A call of a template helper (`device_alloc<float>(n)`) is a call site like any other: one made on
+// some ranks only (`if (rank == 0) a = device_alloc<float>(n);`) makes every allocation of the helper
+// rank-dependent, and a size given by the rank is agreed. Template calls were not call sites: both
+// converted to plain sym_malloc.
+TEST(AnalyzerClassBuffers, CallsOfATemplateHelperAreCallSites) {
+  const auto program = [](const std::string& extra) {
+    return kPrologue +
+           "int main(int argc, char** argv) {\n"
+           "  int rank = 0; MPI_Comm_rank(MPI_COMM_WORLD, &rank);\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, rank);\n"
+           "  float* b = device_alloc<float>(1024);\n" +
+           extra +
+           "  size_t n = 1024 * (rank + 1);\n"
+           "  float* c = device_alloc<float>(n);\n"
+           "  ncclAllReduce(b, b, 1024, ncclFloat, ncclSum, comm, s);\n"
+           "  ncclBroadcast(c, c, 1024, ncclFloat, 0, comm, s);\n"
+           "}\n";
+  };
+  const Conversion plain = convert_text(program(""));
+  EXPECT_EQ(plain.converted_calls, 2) << left_text(plain);
+  EXPECT_TRUE(contains(plain.source, "braid_converted::sym_malloc_agreed(&p, n * sizeof(T))")) << plain.source;
+  const Conversion some_ranks = convert_text(program("  float* a = nullptr;\n  if (rank == 0) a = device_alloc<float>(4096);\n"));
+  EXPECT_EQ(some_ranks.converted_calls, 0);
+  EXPECT_TRUE(told(some_ranks, "the allocation helper device_alloc() is called under a condition at line 11"))
+      << left_text(some_ranks);
+}

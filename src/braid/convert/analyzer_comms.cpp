@@ -460,8 +460,13 @@ void mark_allocations_after_creations(const std::vector<Token>& toks, const Buff
           b.after_creations.push_back(k);
           break;
         }
+        // Called at several places of one function (one `split()` helper making the tensor- and the
+        // data-parallel communicator), each unconditional: after the last is after every creation.
         const std::vector<std::size_t> sites = flow.call_sites_of(fn);
-        at = sites.size() == 1 ? std::optional<std::size_t>(sites.front()) : std::nullopt;
+        const bool one_caller = !sites.empty() && std::all_of(sites.begin(), sites.end(), [&](std::size_t s) {
+          return flow.function_at(s) == flow.function_at(sites.front()) && !looped(s) && !flow.conditional(s);
+        });
+        at = one_caller ? std::optional<std::size_t>(*std::max_element(sites.begin(), sites.end())) : std::nullopt;
       }
     }
   }

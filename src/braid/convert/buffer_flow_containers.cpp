@@ -145,7 +145,8 @@ bool BufferFlow::read_only_use(std::size_t k) const {
                                  (is_class(code_[open - 2].text) ||
                                   (code_[open - 2].text == ">" && is_class(template_name_before(code_, open - 2))));
     return callee.kind == TokenKind::LaunchClose || callee.text == "printf" || callee.text == "fprintf" ||
-           callee.text == "emplace_back" || callee.text == "push_back" || is_class(cls) || declared_object;
+           callee.text == "emplace_back" || callee.text == "push_back" || is_class(cls) || declared_object ||
+           cls == "make_unique" || cls == "make_shared";
   }
   return true;
 }

@@ -351,11 +351,17 @@ void BufferFlow::record_call(std::size_t k, const FunctionDef& f, const std::set
   std::string callee;
   if (callable_classes.count(declared_class)) objects.insert(t.text);
   else if (code_[k + 1].text == "(" && objects.count(t.text)) callee = "operator()";  // `reduce(grads, n)`
-  if (callee.empty() && code_[k + 1].text == "(" && defined.count(t.text) && k != f.name_token) callee = t.text;
+  // `device_alloc<float>(n)`: a call of a template of this file, its template arguments skipped.
+  std::size_t open = k + 1;
+  if (code_[open].text == "<" && defined.count(t.text))
+    if (const std::size_t after = after_template_args(code_, open, f.body_close);
+        after != SIZE_MAX && code_[after].text == "(")
+      open = after;
+  if (callee.empty() && code_[open].text == "(" && defined.count(t.text) && k != f.name_token) callee = t.text;
   // `q_.push(job)` on a standard container is not a call of the file's own `push`.
   if (callee.empty() || (is_member_step(code_[k - 1]) && k >= 2 && standard_container(code_[k - 2].text))) return;
-  const std::size_t close = match_forward(code_, k + 1, f.body_close);
-  calls_[callee].push_back(CallSite{f.name, split_top(code_, k + 1, close), k, t.line});
+  const std::size_t close = match_forward(code_, open, f.body_close);
+  calls_[callee].push_back(CallSite{f.name, split_top(code_, open, close), k, t.line});
 }
 
 bool BufferFlow::assigned_between(const std::string& name, std::size_t from, std::size_t to) const {
