@@ -277,3 +277,64 @@ TEST(AnalyzerClassBuffers, CallsOfATemplateHelperAreCallSites) {
   EXPECT_TRUE(told(some_ranks, "the allocation helper device_alloc() is called under a condition at line 11"))
       << left_text(some_ranks);
 }
+
+// `p_.reset(p, Del())` (a shared_ptr given its deleter) gives the pointer as `reset(p)` does; a
+// class holding a vector of tensors that the program never constructs (or never fills) makes no
+// tensor out of sight.
+TEST(AnalyzerClassBuffers, AResetWithADeleterAndAHolderNeverMade) {
+  const std::string src = kPrologue +
+                          "template <typename T> class Buffer {\n"
+                          " public:\n"
+                          "  explicit Buffer(size_t n) : n_(n) { T* p = nullptr; cudaMalloc(&p, n * sizeof(T)); p_.reset(p, Del()); }\n"
+                          "  T* data() const { return p_.get(); }\n"
+                          "  size_t size() const { return n_; }\n"
+                          " private:\n"
+                          "  struct Del { void operator()(T* p) const { cudaFree(p); } };\n"
+                          "  std::shared_ptr<T> p_;\n"
+                          "  size_t n_ = 0;\n"
+                          "};\n"
+                          "struct Cfg { int layers = 4; };\n"
+                          "struct Unused {\n"
+                          "  std::vector<Buffer<float>> weights_;\n"
+                          "  explicit Unused(const Cfg& cfg) { for (int l = 0; l < cfg.layers; ++l) weights_.emplace_back(1024); }\n"
+                          "};\n"
+                          "struct Empty { std::vector<Buffer<float>> none_; size_t count() const { return none_.size(); } };\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Buffer<float> g(1 << 20);\n"
+                          "  ncclAllReduce(g.data(), g.data(), g.size(), ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(T))")) << c.source;
+}
+
+// C's `typedef struct { .. } Ctx;` is a struct type like `struct Ctx { .. };`, and a global given a
+// factory's whole result (`g_ctx = ctx_init(..)`, llm.c's `multi_gpu_config = multi_gpu_config_init(..)`)
+// has the fields the factory set: `g_ctx.buf` is `r.buf`, allocated there.
+TEST(AnalyzerClassBuffers, ATypedefStructGlobalGivenAFactorysResult) {
+  const std::string src = kPrologue +
+                          "typedef struct {\n"
+                          "  ncclComm_t comm;\n"
+                          "  cudaStream_t stream;\n"
+                          "  float* buf;\n"
+                          "  size_t n;\n"
+                          "} Ctx;\n"
+                          "Ctx g_ctx;\n"
+                          "Ctx ctx_init(int world, int rank, ncclUniqueId id) {\n"
+                          "  Ctx r;\n"
+                          "  ncclCommInitRank(&r.comm, world, id, rank);\n"
+                          "  cudaStreamCreate(&r.stream);\n"
+                          "  r.n = 4096;\n"
+                          "  cudaMalloc(&r.buf, r.n * sizeof(float));\n"
+                          "  return r;\n"
+                          "}\n"
+                          "int main(int argc, char** argv) {\n"
+                          "  int rank = 0, world = 1; ncclUniqueId id;\n"
+                          "  g_ctx = ctx_init(world, rank, id);\n"
+                          "  ncclAllReduce(g_ctx.buf, g_ctx.buf, g_ctx.n, ncclFloat, ncclSum, g_ctx.comm, g_ctx.stream);\n"
+                          "}\n";
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&r.buf, r.n * sizeof(float))")) << c.source;
+}

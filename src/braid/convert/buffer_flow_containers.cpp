@@ -166,7 +166,8 @@ bool BufferFlow::rank_free_name(const std::string& name, int depth) const {
   for (const FunctionDef* f : takers) {
     const std::size_t index = std::size_t(std::find(f->params.begin(), f->params.end(), name) - f->params.begin());
     auto sites = calls_.find(f->name);
-    if (sites == calls_.end() || value_uses_.count(f->name)) return false;
+    if (value_uses_.count(f->name)) return false;
+    if (sites == calls_.end()) continue;  // never called in sight (a class the program never makes)
     for (const CallSite& c : sites->second) {
       if (index >= c.args.size()) return false;  // a default argument
       const std::vector<Token> arg = code_tokens(lex(c.args[index]).tokens);
@@ -407,7 +408,7 @@ void BufferFlow::collect_visible_containers() {
       }
       if (code_[d + 1].text != ",") break;
     }
-    if (!visible || fills == 0) continue;  // never filled here: kept out of sight, as before
+    if (!visible) continue;  // never filled, and only read: it constructs nothing
     visible_containers_.insert(cls_token);
     for (CallSite& c : emplaced) calls_[cls].push_back(std::move(c));
   }

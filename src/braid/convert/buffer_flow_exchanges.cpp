@@ -46,7 +46,7 @@ void BufferFlow::record_exchange(std::size_t k, const std::string& function, std
   // empty: repointed()).
   if (eq < end && code_[eq].text == "(" && eq >= k + 3 && code_[eq - 1].text == "reset" && code_[eq - 2].text == ".") {
     const std::vector<std::string> args = split_top(code_, eq, match_forward(code_, eq, end));
-    if (args.size() == 1 && args[0] != "nullptr" && args[0] != "NULL")
+    if (!args.empty() && args[0] != "nullptr" && args[0] != "NULL")  // `reset(p, deleter)` too
       exchanges_.push_back(Exchange{function, join(code_, k, eq - 2), args[0], k});
     return;
   }

@@ -124,9 +124,17 @@ void BufferFlow::collect_classes() {
   for (std::size_t k = 0; k + 2 < code_.size(); ++k) {
     const std::string& x = code_[k].text;
     // `enum class E`, and a template's parameters (`template <class T> class Buffer`) are no class.
-    if ((x != "class" && x != "struct") || code_[k + 1].kind != TokenKind::Identifier ||
+    if ((x != "class" && x != "struct") ||
         (k > 0 && (code_[k - 1].text == "enum" || code_[k - 1].text == "<" || code_[k - 1].text == ",")))
       continue;
+    // C's `typedef struct { ... } Name;` (a tag or none): the class is Name.
+    if (k > 0 && code_[k - 1].text == "typedef" && (code_[k + 1].text == "{" || code_[k + 2].text == "{")) {
+      const std::size_t open = code_[k + 1].text == "{" ? k + 1 : k + 2;
+      const std::size_t close = match_forward(code_, open, code_.size());
+      if (close + 2 < code_.size() && code_[close + 1].kind == TokenKind::Identifier && code_[close + 2].text == ";")
+        classes_.push_back(ClassBody{code_[close + 1].text, open, close});
+    }
+    if (code_[k + 1].kind != TokenKind::Identifier) continue;
     std::size_t j = k + 2;
     // `struct T* p` / `struct T v = ...` / a parameter `(struct T* a, ...)` name the type, not its body.
     while (j < code_.size() && code_[j].text != "{" && code_[j].text != ";" && code_[j].text != "(" &&

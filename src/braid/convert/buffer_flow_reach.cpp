@@ -31,8 +31,11 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
     if (x == "[") eq = match_forward(code_, eq, end);
     field = field || x == "." || x == "->";
   }
-  if (!field || eq >= end || code_[eq].text != "=") return;
+  if (eq >= end || code_[eq].text != "=") return;
   const std::size_t e = statement_end(code_, eq + 1, end);
+  // A whole struct given a factory's result (`multi_gpu_config = multi_gpu_config_init(..)`): its fields.
+  if (!field && (eq != k + 1 || declared_class(code_[k].text).empty() || !returning_helper(join(code_, eq + 1, e))))
+    return;
   field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k, ""});
 }
 
@@ -82,7 +85,8 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
     // `path` after the written field: "", or "[]..." / ".x..." when the value is a whole variable.
     std::optional<std::string> rest;
     const bool address = w.value.rfind("& ", 0) == 0 && !access_path(w.value.substr(2), false).empty();
-    const bool whole = address || !access_path(w.value, false).empty();
+    // A whole variable's value, or a whole struct a factory returns (`cfg = multi_gpu_config_init(..)`).
+    const bool whole = address || !access_path(w.value, false).empty() || returning_helper(w.value) != nullptr;
     for (const std::string& p : lhs.paths)
       for (std::size_t i = 1; !rest && i <= path.size(); ++i)
         if ((i == path.size() || (whole && (path[i] == '[' || path[i] == '.'))) && path_matches(p, path.substr(0, i)))
