@@ -35,6 +35,20 @@ void drop_other_functions_locals(const BufferFlow& flow, const Analysis& a, std:
   if (!related.empty()) keys = std::move(related);
 }
 
+// The allocation sites whose path is `path` and whose call is in `function` (a helper's parameter,
+// a constructor's local), into `keys`, each said once in `c.via` as `why`. Whether there was one.
+bool sites_in(const Analysis& a, const std::string& path, const std::string& function, const std::string& why,
+              std::vector<std::string>& keys, Call& c) {
+  bool found = false;
+  for (const auto& [key, b] : a.buffers)
+    if (path_matches(path, b.path) && b.alloc_call < a.calls.size() && a.calls[b.alloc_call].function == function) {
+      keys.push_back(key);
+      found = true;
+      c.via.push_back(why);
+    }
+  return found;
+}
+
 // A variable a helper fills through a reference or pointer-to-pointer parameter (`alloc(g, n)` with
 // `float*& p`, `dev_alloc(&g, n)` with `float** p`): that helper's allocation sites, into `keys`.
 // Same-named parameters of other helpers are other allocations.
@@ -42,13 +56,10 @@ bool filled_by_helper(const BufferFlow& flow, const Analysis& a, const std::stri
                       std::vector<std::string>& keys, Call& c) {
   bool found = false;
   for (const BufferFlow::Fill& fill : flow.reference_fills(path))
-    for (const auto& [key, b] : a.buffers)
-      if (path_matches(fill.param, b.path) && b.alloc_call < a.calls.size() &&
-          a.calls[b.alloc_call].function == fill.function) {
-        keys.push_back(key);
-        found = true;
-        c.via.push_back(fmt::format("{} is filled by {}() through its parameter {}", path, fill.function, fill.param));
-      }
+    found = sites_in(a, fill.param, fill.function,
+                     fmt::format("{} is filled by {}() through its parameter {}", path, fill.function, fill.param),
+                     keys, c) ||
+            found;
   return found;
 }
 
@@ -77,14 +88,11 @@ bool filled_by_own_class(const BufferFlow& flow, const Analysis& a, const std::s
                          std::vector<std::string>& keys, Call& c) {
   bool found = false;
   for (const BufferFlow::OwnCopy& copy : flow.own_container_copies(path))
-    for (const auto& [key, b] : a.buffers)
-      if (path_matches(copy.origin, b.path) && b.alloc_call < a.calls.size() &&
-          a.calls[b.alloc_call].function == copy.function) {
-        keys.push_back(key);
-        found = true;
-        c.via.push_back(fmt::format("{} holds copies of {}, allocated by {}() of class {}", path, copy.origin,
-                                    copy.function, copy.cls));
-      }
+    found = sites_in(a, copy.origin, copy.function,
+                     fmt::format("{} holds copies of {}, allocated by {}() of class {}", path, copy.origin,
+                                 copy.function, copy.cls),
+                     keys, c) ||
+            found;
   return found;
 }
 
