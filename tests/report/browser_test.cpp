@@ -135,7 +135,9 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   auto example = paced_example();
   ASSERT_FALSE(example.empty()) << "examples/matmul_cpu/workload.yaml no longer has the build line this test paces";
   write_file_atomic(example / "go", "");
-  auto evolve = test::start_braid({"evolve", example.string(), "--results", results.string(), "--generations", "12"}, evolve_log);
+  // 8 generations: enough for a tree, diffs and a live update; the run's length is most of this
+  // test's time, and on a loaded machine it grows.
+  auto evolve = test::start_braid({"evolve", example.string(), "--results", results.string(), "--generations", "8"}, evolve_log);
   // Up to 240 s (the paced build's own limit): the earlier 60 s bound is the likely cause of a
   // failure after 66 s in a full `ctest -j2` run, where the heaviest tests share the 2 cores.
   for (int i = 0; i < 4800 && candidates_in(results) < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -166,14 +168,14 @@ TEST(BrowserE2E, RealEvolveLiveTreeDiffCompareAndEscaping) {
   for (const char* png : {"overview.png", "overview_live.png", "every_candidate.png", "candidates_sorted.png", "knobs.png", "tree.png",
                           "candidate.png", "compare_mixed.png", "compare.png", "hostile_candidate.png"})
     EXPECT_TRUE(fs::exists(shots / png)) << png;
-  EXPECT_GE(candidates_in(results), 12) << "evolve exit " << evolve_code << ": " << read_file(evolve_log);
+  EXPECT_GE(candidates_in(results), 8) << "evolve exit " << evolve_code << ": " << read_file(evolve_log);
   // Finished: the state the UI shows is "done" with every generation recorded.
   {
     RunReader finished(results);
     json st = finished.state();
     EXPECT_EQ(st["state"], "done") << st.dump();
-    EXPECT_EQ(st["generations_done"], 12) << st.dump();
-    EXPECT_EQ(st["generations_total"], 12) << st.dump();
+    EXPECT_EQ(st["generations_done"], 8) << st.dump();
+    EXPECT_EQ(st["generations_total"], 8) << st.dump();
   }
   std::printf("browser e2e: %s\n", outcome.result.dump().c_str());
   fs::remove_all(results);
