@@ -384,35 +384,35 @@ std::string BufferFlow::returned_field(const std::string& getter, const std::str
     const std::vector<std::size_t> returns = return_statements(f);
     if (returns.size() != 1) return "";
     std::size_t k = returns[0] + 1;
-    std::size_t end = flow_tokens::statement_end(code_, k, f.body_close);  // its `;`
-    // `static_cast<float*>(flat.get())`, `(float*)flat.get()`, `reinterpret_cast<T*>(p_)`: the
-    // field itself (a smart pointer's path is the pointer it owns).
-    if (k + 3 < end && (code_[k].text == "static_cast" || code_[k].text == "reinterpret_cast") && code_[k + 1].text == "<")
-      if (const std::size_t open = flow_tokens::after_template_args(code_, k + 1, end);
-          open != SIZE_MAX && code_[open].text == "(" && flow_tokens::match_forward(code_, open, end) + 1 == end) {
-        k = open + 1;
-        end -= 1;
-      }
-    if (k + 4 < end && code_[k].text == "(" && code_[k + 1].kind == TokenKind::Identifier &&
-        code_[flow_tokens::match_forward(code_, k, end) - 1].text == "*")
-      k = flow_tokens::match_forward(code_, k, end) + 1;
-    if (k + 5 == end && code_[k + 1].text == "." && code_[k + 2].text == "get" && code_[k + 3].text == "(") {
+    const std::size_t end = flow_tokens::statement_end(code_, k, f.body_close);  // its `;`
+    // The field returned whole, cast or not (`(T*)x`, `reinterpret_cast<T*>(x)`: strip), or a smart
+    // pointer field's `.get()` (`static_cast<float*>(flat.get())`: owned_pointer), or a view of one.
+    const std::string expr = join(code_, k, end);
+    bool addr = false;
+    const std::vector<Token> bare = strip(code_tokens(lex(expr).tokens), addr);
+    const std::string owned = addr ? "" : owned_pointer(expr);
+    std::string name;
+    if (!owned.empty() && owned.find(' ') == std::string::npos) {
       // A smart pointer its class's own code gives a pointer (`p_.reset(p)`) is followed as a member.
-      if (owner_resets(f.owner, code_[k].text)) return "";
-      end = k + 1;
+      if (owner_resets(f.owner, owned)) return "";
+      name = owned;
+    } else if (!addr && bare.size() == 1 && bare[0].kind == TokenKind::Identifier) {
+      name = bare[0].text;
+    } else {  // `this->x`, `&blocks[i]`, `x + off`
+      if (k + 2 < end && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
+      if (k + 2 < end && code_[k].text == "&" && code_[k + 2].text == "[") ++k;
+      if (k >= end || code_[k].kind != TokenKind::Identifier) return "";
+      const bool view = code_[k + 1].text == "+" || (code_[k + 1].text == "[" && code_[k - 1].text == "&");
+      if (k + 1 != end && !(view && end < f.body_close)) return "";
+      name = code_[k].text;
     }
-    if (k + 2 < end && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
-    if (k + 2 < end && code_[k].text == "&" && code_[k + 2].text == "[") ++k;  // `&blocks[i]`
-    if (k >= end || code_[k].kind != TokenKind::Identifier) return "";
-    const bool view = code_[k + 1].text == "+" || (code_[k + 1].text == "[" && code_[k - 1].text == "&");
-    if (k + 1 != end && !(view && end < f.body_close)) return "";
-    if (std::find(f.params.begin(), f.params.end(), code_[k].text) != f.params.end()) return "";
-    if (!declares_field(f.owner, code_[k].text) || (!field.empty() && field != code_[k].text)) return "";
+    if (std::find(f.params.begin(), f.params.end(), name) != f.params.end()) return "";
+    if (!declares_field(f.owner, name) || (!field.empty() && field != name)) return "";
     // A field the class's own code sets (its constructor allocates it) is followed as a member
     // (follow_member); this form is for plain holders filled from outside (a factory's `t.data_`).
-    const std::string key = f.owner + "::" + code_[k].text;
+    const std::string key = f.owner + "::" + name;
     if (member_writes_.count(key) || member_addressed_.count(key)) return "";
-    field = code_[k].text;
+    field = name;
   }
   return field;
 }
@@ -457,8 +457,8 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
     }
     bool any = false;
     for (const FunctionDef& f : functions_) {
-      if (f.name != t[i].text || !f.enclosing.empty() || (!member && !f.params.empty()) || (member && f.owner.empty()) ||
-          (!cls.empty() && f.owner != cls))
+      if (f.name != t[i].text || !f.enclosing.empty() || (!member && !f.params.empty()) ||
+          (member && f.owner.empty()) || (!cls.empty() && f.owner != cls))
         continue;
       any = true;
       follow_returns(f, rest.substr(1), depth, out, stack);
@@ -493,7 +493,9 @@ std::string BufferFlow::declared_class(const std::string& name) const {
       std::size_t j = w - 1;
       if (code_[j].text == ")" || code_[j].text == "}") {
         for (int depth = 0; j > 0; --j) {
-          depth += code_[j].text == ")" || code_[j].text == "}" ? 1 : code_[j].text == "(" || code_[j].text == "{" ? -1 : 0;
+          depth += code_[j].text == ")" || code_[j].text == "}"   ? 1
+                   : code_[j].text == "(" || code_[j].text == "{" ? -1
+                                                                  : 0;
           if (depth == 0) break;
         }
         --j;
@@ -536,20 +538,21 @@ std::vector<BufferFlow::OwnCopy> BufferFlow::own_container_copies(const std::str
   if (cls.empty()) return {};
   std::vector<OwnCopy> out;
   for (const ElementCopy& copy : copies->second)
-    if (owner_of(copy.function) == cls) out.push_back(OwnCopy{cls, copy.origin + rest.substr(close + 1), copy.function});
+    if (owner_of(copy.function) == cls)
+      out.push_back(OwnCopy{cls, copy.origin + rest.substr(close + 1), copy.function});
   return out;
 }
 
 // A field of the function's class followed to what the class's own code writes into it (non-null
 // values; a field also written through its address keeps its own path too). False when nothing does.
 bool BufferFlow::follow_member(const std::string& path, const std::string& function, std::size_t at, int depth,
-                               Resolution& out,
-                               std::vector<std::string>& stack) const {
+                               Resolution& out, std::vector<std::string>& stack) const {
   const auto [root, rest] = split_root(path);
   // The class of the function at `at` (several classes may have a function of this name).
-  const std::string owner = at < owner_.size() && owner_[at] >= 0 && functions_[(std::size_t)owner_[at]].name == function
-                                ? functions_[(std::size_t)owner_[at]].owner
-                                : owner_of(function);
+  const std::string owner =
+      at < owner_.size() && owner_[at] >= 0 && functions_[(std::size_t)owner_[at]].name == function
+          ? functions_[(std::size_t)owner_[at]].owner
+          : owner_of(function);
   auto writes = owner.empty() ? member_writes_.end() : member_writes_.find(owner + "::" + root);
   if (writes == member_writes_.end()) return false;
   std::vector<const MemberWrite*> values;

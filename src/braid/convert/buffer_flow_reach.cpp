@@ -34,8 +34,8 @@ void BufferFlow::record_field_write(std::size_t k, const std::string& function, 
   if (eq >= end || code_[eq].text != "=") return;
   const std::size_t e = statement_end(code_, eq + 1, end);
   // A whole struct given a factory's result (`multi_gpu_config = multi_gpu_config_init(..)`): its fields.
-  if (!field && (eq != k + 1 || declared_class(code_[k].text).empty() || !returning_helper(join(code_, eq + 1, e))))
-    return;
+  if (!field && (eq != k + 1 || !returning_helper(join(code_, eq + 1, e)) || declared_class(code_[k].text).empty()))
+    return;  // (declared_class reads the whole file: asked last)
   field_writes_.push_back(FieldWrite{function, join(code_, k, eq), join(code_, eq + 1, e), k, ""});
 }
 
