@@ -4,6 +4,8 @@
 // bounded by a rank-dependent field of a struct passed whole stays host NCCL.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "analyzer_test_util.hpp"
 
 using namespace braid::convert;
@@ -337,4 +339,120 @@ TEST(AnalyzerClassBuffers, ATypedefStructGlobalGivenAFactorysResult) {
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&r.buf, r.n * sizeof(float))")) << c.source;
+}
+
+// A struct of per-micro-batch vectors filled by a helper through its reference (or pointer)
+// parameter, `alloc_stage(b[c])` / `alloc_stage(&one)` with `b.act.push_back(p)` after
+// `cudaMalloc(&p, ..)`: each object's elements are the helper's allocations (before: "no
+// cudaMalloc/ncclMemAlloc allocation"). A helper given the struct by value fills its own copy: the
+// caller's vector holds nothing of it.
+TEST(AnalyzerClassBuffers, AMemberContainerFilledThroughAHelpersParameter) {
+  const auto program = [](const std::string& param, const std::string& arrow, const std::string& give) {
+    return kPrologue + "struct Stage { std::vector<float*> act, grad; };\n" +
+           "void alloc_stage(" + param + ") {\n" +
+           "  for (int m = 0; m < 4; ++m) { float* p; cudaMalloc(&p, 4096); b" + arrow +
+           "act.push_back(p); cudaMalloc(&p, 4096); b" + arrow + "grad.push_back(p); }\n" +
+           "}\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  Stage b[2]; Stage one;\n"
+           "  for (int c = 0; c < 2; ++c) alloc_stage(" +
+           give + "b[c]);\n" + "  alloc_stage(" + give +
+           "one);\n"
+           "  for (int m = 0; m < 4; ++m) ncclSend(b[1].act[m], 1024, ncclFloat, 1, comm, s);\n"
+           "  ncclAllReduce(one.grad[0], one.grad[0], 1024, ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  for (const auto& [param, arrow, give] : {std::tuple<std::string, std::string, std::string>{"Stage& b", ".", ""},
+                                           {"Stage* b", "->", "&"}}) {
+    const std::string src = program(param, arrow, give);
+    const Analysis a = analyze("user.cu", src);
+    const Call& send = first_call(a, "ncclSend");
+    EXPECT_EQ(send.unresolved, "") << param;
+    EXPECT_TRUE(std::any_of(send.via.begin(), send.via.end(), [](const std::string& v) {
+      return contains(v, "allocated by alloc_stage(), which fills it through its parameter");
+    })) << param;
+    EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "") << param;
+    const Conversion c = convert_text(src);
+    EXPECT_EQ(c.converted_calls, 2) << param << left_text(c);
+  }
+  const std::string by_value = program("Stage b", ".", "");
+  EXPECT_TRUE(contains(first_call(analyze("user.cu", by_value), "ncclSend").unresolved, "no cudaMalloc/ncclMemAlloc"))
+      << first_call(analyze("user.cu", by_value), "ncclSend").unresolved;
+}
+
+// An RAII array converting to its pointer (`operator T*() const { return ptr_; }`) handed to NCCL
+// whole (`ncclAllReduce(g, g, g.size(), ...)`): `g` is `g.ptr_`, allocated by its constructor.
+TEST(AnalyzerClassBuffers, AnObjectConvertingToItsPointer) {
+  const std::string src = kPrologue +
+                          "template <typename T> class DeviceArray {\n"
+                          " public:\n"
+                          "  explicit DeviceArray(size_t n) : n_(n) { cudaMalloc(&ptr_, n * sizeof(T)); }\n"
+                          "  ~DeviceArray() { cudaFree(ptr_); }\n"
+                          "  operator T*() const { return ptr_; }\n"
+                          "  size_t size() const { return n_; }\n"
+                          " private:\n"
+                          "  T* ptr_ = nullptr;\n"
+                          "  size_t n_ = 0;\n"
+                          "};\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  DeviceArray<float> g(1 << 20);\n"
+                          "  ncclAllReduce(g, g, g.size(), ncclFloat, ncclSum, comm, s);\n"
+                          "  float* half = g + g.size() / 2;\n"
+                          "  ncclBroadcast(half, half, 1024, ncclFloat, 0, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) { return contains(v, "converts to its field: g.ptr_"); }));
+  EXPECT_EQ(first_call(a, "ncclBroadcast").unresolved, "");
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ptr_, n * sizeof(T))")) << c.source;
+}
+
+// `Tensor a = make(n), b = make(m);`: the second declarator is declared with its own value, as in
+// two statements (before: `b.data` had no allocation).
+TEST(AnalyzerClassBuffers, TheSecondDeclaratorOfAStatementHasItsValue) {
+  const std::string src = kPrologue +
+                          "struct Tensor { void* data = nullptr; size_t n = 0; };\n"
+                          "Tensor make(size_t n) { Tensor t; t.n = n; cudaMalloc(&t.data, n * 4); return t; }\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Tensor a = make(1024), b = make(2048);\n"
+                          "  ncclAllReduce(b.data, b.data, b.n, ncclFloat, ncclSum, comm, s);\n"
+                          "  for (int i = 0, j = 1; i < 2; ++i, ++j) ncclAllReduce(a.data, a.data, a.n, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  for (std::size_t ci : a.nccl_collectives()) EXPECT_EQ(a.calls[ci].unresolved, "") << a.calls[ci].line;
+  EXPECT_EQ(convert_text(src).converted_calls, 2);
+}
+
+// A gradient hook: a lambda kept in a `std::function`, copied into a vector of hooks and called
+// through both (`hook(g, n)`, `hooks[l](g, n)`): those calls are the lambda's call sites. A hook
+// handed somewhere braid cannot see (`register_hook(hook)` of a library) keeps its parameters
+// unfollowed.
+TEST(AnalyzerClassBuffers, ALambdaCalledThroughAStdFunctionAndAVectorOfThem) {
+  const auto program = [](const std::string& extra) {
+    return kPrologue +
+           "#include <functional>\n"
+           "void register_hook(std::function<void(float*, size_t)> h);\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  float *g0, *g1; cudaMalloc(&g0, 4096); cudaMalloc(&g1, 4096);\n"
+           "  auto reduce = [&](float* g, size_t n) { ncclAllReduce(g, g, n, ncclFloat, ncclAvg, comm, s); };\n"
+           "  std::vector<std::function<void(float*, size_t)>> hooks;\n"
+           "  std::function<void(float*, size_t)> hook = reduce;\n"
+           "  hooks.push_back(hook);\n"
+           "  hook(g0, 1024);\n"
+           "  hooks[0](g1, 1024);\n" +
+           extra + "}\n";
+  };
+  const Analysis a = analyze("user.cu", program(""));
+  EXPECT_EQ(first_call(a, "ncclAllReduce").unresolved, "");
+  EXPECT_EQ(convert_text(program("")).converted_calls, 1);
+  const Analysis out = analyze("user.cu", program("  register_hook(hook);\n"));
+  EXPECT_TRUE(contains(first_call(out, "ncclAllReduce").unresolved, "also used as a value"))
+      << first_call(out, "ncclAllReduce").unresolved;
 }

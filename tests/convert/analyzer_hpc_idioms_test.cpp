@@ -101,6 +101,52 @@ TEST(AnalyzerHpcIdioms, ACallSiteOnSeveralStreamsStaysHost) {
   EXPECT_EQ(transform(one, helper("s_main")).converted_calls, 1);
 }
 
+// Pipeline helpers given the forward stream for activations and the backward stream for gradients:
+// a send or receive site has no barrier shared between launches (its messages meet by per-pair
+// order, its plan is kept per stream by the runtime), so one whose every launch runs on one stream
+// converts, grouped in its helper or not. A group that gathers members through calls given
+// different streams mixes streams in one launch (before, the members' parameter texts agreed and it
+// converted, to stop at run time): it stays host NCCL with the reason.
+TEST(AnalyzerHpcIdioms, SendRecvHelpersGivenEitherOfTwoStreamsConvert) {
+  const std::string helpers =
+      kPrologue +
+      "cudaStream_t fwd, bwd;\n"
+      "void send_t(const float* b, int peer, cudaStream_t st) { ncclGroupStart(); ncclSend(b, 1024, ncclFloat, peer, "
+      "comm, st); "
+      "ncclGroupEnd(); }\n"
+      "void recv_t(float* b, int peer, cudaStream_t st) { ncclRecv(b, 1024, ncclFloat, peer, comm, st); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  float *act, *grad; cudaMalloc(&act, 4096); cudaMalloc(&grad, 4096);\n"
+      "  recv_t(act, 0, fwd); send_t(act, 1, fwd);\n"
+      "  recv_t(grad, 1, bwd); send_t(grad, 0, bwd);\n"
+      "}\n";
+  const Analysis a = analyze("pp.cu", helpers);
+  EXPECT_EQ(first_call(a, "ncclSend").unresolved, "");
+  EXPECT_EQ(first_call(a, "ncclRecv").unresolved, "");
+  EXPECT_EQ(transform(a, helpers).converted_calls, 2);
+
+  const std::string mixed =
+      kPrologue +
+      "cudaStream_t fwd, bwd;\n"
+      "void send_t(const float* b, int peer, cudaStream_t st) { ncclSend(b, 1024, ncclFloat, peer, comm, st); }\n"
+      "void recv_t(float* b, int peer, cudaStream_t st) { ncclRecv(b, 1024, ncclFloat, peer, comm, st); }\n"
+      "int main() {\n"
+      "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  float *act, *grad; cudaMalloc(&act, 4096); cudaMalloc(&grad, 4096);\n"
+      "  ncclGroupStart(); send_t(act, 1, fwd); recv_t(grad, 1, bwd); ncclGroupEnd();\n"
+      "}\n";
+  const Analysis m = analyze("pp.cu", mixed);
+  EXPECT_TRUE(
+      contains(first_call(m, "ncclSend").unresolved, "different streams (its members' streams are `bwd`, `fwd`)"))
+      << first_call(m, "ncclSend").unresolved;
+  EXPECT_EQ(transform(m, mixed).converted_calls, 0);
+  // The same group with both helpers given one stream converts.
+  std::string same = mixed;
+  same.replace(same.find("grad, 1, bwd"), 12, "grad, 1, fwd");
+  EXPECT_EQ(transform(analyze("pp.cu", same), same).converted_calls, 2);
+}
+
 // nccl-tests' per-GPU pairs (`comms[i]` with `streams[i]`): the stream is chosen with the
 // communicator, each communicator's binding keeps its launches on one stream: converted.
 TEST(AnalyzerHpcIdioms, AStreamChosenWithItsCommunicatorConverts) {

@@ -4,7 +4,7 @@
 // them mixed with collectives) are lowered with the prelude's own launch rules
 // (device/include/braid/convert_p2p.hpp: rule_ctas, p2p_ctas, P2pSequencer) and run on a model
 // of the kernels' synchronisation: LSA barriers per (site, CTA) for collectives, pairwise
-// posting/signal for p2p, one stream per rank. Every scenario must finish on 2-8 ranks. The same
+// posting/signal for p2p through mailbox slots, one or two streams per rank. Every scenario must finish on 2-8 ranks. The same
 // simulator must find the deadlock of the former p2p lowering (world barriers, CTAs sized by the
 // rank's own send volume, nothing launched for an empty group), so it is not blind.
 #include <gtest/gtest.h>
@@ -33,6 +33,7 @@ struct ConvertedCall {
   int site = 0;
   std::size_t bytes = 0;              // collectives: the call's size (the same on every rank)
   std::vector<P2pRequest> requests;   // p2p groups (a lone send/recv is a group of one)
+  int stream = 0;                     // 0 or 1: a rank's calls on two streams run side by side
 };
 using Program = std::vector<ConvertedCall>;  // one rank
 
@@ -41,6 +42,7 @@ struct Launch {
   bool p2p = false;
   int site = 0, ctas = 0;
   std::vector<P2pPlanned> ops;
+  int stream = 0;
 };
 
 // The prelude's lowering (flush_p2p, the collective replacements).
@@ -49,12 +51,13 @@ std::vector<Launch> lower_current(const Program& prog, int ranks) {
   P2pSequencer seq(ranks);
   for (const ConvertedCall& c : prog) {
     if (c.kind == ConvertedCall::Collective) {
-      out.push_back(Launch{false, c.site, braid::convert_p2p::rule_ctas(c.bytes, 64 * 1024, kSms, kBarriersPerSite), {}});
+      out.push_back(
+          Launch{false, c.site, braid::convert_p2p::rule_ctas(c.bytes, 64 * 1024, kSms, kBarriersPerSite), {}, c.stream});
       continue;
     }
     if (c.requests.empty()) continue;  // flush_p2p launches nothing for an empty group
     for (const std::vector<P2pRequest>& round : braid::convert_p2p::p2p_rounds(c.requests)) {
-      Launch l{true, c.site, braid::convert_p2p::p2p_ctas(0, kSms), {}};
+      Launch l{true, c.site, braid::convert_p2p::p2p_ctas(0, kSms), {}, c.stream};
       const char* why = seq.plan(round, l.ops);
       EXPECT_STREQ(why, "");
       out.push_back(l);
@@ -80,26 +83,42 @@ std::vector<Launch> lower_former(const Program& prog, int) {
   return out;
 }
 
-// Runs every rank's launches in stream order; false when some rank can never finish.
-bool completes(const std::vector<std::vector<Launch>>& launches, std::string* stuck) {
+// Runs every rank's launches, each stream in its order (a rank's streams run side by side); false
+// when some rank can never finish. A receive posts into its mailbox slot ((seq - 1) % kSlots) once
+// the slot's previous message is delivered (p2p_kernel); a posting that replaced one still unread
+// would lose that message, which the model reports in `slots`.
+struct SlotEvents {
+  bool overwrote = false;    // a posting replaced one not yet delivered
+  int deferred_postings = 0;  // postings that waited for their slot's previous message
+};
+bool completes(const std::vector<std::vector<Launch>>& launches, std::string* stuck, SlotEvents* slots = nullptr) {
+  namespace p2p = braid::convert_p2p;
   const int n = (int)launches.size();
-  std::vector<std::size_t> pos((std::size_t)n, 0);
-  std::vector<bool> started((std::size_t)n, false);
+  constexpr int kStreams = 2;
+  std::vector<std::vector<std::size_t>> lane((std::size_t)n * kStreams);  // (rank, stream) -> its launches
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < launches[(std::size_t)r].size(); ++i)
+      lane[(std::size_t)(r * kStreams + launches[(std::size_t)r][i].stream)].push_back(i);
+  std::vector<std::size_t> pos(lane.size(), 0);
+  std::vector<bool> started(lane.size(), false);
   std::map<std::tuple<int, int, int>, int> arrivals;                 // (rank, site, cta) -> times arrived
-  std::set<std::tuple<int, int, unsigned long long>> posted;         // (sender, receiver, seq) posted by the receiver
+  std::map<std::tuple<int, int, int>, unsigned long long> slot;      // (sender, receiver, slot) -> seq posted there
   std::set<std::tuple<int, int, unsigned long long>> delivered;      // pushed and signalled by the sender
+  std::set<std::tuple<int, int, unsigned long long>> deferred;       // postings that had to wait for their slot
+  const auto is_delivered = [&](int from, int to, unsigned long long seq) {
+    return seq == 0 || delivered.count({from, to, seq}) > 0;
+  };
   for (bool progress = true; progress;) {
     progress = false;
-    for (int r = 0; r < n; ++r) {
-      if (pos[(std::size_t)r] >= launches[(std::size_t)r].size()) continue;
-      const Launch& l = launches[(std::size_t)r][pos[(std::size_t)r]];
-      if (!started[(std::size_t)r]) {  // the launch begins: barrier arrivals, receive postings
-        started[(std::size_t)r] = true;
+    for (std::size_t ln = 0; ln < lane.size(); ++ln) {
+      const int r = (int)ln / kStreams;
+      if (pos[ln] >= lane[ln].size()) continue;
+      const Launch& l = launches[(std::size_t)r][lane[ln][pos[ln]]];
+      if (!started[ln]) {  // the launch begins: barrier arrivals
+        started[ln] = true;
         progress = true;
         if (!l.p2p)
           for (int k = 0; k < l.ctas; ++k) ++arrivals[{r, l.site, k}];
-        for (const P2pPlanned& op : l.ops)
-          if (!op.is_send) posted.insert({op.peer, r, op.seq});
       }
       bool done = true;
       if (!l.p2p) {
@@ -108,24 +127,34 @@ bool completes(const std::vector<std::vector<Launch>>& launches, std::string* st
       } else {
         for (const P2pPlanned& op : l.ops) {
           if (op.is_send) {
-            if (posted.count({r, op.peer, op.seq})) delivered.insert({r, op.peer, op.seq});
-            else done = false;
-          } else if (!delivered.count({op.peer, r, op.seq})) {
-            done = false;
+            if (slot[{r, op.peer, op.slot}] == op.seq) delivered.insert({r, op.peer, op.seq});
+            if (!is_delivered(r, op.peer, op.seq)) done = false;
+            continue;
           }
+          unsigned long long& here = slot[{op.peer, r, op.slot}];
+          if (here < op.seq) {  // not posted yet: the slot's previous message must be delivered first
+            const unsigned long long previous = op.seq > (unsigned long long)p2p::kSlots ? op.seq - p2p::kSlots : 0;
+            if (is_delivered(op.peer, r, previous)) {
+              if (!is_delivered(op.peer, r, here) && slots) slots->overwrote = true;
+              here = op.seq;
+              progress = true;
+            } else if (deferred.insert({op.peer, r, op.seq}).second && slots) {
+              ++slots->deferred_postings;
+            }
+          }
+          if (!is_delivered(op.peer, r, op.seq)) done = false;
         }
       }
       if (done) {
-        ++pos[(std::size_t)r];
-        started[(std::size_t)r] = false;
+        ++pos[ln];
+        started[ln] = false;
         progress = true;
       }
     }
   }
-  for (int r = 0; r < n; ++r)
-    if (pos[(std::size_t)r] < launches[(std::size_t)r].size()) {
-      if (stuck) *stuck += "rank " + std::to_string(r) + " stuck at launch " + std::to_string(pos[(std::size_t)r]) + "; ";
-    }
+  for (std::size_t ln = 0; ln < lane.size(); ++ln)
+    if (pos[ln] < lane[ln].size() && stuck)
+      *stuck += "rank " + std::to_string(ln / kStreams) + " stuck at launch " + std::to_string(lane[ln][pos[ln]]) + "; ";
   return stuck == nullptr || stuck->empty();
 }
 
@@ -189,6 +218,33 @@ std::vector<Program> ring_uneven(int n, std::mt19937& rng) {
   return p;
 }
 
+// An interleaved pipeline (two model chunks per rank, virtual stage v = c * n + r) whose p2p helpers
+// serve both directions: activations on stream 0, gradients on stream 1, one send site and one
+// receive site whatever the stream; a rank may still be sending activations when its first
+// gradients arrive.
+std::vector<Program> interleaved_two_streams(int n, std::mt19937& rng) {
+  std::vector<Program> p((std::size_t)n);
+  const int chunks = 2, micro = 4, stages = chunks * n;
+  const std::size_t bytes = (std::size_t)(1 + rng() % 8) << 16;
+  for (int r = 0; r < n; ++r) {
+    const int prev = (r + n - 1) % n, next = (r + 1) % n;
+    for (int m = 0; m < micro; ++m)
+      for (int c = 0; c < chunks; ++c) {
+        const int v = c * n + r;
+        if (v > 0) p[(std::size_t)r].push_back({ConvertedCall::P2pGroup, 1, 0, {{false, prev, bytes}}, 0});
+        if (v < stages - 1) p[(std::size_t)r].push_back({ConvertedCall::P2pGroup, 0, 0, {{true, next, bytes}}, 0});
+      }
+    for (int m = micro - 1; m >= 0; --m)
+      for (int c = chunks - 1; c >= 0; --c) {
+        const int v = c * n + r;
+        if (v < stages - 1) p[(std::size_t)r].push_back({ConvertedCall::P2pGroup, 1, 0, {{false, next, bytes}}, 1});
+        if (v > 0) p[(std::size_t)r].push_back({ConvertedCall::P2pGroup, 0, 0, {{true, prev, bytes}}, 1});
+      }
+    p[(std::size_t)r].push_back({ConvertedCall::Collective, 2, 4 << 20, {}, 0});  // loss all-reduce
+  }
+  return p;
+}
+
 template <typename Lower>
 std::vector<std::vector<Launch>> lower_all(const std::vector<Program>& progs, Lower lower) {
   std::vector<std::vector<Launch>> out;
@@ -207,6 +263,44 @@ TEST(ConvertedLaunchShape, DeadlockFreeForUnevenVolumesOn2To8Ranks) {
         EXPECT_TRUE(completes(lower_all(scenario(n, rng), lower_current), &stuck)) << n << " ranks, seed " << seed << ": " << stuck;
       }
     }
+}
+
+TEST(ConvertedLaunchShape, OneSiteOnTwoStreamsCompletesOn2To8Ranks) {
+  for (int n = 2; n <= 8; ++n)
+    for (unsigned seed = 1; seed <= 5; ++seed) {
+      std::mt19937 rng(seed * 17 + (unsigned)n);
+      std::string stuck;
+      SlotEvents slots;
+      EXPECT_TRUE(completes(lower_all(interleaved_two_streams(n, rng), lower_current), &stuck, &slots))
+          << n << " ranks, seed " << seed << ": " << stuck;
+      EXPECT_FALSE(slots.overwrote);
+    }
+}
+
+// One stream runs more than a mailbox's worth of messages ahead of the other, to the same peer:
+// rank 1 takes message 1 from rank 0 on stream 0, behind a receive from rank 2 that comes only
+// after a 600-message ping-pong between ranks 0 and 2, and messages 2-300 on stream 1. Message 257
+// shares message 1's slot: its posting waits until message 1 is delivered (never replacing an
+// unread posting), and everything finishes.
+TEST(ConvertedLaunchShape, AStreamRunningAMailboxAheadWaitsForTheSlotsPreviousMessage) {
+  namespace p2p = braid::convert_p2p;
+  std::vector<Program> progs(3);
+  for (int i = 0; i < 600; ++i) {
+    progs[0].push_back({ConvertedCall::P2pGroup, 0, 0, {{i % 2 == 0, 2, 64}}, 0});
+    progs[2].push_back({ConvertedCall::P2pGroup, 0, 0, {{i % 2 != 0, 0, 64}}, 0});
+  }
+  progs[0].push_back({ConvertedCall::P2pGroup, 1, 0, {{true, 1, 4096}}, 0});  // message 1
+  for (int i = 2; i <= 300; ++i) progs[0].push_back({ConvertedCall::P2pGroup, 1, 0, {{true, 1, 4096}}, 1});
+  progs[2].push_back({ConvertedCall::P2pGroup, 0, 0, {{true, 1, 64}}, 0});
+  progs[1].push_back({ConvertedCall::P2pGroup, 0, 0, {{false, 2, 64}}, 0});
+  progs[1].push_back({ConvertedCall::P2pGroup, 1, 0, {{false, 0, 4096}}, 0});  // message 1
+  for (int i = 2; i <= 300; ++i) progs[1].push_back({ConvertedCall::P2pGroup, 1, 0, {{false, 0, 4096}}, 1});
+  ASSERT_GT(300, p2p::kSlots);
+  std::string stuck;
+  SlotEvents slots;
+  EXPECT_TRUE(completes(lower_all(progs, lower_current), &stuck, &slots)) << stuck;
+  EXPECT_FALSE(slots.overwrote);
+  EXPECT_GE(slots.deferred_postings, 1);  // message 257 (at least) waited for message 1
 }
 
 TEST(ConvertedLaunchShape, P2pLaunchShapeIgnoresVolume) {

@@ -15,6 +15,9 @@
 //   signal. No rank waits for a third rank, so ranks that only receive, only send, send nothing
 //   (an empty group launches nothing) or move different volumes cannot block each other, and the
 //   launch shape (p2p_ctas) does not depend on the volume at all.
+// - Launches of one p2p site on two streams (a helper given either) may overlap on a rank: each
+//   stream has its own plan memory, messages still meet by per-pair order, and a receiver posts
+//   into a mailbox slot only once the slot's previous message is done.
 #pragma once
 #include <algorithm>
 #include <cstddef>

@@ -76,9 +76,9 @@ Analysis analyze(const std::string& file, const std::string& source, bool requir
   const TokenIndex token_at = index_tokens(toks);
   mark_conditional_calls(flow, token_at, a);
   follow_collective_arguments(flow, token_at, collectives, a);
-  hold_calls_on_varying_streams(flow, token_at, collectives, a);
   pair_group_wrappers(flow, toks, token_at, collectives, a);
   attach_reached_group_members(flow, token_at, collectives, a);
+  hold_calls_on_varying_streams(flow, token_at, collectives, a);  // knows each call's group
   hold_calls_near_group_brackets(flow, toks, token_at, collectives, a);
   mark_program_registered_buffers(flow, token_at, a);
   mark_captured_calls(flow, token_at, a);

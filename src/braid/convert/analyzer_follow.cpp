@@ -96,6 +96,21 @@ bool filled_by_own_class(const BufferFlow& flow, const Analysis& a, const std::s
   return found;
 }
 
+// `B.grads[i]` of an object whose member container a helper fills through its reference or pointer
+// parameter (`alloc_stage(B)` with `b.grads.push_back(p)` after `cudaMalloc(&p, ..)`): the helper's
+// allocation sites, into `keys`.
+bool filled_through_parameter(const BufferFlow& flow, const Analysis& a, const std::string& path,
+                              std::vector<std::string>& keys, Call& c) {
+  bool found = false;
+  for (const BufferFlow::OwnCopy& copy : flow.parameter_container_copies(path))
+    found = sites_in(a, copy.origin, copy.function,
+                     fmt::format("{} holds copies of {}, allocated by {}(), which fills it through its parameter", path,
+                                 copy.origin, copy.function),
+                     keys, c) ||
+            found;
+  return found;
+}
+
 // Why buffer `text`, followed to `path`, names no allocation: what the assignments it is given do
 // not reach (`given`), a pointer taken back out of a container the program fills itself (a pool's or
 // caching allocator's free list: which allocation it was is decided at run time), or no allocation.
@@ -136,7 +151,11 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
     return {};
   }
   std::vector<std::string> keys;
-  for (const std::string& path : r.paths) {
+  for (const std::string& followed : r.paths) {
+    // An object handed where a pointer goes, converted by its class (`operator T*() { return p_; }`).
+    const std::string converted = flow.conversion_path(followed);
+    if (!converted.empty()) c.via.push_back(fmt::format("`{}` converts to its field: {}", followed, converted));
+    const std::string& path = converted.empty() ? followed : converted;
     bool found = false;
     for (const auto& [key, b] : a.buffers)
       if (path_matches(path, b.path)) {
@@ -193,6 +212,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
     found = found || filled_by_helper(flow, a, path, keys, c);
     found = found || allocated_by_own_class(flow, a, path, keys, c);
     found = found || filled_by_own_class(flow, a, path, keys, c);
+    found = found || filled_through_parameter(flow, a, path, keys, c);
     // A variable the file points into buffers by assignment (`d_r = d_pool + n;`): those, when
     // every value it is given is an assignment braid follows (no declared value; for an array's
     // elements, `grads[i] = ...`, no other use that could write one).

@@ -127,7 +127,9 @@ void follow_collective_arguments(const BufferFlow& flow, const TokenIndex& token
                                  const std::vector<std::size_t>& collectives, Analysis& a);
 // A collective whose stream argument may differ between its launches (an element of a stream array
 // chosen at run time, `streams[s]`; a helper's parameter given different streams) keeps the reason
-// and stays host NCCL: its launches may overlap on one rank (analyzer_streams.cpp).
+// and stays host NCCL: its launches may overlap on one rank (analyzer_streams.cpp). A send or
+// receive whose every launch runs on one stream converts (the runtime keeps its plan per stream).
+// Runs after attach_reached_group_members: a group's members decide it.
 void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& token_at,
                                    const std::vector<std::size_t>& collectives, Analysis& a);
 // Allocations whose size names a value that depends on the rank (MPI_Comm_rank, ncclCommUserRank,

@@ -327,7 +327,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     if (h.name == SIZE_MAX) continue;
     FunctionDef f;
     f.name = (h.name > 0 && code[h.name - 1].text == "~" ? "~" : "") + code[h.name].text;  // a destructor: ~Name
-    if (f.name == "operator") f.name = "operator()";  // called as `obj(args)`, below
+    if (f.name == "operator") f.name = h.conversion ? kConversionOperator : "operator()";  // `obj(args)`, below
     f.name_token = h.name;
     f.body_open = i;
     f.body_close = match_forward(code, i, code.size());
@@ -381,7 +381,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       const bool declared = ((prev.text == "*" || prev.text == "&") &&
                              (declaring_word(before) || before.text == "*" || before.text == "&" ||
                               before.text == ">" || before.text == ",")) ||
-                            declaring_word(prev);
+                            declaring_word(prev) || later_declarator(k, f);
       // `device_ptr<float> buf = make_device<float>(n)`: a template type declares too.
       if ((declared || prev.text == ">") && code_[k + 1].text == "=") {
         std::size_t e = k + 2;

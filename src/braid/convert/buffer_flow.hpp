@@ -48,7 +48,9 @@ struct FunctionDef {
 struct FunctionHead {
   std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
   std::size_t init_colon = 0;                        // ':' of a member-initialiser list, 0 when none
+  bool conversion = false;                           // `operator T*()`: its FunctionDef is kConversionOperator
 };
+inline constexpr const char* kConversionOperator = "operator T*";
 FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
 // The access path an expression designates. `target` true: the first argument of an allocator
@@ -113,6 +115,14 @@ class BufferFlow {
     std::string cls, origin, function;
   };
   std::vector<OwnCopy> own_container_copies(const std::string& path) const;
+  // `g.p_` for a whole object `g` whose class converts to the pointer it holds
+  // (`operator T*() const { return p_; }`, or a smart pointer field's `.get()`); "" otherwise.
+  std::string conversion_path(const std::string& path) const;
+  // `B.grads[i]` (or `C[c].grads[i]`) where a helper fills the member container of the object it is
+  // given by reference or pointer (`void alloc(Bufs& b) { cudaMalloc(&p, n); b.grads.push_back(p); }`
+  // called as `alloc(B)`, `alloc(C[c])`, `alloc(&B)`): each variable copied in, with the rest of the
+  // path (`cls` empty), and the helper that copied it.
+  std::vector<OwnCopy> parameter_container_copies(const std::string& path) const;
   // The class whose member function `function` is ("" for a free function, or several classes').
   std::string owner_of(const std::string& function) const;
 
@@ -216,6 +226,7 @@ class BufferFlow {
   void record_value_uses();
   std::vector<std::string> struct_fields(const std::string& type) const;
   std::string stored_field(std::size_t k) const;
+  std::string stored_variable(std::size_t k) const;
   const FunctionDef* function_named(const std::string& name) const;
   void collect_classes();
   bool is_class(const std::string& name) const;
@@ -362,8 +373,10 @@ class BufferFlow {
   const ThreadStart* thread_started_at(std::size_t entry) const;
   std::vector<ThreadStart> thread_starts_;
   std::string through_struct_pointer(const FunctionDef& f, const std::string& param) const;
+  bool later_declarator(std::size_t k, const FunctionDef& f) const;
   struct ElementCopy {
     std::string origin, function;  // the variable (or view) copied in, and where
+    std::string object;            // `b` of `b.grads.push_back(p)` (a member container), else ""
   };
   std::map<std::string, std::vector<ElementCopy>> element_copies_;  // container -> variables copied in
   // The one class every declaration of variable `name` in the file has (`C x`, `C* x`, `const C& x`, `C<T> x`).

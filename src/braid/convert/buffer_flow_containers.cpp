@@ -471,4 +471,80 @@ int BufferFlow::sequence_fill_line(const std::string& name) const {
   return 0;
 }
 
+std::vector<BufferFlow::OwnCopy> BufferFlow::parameter_container_copies(const std::string& path) const {
+  // `C[].grads[].x` -> object `C[]`, container `grads`, after the element `.x`.
+  std::size_t dot = path.find('.');
+  while (dot != std::string::npos) {
+    std::size_t e = dot + 1;
+    while (e < path.size() && (std::isalnum((unsigned char)path[e]) || path[e] == '_')) ++e;
+    if (e < path.size() && e > dot + 1 && path[e] == '[') break;
+    dot = path.find('.', dot + 1);
+  }
+  if (dot == std::string::npos) return {};
+  const std::size_t open = path.find('[', dot), close = path.find(']', open);
+  const auto copies = element_copies_.find(path.substr(dot + 1, open - dot - 1));
+  if (close == std::string::npos || copies == element_copies_.end()) return {};
+  const std::string object = path.substr(0, dot), after = path.substr(close + 1);
+  std::vector<OwnCopy> out;
+  for (const ElementCopy& copy : copies->second) {
+    if (copy.object.empty()) continue;
+    const auto calls = calls_.find(copy.function);
+    const auto f = std::find_if(functions_.begin(), functions_.end(),
+                                [&](const FunctionDef& d) { return d.name == copy.function; });
+    if (calls == calls_.end() || f == functions_.end()) continue;
+    const auto param = std::find(f->params.begin(), f->params.end(), copy.object);
+    if (param == f->params.end()) continue;
+    const std::size_t index = (std::size_t)(param - f->params.begin());
+    const auto [begin, end] = parameter_tokens(code_, *f, index);
+    bool by_reference = false, by_pointer = false;
+    for (std::size_t j = begin; j < end; ++j) {
+      by_reference = by_reference || code_[j].text == "&";
+      by_pointer = by_pointer || code_[j].text == "*";
+    }
+    if (!by_reference && !by_pointer) continue;  // a copy of the object: the caller's is not filled
+    for (const CallSite& c : calls->second) {
+      if (index >= c.args.size()) continue;
+      // A reference is given the object (`alloc(B)`, `alloc(C[c])`), a pointer its address (`alloc(&B)`).
+      const std::string given = access_path(c.args[index], by_pointer && !by_reference);
+      bool names = !given.empty() && path_matches(given, object);
+      if (!names && !given.empty()) {  // or through the caller's aliases (`Bufs& s = C[c]; alloc(s);`)
+        const std::string pointee = by_pointer && !by_reference ? strip_address(c.args[index]) : c.args[index];
+        const Resolution r = pointee.empty() ? Resolution{} : resolve(pointee, c.caller, c.token);
+        names = r.reason.empty() && std::any_of(r.paths.begin(), r.paths.end(),
+                                                [&](const std::string& p) { return path_matches(p, object); });
+      }
+      if (names) {
+        out.push_back(OwnCopy{"", copy.origin + after, copy.function});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+namespace flow_tokens {
+
+// The code tokens [begin, end) of f's parameter `index` in its declaration; {0, 0} when absent.
+std::pair<std::size_t, std::size_t> parameter_tokens(const std::vector<Token>& code, const FunctionDef& f,
+                                                     std::size_t index) {
+  if (f.name_token + 1 >= f.body_open) return {0, 0};
+  const std::size_t open = f.name_token + 1, close = match_forward(code, open, f.body_open);
+  std::size_t n = 0, piece = open + 1;
+  for (std::size_t k = open + 1; k <= close; ++k) {
+    if (k < close && code[k].text != ",") continue;
+    if (n++ == index) return {piece, k};
+    piece = k + 1;
+  }
+  return {0, 0};
+}
+
+// `&h->send` (under casts) -> `h->send`; "" when the argument is not an address taken.
+std::string strip_address(const std::string& arg) {
+  bool addr = false;
+  const std::vector<Token> t = strip(code_tokens(lex(arg).tokens), addr);
+  return addr ? join(t, 0, t.size()) : "";
+}
+
+}  // namespace flow_tokens
+
 }  // namespace braid::convert

@@ -111,6 +111,19 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   // A function object's call operator, `void operator()(T* buf, size_t n)`: named by `operator`.
   const bool call_operator = open != SIZE_MAX && open >= 3 && code[open - 1].text == ")" &&
                              code[open - 2].text == "(" && code[open - 3].text == "operator";
+  // A conversion operator, `operator T*() const`, `operator const float*()`: named by `operator`.
+  for (std::size_t q = open == SIZE_MAX ? 0 : open - 1; q > 0 && !call_operator && q + 5 > open; --q) {
+    const std::string& x = code[q].text;
+    if (x == "operator") {
+      if (code[open + 1].text != ")") break;  // takes no arguments
+      h.name = q;
+      h.open = open;
+      h.close = p - 1;
+      h.conversion = true;
+      return h;
+    }
+    if (x != "*" && x != "&" && x != "const" && x != "::" && code[q].kind != TokenKind::Identifier) break;
+  }
   if (!call_operator && (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
                          kNotFunctions.count(code[open - 1].text)))
     return {};

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <set>
@@ -189,9 +190,15 @@ void BufferFlow::record_element_copy(std::size_t k, const std::string& function,
   else if (const std::string view = access_path(join(code_, v, v_end), false); view.find('[') == std::string::npos)
     origin = view;  // a view into a variable's or field's buffer (not an element of another container)
   if (origin.empty() || split_root(origin).first == code_[k].text) return;
+  // The object of a member container (`b.grads.push_back(p)`, `b->grads`): one name, not a field of another.
+  std::string object;
+  if (k >= 2 && (code_[k - 1].text == "." || code_[k - 1].text == "->") && code_[k - 2].kind == TokenKind::Identifier &&
+      (k < 3 || (code_[k - 3].text != "." && code_[k - 3].text != "->" && code_[k - 3].text != "::")))
+    object = code_[k - 2].text;
   auto& vars = element_copies_[code_[k].text];
-  if (std::none_of(vars.begin(), vars.end(), [&](const ElementCopy& c) { return c.origin == origin; }))
-    vars.push_back(ElementCopy{origin, function});
+  if (std::none_of(vars.begin(), vars.end(),
+                   [&](const ElementCopy& c) { return c.origin == origin && c.object == object; }))
+    vars.push_back(ElementCopy{origin, function, object});
 }
 
 // The token ending the body of a `for (...)` whose `)` is code_[close]: its block's `}`, or its one
@@ -325,13 +332,6 @@ bool allocates_into(const std::vector<Token>& code, const FunctionDef& f, const 
   return false;
 }
 
-// `&h->send` (under casts) -> `h->send`; "" when the argument is not an address taken.
-std::string strip_address(const std::string& arg) {
-  bool addr = false;
-  const std::vector<Token> t = strip(code_tokens(lex(arg).tokens), addr);
-  return addr ? join(t, 0, t.size()) : "";
-}
-
 // `*out = (float*)p;` (or `out[0] = p;`) in f's body, for pointer-to-pointer parameter `name`: the
 // local `p` the helper hands out through it (`int dmalloc(float** out, size_t n)` allocating into a
 // local and storing it on success); "" when there is no such statement.
@@ -349,20 +349,6 @@ std::string handed_out(const std::vector<Token>& code, const FunctionDef& f, con
     if (!value.empty() && value.find_first_of(".[") == std::string::npos) return value;
   }
   return "";
-}
-
-// The code tokens [begin, end) of f's parameter `index` in its declaration; {0, 0} when absent.
-std::pair<std::size_t, std::size_t> parameter_tokens(const std::vector<Token>& code, const FunctionDef& f,
-                                                     std::size_t index) {
-  if (f.name_token + 1 >= f.body_open) return {0, 0};
-  const std::size_t open = f.name_token + 1, close = match_forward(code, open, f.body_open);
-  std::size_t n = 0, piece = open + 1;
-  for (std::size_t k = open + 1; k <= close; ++k) {
-    if (k < close && code[k].text != ",") continue;
-    if (n++ == index) return {piece, k};
-    piece = k + 1;
-  }
-  return {0, 0};
 }
 
 }  // namespace

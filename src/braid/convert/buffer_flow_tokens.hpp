@@ -7,6 +7,10 @@
 
 #include "braid/convert/lexer.hpp"
 
+namespace braid::convert {
+struct FunctionDef;
+}
+
 namespace braid::convert::flow_tokens {
 
 // `.` or `->`: the next name is a member.
@@ -46,5 +50,11 @@ std::vector<std::string> ternary_branches(const std::string& expr);
 // `base + k` / `base - k` (under casts and parentheses; the first top-level + or -) -> "base": a
 // pointer into base's allocation. "" for any other form.
 std::string offset_base(const std::string& expr);
+
+// The code tokens [begin, end) of f's parameter `index` in its declaration; {0, 0} when absent.
+std::pair<std::size_t, std::size_t> parameter_tokens(const std::vector<Token>& code, const FunctionDef& f,
+                                                     std::size_t index);
+// `&h->send` (under casts) -> `h->send`; "" when the argument is not an address taken.
+std::string strip_address(const std::string& arg);
 
 }  // namespace braid::convert::flow_tokens

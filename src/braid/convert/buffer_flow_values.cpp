@@ -225,10 +225,33 @@ std::string BufferFlow::stored_field(std::size_t k) const {
   return index < fields.size() ? fields[index] : "";
 }
 
+// The variable a value use of a function at code token k is the whole value of: `std::function<..>
+// hook = f;`, `auto hook = f;`, `hook = f;`, `hook(f)`/`hook{f}` in a declaration. "" otherwise.
+std::string BufferFlow::stored_variable(std::size_t k) const {
+  if (k < 2 || k + 1 >= code_.size()) return "";
+  const std::string& prev = code_[k - 1].text;
+  const std::string& next = code_[k + 1].text;
+  const Token& var = code_[k - 2];
+  if (var.kind != TokenKind::Identifier) return "";
+  if (prev == "=" && next == ";" && k >= 3 && code_[k - 3].text != "." && code_[k - 3].text != "->") return var.text;
+  // `hooks.push_back(f)`: a container of callables, called as `hooks[i](...)`.
+  if (prev == "(" && next == ")" && k >= 4 && (var.text == "push_back" || var.text == "emplace_back") &&
+      code_[k - 3].text == "." && code_[k - 4].kind == TokenKind::Identifier)
+    return code_[k - 4].text;
+  // `std::function<void(float*)> hook(f);`: declared (a type before the name), not a call of `hook`.
+  const bool closes = (prev == "(" && next == ")") || (prev == "{" && next == "}");
+  if (closes && k + 2 < code_.size() && code_[k + 2].text == ";" && k >= 3 &&
+      (code_[k - 3].text == ">" || declaring_word(code_[k - 3])))
+    return var.text;
+  return "";
+}
+
 // A function whose name is used other than in a call or its definition may be called through a
 // pointer or a copy (a thread started on it is a call: buffer_flow_threads.cpp). Where every such use stores it into a
 // function-pointer field, and the field is used nowhere but in its struct, in such stores and in calls through it
-// (`p->run(...)`), those calls are its call sites; otherwise its parameters stay unfollowed (value_uses_).
+// (`p->run(...)`), those calls are its call sites; likewise a variable it is stored in (`std::function<..> hook =
+// allreduce;`, a lambda's name too) whose every other use is a call (`hook(g, n)`); otherwise its parameters stay
+// unfollowed (value_uses_).
 void BufferFlow::record_value_uses() {
   std::set<std::string> names;
   for (const FunctionDef& f : functions_) names.insert(f.name);
@@ -255,28 +278,67 @@ void BufferFlow::record_value_uses() {
     uses[t.text].push_back(k);
   }
   // Each function's fields, or none when one of its uses is no store into a field.
-  std::map<std::string, std::set<std::string>> fields_of;
-  std::set<std::string> stored_fields;
+  std::map<std::string, std::set<std::string>> fields_of, variables_of;
+  std::set<std::string> stored_fields, stored_variables;
+  std::set<std::size_t> storing;  // the name token of each variable at its store (`hook` of `hook = f`)
   for (const auto& [name, tokens] : uses) {
-    std::set<std::string> fields;
+    std::set<std::string> fields, variables;
+    bool all = true;
     for (std::size_t k : tokens) {
-      const std::string field = stored_field(k);
-      if (field.empty()) {
-        fields.clear();
+      if (const std::string field = stored_field(k); !field.empty()) {
+        fields.insert(field);
+      } else if (const std::string variable = stored_variable(k); !variable.empty() && !names.count(variable)) {
+        variables.insert(variable);
+        storing.insert(k - 2);
+      } else {
+        all = false;
         break;
       }
-      fields.insert(field);
     }
-    if (!fields.empty()) {
-      fields_of[name] = fields;
-      stored_fields.insert(fields.begin(), fields.end());
-    }
+    if (!all) continue;
+    fields_of[name] = fields;
+    variables_of[name] = variables;
+    stored_fields.insert(fields.begin(), fields.end());
+    stored_variables.insert(variables.begin(), variables.end());
   }
   // A field is followed when every use of its name is in a struct, a store found above, or a call.
+  // A variable holding a function copied into a container of them (`hooks.push_back(hook)`): the
+  // container holds the function too.
+  for (std::size_t k = 4; k + 1 < code_.size(); ++k) {
+    if (!stored_variables.count(code_[k].text) || code_[k - 1].text == "." || code_[k - 1].text == "->") continue;
+    const std::string holder = stored_variable(k);
+    if (holder.empty() || holder == code_[k].text || names.count(holder) || code_[k - 1].text != "(") continue;
+    storing.insert(k);
+    stored_variables.insert(holder);
+    for (auto& [name, variables] : variables_of)
+      if (variables.count(code_[k].text)) variables.insert(holder);
+  }
   std::map<std::string, std::vector<CallSite>> through;
   std::set<std::string> unclean;
+  // `hooks.push_back(x)` at code token k (`hooks`) given anything but a function or a variable holding one.
+  const auto fills_with_other = [&](std::size_t k) {
+    const std::string& m = code_[k + 2].text;
+    if (m != "push_back" && m != "emplace_back") return false;
+    return !(k + 5 < code_.size() && code_[k + 3].text == "(" && code_[k + 5].text == ")" &&
+             (storing.count(k + 4) || names.count(code_[k + 4].text)));
+  };
   for (std::size_t k = 1; k + 2 < code_.size(); ++k) {
     const Token& t = code_[k];
+    // A variable holding a function: its store and its calls (`hook(g, n)`), nothing else.
+    if (t.kind == TokenKind::Identifier && stored_variables.count(t.text) && code_[k - 1].text != "." &&
+        code_[k - 1].text != "->" && !storing.count(k)) {
+      // `hook(g, n)`, or `hooks[l](g, n)` of a container of them.
+      std::size_t open = k + 1;
+      if (code_[open].text == "[") open = match_forward(code_, open, code_.size()) + 1;
+      const std::size_t close =
+          open < code_.size() && code_[open].text == "(" ? match_forward(code_, open, code_.size()) : SIZE_MAX;
+      if (close != SIZE_MAX && close < code_.size())
+        through[t.text].push_back(CallSite{function_at(k), split_top(code_, open, close), k, t.line});
+      else if (!(declaring_word(code_[k - 1]) || code_[k - 1].text == ">" || code_[k - 1].text == ">>" ||
+                 (code_[k + 1].text == "." && !fills_with_other(k))))
+        unclean.insert(t.text);  // a use other than a call, its declaration or its container's own members
+      continue;
+    }
     if (t.kind != TokenKind::Identifier || !stored_fields.count(t.text)) continue;
     if (std::any_of(classes_.begin(), classes_.end(), [&](const ClassBody& c) { return k > c.open && k < c.close; }))
       continue;
@@ -291,16 +353,54 @@ void BufferFlow::record_value_uses() {
   }
   for (const auto& [name, tokens] : uses) {
     auto f = fields_of.find(name);
-    const bool followed =
-        f != fields_of.end() &&
-        std::none_of(f->second.begin(), f->second.end(), [&](const std::string& x) { return unclean.count(x) > 0; });
-    if (!followed) {
+    const auto clean = [&](const std::set<std::string>& held) {
+      return std::none_of(held.begin(), held.end(), [&](const std::string& x) { return unclean.count(x) > 0; });
+    };
+    if (f == fields_of.end() || !clean(f->second) || !clean(variables_of[name])) {
       value_uses_.emplace(name, code_[tokens.front()].line);
       continue;
     }
     for (const std::string& field : f->second)
       for (const CallSite& c : through[field]) calls_[name].push_back(c);
+    for (const std::string& variable : variables_of[name])
+      for (const CallSite& c : through[variable]) calls_[name].push_back(c);
   }
+}
+
+// `b` of `Tensor a = empty(n), b = empty(m);` at code token k: a declarator after the first one of
+// a declaration statement (the comma at the statement's top level, the statement's first declarator
+// preceded by its type). Not a call's argument, a for-header's second variable or a comma operator.
+bool BufferFlow::later_declarator(std::size_t k, const FunctionDef& f) const {
+  if (k < 2 || code_[k - 1].text != "," || k + 1 >= f.body_close || code_[k + 1].text != "=") return false;
+  std::size_t j = k - 1;
+  for (int depth = 0; j > f.body_open;) {
+    const std::string& x = code_[--j].text;
+    if (depth == 0 && (x == ";" || x == "}")) break;
+    if (x == ")" || x == "]" || x == "}") ++depth;
+    else if (x == "(" || x == "[") {
+      if (depth-- == 0) return false;  // inside a call's or a for-header's parentheses
+    } else if (x == "{") {
+      if (depth > 0) {
+        --depth;
+        continue;
+      }
+      const std::string& b = code_[j - 1].text;  // a block opens the statement; a brace list is a value
+      if (b == "=" || b == "(" || b == "," || code_[j - 1].kind == TokenKind::Identifier) return false;
+      break;
+    }
+  }
+  // The statement's first declarator: an identifier after its type, followed by `=`, `(`, `{` or `,`.
+  for (std::size_t d = j + 2, depth = 0; d < k - 1; ++d) {
+    const std::string& x = code_[d].text;
+    if (x == "(" || x == "[" || x == "{" || x == "<") ++depth;
+    if (x == ")" || x == "]" || x == "}" || x == ">") --depth;
+    if (depth != 0 || code_[d].kind != TokenKind::Identifier) continue;
+    const std::string& next = code_[d + 1].text;
+    if (next != "=" && next != "(" && next != "{" && next != ",") continue;
+    const Token& type = code_[d - 1];
+    return declaring_word(type) || type.text == "*" || type.text == "&" || type.text == ">";
+  }
+  return false;
 }
 
 }  // namespace braid::convert

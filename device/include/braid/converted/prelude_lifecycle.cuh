@@ -2,6 +2,14 @@
 //! (stage A). prelude.cuh includes it inside namespace braid_converted, after the parts before it:
 //! a fragment, not a header of its own. The embedding (cmake/embed_templates.cmake) writes it out
 //! in place and drops these //! lines.
+// The p2p plans of a binding, its sites' own and those made for other streams (plan_memory).
+inline void free_plans(Binding& b) {
+  for (auto& e : b.stream_plans)  // the sites' own plans are slices of dev_plans
+    if (e.second < b.dev_plans || e.second >= b.dev_plans + (size_t)kMaxP2pOps * kCallSites) cudaFree(e.second);
+  if (b.dev_plans != nullptr) cudaFree(b.dev_plans);
+  b.dev_plans = nullptr;
+  b.stream_plans.clear();
+}
 // Teardown in the order NCCL needs: device communicator, windows (allocation order), then the
 // communicator; memory is freed by the program's own (converted) frees. Local to the communicator:
 // with one thread driving every rank, each rank's destruction undoes its own binding.
@@ -33,7 +41,7 @@ inline void teardown(ncclComm_t comm) {
   if (b->mailbox_win != nullptr) ncclCommWindowDeregister(comm, b->mailbox_win);
   if (b->mailbox != nullptr) ncclMemFree(b->mailbox);
   if (b->dev_windows != nullptr) cudaFree(b->dev_windows);
-  if (b->dev_plans != nullptr) cudaFree(b->dev_plans);
+  free_plans(*b);
   for (auto it = s.bound.begin(); it != s.bound.end(); ++it)
     if (&*it == b) return forget(s, it);
 }
@@ -138,7 +146,7 @@ inline ncclResult_t comm_abort(ncclComm_t comm) {
           if (!a.external) forget_window(a, comm, false);
         OnDevice on(*it);
         if (it->dev_windows != nullptr) cudaFree(it->dev_windows);
-        if (it->dev_plans != nullptr) cudaFree(it->dev_plans);
+        free_plans(*it);
         forget(*s, it);  // its mailbox stays allocated: its window went with the aborted communicator
         break;
       }

@@ -39,6 +39,20 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
   return "";
 }
 
+// Device memory for the plan of `site`'s launch on `stream`: the site's own plan for the first
+// stream it ran on, a plan of its own for each other stream (made at its first launch there). A
+// launch's plan is rewritten only by the next launch on its stream, which runs after it.
+inline P2pOp* plan_memory(Binding& b, int site, cudaStream_t stream) {
+  P2pOp*& plan = b.stream_plans[{site, stream}];
+  if (plan != nullptr) return plan;
+  const bool first = std::none_of(b.stream_plans.begin(), b.stream_plans.end(),
+                                  [&](const auto& e) { return e.first.first == site && e.second != nullptr; });
+  if (first) return plan = b.dev_plans + (size_t)site * kMaxP2pOps;
+  snapshot_next(-1);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&plan), sizeof(P2pOp) * kMaxP2pOps));
+  return plan;
+}
+
 // Runs the pending sends and receives of a group as pairwise p2p_kernel launches per communicator
 // (one, several where the mailbox or the plan would overflow: p2p_rounds; one,
 // or one per GPU when one thread drives every rank). Host NCCL only for a communicator that is not
@@ -80,10 +94,10 @@ inline ncclResult_t flush_p2p(int site) {
     }
   for (size_t i = 0; i < plans.size(); ++i) {
     const size_t k = plan_comm[i];
-    const Binding& b = *bindings[k];
+    Binding& b = *bindings[k];
     const cudaStream_t stream = by_comm[k].second.front().stream;
     OnDevice on(b);
-    P2pOp* dev = b.dev_plans + (size_t)site * kMaxP2pOps;
+    P2pOp* dev = plan_memory(b, site, stream);
     BRAID_CUDA(cudaMemcpyAsync(dev, plans[i].data(), sizeof(P2pOp) * plans[i].size(), cudaMemcpyHostToDevice, stream));
     const int ctas = braid::convert_p2p::p2p_ctas(CTAS, s.sms);  // never a function of the volume
     const size_t chunk = CHUNK_BYTES > 0 ? std::max<size_t>(16, CHUNK_BYTES / 16 * 16) : (size_t)64 * 1024;

@@ -16,6 +16,12 @@ __global__ void __launch_bounds__(1024) p2p_kernel(P2pOp* ops, int nops, ncclWin
     for (int i = threadIdx.x; i < nops; i += blockDim.x) {
       const P2pOp& op = ops[i];
       if (op.is_send) continue;
+      // The slot's previous message (seq - kSlots) must be done before its posting is replaced. On
+      // one stream it always is (a launch ends when its messages are); launches of one site on two
+      // streams (a helper given either) may overlap, and then this waits instead of overwriting.
+      if (op.seq > (unsigned long long)kSlots)
+        while (done[op.peer * kSlots + op.slot] < op.seq - kSlots) {
+        }
       MailEntry* e = posts + op.peer * kSlots + op.slot;
       e->window = (unsigned long long)op.window;
       e->offset = op.offset;
@@ -59,7 +65,7 @@ __global__ void __launch_bounds__(1024) p2p_kernel(P2pOp* ops, int nops, ncclWin
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     for (int i = 0; i < nops; ++i)
       if (!ops[i].is_send)
-        while (done[ops[i].peer * kSlots + ops[i].slot] != ops[i].seq) {
+        while (done[ops[i].peer * kSlots + ops[i].slot] < ops[i].seq) {  // a later message may follow
         }
     __threadfence_system();
   }

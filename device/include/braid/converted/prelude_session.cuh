@@ -62,7 +62,8 @@ struct Binding {
   char* mailbox = nullptr;
   ncclWindow_t mailbox_win = nullptr;
   ncclWindow_t* dev_windows = nullptr;  // window handles by slot, for the p2p kernel
-  P2pOp* dev_plans = nullptr;           // one plan per call site
+  P2pOp* dev_plans = nullptr;  // a plan per call site for its first stream; one per other stream (plan_memory)
+  std::map<std::pair<int, cudaStream_t>, P2pOp*> stream_plans;
   braid::convert_p2p::P2pSequencer sequencer;
   // Slots of the window table in use. A receiver posts its window's slot and the sender looks it up
   // in its own table, so the same window must have the same slot on every rank: each registration
