@@ -2,6 +2,35 @@
 //! (stage A). prelude.cuh includes it inside namespace braid_converted, after the parts before it:
 //! a fragment, not a header of its own. The embedding (cmake/embed_templates.cmake) writes it out
 //! in place and drops these //! lines.
+// The program's frees (sym_release decides which allocator made the pointer).
+inline cudaError_t sym_free(void* ptr) {
+  ncclResult_t r;
+  if (sym_release(ptr, &r)) return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
+  return cudaFree(ptr);
+}
+// The rules never make a cudaMallocAsync site symmetric (each allocation would be a collective window
+// registration, per step, with sizes not proven equal on every rank: transform_plan.cpp); a
+// symmetric pointer reaches here when the LLM loop moved its allocation to sym_malloc, and is
+// released only once the work queued on the stream is done (ncclMemFree is not stream-ordered).
+inline cudaError_t sym_free_async(void* ptr, cudaStream_t stream) {
+  bool ours = false;
+  {
+    CrossThreads guard;
+    size_t i = 0;
+    ours = holder_of(ptr, &i) != nullptr;
+  }
+  if (!ours) return cudaFreeAsync(ptr, stream);
+  cudaStreamSynchronize(stream);  // work queued on the stream may still use it
+  ncclResult_t r;
+  sym_release(ptr, &r);
+  return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline ncclResult_t sym_nccl_free(void* ptr) {
+  ncclResult_t r;
+  if (sym_release(ptr, &r)) return r;
+  return ncclMemFree(ptr);
+}
+
 // The p2p plans of a binding, its sites' own and those made for other streams (plan_memory).
 inline void free_plans(Binding& b) {
   for (auto& e : b.stream_plans)  // the sites' own plans are slices of dev_plans

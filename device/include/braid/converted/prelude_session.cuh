@@ -328,39 +328,15 @@ inline bool sym_release(void* ptr, ncclResult_t* result) {
   for (Window& w : s->allocations[i].windows) {
     Binding* b = binding_of(*s, w.comm);
     if (b == nullptr) continue;  // its communicator was aborted: the window went with it
-    if (w.win != nullptr) ncclCommWindowDeregister(w.comm, w.win);
+    // Said, not only returned: the program's check names only the free (seen once, rank 0 of 2, loaded GPUs).
+    if (const ncclResult_t r = w.win != nullptr ? ncclCommWindowDeregister(w.comm, w.win) : ncclSuccess; r != ncclSuccess)
+      std::fprintf(stderr, "braid_converted: ncclCommWindowDeregister: %s (%s)\n", ncclGetErrorString(r), ncclGetLastError(w.comm));
     release_slot(b, w);
   }
   s->allocations.erase(s->allocations.begin() + (long)i);
-  *result = ncclMemFree(ptr);
+  if ((*result = ncclMemFree(ptr)) != ncclSuccess)
+    std::fprintf(stderr, "braid_converted: ncclMemFree: %s (%s)\n", ncclGetErrorString(*result), ncclGetLastError(nullptr));
   return true;
-}
-inline cudaError_t sym_free(void* ptr) {
-  ncclResult_t r;
-  if (sym_release(ptr, &r)) return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
-  return cudaFree(ptr);
-}
-// The rules never make a cudaMallocAsync site symmetric (each allocation would be a collective window
-// registration, per step, with sizes not proven equal on every rank: transform_plan.cpp); a
-// symmetric pointer reaches here when the LLM loop moved its allocation to sym_malloc, and is
-// released only once the work queued on the stream is done (ncclMemFree is not stream-ordered).
-inline cudaError_t sym_free_async(void* ptr, cudaStream_t stream) {
-  bool ours = false;
-  {
-    CrossThreads guard;
-    size_t i = 0;
-    ours = holder_of(ptr, &i) != nullptr;
-  }
-  if (!ours) return cudaFreeAsync(ptr, stream);
-  cudaStreamSynchronize(stream);  // work queued on the stream may still use it
-  ncclResult_t r;
-  sym_release(ptr, &r);
-  return r == ncclSuccess ? cudaSuccess : cudaErrorInvalidValue;
-}
-inline ncclResult_t sym_nccl_free(void* ptr) {
-  ncclResult_t r;
-  if (sym_release(ptr, &r)) return r;
-  return ncclMemFree(ptr);
 }
 
 // The window's handle in its binding's table for the p2p kernel, at the lowest free slot (none left:
