@@ -456,3 +456,34 @@ TEST(AnalyzerClassBuffers, ALambdaCalledThroughAStdFunctionAndAVectorOfThem) {
   EXPECT_TRUE(contains(first_call(out, "ncclAllReduce").unresolved, "also used as a value"))
       << first_call(out, "ncclAllReduce").unresolved;
 }
+
+// Buffers kept in standard containers the way C++ code keeps them: a map allocated in place
+// (`cudaMalloc(&params[name], n)`) and read as a range-for binding's or an iterator's value
+// (`p` of `auto& [name, p]`, `it->second` of `params.find(key)`), a vector's element through an
+// iterator (`*it`), and a vector of (pointer, count) pairs read by a structured binding
+// (`auto [ptr, count] = chunks[i];`, filled with `emplace_back(g, count)`).
+TEST(AnalyzerClassBuffers, MapValuesIteratorsAndPairsOfBuffers) {
+  const std::string src = kPrologue +
+                          "#include <map>\n#include <string>\n#include <utility>\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  std::map<std::string, float*> params;\n"
+                          "  for (const char* name : {\"wq\", \"wk\"}) cudaMalloc(&params[name], 4096);\n"
+                          "  for (auto& [name, p] : params) ncclBroadcast(p, p, 1024, ncclFloat, 0, comm, s);\n"
+                          "  auto it = params.find(\"wq\");\n"
+                          "  ncclAllReduce(it->second, it->second, 1024, ncclFloat, ncclSum, comm, s);\n"
+                          "  std::vector<float*> grads(2); for (auto& g : grads) cudaMalloc(&g, 4096);\n"
+                          "  for (auto g = grads.begin(); g != grads.end(); ++g) ncclAllReduce(*g, *g, 1024, ncclFloat, ncclAvg, comm, s);\n"
+                          "  std::vector<std::pair<float*, size_t>> chunks;\n"
+                          "  for (int c = 0; c < 2; ++c) { float* x; cudaMalloc(&x, 4096); chunks.emplace_back(x, 1024); }\n"
+                          "  for (size_t i = 0; i < chunks.size(); ++i) { auto [ptr, count] = chunks[i]; ncclAllReduce(ptr, ptr, count, ncclFloat, ncclMax, comm, s); }\n"
+                          "  for (auto& [name, p] : params) cudaFree(p);\n"
+                          "  for (auto& c : chunks) cudaFree(c.first);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  for (std::size_t ci : a.nccl_collectives()) EXPECT_EQ(a.calls[ci].unresolved, "") << a.calls[ci].line;
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 4) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&params[name], 4096)")) << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(c.first)")) << c.source;
+}

@@ -153,9 +153,9 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
   std::vector<std::string> keys;
   for (const std::string& followed : r.paths) {
     // An object handed where a pointer goes, converted by its class (`operator T*() { return p_; }`).
-    const std::string converted = flow.conversion_path(followed);
+    const std::string converted = flow.conversion_path(followed), value = flow.map_value_path(followed);
     if (!converted.empty()) c.via.push_back(fmt::format("`{}` converts to its field: {}", followed, converted));
-    const std::string& path = converted.empty() ? followed : converted;
+    const std::string& path = !converted.empty() ? converted : !value.empty() ? value : followed;
     bool found = false;
     for (const auto& [key, b] : a.buffers)
       if (path_matches(path, b.path)) {

@@ -396,8 +396,10 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
         // `float* p = nullptr;` declares a variable an allocator fills later (`cudaMalloc(&p, ...)`):
         // not an alias, the variable itself is the allocation's path.
-        const std::string init = join(code_, k + 2, e);
-        if (init != "nullptr" && init != "NULL" && init != "0")
+        const std::string init = join(code_, k + 2, e), element = iterator_element(k + 2, e);
+        if (!element.empty())  // `auto it = params.find(key);`: `it->second` is an element's
+          aliases_[f.name].push_back(Alias{t.text, element, k, block_end[k], false, true});
+        else if (init != "nullptr" && init != "NULL" && init != "0")
           aliases_[f.name].push_back(Alias{t.text, init, k, block_end[k], prev.text == "&", prev.text == "*"});
       } else if (const std::string owned = smart_initialiser(k, f.body_close); !owned.empty()) {
         aliases_[f.name].push_back(Alias{t.text, owned, k, block_end[k], false});

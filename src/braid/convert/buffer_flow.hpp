@@ -118,6 +118,9 @@ class BufferFlow {
   // `g.p_` for a whole object `g` whose class converts to the pointer it holds
   // (`operator T*() const { return p_; }`, or a smart pointer field's `.get()`); "" otherwise.
   std::string conversion_path(const std::string& path) const;
+  // `params[].second` (a range-for binding's or an iterator's value) of a map is `params[]`, the value
+  // written with `params[key]` (`cudaMalloc(&params[name], n)`); "" for any other path.
+  std::string map_value_path(const std::string& path) const;
   // `B.grads[i]` (or `C[c].grads[i]`) where a helper fills the member container of the object it is
   // given by reference or pointer (`void alloc(Bufs& b) { cudaMalloc(&p, n); b.grads.push_back(p); }`
   // called as `alloc(B)`, `alloc(C[c])`, `alloc(&B)`): each variable copied in, with the rest of the
@@ -277,6 +280,14 @@ class BufferFlow {
   bool owner_resets(const std::string& owner, const std::string& field) const;
   // Whether `container` is declared as a sequence of smart pointers (`std::vector<std::shared_ptr<float>> bufs`).
   bool holds_smart_pointers(const std::string& container) const;
+  // `std::vector<std::pair<float*, size_t>> chunks`: elements of two fields, first and second.
+  bool holds_pairs(const std::string& container) const;
+  // `& C [ i ]` for an iterator into standard container C (`C.find(key)`, `C.begin()`, ...) written as
+  // code tokens [b, e); "" otherwise.
+  std::string iterator_element(std::size_t b, std::size_t e) const;
+  // The fields of an element of `container`, in order: a map's or a pair's first and second, or its
+  // struct's fields.
+  std::vector<std::string> element_fields(const std::string& container) const;
   std::size_t for_body_end(std::size_t close, std::size_t limit) const;
   void record_binding_aliases(std::size_t k, const FunctionDef& f);
   void record_field_write(std::size_t k, const std::string& function, std::size_t end);

@@ -447,6 +447,38 @@ bool BufferFlow::is_map(const std::string& container) const {
   return false;
 }
 
+std::string BufferFlow::map_value_path(const std::string& path) const {
+  const auto [root, rest] = split_root(path);
+  if (rest.rfind("[].second", 0) != 0 || !is_map(root)) return "";
+  return root + "[]" + rest.substr(9);
+}
+
+std::string BufferFlow::iterator_element(std::size_t b, std::size_t e) const {
+  static const std::set<std::string> kIterators = {"find", "begin", "lower_bound", "upper_bound", "rbegin"};
+  if (e < b + 5 || code_[b].kind != TokenKind::Identifier || code_[b + 1].text != "." ||
+      !kIterators.count(code_[b + 2].text) || code_[b + 3].text != "(" || match_forward(code_, b + 3, e) + 1 != e ||
+      !standard_container(code_[b].text))
+    return "";
+  return "& " + code_[b].text + " [ i ]";
+}
+
+bool BufferFlow::holds_pairs(const std::string& container) const {
+  for (std::size_t k = 1; k < code_.size(); ++k) {
+    if (code_[k].text != container || (code_[k - 1].text != ">" && code_[k - 1].text != ">>")) continue;
+    for (std::size_t j = k - 1; j > 0 && j + 16 > k; --j) {
+      if (code_[j].text == "pair") return true;
+      if (code_[j].text == "vector" || code_[j].text == "deque" || code_[j].text == "list" || code_[j].text == "array")
+        break;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> BufferFlow::element_fields(const std::string& container) const {
+  if (is_map(container) || holds_pairs(container)) return {"first", "second"};
+  return struct_fields(element_type(container));
+}
+
 // Whether `name` is declared as a standard library container (`std::queue<Job> q_`): a member
 // call on it is the library's, whatever functions of the same name the file defines.
 bool BufferFlow::standard_container(const std::string& name) const {

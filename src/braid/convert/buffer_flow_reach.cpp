@@ -224,18 +224,30 @@ void BufferFlow::record_binding_aliases(std::size_t k, const FunctionDef& f) {
   const std::size_t rb = match_forward(code_, lb, f.body_close);
   std::size_t open = k;
   while (open > f.body_open && code_[open].text != "(") --open;
-  if (rb + 1 >= f.body_close || code_[rb + 1].text != ":" || open == 0 || code_[open - 1].text != "for") return;
-  const std::size_t close = match_forward(code_, open, f.body_close);
-  const std::string container = join(code_, rb + 2, close);
-  const bool map = is_map(container);
-  const std::vector<std::string> fields =
-      map ? std::vector<std::string>{"first", "second"} : struct_fields(element_type(container));
+  std::string container;
+  std::size_t scope_end = 0;
+  if (rb + 1 < f.body_close && code_[rb + 1].text == ":" && open > 0 && code_[open - 1].text == "for") {
+    const std::size_t close = match_forward(code_, open, f.body_close);
+    container = join(code_, rb + 2, close);
+    scope_end = for_body_end(close, f.body_close);
+  } else if (rb + 4 < f.body_close && code_[rb + 1].text == "=" && code_[rb + 2].kind == TokenKind::Identifier &&
+             code_[rb + 3].text == "[") {  // `auto [p, n] = chunks[i];`: one element, to the end of the block
+    const std::size_t index_end = match_forward(code_, rb + 3, f.body_close);
+    const std::size_t brace = enclosing_open(code_, k);
+    if (index_end + 1 >= f.body_close || code_[index_end + 1].text != ";" || brace == SIZE_MAX ||
+        code_[brace].text != "{")
+      return;
+    container = code_[rb + 2].text;
+    scope_end = match_forward(code_, brace, f.body_close);
+  } else {
+    return;
+  }
+  const std::vector<std::string> fields = element_fields(container);
   std::size_t j = 0;
   for (std::size_t i = lb + 1; i < rb; ++i) {
     if (code_[i].kind != TokenKind::Identifier) continue;
     if (j < fields.size())
-      aliases_[f.name].push_back(
-          Alias{code_[i].text, container + " [ i ] . " + fields[j], i, for_body_end(close, f.body_close), true});
+      aliases_[f.name].push_back(Alias{code_[i].text, container + " [ i ] . " + fields[j], i, scope_end, true});
     ++j;
   }
 }
@@ -264,12 +276,13 @@ void BufferFlow::record_element_fields(std::size_t k, const std::string& functio
   } else if (emplace && close > k + 4) {
     open = k + 3;
   }
+  const bool pairs = open != SIZE_MAX && type.empty() && holds_pairs(code_[k].text);
   if (open != SIZE_MAX && type.empty()) type = element_type(code_[k].text);
-  if (open == SIZE_MAX || type.empty()) return;
-  if (std::any_of(functions_.begin(), functions_.end(),
-                  [&](const FunctionDef& f) { return f.name == type && f.owner == type; }))
+  if (open == SIZE_MAX || (type.empty() && !pairs)) return;
+  if (!pairs && std::any_of(functions_.begin(), functions_.end(),
+                            [&](const FunctionDef& f) { return f.name == type && f.owner == type; }))
     return;
-  const std::vector<std::string> fields = struct_fields(type);
+  const std::vector<std::string> fields = pairs ? element_fields(code_[k].text) : struct_fields(type);
   const std::vector<std::string> values = split_top(code_, open, match_forward(code_, open, end));
   if (fields.empty() || values.size() > fields.size() || (open == k + 3 && values.size() == 1))
     return;  // emplace_back(b): a copy
