@@ -107,7 +107,7 @@ void hold_calls_on_varying_streams(const BufferFlow& flow, const TokenIndex& tok
     if (one_stream_per_launch(a, g)) continue;
     std::set<std::vector<std::string>> named;
     for (std::size_t m : g.members)
-      if (is_p2p_call(a.calls[m]) && streams.count(m)) named.insert(streams[m]);
+      if (is_p2p_call(a.calls[m]) && streams.count(m) && !streams[m].empty()) named.insert(streams[m]);  // known ones
     if (named.size() <= 1 && (named.empty() || named.begin()->size() <= 1)) continue;
     for (std::size_t m : g.members)
       if (a.calls[m].unresolved.empty())
