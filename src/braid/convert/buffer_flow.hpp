@@ -280,6 +280,9 @@ class BufferFlow {
   bool owner_resets(const std::string& owner, const std::string& field) const;
   // Whether `container` is declared as a sequence of smart pointers (`std::vector<std::shared_ptr<float>> bufs`).
   bool holds_smart_pointers(const std::string& container) const;
+  // Whether a word of `container`'s element type (the declaration's template arguments, back to the
+  // sequence's name) is `wanted`.
+  bool element_type_names(const std::string& container, const std::function<bool(const std::string&)>& wanted) const;
   // `std::vector<std::pair<float*, size_t>> chunks`: elements of two fields, first and second.
   bool holds_pairs(const std::string& container) const;
   // `& C [ i ]` for an iterator into standard container C (`C.find(key)`, `C.begin()`, ...) written as
@@ -329,6 +332,9 @@ class BufferFlow {
                        std::vector<std::string>& stack) const;
   // The field every getter `getter` (of class `cls` when given) returns, as written or cast; "" otherwise.
   std::string returned_field(const std::string& getter, const std::string& cls = "") const;
+  // The name a return statement's value [k, end) is, cast or not, or the pointer a smart pointer's
+  // `.get()` gives (`smart`); "" for any other value.
+  std::string returned_name(std::size_t k, std::size_t end, bool& smart) const;
   bool declares_field(const std::string& cls, const std::string& name) const;
   // follow_returns for every function of `helper`'s name (overloads, namesakes in other namespaces or
   // classes): a call by that name may be any of them.
@@ -376,6 +382,9 @@ class BufferFlow {
     int line = 0;
   };
   std::map<std::string, std::vector<CallSite>> calls_;  // callee -> call sites
+  // Whether argument `index` of call site `c` names `path` (given whole, or its address with
+  // `address`), as written or through the caller's aliases.
+  bool argument_names(const CallSite& c, std::size_t index, bool address, const std::string& path) const;
   bool container_use(std::size_t j, std::size_t first, const FunctionDef* f, const std::string& cls,
                      std::vector<CallSite>& emplaced, int& fills) const;
   void collect_thread_starts();

@@ -6,6 +6,7 @@
 // count is rank-free, otherwise only read. Any other use (resize, insert, assign, a copy, an
 // element written, the vector passed to a function) keeps its constructions out of braid's sight.
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "braid/convert/buffer_flow.hpp"
@@ -424,16 +425,21 @@ std::string BufferFlow::element_type(const std::string& container) const {
   return "";
 }
 
-bool BufferFlow::holds_smart_pointers(const std::string& container) const {
+bool BufferFlow::element_type_names(const std::string& container,
+                                    const std::function<bool(const std::string&)>& wanted) const {
   static const std::set<std::string> kSequences = {"vector", "deque", "list", "array"};
   for (std::size_t k = 1; k < code_.size(); ++k) {
     if (code_[k].text != container || (code_[k - 1].text != ">" && code_[k - 1].text != ">>")) continue;
     for (std::size_t j = k - 1; j > 0 && j + 16 > k; --j) {
-      if (smart_types_.count(code_[j].text)) return true;
+      if (wanted(code_[j].text)) return true;
       if (kSequences.count(code_[j].text)) break;
     }
   }
   return false;
+}
+
+bool BufferFlow::holds_smart_pointers(const std::string& container) const {
+  return element_type_names(container, [&](const std::string& w) { return smart_types_.count(w) > 0; });
 }
 
 // Whether `container` is declared as a map (`std::map<K, V> name`, unordered too): its elements
@@ -463,15 +469,7 @@ std::string BufferFlow::iterator_element(std::size_t b, std::size_t e) const {
 }
 
 bool BufferFlow::holds_pairs(const std::string& container) const {
-  for (std::size_t k = 1; k < code_.size(); ++k) {
-    if (code_[k].text != container || (code_[k - 1].text != ">" && code_[k - 1].text != ">>")) continue;
-    for (std::size_t j = k - 1; j > 0 && j + 16 > k; --j) {
-      if (code_[j].text == "pair") return true;
-      if (code_[j].text == "vector" || code_[j].text == "deque" || code_[j].text == "list" || code_[j].text == "array")
-        break;
-    }
-  }
-  return false;
+  return element_type_names(container, [](const std::string& w) { return w == "pair"; });
 }
 
 std::vector<std::string> BufferFlow::element_fields(const std::string& container) const {
@@ -534,22 +532,10 @@ std::vector<BufferFlow::OwnCopy> BufferFlow::parameter_container_copies(const st
       by_pointer = by_pointer || code_[j].text == "*";
     }
     if (!by_reference && !by_pointer) continue;  // a copy of the object: the caller's is not filled
-    for (const CallSite& c : calls->second) {
-      if (index >= c.args.size()) continue;
-      // A reference is given the object (`alloc(B)`, `alloc(C[c])`), a pointer its address (`alloc(&B)`).
-      const std::string given = access_path(c.args[index], by_pointer && !by_reference);
-      bool names = !given.empty() && path_matches(given, object);
-      if (!names && !given.empty()) {  // or through the caller's aliases (`Bufs& s = C[c]; alloc(s);`)
-        const std::string pointee = by_pointer && !by_reference ? strip_address(c.args[index]) : c.args[index];
-        const Resolution r = pointee.empty() ? Resolution{} : resolve(pointee, c.caller, c.token);
-        names = r.reason.empty() && std::any_of(r.paths.begin(), r.paths.end(),
-                                                [&](const std::string& p) { return path_matches(p, object); });
-      }
-      if (names) {
-        out.push_back(OwnCopy{"", copy.origin + after, copy.function});
-        break;
-      }
-    }
+    // A reference is given the object (`alloc(B)`, `alloc(C[c])`), a pointer its address (`alloc(&B)`).
+    if (std::any_of(calls->second.begin(), calls->second.end(),
+                    [&](const CallSite& c) { return argument_names(c, index, by_pointer && !by_reference, object); }))
+      out.push_back(OwnCopy{"", copy.origin + after, copy.function});
   }
   return out;
 }

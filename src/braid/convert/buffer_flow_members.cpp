@@ -389,6 +389,18 @@ bool BufferFlow::owner_resets(const std::string& owner, const std::string& field
   return false;
 }
 
+std::string BufferFlow::returned_name(std::size_t k, std::size_t end, bool& smart) const {
+  // The name returned whole, cast or not (`(T*)x`, `reinterpret_cast<T*>(x)`: strip), or a smart
+  // pointer's `.get()` (`static_cast<float*>(flat.get())`: owned_pointer).
+  const std::string expr = join(code_, k, end);
+  bool addr = false;
+  const std::vector<Token> bare = strip(code_tokens(lex(expr).tokens), addr);
+  const std::string owned = addr ? "" : owned_pointer(expr);
+  smart = !owned.empty() && owned.find(' ') == std::string::npos;
+  if (smart) return owned;
+  return !addr && bare.size() == 1 && bare[0].kind == TokenKind::Identifier ? bare[0].text : "";
+}
+
 std::string BufferFlow::returned_field(const std::string& getter, const std::string& cls) const {
   std::string field;
   for (const FunctionDef& f : functions_) {
@@ -398,20 +410,11 @@ std::string BufferFlow::returned_field(const std::string& getter, const std::str
     if (returns.size() != 1) return "";
     std::size_t k = returns[0] + 1;
     const std::size_t end = flow_tokens::statement_end(code_, k, f.body_close);  // its `;`
-    // The field returned whole, cast or not (`(T*)x`, `reinterpret_cast<T*>(x)`: strip), or a smart
-    // pointer field's `.get()` (`static_cast<float*>(flat.get())`: owned_pointer), or a view of one.
-    const std::string expr = join(code_, k, end);
-    bool addr = false;
-    const std::vector<Token> bare = strip(code_tokens(lex(expr).tokens), addr);
-    const std::string owned = addr ? "" : owned_pointer(expr);
-    std::string name;
-    if (!owned.empty() && owned.find(' ') == std::string::npos) {
-      // A smart pointer its class's own code gives a pointer (`p_.reset(p)`) is followed as a member.
-      if (owner_resets(f.owner, owned)) return "";
-      name = owned;
-    } else if (!addr && bare.size() == 1 && bare[0].kind == TokenKind::Identifier) {
-      name = bare[0].text;
-    } else {  // `this->x`, `&blocks[i]`, `x + off`
+    bool smart = false;
+    std::string name = returned_name(k, end, smart);
+    // A smart pointer its class's own code gives a pointer (`p_.reset(p)`) is followed as a member.
+    if (smart && owner_resets(f.owner, name)) return "";
+    if (name.empty()) {  // `this->x`, `&blocks[i]`, `x + off`: a view of a field
       if (k + 2 < end && code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
       if (k + 2 < end && code_[k].text == "&" && code_[k + 2].text == "[") ++k;
       if (k >= end || code_[k].kind != TokenKind::Identifier) return "";

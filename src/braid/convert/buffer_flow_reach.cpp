@@ -366,6 +366,20 @@ std::string handed_out(const std::vector<Token>& code, const FunctionDef& f, con
 
 }  // namespace
 
+bool BufferFlow::argument_names(const CallSite& c, std::size_t index, bool address, const std::string& path) const {
+  if (index >= c.args.size()) return false;
+  // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
+  const std::string given = access_path(c.args[index], address);
+  if (given.empty()) return false;
+  if (path_matches(given, path)) return true;
+  if (given == path) return false;
+  // Or what the argument names through the caller's aliases (`halo_t* h = &H[d]; dmalloc(&h->send, n)`).
+  const std::string pointee = address ? strip_address(c.args[index]) : c.args[index];
+  const Resolution r = pointee.empty() ? Resolution{} : resolve(pointee, c.caller, c.token);
+  return r.reason.empty() &&
+         std::any_of(r.paths.begin(), r.paths.end(), [&](const std::string& p) { return path_matches(p, path); });
+}
+
 std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& path) const {
   std::vector<Fill> out;
   for (const FunctionDef& f : functions_) {
@@ -383,24 +397,11 @@ std::vector<BufferFlow::Fill> BufferFlow::reference_fills(const std::string& pat
       fills = fills || (kind == PointerFill::Pointer && allocates_into(code_, f, name));
       const std::string through = !fills && kind == PointerFill::Pointer ? handed_out(code_, f, name) : "";
       if (!fills && through.empty()) continue;
-      for (const CallSite& c : calls->second) {
-        // A reference is given the variable (`alloc(g, n)`), a pointer its address (`dev_alloc(&g, n)`).
-        const std::string given = index >= c.args.size()           ? ""
-                                  : kind == PointerFill::Reference ? access_path(c.args[index], false)
-                                                                   : access_path(c.args[index], true);
-        // Or what the argument names through the caller's aliases (`halo_t* h = &H[d]; dmalloc(&h->send, n)`).
-        bool names = !given.empty() && path_matches(given, path);
-        if (!names && !given.empty() && given != path && index < c.args.size()) {
-          const std::string pointee = kind == PointerFill::Pointer ? strip_address(c.args[index]) : c.args[index];
-          const Resolution r = pointee.empty() ? Resolution{} : resolve(pointee, c.caller, c.token);
-          names = r.reason.empty() && std::any_of(r.paths.begin(), r.paths.end(),
-                                                  [&](const std::string& p) { return path_matches(p, path); });
-        }
-        if (names) {
+      for (const CallSite& c : calls->second)
+        if (argument_names(c, index, kind == PointerFill::Pointer, path)) {
           out.push_back({f.name, through.empty() ? name : through});
           break;
         }
-      }
     }
   }
   return out;

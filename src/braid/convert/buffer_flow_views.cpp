@@ -144,13 +144,9 @@ std::string BufferFlow::conversion_path(const std::string& path) const {
     if (f.name != kConversionOperator || f.owner != cls || cls.empty()) continue;
     const std::vector<std::size_t> returns = return_statements(f);
     if (returns.size() != 1) return "";
-    const std::size_t k = returns[0] + 1, end = flow_tokens::statement_end(code_, k, f.body_close);
-    bool addr = false;
-    const std::vector<Token> bare = strip(code_tokens(lex(join(code_, k, end)).tokens), addr);
-    const std::string owned = addr ? "" : owned_pointer(join(code_, k, end));
-    const std::string field = !owned.empty() && owned.find(' ') == std::string::npos ? owned
-                              : !addr && bare.size() == 1                            ? bare[0].text
-                                                                                     : "";
+    const std::size_t k = returns[0] + 1;
+    bool smart = false;
+    const std::string field = returned_name(k, flow_tokens::statement_end(code_, k, f.body_close), smart);
     return !field.empty() && declares_field(cls, field) ? path + "." + field : "";
   }
   return "";
