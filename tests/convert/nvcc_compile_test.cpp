@@ -13,6 +13,7 @@
 #include "braid/platform/toolchain.hpp"
 #include "braid/util/error.hpp"
 #include "braid/util/fs.hpp"
+#include "braid/util/subprocess.hpp"
 
 using namespace braid::convert;
 
@@ -74,9 +75,22 @@ TEST(PreludeHeader, CompilesWithNvcc) {
   if (!braid::find_cuda_toolchain()) GTEST_SKIP() << "no nvcc: device/include/braid/converted/*.cuh not compiled";
   const auto path = std::filesystem::path(BRAID_SOURCE_DIR) / "tests/convert/prelude_header.cu";
   const auto work = std::filesystem::current_path() / "convert-nvcc" / "prelude_header";
-  braid::BuildResult r = compile_only(braid::read_file(path), work, "prelude_header", path.parent_path(),
-                                      {"-O0", "-std=c++20", "--expt-relaxed-constexpr"});
-  EXPECT_TRUE(r.ok) << r.error;
+  // Linked and run: kernels load when CUDA starts (a kernel loaded lazily while a converted collective
+  // spins can wait for it: prelude_lifecycle.cuh), unless the user chose a mode.
+  GateOptions linked;
+  linked.work_dir = work;
+  linked.source_dir = path.parent_path();
+  linked.flags = {"-O0", "-std=c++20", "--expt-relaxed-constexpr"};
+  braid::BuildResult r = build_program(braid::read_file(path), work / "linked", linked);
+  ASSERT_TRUE(r.ok) << r.error;
+  braid::SubprocessOptions run;
+  run.argv = {r.artifact.string()};
+  run.secret_env_names = {"CUDA_MODULE_LOADING"};  // dropped from the child's environment
+  run.timeout_s = 60;
+  EXPECT_EQ(braid::run_subprocess(run).stdout_text, "CUDA_MODULE_LOADING=EAGER\n");
+  run.secret_env_names.clear();
+  run.env_add = {{"CUDA_MODULE_LOADING", "LAZY"}};
+  EXPECT_EQ(braid::run_subprocess(run).stdout_text, "CUDA_MODULE_LOADING=LAZY\n");
   // One thread driving every rank of the process (ncclCommInitAll): the per-GPU bindings.
   r = compile_only(braid::read_file(path), work / "one-thread", "prelude_header", path.parent_path(),
                    {"-O0", "-std=c++20", "--expt-relaxed-constexpr", "-DBRAID_ONE_THREAD_DRIVES_RANKS=true"});

@@ -55,3 +55,11 @@ void harness_hooks(braid::dev::Context& c) {
   bc::adopt_harness(c);
   bc::release_harness(c);
 }
+
+// Linked and run once (nvcc_compile_test.cpp, no GPU needed): a converted program asks for eager
+// module loading before its first CUDA call, and keeps a loading mode the user chose.
+int main() {
+  const char* mode = std::getenv("CUDA_MODULE_LOADING");
+  std::printf("CUDA_MODULE_LOADING=%s\n", mode != nullptr ? mode : "");
+  return 0;
+}

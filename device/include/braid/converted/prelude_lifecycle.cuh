@@ -2,6 +2,17 @@
 //! (stage A). prelude.cuh includes it inside namespace braid_converted, after the parts before it:
 //! a fragment, not a header of its own. The embedding (cmake/embed_templates.cmake) writes it out
 //! in place and drops these //! lines.
+// Kernels load when CUDA starts. A converted collective's kernel spins until its peers' kernels
+// arrive, and under lazy module loading (CUDA's default on Linux since 12.2) the first launch of a
+// kernel may wait for the running ones to finish. Two threads (or streams) issuing collectives on two
+// communicators in different orders on two ranks then deadlock: each rank's next launch waits behind
+// a kernel that waits for the other rank's (seen: a gradient thread and a statistics thread, 4 ranks,
+// under load). NCCL loads its own kernels when a communicator is made; the converted program asks
+// for every kernel at start-up, before its first CUDA call, unless the user chose a loading mode.
+struct EagerModuleLoading {
+  EagerModuleLoading() { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
+};
+inline const EagerModuleLoading eager_module_loading;
 // The program's frees (sym_release decides which allocator made the pointer).
 inline cudaError_t sym_free(void* ptr) {
   ncclResult_t r;

@@ -451,6 +451,13 @@ inline void make_binding(Binding& b) {
   b.sequencer.resize(b.nranks);
   OnDevice on(b);
   if (s.sms == 0) cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, b.device);
+  static const bool lazy = [] {  // the user's choice overrides the eager loading asked at start-up (prelude_lifecycle)
+    const char* m = std::getenv("CUDA_MODULE_LOADING");
+    if (m != nullptr && std::strcmp(m, "LAZY") == 0)
+      std::fprintf(stderr, "braid_converted: CUDA_MODULE_LOADING=LAZY: a kernel loaded while a converted collective spins can stall it; EAGER is safe\n");
+    return true;
+  }();
+  (void)lazy;
   const size_t mail_bytes = round_window(kMailBytes);
   snapshot_next(-1);
   BRAID_NCCL(ncclMemAlloc(reinterpret_cast<void**>(&b.mailbox), mail_bytes));
