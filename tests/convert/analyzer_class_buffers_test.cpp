@@ -412,6 +412,98 @@ TEST(AnalyzerClassBuffers, AnObjectConvertingToItsPointer) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&ptr_, n * sizeof(T))")) << c.source;
 }
 
+// A store handing out its buffers through `operator[]` (`return bufs_[i];`): `grads[l]` is an element of
+// its field `grads.bufs_`, filled by its constructor. An index operator that computes (`bufs_[i] + off`)
+// is not followed.
+TEST(AnalyzerClassBuffers, AnObjectIndexingItsField) {
+  const auto program = [](const std::string& body) {
+    return kPrologue +
+           "class GradStore {\n"
+           " public:\n"
+           "  GradStore(int layers, size_t n) : n_(n) {\n"
+           "    for (int l = 0; l < layers; ++l) { float* p; cudaMalloc(&p, n * 4); bufs_.push_back(p); }\n"
+           "  }\n"
+           "  float* operator[](size_t i) const { " + body + " }\n"
+           "  size_t count() const { return n_; }\n"
+           " private:\n"
+           "  std::vector<float*> bufs_;\n"
+           "  size_t n_;\n"
+           "};\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  GradStore grads(3, 1 << 20);\n"
+           "  for (size_t l = 0; l < 3; ++l) ncclAllReduce(grads[l], grads[l], grads.count(), ncclFloat, ncclSum, comm, s);\n"
+           "}\n";
+  };
+  const std::string src = program("return bufs_[i];");
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(),
+                          [](const std::string& v) { return contains(v, "is an element of its class's field: grads.bufs_[]"); }));
+  EXPECT_EQ(convert_text(src).converted_calls, 1);
+  EXPECT_EQ(convert_text(program("return this->bufs_[i];")).converted_calls, 1);
+  EXPECT_NE(first_call(analyze("user.cu", program("return bufs_[i] + 16;")), "ncclAllReduce").unresolved, "");
+}
+
+// An allocation helper returning two buffers (`return {send, recv};`, `std::make_pair`, `std::make_tuple`)
+// taken apart with a structured binding or `std::get<1>`: each element is followed into the helper.
+TEST(AnalyzerClassBuffers, BuffersReturnedAsATuple) {
+  const auto program = [](const std::string& ret, const std::string& use) {
+    return kPrologue +
+           "#include <tuple>\n"
+           "static std::tuple<float*, float*> make_buffers(size_t n) {\n"
+           "  float* send = nullptr; float* recv = nullptr;\n"
+           "  cudaMalloc(&send, n * 4); cudaMalloc(&recv, 4 * n * 4);\n"
+           "  return " + ret + ";\n"
+           "}\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 4, id, 0);\n" + use +
+           "}\n";
+  };
+  const std::string binding =
+      "  auto [a, b] = make_buffers(1024);\n  ncclAllGather(a, b, 1024, ncclFloat, comm, s);\n";
+  for (const char* ret : {"{send, recv}", "std::make_tuple(send, recv)", "std::make_pair(send, recv)",
+                          "std::tuple<float*, float*>(send, recv)"}) {
+    const std::string src = program(ret, binding);
+    const Analysis a = analyze("user.cu", src);
+    const Call& ag = first_call(a, "ncclAllGather");
+    EXPECT_EQ(ag.unresolved, "") << ret;
+    EXPECT_TRUE(std::any_of(ag.via.begin(), ag.via.end(),
+                            [](const std::string& v) { return contains(v, "is element 1 of what make_buffers() returns"); }))
+        << ret;
+    EXPECT_EQ(convert_text(src).converted_calls, 1) << ret;
+  }
+  const std::string get =
+      "  auto t = make_buffers(1024);\n"
+      "  ncclAllGather(std::get<0>(make_buffers(8)), std::get<1>(make_buffers(8)), 8, ncclFloat, comm, s);\n";
+  EXPECT_EQ(first_call(analyze("user.cu", program("{send, recv}", get)), "ncclAllGather").unresolved, "");
+  // A tuple built elsewhere (a variable returned whole) has no element braid can take.
+  const std::string whole = "  auto both = std::make_tuple(send, recv);\n  return both";
+  const Analysis left = analyze("user.cu", program(whole, binding));
+  EXPECT_TRUE(contains(first_call(left, "ncclAllGather").unresolved, "returns no tuple braid can take element"))
+      << first_call(left, "ncclAllGather").unresolved;
+}
+
+// A communicator held in a std::optional: `comm.value()` is what it holds (`*comm` was followed before).
+TEST(AnalyzerClassBuffers, ACommunicatorInAnOptional) {
+  const std::string src = kPrologue +
+                          "#include <optional>\n"
+                          "int main() {\n"
+                          "  std::optional<ncclComm_t> comm; ncclUniqueId id; cudaStream_t s; ncclComm_t c;\n"
+                          "  ncclCommInitRank(&c, 2, id, 0);\n"
+                          "  comm = c;\n"
+                          "  float* g; cudaMalloc(&g, 4096);\n"
+                          "  ncclAllReduce(g, g, 1024, ncclFloat, ncclSum, comm.value(), s);\n"
+                          "  ncclBroadcast(g, g, 1024, ncclFloat, 0, *comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.comm_paths, std::vector<std::string>{"comm"});
+  EXPECT_EQ(first_call(a, "ncclBroadcast").comm_paths.size(), 1u);  // `*comm`: read as a pointer's pointee
+  EXPECT_EQ(convert_text(src).converted_calls, 2) << left_text(convert_text(src));
+}
+
 // `Tensor a = make(n), b = make(m);`: the second declarator is declared with its own value, as in
 // two statements (before: `b.data` had no allocation).
 TEST(AnalyzerClassBuffers, TheSecondDeclaratorOfAStatementHasItsValue) {

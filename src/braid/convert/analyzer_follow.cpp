@@ -152,10 +152,13 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
   }
   std::vector<std::string> keys;
   for (const std::string& followed : r.paths) {
-    // An object handed where a pointer goes, converted by its class (`operator T*() { return p_; }`).
-    const std::string converted = flow.conversion_path(followed), value = flow.map_value_path(followed);
+    // An object handed where a pointer goes, converted by its class (`operator T*() { return p_; }`),
+    // or indexed by it (`operator[](i) { return bufs_[i]; }`).
+    const std::string converted = flow.conversion_path(followed), value = flow.map_value_path(followed),
+                      indexed = flow.index_operator_path(followed);
     if (!converted.empty()) c.via.push_back(fmt::format("`{}` converts to its field: {}", followed, converted));
-    const std::string& path = !converted.empty() ? converted : !value.empty() ? value : followed;
+    if (!indexed.empty()) c.via.push_back(fmt::format("`{}` is an element of its class's field: {}", followed, indexed));
+    const std::string& path = !converted.empty() ? converted : !value.empty() ? value : !indexed.empty() ? indexed : followed;
     bool found = false;
     for (const auto& [key, b] : a.buffers)
       if (path_matches(path, b.path)) {

@@ -327,7 +327,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     if (h.name == SIZE_MAX) continue;
     FunctionDef f;
     f.name = (h.name > 0 && code[h.name - 1].text == "~" ? "~" : "") + code[h.name].text;  // a destructor: ~Name
-    if (f.name == "operator") f.name = h.conversion ? kConversionOperator : "operator()";  // `obj(args)`, below
+    if (f.name == "operator")  // `obj(args)`, below
+      f.name = h.conversion ? kConversionOperator : h.index ? kIndexOperator : "operator()";
     f.name_token = h.name;
     f.body_open = i;
     f.body_close = match_forward(code, i, code.size());
@@ -512,6 +513,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     }
     return;
   }
+  if (resolve_tuple_element(expr, depth, out, stack)) return;  // `std::get<1>(make_buffers(n))`
   // `buf.get() + off`, `(char*)view.data() - k`: the left operand's allocation (a plain path's
   // arithmetic is access_path's).
   if (const std::string base = access_path(expr, false).empty() ? offset_base(expr) : ""; !base.empty()) {
@@ -538,6 +540,10 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
   }
   const std::string path = access_path(expr, false);
   if (path.empty()) {
+    if (const std::string held = optional_held(expr); !held.empty()) {
+      out.via.push_back(fmt::format("`{}` is what the optional `{}` holds", expr, held));
+      return resolve_into(held, function, at, depth - 1, out, stack);
+    }
     if (follow_accessor(expr, function, at, depth - 1, out, stack)) return;
     // `ptr_(device_alloc<T>(n))`, `return make(n);`: what a helper of this file returns, as for
     // `T* p = device_alloc<T>(n);` (resolve_alias).

@@ -49,8 +49,10 @@ struct FunctionHead {
   std::size_t name = SIZE_MAX, open = 0, close = 0;  // the name and its parameters' parentheses
   std::size_t init_colon = 0;                        // ':' of a member-initialiser list, 0 when none
   bool conversion = false;                           // `operator T*()`: its FunctionDef is kConversionOperator
+  bool index = false;                                // `operator[](i)`: its FunctionDef is kIndexOperator
 };
 inline constexpr const char* kConversionOperator = "operator T*";
+inline constexpr const char* kIndexOperator = "operator[]";
 FunctionHead function_head(const std::vector<Token>& code, std::size_t brace);
 
 // The access path an expression designates. `target` true: the first argument of an allocator
@@ -118,6 +120,11 @@ class BufferFlow {
   // `g.p_` for a whole object `g` whose class converts to the pointer it holds
   // (`operator T*() const { return p_; }`, or a smart pointer field's `.get()`); "" otherwise.
   std::string conversion_path(const std::string& path) const;
+  // `g.bufs_[]` for an element `g[]` of an object `g` whose class indexes a field
+  // (`T* operator[](size_t i) const { return bufs_[i]; }`); "" otherwise.
+  std::string index_operator_path(const std::string& path) const;
+  // `comm` for `comm.value()` of a std::optional (no function of this file is named `value`); "" otherwise.
+  std::string optional_held(const std::string& expr) const;
   // `params[].second` (a range-for binding's or an iterator's value) of a map is `params[]`, the value
   // written with `params[key]` (`cudaMalloc(&params[name], n)`); "" for any other path.
   std::string map_value_path(const std::string& path) const;
@@ -338,10 +345,16 @@ class BufferFlow {
   bool declares_field(const std::string& cls, const std::string& name) const;
   // follow_returns for every function of `helper`'s name (overloads, namesakes in other namespaces or
   // classes): a call by that name may be any of them.
+  // With `element` >= 0: that element of each returned tuple (returned_element).
   void follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth, Resolution& out,
-                                std::vector<std::string>& stack) const;
+                                std::vector<std::string>& stack, int element = -1) const;
   void follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
-                      std::vector<std::string>& stack) const;
+                      std::vector<std::string>& stack, int element = -1) const;
+  // Tuples (buffer_flow_tuples.cpp): a structured binding of a helper's result, `std::get<I>(...)`,
+  // and element I of a returned `{a, b}` / `std::make_tuple(a, b)` / `std::make_pair(a, b)`.
+  bool record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f);
+  bool resolve_tuple_element(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
+  std::string returned_element(std::size_t b, std::size_t e, int element) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                     std::vector<std::string>& stack) const;
   // resolve_into's steps (buffer_flow_steps.cpp): true when the name was followed there.

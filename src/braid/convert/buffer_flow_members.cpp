@@ -111,6 +111,9 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
   // A function object's call operator, `void operator()(T* buf, size_t n)`: named by `operator`.
   const bool call_operator = open != SIZE_MAX && open >= 3 && code[open - 1].text == ")" &&
                              code[open - 2].text == "(" && code[open - 3].text == "operator";
+  // An index operator, `T* operator[](size_t i) const`: named by `operator`.
+  h.index = open != SIZE_MAX && open >= 3 && code[open - 1].text == "]" && code[open - 2].text == "[" &&
+            code[open - 3].text == "operator";
   // A conversion operator, `operator T*() const`, `operator const float*()`: named by `operator`.
   for (std::size_t q = open == SIZE_MAX ? 0 : open - 1; q > 0 && !call_operator && q + 5 > open; --q) {
     const std::string& x = code[q].text;
@@ -124,10 +127,10 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
     }
     if (x != "*" && x != "&" && x != "const" && x != "::" && code[q].kind != TokenKind::Identifier) break;
   }
-  if (!call_operator && (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+  if (!call_operator && !h.index && (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
                          kNotFunctions.count(code[open - 1].text)))
     return {};
-  h.name = call_operator ? open - 3 : open - 1;
+  h.name = call_operator || h.index ? open - 3 : open - 1;
   h.open = open;
   h.close = p - 1;
   return h;

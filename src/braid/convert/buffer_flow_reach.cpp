@@ -240,6 +240,7 @@ void BufferFlow::record_binding_aliases(std::size_t k, const FunctionDef& f) {
     container = code_[rb + 2].text;
     scope_end = match_forward(code_, brace, f.body_close);
   } else {
+    record_tuple_binding(k, lb, rb, f);  // `auto [send, recv] = make_buffers(n);`
     return;
   }
   const std::vector<std::string> fields = element_fields(container);
@@ -430,10 +431,10 @@ const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
 }
 
 void BufferFlow::follow_namesakes_returns(const FunctionDef& helper, const std::string& rest, int depth,
-                                          Resolution& out, std::vector<std::string>& stack) const {
+                                          Resolution& out, std::vector<std::string>& stack, int element) const {
   for (const FunctionDef& f : functions_) {
     if (f.name != helper.name) continue;
-    follow_returns(f, rest, depth, out, stack);
+    follow_returns(f, rest, depth, out, stack, element);
     if (!out.reason.empty()) return;
   }
 }
@@ -441,7 +442,7 @@ void BufferFlow::follow_namesakes_returns(const FunctionDef& helper, const std::
 // Every `return X;` of helper `f`, followed in f's terms. A helper called under a condition
 // somewhere would make its allocations rank-dependent (window registration is collective).
 void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, int depth, Resolution& out,
-                                std::vector<std::string>& stack) const {
+                                std::vector<std::string>& stack, int element) const {
   bool allocates = false;  // a getter's calls under conditions allocate nothing
   for (std::size_t k = f.body_open + 1; k < f.body_close && !allocates; ++k)
     allocates = code_[k].text.rfind("cudaMalloc", 0) == 0 || code_[k].text == "ncclMemAlloc";
@@ -457,7 +458,9 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
     while (e < f.body_close && code_[e].text != ";") ++e;
     any = true;
     out.via.push_back(fmt::format("{}() returns {} (line {})", f.name, join(code_, k + 1, e), code_[k].line));
-    resolve_into(join(code_, k + 1, e) + rest, f.name, k, depth - 1, out, stack);
+    const std::string value = element < 0 ? join(code_, k + 1, e) : returned_element(k + 1, e, element);
+    if (value.empty()) out.reason = fmt::format("{}() returns no tuple braid can take element {} of", f.name, element);
+    else resolve_into(value + rest, f.name, k, depth - 1, out, stack);
     if (!out.reason.empty()) return;
   }
   if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);

@@ -132,7 +132,11 @@ bool BufferFlow::resolve_alias(const std::string& root, const std::string& rest,
   // `std::array<float*, 2> pair = {x, out}; pair[0]`: an element of a list (resolve_array_element).
   if (!best || (best->init.rfind("{", 0) == 0 && !rest.empty() && rest[0] == '[')) return false;
   const std::string base = pointee_path(best->init, rest);
-  if (base.empty() && returning_helper(best->init)) {
+  if (best->init.starts_with("std :: get <") && rest.empty()) {
+    // `auto [send, recv] = make_buffers(n)` (record_tuple_binding): an element of what it returns.
+    out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
+    resolve_into(best->init, function, best->token, depth, out, stack);
+  } else if (base.empty() && returning_helper(best->init)) {
     // `float* x = device_alloc<float>(n)`: what a helper of this file returns.
     out.via.push_back(fmt::format("{} = {} (line {})", root, best->init, code_[best->token].line));
     follow_namesakes_returns(*returning_helper(best->init), rest, depth, out, stack);

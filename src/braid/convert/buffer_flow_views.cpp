@@ -152,6 +152,34 @@ std::string BufferFlow::conversion_path(const std::string& path) const {
   return "";
 }
 
+std::string BufferFlow::index_operator_path(const std::string& path) const {
+  const std::size_t bracket = path.find("[]");
+  if (bracket == std::string::npos || bracket == 0 || path.find_first_of(".[") != bracket) return "";
+  const std::string root = path.substr(0, bracket), cls = declared_class(root);
+  std::string field;
+  for (const FunctionDef& f : functions_) {
+    if (f.name != kIndexOperator || f.owner != cls || cls.empty() || f.params.size() != 1) continue;
+    const std::vector<std::size_t> returns = return_statements(f);
+    if (returns.size() != 1) return "";
+    // `return bufs_[i];`, `return this->bufs_[i];`: the field indexed by the parameter, nothing more.
+    std::size_t k = returns[0] + 1;
+    if (code_[k].text == "this" && code_[k + 1].text == "->") k += 2;
+    if (k + 4 >= f.body_close || code_[k].kind != TokenKind::Identifier || code_[k + 1].text != "[" ||
+        code_[k + 2].text != f.params[0] || code_[k + 3].text != "]" || code_[k + 4].text != ";")
+      return "";
+    if (!declares_field(cls, code_[k].text) || (!field.empty() && field != code_[k].text)) return "";
+    field = code_[k].text;
+  }
+  return field.empty() ? "" : root + "." + field + path.substr(bracket);
+}
+
+std::string BufferFlow::optional_held(const std::string& expr) const {
+  const std::vector<Token> t = code_tokens(lex(expr).tokens);
+  const auto [dot, open] = trailing_method(t, "value");
+  if (dot == SIZE_MAX || dot == 0 || open + 2 != t.size() || function_named("value") != nullptr) return "";
+  return join(t, 0, dot);
+}
+
 namespace flow_tokens {
 
 std::string offset_base(const std::string& expr) {

@@ -1,0 +1,67 @@
+// BufferFlow (buffer_flow.hpp) on tuples: an allocation helper returning several buffers at once
+// (`return {send, recv};`, `std::make_tuple(a, b)`, `std::make_pair(a, b)`), taken apart with a
+// structured binding (`auto [send, recv] = make_buffers(n);`) or `std::get<1>(...)`: each element
+// is followed into the helper's returns.
+#include <fmt/format.h>
+
+#include <set>
+
+#include "braid/convert/buffer_flow.hpp"
+#include "braid/convert/buffer_flow_tokens.hpp"
+
+namespace braid::convert {
+
+using namespace flow_tokens;
+
+// `auto [send, recv] = make_buffers(n);` at code token k (`auto`), the names between code_[lb] and
+// code_[rb]: each name is `std::get<i>(make_buffers(n))` to the end of its block.
+bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f) {
+  if (rb + 3 >= f.body_close || code_[rb + 1].text != "=" || code_[rb + 2].kind != TokenKind::Identifier) return false;
+  const std::size_t end = statement_end(code_, rb + 2, f.body_close);
+  const std::string call = join(code_, rb + 2, end);
+  const std::size_t brace = enclosing_open(code_, k);
+  if (end >= f.body_close || returning_helper(call) == nullptr || brace == SIZE_MAX || code_[brace].text != "{")
+    return false;
+  const std::size_t scope_end = match_forward(code_, brace, f.body_close);
+  std::size_t j = 0;
+  for (std::size_t i = lb + 1; i < rb; ++i)
+    if (code_[i].kind == TokenKind::Identifier)
+      aliases_[f.name].push_back(Alias{code_[i].text, fmt::format("std :: get < {} > ( {} )", j++, call), i, scope_end});
+  return true;
+}
+
+// `std::get<I>(helper(args))`: element I of what the helper returns. False when `expr` has no such form.
+bool BufferFlow::resolve_tuple_element(const std::string& expr, int depth, Resolution& out,
+                                       std::vector<std::string>& stack) const {
+  const std::vector<Token> t = code_tokens(lex(expr).tokens);
+  if (t.size() < 9 || t[0].text != "std" || t[1].text != "::" || t[2].text != "get" || t[3].text != "<" ||
+      t[4].kind != TokenKind::Number || t[5].text != ">" || t[6].text != "(" || match_forward(t, 6, t.size()) + 1 != t.size())
+    return false;
+  const std::string whole = join(t, 7, t.size() - 1);
+  const FunctionDef* helper = returning_helper(whole);
+  if (helper == nullptr) {
+    out.reason = fmt::format("`{}` takes an element of `{}`, which is not what a helper of this file returns", expr, whole);
+    return true;
+  }
+  out.via.push_back(fmt::format("`{}` is element {} of what {}() returns", expr, t[4].text, helper->name));
+  follow_namesakes_returns(*helper, "", depth - 1, out, stack, std::stoi(t[4].text));
+  return true;
+}
+
+// Element `element` of a returned value [b, e): `{a, b}`, `std::make_tuple(a, b)`, `std::pair<T*, U*>(a, b)`;
+// "" for any other value.
+std::string BufferFlow::returned_element(std::size_t b, std::size_t e, int element) const {
+  static const std::set<std::string> kMakers = {"make_tuple", "make_pair", "tuple", "pair", "forward_as_tuple"};
+  std::size_t open = b;
+  if (open + 1 < e && code_[open].text == "std" && code_[open + 1].text == "::") open += 2;
+  if (open < e && kMakers.count(code_[open].text)) {
+    ++open;
+    if (open < e && code_[open].text == "<") open = after_template_args(code_, open, e);
+  }
+  if (open >= e || (code_[open].text != "{" && code_[open].text != "(") || match_forward(code_, open, e) + 1 != e)
+    return "";
+  const std::vector<std::string> parts = split_top(code_, open, e - 1);
+  return element >= 0 && (std::size_t)element < parts.size() ? parts[(std::size_t)element] : "";
+}
+
+}  // namespace braid::convert
