@@ -128,6 +128,22 @@ std::string no_allocation_reason(const BufferFlow& flow, const std::string& text
                      path);
 }
 
+// The path an object handed where a pointer goes stands for: its field, when its class converts to it
+// (`operator T*() { return p_; }`) or indexes it (`operator[](i) { return bufs_[i]; }`); a map's value
+// read as `.second`; else the path as followed.
+std::string object_path(const BufferFlow& flow, const std::string& followed, Call& c) {
+  if (std::string converted = flow.conversion_path(followed); !converted.empty()) {
+    c.via.push_back(fmt::format("`{}` converts to its field: {}", followed, converted));
+    return converted;
+  }
+  if (std::string value = flow.map_value_path(followed); !value.empty()) return value;
+  if (std::string indexed = flow.index_operator_path(followed); !indexed.empty()) {
+    c.via.push_back(fmt::format("`{}` is an element of its class's field: {}", followed, indexed));
+    return indexed;
+  }
+  return followed;
+}
+
 // The allocation sites (keys of a.buffers) a buffer argument of call `c` reaches; none, with the
 // reason in c.unresolved, when it cannot be followed.
 std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a, const std::string& text,
@@ -152,13 +168,7 @@ std::vector<std::string> resolve_sites(const BufferFlow& flow, const Analysis& a
   }
   std::vector<std::string> keys;
   for (const std::string& followed : r.paths) {
-    // An object handed where a pointer goes, converted by its class (`operator T*() { return p_; }`),
-    // or indexed by it (`operator[](i) { return bufs_[i]; }`).
-    const std::string converted = flow.conversion_path(followed), value = flow.map_value_path(followed),
-                      indexed = flow.index_operator_path(followed);
-    if (!converted.empty()) c.via.push_back(fmt::format("`{}` converts to its field: {}", followed, converted));
-    if (!indexed.empty()) c.via.push_back(fmt::format("`{}` is an element of its class's field: {}", followed, indexed));
-    const std::string& path = !converted.empty() ? converted : !value.empty() ? value : !indexed.empty() ? indexed : followed;
+    const std::string path = object_path(flow, followed, c);
     bool found = false;
     for (const auto& [key, b] : a.buffers)
       if (path_matches(path, b.path)) {
