@@ -104,24 +104,25 @@ TEST(AnalyzerClassBuffers, AConstructorFillingItsMemberVectorInALoop) {
 // `data()` returning `static_cast<float*>(flat.get())` of a smart pointer the caller assigns
 // (`nb.flat = device_alloc_owned(n)`): the field itself, followed in the caller's terms.
 TEST(AnalyzerClassBuffers, AGetterCastingASmartPointersPointer) {
-  const std::string src = kPrologue +
-                          "struct CudaDeleter { void operator()(void* p) const { cudaFree(p); } };\n"
-                          "using DevicePtr = std::unique_ptr<void, CudaDeleter>;\n"
-                          "DevicePtr owned_alloc(size_t bytes) { void* p = nullptr; cudaMalloc(&p, bytes); return DevicePtr(p); }\n"
-                          "struct Bucket {\n"
-                          "  DevicePtr flat;\n"
-                          "  size_t numel = 0;\n"
-                          "  float* data() { return static_cast<float*>(flat.get()); }\n"
-                          "  float* raw() { return (float*)flat.get(); }\n"
-                          "};\n"
-                          "int main() {\n"
-                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
-                          "  Bucket nb;\n"
-                          "  nb.numel = 1 << 20;\n"
-                          "  nb.flat = owned_alloc(nb.numel * sizeof(float));\n"
-                          "  ncclAllReduce(nb.data(), nb.data(), nb.numel, ncclFloat, ncclAvg, comm, s);\n"
-                          "  ncclBroadcast(nb.raw(), nb.raw(), nb.numel, ncclFloat, 0, comm, s);\n"
-                          "}\n";
+  const std::string src =
+      kPrologue +
+      "struct CudaDeleter { void operator()(void* p) const { cudaFree(p); } };\n"
+      "using DevicePtr = std::unique_ptr<void, CudaDeleter>;\n"
+      "DevicePtr owned_alloc(size_t bytes) { void* p = nullptr; cudaMalloc(&p, bytes); return DevicePtr(p); }\n"
+      "struct Bucket {\n"
+      "  DevicePtr flat;\n"
+      "  size_t numel = 0;\n"
+      "  float* data() { return static_cast<float*>(flat.get()); }\n"
+      "  float* raw() { return (float*)flat.get(); }\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Bucket nb;\n"
+      "  nb.numel = 1 << 20;\n"
+      "  nb.flat = owned_alloc(nb.numel * sizeof(float));\n"
+      "  ncclAllReduce(nb.data(), nb.data(), nb.numel, ncclFloat, ncclAvg, comm, s);\n"
+      "  ncclBroadcast(nb.raw(), nb.raw(), nb.numel, ncclFloat, 0, comm, s);\n"
+      "}\n";
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 2) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, bytes)")) << c.source;
@@ -206,14 +207,15 @@ TEST(AnalyzerClassBuffers, AMemberVectorFilledInALoopBoundedByAConfigField) {
   const Conversion alike = convert_text(program(plain, ""));
   EXPECT_EQ(alike.converted_calls, 1) << left_text(alike);
   EXPECT_TRUE(contains(alike.source, "braid_converted::sym_malloc(&p_, n * sizeof(T))")) << alike.source;
-  for (const std::string& set : {"  cfg.layers = 2 + rank % 2;\n", "  if (rank == 0) cfg.layers++;\n",
-                                 "  std::cin >> cfg.layers;\n", "  void parse(int, char**, Cfg*); parse(argc, argv, &cfg);\n"}) {
+  for (const std::string& set :
+       {"  cfg.layers = 2 + rank % 2;\n", "  if (rank == 0) cfg.layers++;\n", "  std::cin >> cfg.layers;\n",
+        "  void parse(int, char**, Cfg*); parse(argc, argv, &cfg);\n"}) {
     const Conversion c = convert_text(program(plain, set));
     EXPECT_EQ(c.converted_calls, 0) << set;
     EXPECT_TRUE(told(c, "constructed out of braid's sight")) << set << left_text(c);
   }
-  const Conversion from_env =
-      convert_text(program("struct Cfg { int hidden = 1024; int layers = 4; Cfg() : layers(atoi(getenv(\"L\"))) {} };\n", ""));
+  const Conversion from_env = convert_text(
+      program("struct Cfg { int hidden = 1024; int layers = 4; Cfg() : layers(atoi(getenv(\"L\"))) {} };\n", ""));
   EXPECT_EQ(from_env.converted_calls, 0);
 }
 
@@ -227,7 +229,8 @@ TEST(AnalyzerClassBuffers, ASplitHelperCalledForTwoGroupsThenRankSizedTensors) {
            "class Ctx {\n"
            " public:\n"
            "  explicit Ctx(ncclComm_t c) : comm_(c) { ncclCommCount(comm_, &size_); }\n"
-           "  Ctx* split(int color, int key) { ncclComm_t sub; ncclCommSplit(comm_, color, key, &sub, nullptr); return new Ctx(sub); }\n"
+           "  Ctx* split(int color, int key) { ncclComm_t sub; ncclCommSplit(comm_, color, key, &sub, nullptr); return "
+           "new Ctx(sub); }\n"
            "  void all_reduce(float* x, size_t n) { ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm_, 0); }\n"
            "  int size() const { return size_; }\n"
            " private:\n"
@@ -274,7 +277,8 @@ TEST(AnalyzerClassBuffers, CallsOfATemplateHelperAreCallSites) {
   const Conversion plain = convert_text(program(""));
   EXPECT_EQ(plain.converted_calls, 2) << left_text(plain);
   EXPECT_TRUE(contains(plain.source, "braid_converted::sym_malloc_agreed(&p, n * sizeof(T))")) << plain.source;
-  const Conversion some_ranks = convert_text(program("  float* a = nullptr;\n  if (rank == 0) a = device_alloc<float>(4096);\n"));
+  const Conversion some_ranks =
+      convert_text(program("  float* a = nullptr;\n  if (rank == 0) a = device_alloc<float>(4096);\n"));
   EXPECT_EQ(some_ranks.converted_calls, 0);
   EXPECT_TRUE(told(some_ranks, "the allocation helper device_alloc() is called under a condition at line 11"))
       << left_text(some_ranks);
@@ -284,28 +288,29 @@ TEST(AnalyzerClassBuffers, CallsOfATemplateHelperAreCallSites) {
 // class holding a vector of tensors that the program never constructs (or never fills) makes no
 // tensor out of sight.
 TEST(AnalyzerClassBuffers, AResetWithADeleterAndAHolderNeverMade) {
-  const std::string src = kPrologue +
-                          "template <typename T> class Buffer {\n"
-                          " public:\n"
-                          "  explicit Buffer(size_t n) : n_(n) { T* p = nullptr; cudaMalloc(&p, n * sizeof(T)); p_.reset(p, Del()); }\n"
-                          "  T* data() const { return p_.get(); }\n"
-                          "  size_t size() const { return n_; }\n"
-                          " private:\n"
-                          "  struct Del { void operator()(T* p) const { cudaFree(p); } };\n"
-                          "  std::shared_ptr<T> p_;\n"
-                          "  size_t n_ = 0;\n"
-                          "};\n"
-                          "struct Cfg { int layers = 4; };\n"
-                          "struct Unused {\n"
-                          "  std::vector<Buffer<float>> weights_;\n"
-                          "  explicit Unused(const Cfg& cfg) { for (int l = 0; l < cfg.layers; ++l) weights_.emplace_back(1024); }\n"
-                          "};\n"
-                          "struct Empty { std::vector<Buffer<float>> none_; size_t count() const { return none_.size(); } };\n"
-                          "int main() {\n"
-                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
-                          "  Buffer<float> g(1 << 20);\n"
-                          "  ncclAllReduce(g.data(), g.data(), g.size(), ncclFloat, ncclSum, comm, s);\n"
-                          "}\n";
+  const std::string src =
+      kPrologue +
+      "template <typename T> class Buffer {\n"
+      " public:\n"
+      "  explicit Buffer(size_t n) : n_(n) { T* p = nullptr; cudaMalloc(&p, n * sizeof(T)); p_.reset(p, Del()); }\n"
+      "  T* data() const { return p_.get(); }\n"
+      "  size_t size() const { return n_; }\n"
+      " private:\n"
+      "  struct Del { void operator()(T* p) const { cudaFree(p); } };\n"
+      "  std::shared_ptr<T> p_;\n"
+      "  size_t n_ = 0;\n"
+      "};\n"
+      "struct Cfg { int layers = 4; };\n"
+      "struct Unused {\n"
+      "  std::vector<Buffer<float>> weights_;\n"
+      "  explicit Unused(const Cfg& cfg) { for (int l = 0; l < cfg.layers; ++l) weights_.emplace_back(1024); }\n"
+      "};\n"
+      "struct Empty { std::vector<Buffer<float>> none_; size_t count() const { return none_.size(); } };\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Buffer<float> g(1 << 20);\n"
+      "  ncclAllReduce(g.data(), g.data(), g.size(), ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, n * sizeof(T))")) << c.source;
@@ -315,27 +320,28 @@ TEST(AnalyzerClassBuffers, AResetWithADeleterAndAHolderNeverMade) {
 // factory's whole result (`g_ctx = ctx_init(..)`, llm.c's `multi_gpu_config = multi_gpu_config_init(..)`)
 // has the fields the factory set: `g_ctx.buf` is `r.buf`, allocated there.
 TEST(AnalyzerClassBuffers, ATypedefStructGlobalGivenAFactorysResult) {
-  const std::string src = kPrologue +
-                          "typedef struct {\n"
-                          "  ncclComm_t comm;\n"
-                          "  cudaStream_t stream;\n"
-                          "  float* buf;\n"
-                          "  size_t n;\n"
-                          "} Ctx;\n"
-                          "Ctx g_ctx;\n"
-                          "Ctx ctx_init(int world, int rank, ncclUniqueId id) {\n"
-                          "  Ctx r;\n"
-                          "  ncclCommInitRank(&r.comm, world, id, rank);\n"
-                          "  cudaStreamCreate(&r.stream);\n"
-                          "  r.n = 4096;\n"
-                          "  cudaMalloc(&r.buf, r.n * sizeof(float));\n"
-                          "  return r;\n"
-                          "}\n"
-                          "int main(int argc, char** argv) {\n"
-                          "  int rank = 0, world = 1; ncclUniqueId id;\n"
-                          "  g_ctx = ctx_init(world, rank, id);\n"
-                          "  ncclAllReduce(g_ctx.buf, g_ctx.buf, g_ctx.n, ncclFloat, ncclSum, g_ctx.comm, g_ctx.stream);\n"
-                          "}\n";
+  const std::string src =
+      kPrologue +
+      "typedef struct {\n"
+      "  ncclComm_t comm;\n"
+      "  cudaStream_t stream;\n"
+      "  float* buf;\n"
+      "  size_t n;\n"
+      "} Ctx;\n"
+      "Ctx g_ctx;\n"
+      "Ctx ctx_init(int world, int rank, ncclUniqueId id) {\n"
+      "  Ctx r;\n"
+      "  ncclCommInitRank(&r.comm, world, id, rank);\n"
+      "  cudaStreamCreate(&r.stream);\n"
+      "  r.n = 4096;\n"
+      "  cudaMalloc(&r.buf, r.n * sizeof(float));\n"
+      "  return r;\n"
+      "}\n"
+      "int main(int argc, char** argv) {\n"
+      "  int rank = 0, world = 1; ncclUniqueId id;\n"
+      "  g_ctx = ctx_init(world, rank, id);\n"
+      "  ncclAllReduce(g_ctx.buf, g_ctx.buf, g_ctx.n, ncclFloat, ncclSum, g_ctx.comm, g_ctx.stream);\n"
+      "}\n";
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&r.buf, r.n * sizeof(float))")) << c.source;
@@ -348,8 +354,7 @@ TEST(AnalyzerClassBuffers, ATypedefStructGlobalGivenAFactorysResult) {
 // caller's vector holds nothing of it.
 TEST(AnalyzerClassBuffers, AMemberContainerFilledThroughAHelpersParameter) {
   const auto program = [](const std::string& param, const std::string& arrow, const std::string& give) {
-    return kPrologue + "struct Stage { std::vector<float*> act, grad; };\n" +
-           "void alloc_stage(" + param + ") {\n" +
+    return kPrologue + "struct Stage { std::vector<float*> act, grad; };\n" + "void alloc_stage(" + param + ") {\n" +
            "  for (int m = 0; m < 4; ++m) { float* p; cudaMalloc(&p, 4096); b" + arrow +
            "act.push_back(p); cudaMalloc(&p, 4096); b" + arrow + "grad.push_back(p); }\n" +
            "}\n"
@@ -363,8 +368,8 @@ TEST(AnalyzerClassBuffers, AMemberContainerFilledThroughAHelpersParameter) {
            "  ncclAllReduce(one.grad[0], one.grad[0], 1024, ncclFloat, ncclSum, comm, s);\n"
            "}\n";
   };
-  for (const auto& [param, arrow, give] : {std::tuple<std::string, std::string, std::string>{"Stage& b", ".", ""},
-                                           {"Stage* b", "->", "&"}}) {
+  for (const auto& [param, arrow, give] :
+       {std::tuple<std::string, std::string, std::string>{"Stage& b", ".", ""}, {"Stage* b", "->", "&"}}) {
     const std::string src = program(param, arrow, give);
     const Analysis a = analyze("user.cu", src);
     const Call& send = first_call(a, "ncclSend");
@@ -405,7 +410,8 @@ TEST(AnalyzerClassBuffers, AnObjectConvertingToItsPointer) {
   const Analysis a = analyze("user.cu", src);
   const Call& ar = first_call(a, "ncclAllReduce");
   EXPECT_EQ(ar.unresolved, "");
-  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) { return contains(v, "converts to its field: g.ptr_"); }));
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(),
+                          [](const std::string& v) { return contains(v, "converts to its field: g.ptr_"); }));
   EXPECT_EQ(first_call(a, "ncclBroadcast").unresolved, "");
   const Conversion c = convert_text(src);
   EXPECT_EQ(c.converted_calls, 2) << left_text(c);
@@ -423,7 +429,9 @@ TEST(AnalyzerClassBuffers, AnObjectIndexingItsField) {
            "  GradStore(int layers, size_t n) : n_(n) {\n"
            "    for (int l = 0; l < layers; ++l) { float* p; cudaMalloc(&p, n * 4); bufs_.push_back(p); }\n"
            "  }\n"
-           "  float* operator[](size_t i) const { " + body + " }\n"
+           "  float* operator[](size_t i) const { " +
+           body +
+           " }\n"
            "  size_t count() const { return n_; }\n"
            " private:\n"
            "  std::vector<float*> bufs_;\n"
@@ -432,15 +440,17 @@ TEST(AnalyzerClassBuffers, AnObjectIndexingItsField) {
            "int main() {\n"
            "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
            "  GradStore grads(3, 1 << 20);\n"
-           "  for (size_t l = 0; l < 3; ++l) ncclAllReduce(grads[l], grads[l], grads.count(), ncclFloat, ncclSum, comm, s);\n"
+           "  for (size_t l = 0; l < 3; ++l) ncclAllReduce(grads[l], grads[l], grads.count(), ncclFloat, ncclSum, "
+           "comm, s);\n"
            "}\n";
   };
   const std::string src = program("return bufs_[i];");
   const Analysis a = analyze("user.cu", src);
   const Call& ar = first_call(a, "ncclAllReduce");
   EXPECT_EQ(ar.unresolved, "");
-  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(),
-                          [](const std::string& v) { return contains(v, "is an element of its class's field: grads.bufs_[]"); }));
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) {
+    return contains(v, "is an element of its class's field: grads.bufs_[]");
+  }));
   EXPECT_EQ(convert_text(src).converted_calls, 1);
   EXPECT_EQ(convert_text(program("return this->bufs_[i];")).converted_calls, 1);
   EXPECT_NE(first_call(analyze("user.cu", program("return bufs_[i] + 16;")), "ncclAllReduce").unresolved, "");
@@ -455,23 +465,24 @@ TEST(AnalyzerClassBuffers, BuffersReturnedAsATuple) {
            "static std::tuple<float*, float*> make_buffers(size_t n) {\n"
            "  float* send = nullptr; float* recv = nullptr;\n"
            "  cudaMalloc(&send, n * 4); cudaMalloc(&recv, 4 * n * 4);\n"
-           "  return " + ret + ";\n"
+           "  return " +
+           ret +
+           ";\n"
            "}\n"
            "int main() {\n"
-           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 4, id, 0);\n" + use +
-           "}\n";
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 4, id, 0);\n" +
+           use + "}\n";
   };
-  const std::string binding =
-      "  auto [a, b] = make_buffers(1024);\n  ncclAllGather(a, b, 1024, ncclFloat, comm, s);\n";
+  const std::string binding = "  auto [a, b] = make_buffers(1024);\n  ncclAllGather(a, b, 1024, ncclFloat, comm, s);\n";
   for (const char* ret : {"{send, recv}", "std::make_tuple(send, recv)", "std::make_pair(send, recv)",
                           "std::tuple<float*, float*>(send, recv)"}) {
     const std::string src = program(ret, binding);
     const Analysis a = analyze("user.cu", src);
     const Call& ag = first_call(a, "ncclAllGather");
     EXPECT_EQ(ag.unresolved, "") << ret;
-    EXPECT_TRUE(std::any_of(ag.via.begin(), ag.via.end(),
-                            [](const std::string& v) { return contains(v, "is element 1 of what make_buffers() returns"); }))
-        << ret;
+    EXPECT_TRUE(std::any_of(ag.via.begin(), ag.via.end(), [](const std::string& v) {
+      return contains(v, "is element 1 of what make_buffers() returns");
+    })) << ret;
     EXPECT_EQ(convert_text(src).converted_calls, 1) << ret;
   }
   const std::string get =
@@ -504,18 +515,63 @@ TEST(AnalyzerClassBuffers, ACommunicatorInAnOptional) {
   EXPECT_EQ(convert_text(src).converted_calls, 2) << left_text(convert_text(src));
 }
 
+// A field a base class declares (`Layer::grad_`), allocated by each derived class's constructor
+// (`Linear`, `Norm`), read through the base's virtual getter over a vector of base pointers: the
+// getter's field is followed into both derived allocations.
+TEST(AnalyzerClassBuffers, ABaseClassFieldAllocatedByDerivedConstructors) {
+  const auto program = [](const std::string& heads) {
+    return kPrologue +
+           "class Layer {\n"
+           " public:\n"
+           "  virtual ~Layer() { cudaFree(grad_); }\n"
+           "  virtual float* grad() { return grad_; }\n"
+           "  size_t numel() const { return numel_; }\n"
+           " protected:\n"
+           "  float* grad_ = nullptr;\n"
+           "  size_t numel_ = 0;\n"
+           "};\n"
+           "class Linear " +
+           heads +
+           " {\n"
+           " public:\n"
+           "  Linear(size_t in, size_t out) { numel_ = in * out; cudaMalloc(&grad_, numel_ * 4); }\n"
+           "};\n"
+           "struct Norm : Layer {\n"
+           "  explicit Norm(size_t d) { numel_ = d; cudaMalloc(&this->grad_, numel_ * 4); }\n"
+           "};\n"
+           "int main() {\n"
+           "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+           "  std::vector<std::unique_ptr<Layer>> layers;\n"
+           "  for (int l = 0; l < 2; ++l) { layers.push_back(std::make_unique<Linear>(64, 256)); "
+           "layers.push_back(std::make_unique<Norm>(64)); }\n"
+           "  for (auto& layer : layers) ncclAllReduce(layer->grad(), layer->grad(), layer->numel(), ncclFloat, "
+           "ncclSum, comm, s);\n"
+           "}\n";
+  };
+  for (const char* heads :
+       {": public Layer", ": virtual public Layer", ": public Layer, private std::enable_shared_from_this<Linear>"}) {
+    const std::string src = program(heads);
+    const Analysis a = analyze("user.cu", src);
+    const Call& ar = first_call(a, "ncclAllReduce");
+    EXPECT_EQ(ar.unresolved, "") << heads;
+    EXPECT_EQ(ar.buffers.size(), 2u) << heads;  // Linear's and Norm's allocations
+    EXPECT_EQ(convert_text(src).converted_calls, 1) << heads;
+  }
+}
+
 // `Tensor a = make(n), b = make(m);`: the second declarator is declared with its own value, as in
 // two statements (before: `b.data` had no allocation).
 TEST(AnalyzerClassBuffers, TheSecondDeclaratorOfAStatementHasItsValue) {
-  const std::string src = kPrologue +
-                          "struct Tensor { void* data = nullptr; size_t n = 0; };\n"
-                          "Tensor make(size_t n) { Tensor t; t.n = n; cudaMalloc(&t.data, n * 4); return t; }\n"
-                          "int main() {\n"
-                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
-                          "  Tensor a = make(1024), b = make(2048);\n"
-                          "  ncclAllReduce(b.data, b.data, b.n, ncclFloat, ncclSum, comm, s);\n"
-                          "  for (int i = 0, j = 1; i < 2; ++i, ++j) ncclAllReduce(a.data, a.data, a.n, ncclFloat, ncclSum, comm, s);\n"
-                          "}\n";
+  const std::string src =
+      kPrologue +
+      "struct Tensor { void* data = nullptr; size_t n = 0; };\n"
+      "Tensor make(size_t n) { Tensor t; t.n = n; cudaMalloc(&t.data, n * 4); return t; }\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  Tensor a = make(1024), b = make(2048);\n"
+      "  ncclAllReduce(b.data, b.data, b.n, ncclFloat, ncclSum, comm, s);\n"
+      "  for (int i = 0, j = 1; i < 2; ++i, ++j) ncclAllReduce(a.data, a.data, a.n, ncclFloat, ncclSum, comm, s);\n"
+      "}\n";
   const Analysis a = analyze("user.cu", src);
   for (std::size_t ci : a.nccl_collectives()) EXPECT_EQ(a.calls[ci].unresolved, "") << a.calls[ci].line;
   EXPECT_EQ(convert_text(src).converted_calls, 2);
@@ -555,23 +611,26 @@ TEST(AnalyzerClassBuffers, ALambdaCalledThroughAStdFunctionAndAVectorOfThem) {
 // iterator (`*it`), and a vector of (pointer, count) pairs read by a structured binding
 // (`auto [ptr, count] = chunks[i];`, filled with `emplace_back(g, count)`).
 TEST(AnalyzerClassBuffers, MapValuesIteratorsAndPairsOfBuffers) {
-  const std::string src = kPrologue +
-                          "#include <map>\n#include <string>\n#include <utility>\n"
-                          "int main() {\n"
-                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
-                          "  std::map<std::string, float*> params;\n"
-                          "  for (const char* name : {\"wq\", \"wk\"}) cudaMalloc(&params[name], 4096);\n"
-                          "  for (auto& [name, p] : params) ncclBroadcast(p, p, 1024, ncclFloat, 0, comm, s);\n"
-                          "  auto it = params.find(\"wq\");\n"
-                          "  ncclAllReduce(it->second, it->second, 1024, ncclFloat, ncclSum, comm, s);\n"
-                          "  std::vector<float*> grads(2); for (auto& g : grads) cudaMalloc(&g, 4096);\n"
-                          "  for (auto g = grads.begin(); g != grads.end(); ++g) ncclAllReduce(*g, *g, 1024, ncclFloat, ncclAvg, comm, s);\n"
-                          "  std::vector<std::pair<float*, size_t>> chunks;\n"
-                          "  for (int c = 0; c < 2; ++c) { float* x; cudaMalloc(&x, 4096); chunks.emplace_back(x, 1024); }\n"
-                          "  for (size_t i = 0; i < chunks.size(); ++i) { auto [ptr, count] = chunks[i]; ncclAllReduce(ptr, ptr, count, ncclFloat, ncclMax, comm, s); }\n"
-                          "  for (auto& [name, p] : params) cudaFree(p);\n"
-                          "  for (auto& c : chunks) cudaFree(c.first);\n"
-                          "}\n";
+  const std::string src =
+      kPrologue +
+      "#include <map>\n#include <string>\n#include <utility>\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  std::map<std::string, float*> params;\n"
+      "  for (const char* name : {\"wq\", \"wk\"}) cudaMalloc(&params[name], 4096);\n"
+      "  for (auto& [name, p] : params) ncclBroadcast(p, p, 1024, ncclFloat, 0, comm, s);\n"
+      "  auto it = params.find(\"wq\");\n"
+      "  ncclAllReduce(it->second, it->second, 1024, ncclFloat, ncclSum, comm, s);\n"
+      "  std::vector<float*> grads(2); for (auto& g : grads) cudaMalloc(&g, 4096);\n"
+      "  for (auto g = grads.begin(); g != grads.end(); ++g) ncclAllReduce(*g, *g, 1024, ncclFloat, ncclAvg, comm, "
+      "s);\n"
+      "  std::vector<std::pair<float*, size_t>> chunks;\n"
+      "  for (int c = 0; c < 2; ++c) { float* x; cudaMalloc(&x, 4096); chunks.emplace_back(x, 1024); }\n"
+      "  for (size_t i = 0; i < chunks.size(); ++i) { auto [ptr, count] = chunks[i]; ncclAllReduce(ptr, ptr, count, "
+      "ncclFloat, ncclMax, comm, s); }\n"
+      "  for (auto& [name, p] : params) cudaFree(p);\n"
+      "  for (auto& c : chunks) cudaFree(c.first);\n"
+      "}\n";
   const Analysis a = analyze("user.cu", src);
   for (std::size_t ci : a.nccl_collectives()) EXPECT_EQ(a.calls[ci].unresolved, "") << a.calls[ci].line;
   const Conversion c = convert_text(src);

@@ -450,6 +450,11 @@ class BufferFlow {
   // with no pointer, given one later by `reset(p)` or an assignment).
   bool declared_smart(const std::string& name, bool empty = false) const;
   std::set<std::string> view_types_;                               // span and the file's aliases of it
+  // Inheritance (buffer_flow_bases.cpp): a field's declaring class among `cls` and its bases, and the
+  // keys of member_writes_ / member_addressed_ a write in `owner`'s code goes under.
+  std::vector<std::string> base_classes(const std::string& cls) const;
+  std::string declaring_class(const std::string& cls, const std::string& field, int depth = 4) const;
+  std::vector<std::string> member_keys(const std::string& owner, const std::string& field) const;
   std::map<std::string, std::vector<MemberWrite>> member_writes_;  // "Class::field" -> its writes
   std::set<std::string> member_addressed_;  // "Class::field" also written through `&field` (an allocation, a creation)
 };

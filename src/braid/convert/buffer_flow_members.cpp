@@ -271,13 +271,12 @@ bool BufferFlow::copies_own_field(const FunctionDef& f, std::size_t b, std::size
 // from another instance of the class is not a write of anything new (copies_own_field).
 void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_colon) {
   if (f.owner.empty()) return;
-  const std::string key = f.owner + "::";
   for (std::size_t k = init_colon + 1; init_colon > 0 && k + 1 < f.body_open; ++k) {
     if (code_[k].kind != TokenKind::Identifier || (code_[k + 1].text != "(" && code_[k + 1].text != "{")) continue;
     const std::size_t close = match_forward(code_, k + 1, f.body_open);
     if (!copies_own_field(f, k + 2, close, code_[k].text))
-      member_writes_[key + code_[k].text].push_back(
-          MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
+      for (const std::string& mk : member_keys(f.owner, code_[k].text))
+        member_writes_[mk].push_back(MemberWrite{f.name, join(code_, k + 2, close), k, code_[k].line, true});
     k = close;
   }
   for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -287,13 +286,14 @@ void BufferFlow::record_member_writes(const FunctionDef& f, std::size_t init_col
     const bool this_field = prev == "->" && code_[k - 2].text == "this";
     // `&field[i]` is an element's address (a view), not the field's: it cannot write the field.
     if ((prev == "&" || (this_field && code_[k - 3].text == "&")) && code_[k + 1].text != "[")
-      member_addressed_.insert(key + t.text);
+      for (const std::string& mk : member_keys(f.owner, t.text)) member_addressed_.insert(mk);
     if (code_[k + 1].text != "=" || !(this_field || prev == ";" || prev == "{" || prev == "}")) continue;
     std::size_t e = k + 2;
     while (e < f.body_close && code_[e].text != ";")
       e = code_[e].text == "(" ? match_forward(code_, e, f.body_close) + 1 : e + 1;
     if (!copies_own_field(f, k + 2, e, t.text))
-      member_writes_[key + t.text].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
+      for (const std::string& mk : member_keys(f.owner, t.text))
+        member_writes_[mk].push_back(MemberWrite{f.name, join(code_, k + 2, e), k, t.line, false});
   }
 }
 
