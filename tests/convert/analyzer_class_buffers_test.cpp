@@ -489,6 +489,15 @@ TEST(AnalyzerClassBuffers, BuffersReturnedAsATuple) {
       "  auto t = make_buffers(1024);\n"
       "  ncclAllGather(std::get<0>(make_buffers(8)), std::get<1>(make_buffers(8)), 8, ncclFloat, comm, s);\n";
   EXPECT_EQ(first_call(analyze("user.cu", program("{send, recv}", get)), "ncclAllGather").unresolved, "");
+  // Through a variable given the helper's result: `std::get<I>(bufs)`, a pair's `.first` / `.second`.
+  for (const char* use :
+       {"  auto bufs = make_buffers(64);\n  ncclAllGather(std::get<0>(bufs), std::get<1>(bufs), 64, ncclFloat, comm, "
+        "s);\n",
+        "  auto p = make_buffers(64);\n  ncclAllGather(p.first, p.second, 64, ncclFloat, comm, s);\n"}) {
+    const Analysis a = analyze("user.cu", program("std::make_pair(send, recv)", use));
+    EXPECT_EQ(first_call(a, "ncclAllGather").unresolved, "") << use;
+    EXPECT_EQ(first_call(a, "ncclAllGather").buffers.size(), 2u) << use;
+  }
   // A tuple built elsewhere (a variable returned whole) has no element braid can take.
   const std::string whole = "  auto both = std::make_tuple(send, recv);\n  return both";
   const Analysis left = analyze("user.cu", program(whole, binding));

@@ -513,7 +513,7 @@ void BufferFlow::resolve_into(const std::string& expr, const std::string& functi
     }
     return;
   }
-  if (resolve_tuple_element(expr, depth, out, stack)) return;  // `std::get<1>(make_buffers(n))`
+  if (resolve_tuple_element(expr, function, at, depth, out, stack)) return;  // `std::get<1>(make_buffers(n))`
   // `buf.get() + off`, `(char*)view.data() - k`: the left operand's allocation (a plain path's
   // arithmetic is access_path's).
   if (const std::string base = access_path(expr, false).empty() ? offset_base(expr) : ""; !base.empty()) {

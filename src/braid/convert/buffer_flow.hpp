@@ -353,8 +353,12 @@ class BufferFlow {
   // Tuples (buffer_flow_tuples.cpp): a structured binding of a helper's result, `std::get<I>(...)`,
   // and element I of a returned `{a, b}` / `std::make_tuple(a, b)` / `std::make_pair(a, b)`.
   bool record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f);
-  bool resolve_tuple_element(const std::string& expr, int depth, Resolution& out, std::vector<std::string>& stack) const;
+  bool resolve_tuple_element(const std::string& expr, const std::string& function, std::size_t at, int depth,
+                             Resolution& out, std::vector<std::string>& stack) const;
   std::string returned_element(std::size_t b, std::size_t e, int element) const;
+  // The returned value [b, e), or its first or second element when `rest` reads one (`.first`,
+  // `.second`: `rest` then keeps what follows it).
+  std::string pair_member(std::size_t b, std::size_t e, std::string& rest) const;
   void resolve_into(const std::string& expr, const std::string& function, std::size_t at, int depth, Resolution& out,
                     std::vector<std::string>& stack) const;
   // resolve_into's steps (buffer_flow_steps.cpp): true when the name was followed there.

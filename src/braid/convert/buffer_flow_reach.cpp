@@ -458,9 +458,10 @@ void BufferFlow::follow_returns(const FunctionDef& f, const std::string& rest, i
     while (e < f.body_close && code_[e].text != ";") ++e;
     any = true;
     out.via.push_back(fmt::format("{}() returns {} (line {})", f.name, join(code_, k + 1, e), code_[k].line));
-    const std::string value = element < 0 ? join(code_, k + 1, e) : returned_element(k + 1, e, element);
+    std::string tail = rest;  // `p.first` of a returned pair: its element, the rest after it
+    const std::string value = element < 0 ? pair_member(k + 1, e, tail) : returned_element(k + 1, e, element);
     if (value.empty()) out.reason = fmt::format("{}() returns no tuple braid can take element {} of", f.name, element);
-    else resolve_into(value + rest, f.name, k, depth - 1, out, stack);
+    else resolve_into(value + tail, f.name, k, depth - 1, out, stack);
     if (!out.reason.empty()) return;
   }
   if (!any) out.reason = fmt::format("{}() returns nothing braid can follow", f.name);

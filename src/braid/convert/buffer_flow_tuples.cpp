@@ -4,7 +4,9 @@
 // is followed into the helper's returns.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <set>
+#include <utility>
 
 #include "braid/convert/buffer_flow.hpp"
 #include "braid/convert/buffer_flow_tokens.hpp"
@@ -26,21 +28,29 @@ bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t
   std::size_t j = 0;
   for (std::size_t i = lb + 1; i < rb; ++i)
     if (code_[i].kind == TokenKind::Identifier)
-      aliases_[f.name].push_back(Alias{code_[i].text, fmt::format("std :: get < {} > ( {} )", j++, call), i, scope_end});
+      aliases_[f.name].push_back(
+          Alias{code_[i].text, fmt::format("std :: get < {} > ( {} )", j++, call), i, scope_end});
   return true;
 }
 
-// `std::get<I>(helper(args))`: element I of what the helper returns. False when `expr` has no such form.
-bool BufferFlow::resolve_tuple_element(const std::string& expr, int depth, Resolution& out,
-                                       std::vector<std::string>& stack) const {
+// `std::get<I>(helper(args))`, or of a variable given the helper's result (`auto bufs = helper(args);`):
+// element I of what the helper returns. False when `expr` has no such form.
+bool BufferFlow::resolve_tuple_element(const std::string& expr, const std::string& function, std::size_t at, int depth,
+                                       Resolution& out, std::vector<std::string>& stack) const {
   const std::vector<Token> t = code_tokens(lex(expr).tokens);
   if (t.size() < 9 || t[0].text != "std" || t[1].text != "::" || t[2].text != "get" || t[3].text != "<" ||
-      t[4].kind != TokenKind::Number || t[5].text != ">" || t[6].text != "(" || match_forward(t, 6, t.size()) + 1 != t.size())
+      t[4].kind != TokenKind::Number || t[5].text != ">" || t[6].text != "(" ||
+      match_forward(t, 6, t.size()) + 1 != t.size())
     return false;
-  const std::string whole = join(t, 7, t.size() - 1);
+  std::string whole = join(t, 7, t.size() - 1);
+  if (const Alias* a = t.size() == 9 ? nearest_alias(function, whole, at) : nullptr; a && returning_helper(a->init)) {
+    out.via.push_back(fmt::format("{} = {} (line {})", whole, a->init, code_[a->token].line));
+    whole = a->init;
+  }
   const FunctionDef* helper = returning_helper(whole);
   if (helper == nullptr) {
-    out.reason = fmt::format("`{}` takes an element of `{}`, which is not what a helper of this file returns", expr, whole);
+    out.reason =
+        fmt::format("`{}` takes an element of `{}`, which is not what a helper of this file returns", expr, whole);
     return true;
   }
   out.via.push_back(fmt::format("`{}` is element {} of what {}() returns", expr, t[4].text, helper->name));
@@ -62,6 +72,19 @@ std::string BufferFlow::returned_element(std::size_t b, std::size_t e, int eleme
     return "";
   const std::vector<std::string> parts = split_top(code_, open, e - 1);
   return element >= 0 && (std::size_t)element < parts.size() ? parts[(std::size_t)element] : "";
+}
+
+std::string BufferFlow::pair_member(std::size_t b, std::size_t e, std::string& rest) const {
+  for (const auto& [member, index] : {std::pair<std::string, int>{".first", 0}, {".second", 1}}) {
+    if (!rest.starts_with(member) || (rest.size() > member.size() &&
+                                      (std::isalnum((unsigned char)rest[member.size()]) || rest[member.size()] == '_')))
+      continue;
+    const std::string part = returned_element(b, e, index);
+    if (part.empty()) break;
+    rest = rest.substr(member.size());
+    return part;
+  }
+  return join(code_, b, e);
 }
 
 }  // namespace braid::convert
