@@ -44,7 +44,8 @@ inline ncclResult_t sym_nccl_free(void* ptr) {
 
 // The p2p plans of a binding, its sites' own and those made for other streams (plan_memory).
 inline void free_plans(Binding& b) {
-  const uintptr_t own = (uintptr_t)b.dev_plans, own_end = own + sizeof(P2pOp) * (size_t)kMaxP2pOps * kCallSites;
+  const uintptr_t own = (uintptr_t)b.dev_plans,
+                  own_end = own + sizeof(P2pOp) * (size_t)kMaxP2pOps * kCallSites * kPlanStreams;
   for (auto& e : b.stream_plans)  // the sites' own plans are slices of dev_plans
     if ((uintptr_t)e.second < own || (uintptr_t)e.second >= own_end) cudaFree(e.second);
   if (b.dev_plans != nullptr) cudaFree(b.dev_plans);

@@ -39,15 +39,17 @@ inline const char* plan_p2p(int site, Binding& b, const std::vector<PendingP2p>&
   return "";
 }
 
-// Device memory for the plan of `site`'s launch on `stream`: the site's own plan for the first
-// stream it ran on, a plan of its own for each other stream (made at its first launch there). A
-// launch's plan is rewritten only by the next launch on its stream, which runs after it.
+// Device memory for the plan of `site`'s launch on `stream`, a plan of its own per stream: for the
+// site's first kPlanStreams streams, slices made with the binding; for any further stream, one made
+// at its first launch there. A launch's plan is rewritten only by the next launch on its stream,
+// which runs after it.
 inline P2pOp* plan_memory(Binding& b, int site, cudaStream_t stream) {
   P2pOp*& plan = b.stream_plans[{site, stream}];
   if (plan != nullptr) return plan;
-  const bool first = std::none_of(b.stream_plans.begin(), b.stream_plans.end(),
-                                  [&](const auto& e) { return e.first.first == site && e.second != nullptr; });
-  if (first) return plan = b.dev_plans + (size_t)site * kMaxP2pOps;
+  const auto streams = std::count_if(b.stream_plans.begin(), b.stream_plans.end(),
+                                     [&](const auto& e) { return e.first.first == site && e.second != nullptr; });
+  if (streams < kPlanStreams)
+    return plan = b.dev_plans + ((size_t)site * kPlanStreams + (size_t)streams) * kMaxP2pOps;
   snapshot_next(-1);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&plan), sizeof(P2pOp) * kMaxP2pOps));
   return plan;

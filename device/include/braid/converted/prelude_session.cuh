@@ -5,6 +5,10 @@
 constexpr uint32_t kBarriersPerSite = 132;  // LsaBarrier indices per call site: >= CTAs of a launch
 constexpr int kThreads = 512;
 constexpr int kMaxWindows = 1024;
+// p2p plans made with the binding per call site: its first streams' (plan_memory). A plan allocated
+// later, while a p2p kernel spins on another stream, could hold back the next launch (CUDA lets a
+// device allocation serialise the commands issued around it).
+constexpr int kPlanStreams = 2;
 
 // An allocation's window on one bound communicator: a process converts every communicator its
 // converted calls use (data- and tensor-parallel ones side by side), so one buffer may be a window
@@ -62,7 +66,7 @@ struct Binding {
   char* mailbox = nullptr;
   ncclWindow_t mailbox_win = nullptr;
   ncclWindow_t* dev_windows = nullptr;  // window handles by slot, for the p2p kernel
-  P2pOp* dev_plans = nullptr;  // a plan per call site for its first stream; one per other stream (plan_memory)
+  P2pOp* dev_plans = nullptr;  // kPlanStreams plans per call site, for its first streams (plan_memory)
   std::map<std::pair<int, cudaStream_t>, P2pOp*> stream_plans;
   braid::convert_p2p::P2pSequencer sequencer;
   // Slots of the window table in use. A receiver posts its window's slot and the sender looks it up
@@ -467,7 +471,8 @@ inline void make_binding(Binding& b) {
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.dev_windows), sizeof(ncclWindow_t) * kMaxWindows));
   BRAID_CUDA(cudaMemset(b.dev_windows, 0, sizeof(ncclWindow_t) * kMaxWindows));
   snapshot_next(-1);
-  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.dev_plans), sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites));
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&b.dev_plans),
+                        sizeof(P2pOp) * kMaxP2pOps * (size_t)kCallSites * kPlanStreams));
 }
 inline void make_device_comm(Binding& b) {
   if (b.dc_made) return;
