@@ -568,6 +568,35 @@ TEST(AnalyzerClassBuffers, ABaseClassFieldAllocatedByDerivedConstructors) {
   }
 }
 
+// A bump allocator whose slab the caller allocates (`cudaMalloc(&ws.base, n)` in main) and whose
+// member template hands out views (`ws.carve<T>(n)` returning `base + offset`): `base` in the member's
+// terms is `ws.base`. A class that allocates its own field keeps reading it as its own.
+TEST(AnalyzerClassBuffers, ViewsOfASlabTheCallerAllocated) {
+  const std::string src = kPrologue +
+                          "struct Workspace {\n"
+                          "  char* base = nullptr; size_t offset = 0;\n"
+                          "  template <typename T> T* carve(size_t n) { T* p = reinterpret_cast<T*>(base + offset); "
+                          "offset += n * sizeof(T); return p; }\n"
+                          "};\n"
+                          "struct Acts { float* out; float* logits; };\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Workspace ws; cudaMalloc(&ws.base, 1 << 26);\n"
+                          "  Acts a; a.out = ws.carve<float>(4096); a.logits = ws.carve<float>(8192);\n"
+                          "  float* tmp = ws.carve<float>(64);\n"
+                          "  ncclAllReduce(a.out, a.out, 4096, ncclFloat, ncclSum, comm, s);\n"
+                          "  ncclAllGather(a.logits + 4096, a.logits, 4096, ncclFloat, comm, s);\n"
+                          "  ncclBroadcast(tmp, tmp, 64, ncclFloat, 0, comm, s);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  for (const char* name : {"ncclAllReduce", "ncclAllGather", "ncclBroadcast"}) {
+    const Call& c = first_call(a, name);
+    EXPECT_EQ(c.unresolved, "") << name;
+    EXPECT_EQ(c.buffers, std::vector<std::string>{"ws.base"}) << name;
+  }
+  EXPECT_EQ(convert_text(src).converted_calls, 3);
+}
+
 // `Tensor a = make(n), b = make(m);`: the second declarator is declared with its own value, as in
 // two statements (before: `b.data` had no allocation).
 TEST(AnalyzerClassBuffers, TheSecondDeclaratorOfAStatementHasItsValue) {

@@ -125,6 +125,11 @@ class BufferFlow {
   std::string index_operator_path(const std::string& path) const;
   // `comm` for `comm.value()` of a std::optional (no function of this file is named `value`); "" otherwise.
   std::string optional_held(const std::string& expr) const;
+  // Paths [from, end) of `out` that a member function of `cls` reached, called through `object`
+  // (`ws .`, `arena ->`): a field of cls its own code never sets (`base`, allocated by the caller
+  // with `cudaMalloc(&ws.base, n)`) is the object's (`ws.base`).
+  void in_callers_terms(const std::string& cls, const std::string& object, Resolution& out, std::size_t from) const;
+  bool class_sets_field(const std::string& cls, const std::string& field) const;
   // `params[].second` (a range-for binding's or an iterator's value) of a map is `params[]`, the value
   // written with `params[key]` (`cudaMalloc(&params[name], n)`); "" for any other path.
   std::string map_value_path(const std::string& path) const;

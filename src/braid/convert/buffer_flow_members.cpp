@@ -127,8 +127,9 @@ FunctionHead function_head(const std::vector<Token>& code, std::size_t brace) {
     }
     if (x != "*" && x != "&" && x != "const" && x != "::" && code[q].kind != TokenKind::Identifier) break;
   }
-  if (!call_operator && !h.index && (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
-                         kNotFunctions.count(code[open - 1].text)))
+  if (!call_operator && !h.index &&
+      (open == SIZE_MAX || open == 0 || code[open - 1].kind != TokenKind::Identifier ||
+       kNotFunctions.count(code[open - 1].text)))
     return {};
   h.name = call_operator || h.index ? open - 3 : open - 1;
   h.open = open;
@@ -480,7 +481,9 @@ bool BufferFlow::follow_accessor(const std::string& expr, const std::string& fun
           (member && f.owner.empty()) || (!cls.empty() && f.owner != cls))
         continue;
       any = true;
+      const std::size_t before = out.paths.size();
       follow_returns(f, rest.substr(1), depth, out, stack);
+      if (member) in_callers_terms(f.owner, join(t, 0, i), out, before);  // `ws.carve<T>(n)`: `ws.base`
       if (!out.reason.empty()) return true;
     }
     return any;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "braid/convert/buffer_flow.hpp"
 #include "braid/convert/buffer_flow_tokens.hpp"
@@ -178,6 +179,43 @@ std::string BufferFlow::optional_held(const std::string& expr) const {
   const auto [dot, open] = trailing_method(t, "value");
   if (dot == SIZE_MAX || dot == 0 || open + 2 != t.size() || function_named("value") != nullptr) return "";
   return join(t, 0, dot);
+}
+
+// Whether code of `cls`'s own member functions may give `field` (or an element of it) a value:
+// `field = x`, `field[i] = x`, `&field`, `&field[i]`, `field.push_back(x)`, `field.reset(p)`, a
+// range-for over it, through `this->` too.
+bool BufferFlow::class_sets_field(const std::string& cls, const std::string& field) const {
+  static const std::set<std::string> kSetters = {"reset", "swap", "release", "assign", "resize", "insert"};
+  for (const FunctionDef& f : functions_) {
+    if (f.owner != cls) continue;
+    for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
+      if (code_[k].text != field) continue;
+      const bool via_this = k >= 2 && code_[k - 1].text == "->" && code_[k - 2].text == "this";
+      if (is_member_step(code_[k - 1]) && !via_this) continue;
+      const std::size_t before = via_this ? k - 3 : k - 1;
+      std::size_t after = k + 1;
+      while (after < f.body_close && code_[after].text == "[") after = match_forward(code_, after, f.body_close) + 1;
+      const std::string& next = after < f.body_close ? code_[after].text : "";
+      // `for (auto& p : field)` may set its elements: counted, as any range-for over it.
+      if (code_[before].text == "&" || code_[before].text == ":" || next == "=" ||
+          (is_member_step(code_[after]) && after + 1 < f.body_close &&
+           (sequence_fill(code_[after + 1].text) || kSetters.count(code_[after + 1].text))))
+        return true;
+    }
+  }
+  return member_writes_.count(cls + "::" + field) > 0 || member_addressed_.count(cls + "::" + field) > 0;
+}
+
+void BufferFlow::in_callers_terms(const std::string& cls, const std::string& object, Resolution& out,
+                                  std::size_t from) const {
+  for (std::size_t k = from; k < out.paths.size(); ++k) {
+    const auto [root, rest] = split_root(out.paths[k]);
+    if (!declares_field(cls, root) || class_sets_field(cls, root)) continue;
+    if (const std::string base = access_path(object + " " + root, false); !base.empty()) {
+      out.via.push_back(fmt::format("field {} of class {} is `{}`", root, cls, base));
+      out.paths[k] = base + rest;
+    }
+  }
 }
 
 namespace flow_tokens {
