@@ -37,6 +37,7 @@ bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t
 // element I of what the helper returns. False when `expr` has no such form.
 bool BufferFlow::resolve_tuple_element(const std::string& expr, const std::string& function, std::size_t at, int depth,
                                        Resolution& out, std::vector<std::string>& stack) const {
+  if (expr.find("get") == std::string::npos) return false;  // resolve_into's every step: lex only a candidate
   const std::vector<Token> t = code_tokens(lex(expr).tokens);
   if (t.size() < 9 || t[0].text != "std" || t[1].text != "::" || t[2].text != "get" || t[3].text != "<" ||
       t[4].kind != TokenKind::Number || t[5].text != ">" || t[6].text != "(" ||

@@ -175,6 +175,7 @@ std::string BufferFlow::index_operator_path(const std::string& path) const {
 }
 
 std::string BufferFlow::optional_held(const std::string& expr) const {
+  if (expr.find("value") == std::string::npos) return "";  // resolve_into's every step: lex only a candidate
   const std::vector<Token> t = code_tokens(lex(expr).tokens);
   const auto [dot, open] = trailing_method(t, "value");
   if (dot == SIZE_MAX || dot == 0 || open + 2 != t.size() || function_named("value") != nullptr) return "";
@@ -185,7 +186,7 @@ std::string BufferFlow::optional_held(const std::string& expr) const {
 // `field = x`, `field[i] = x`, `&field`, `&field[i]`, `field.push_back(x)`, `field.reset(p)`, a
 // range-for over it, through `this->` too.
 bool BufferFlow::class_sets_field(const std::string& cls, const std::string& field) const {
-  static const std::set<std::string> kSetters = {"reset", "swap", "release", "assign", "resize", "insert"};
+  static const std::set<std::string> kSetters = {"assign", "resize", "insert"};  // reset/swap/release: owner_resets
   for (const FunctionDef& f : functions_) {
     if (f.owner != cls) continue;
     for (std::size_t k = f.body_open + 1; k + 2 < f.body_close; ++k) {
@@ -203,7 +204,8 @@ bool BufferFlow::class_sets_field(const std::string& cls, const std::string& fie
         return true;
     }
   }
-  return member_writes_.count(cls + "::" + field) > 0 || member_addressed_.count(cls + "::" + field) > 0;
+  return member_writes_.count(cls + "::" + field) > 0 || member_addressed_.count(cls + "::" + field) > 0 ||
+         owner_resets(cls, field);
 }
 
 void BufferFlow::in_callers_terms(const std::string& cls, const std::string& object, Resolution& out,
