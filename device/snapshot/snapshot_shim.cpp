@@ -2,7 +2,7 @@
 // that records the contents of every device buffer a program allocates, at its release, so an
 // original and its conversion can be compared without annotations.
 //
-// It wraps cudaMalloc, cudaMallocManaged, cudaMallocAsync (and its _ptsz twin), cudaFree,
+// It wraps cudaMalloc, cudaMallocManaged, cudaMallocPitch, cudaMallocAsync (and its _ptsz twin), cudaFree,
 // cudaFreeAsync (and _ptsz), ncclMemAlloc and ncclMemFree, and finds the real ones with
 // dlsym(RTLD_NEXT). At each free, and at exit for buffers still live, it synchronises the
 // buffer's device, copies the buffer to the host and writes
@@ -345,6 +345,15 @@ cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int flags) {
   const long long request = d.outer() ? take_request() : 0;
   const cudaError_t r = f(ptr, size, flags);
   if (r == cudaSuccess && d.outer()) record_allocation(*ptr, size, "cudaMallocManaged", request);
+  return r;
+}
+
+cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  Depth d;
+  static auto f = real<cudaError_t (*)(void**, size_t*, size_t, size_t)>("cudaMallocPitch");
+  const long long request = d.outer() ? take_request() : 0;
+  const cudaError_t r = f(ptr, pitch, width, height);
+  if (r == cudaSuccess && d.outer()) record_allocation(*ptr, *pitch * height, "cudaMallocPitch", request);
   return r;
 }
 

@@ -498,6 +498,23 @@ TEST(AnalyzerClassBuffers, BuffersReturnedAsATuple) {
     EXPECT_EQ(first_call(a, "ncclAllGather").unresolved, "") << use;
     EXPECT_EQ(first_call(a, "ncclAllGather").buffers.size(), 2u) << use;
   }
+  // Into variables declared before: `std::tie(a, b) = make_buffers(n);`, `std::ignore` skipping one.
+  const std::pair<const char*, const char*> ties[] = {
+      {"  float *a, *b;\n  std::tie(a, b) = make_buffers(64);\n  ncclAllGather(a, b, 64, ncclFloat, comm, s);\n",
+       "ncclAllGather"},
+      {"  float* b = nullptr;\n  std::tie(std::ignore, b) = make_buffers(64);\n"
+       "  ncclAllReduce(b, b, 64, ncclFloat, ncclSum, comm, s);\n",
+       "ncclAllReduce"}};
+  for (const auto& [use, name] : ties) {
+    const std::string src = program("std::make_pair(send, recv)", use);
+    const Analysis a = analyze("user.cu", src);
+    const Call& c = first_call(a, name);
+    EXPECT_EQ(c.unresolved, "") << use;
+    EXPECT_TRUE(std::any_of(c.via.begin(), c.via.end(), [](const std::string& v) {
+      return contains(v, "is element 1 of what make_buffers() returns");
+    })) << use;
+    EXPECT_EQ(convert_text(src).converted_calls, 1) << use;
+  }
   // A tuple built elsewhere (a variable returned whole) has no element braid can take.
   const std::string whole = "  auto both = std::make_tuple(send, recv);\n  return both";
   const Analysis left = analyze("user.cu", program(whole, binding));

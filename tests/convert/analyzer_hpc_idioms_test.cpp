@@ -450,3 +450,31 @@ TEST(AnalyzerHpcIdioms, ConstantIndicesAndFieldsAllocatedThroughElementPointers)
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&g->recv, 4096)")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc((void**)out, n * sizeof(float))")) << c.source;
 }
+
+// A pitched 2-D grid (`cudaMallocPitch(&grid, &pitch, nx * sizeof(float), ny + 2)`), its halo rows
+// sent at `grid + ld * row`: the grid moves to symmetric memory with the pitch the device's own
+// cudaMallocPitch gives (the rows lie as before), pitch x height bytes (before: no allocation
+// braid knew, every call host NCCL).
+TEST(AnalyzerHpcIdioms, APitchedGridsHaloRowsConvert) {
+  const std::string src = kPrologue +
+                          "int main() {\n"
+                          "  ncclUniqueId id; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  float* grid; size_t pitch; const int nx = 256, ny = 64;\n"
+                          "  cudaMallocPitch(&grid, &pitch, nx * sizeof(float), ny + 2);\n"
+                          "  const size_t ld = pitch / sizeof(float);\n"
+                          "  ncclGroupStart();\n"
+                          "  ncclSend(grid + ld, nx, ncclFloat, 1, comm, s);\n"
+                          "  ncclRecv(grid + ld * (ny + 1), nx, ncclFloat, 1, comm, s);\n"
+                          "  ncclGroupEnd();\n"
+                          "  cudaFree(grid);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  ASSERT_EQ(a.buffers.count("grid"), 1u);
+  EXPECT_EQ(a.buffers.at("grid").allocator, "cudaMallocPitch");
+  EXPECT_EQ(a.buffers.at("grid").bytes_expr, "pitch * (ny + 2)");
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 2) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc_pitch(&grid, &pitch, nx * sizeof(float), ny + 2)"))
+      << c.source;
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(grid)"));
+}

@@ -64,6 +64,7 @@ const std::vector<std::string>& followed_calls() {
         "cudaMallocManaged", "cudaFree",        "cudaFreeAsync",    "ncclCommInitRankScalable",
         "ncclCommAbort"};
     c.push_back("cudaMallocFromPoolAsync");  // stream-ordered, from the program's own cudaMemPool_t
+    c.push_back("cudaMallocPitch");          // rows padded to a pitch the call returns
     for (const NcclSignature& s : nccl_signatures()) c.push_back(s.name);
     return c;
   }();

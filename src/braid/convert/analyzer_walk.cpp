@@ -16,12 +16,20 @@ bool allocates(const Call& c) {
           (c.name == "cudaMalloc" || c.name == "cudaMallocAsync" || c.name == "cudaMallocFromPoolAsync" ||
            c.name == "cudaMallocManaged") &&
           c.args.size() >= 2) ||
-         (c.name == "ncclMemAlloc" && c.args.size() == 2);
+         (c.name == "ncclMemAlloc" && c.args.size() == 2) || (c.name == "cudaMallocPitch" && c.args.size() == 4);
 }
 
 bool releases(const Call& c) { return c.name == "cudaFree" || c.name == "cudaFreeAsync" || c.name == "ncclMemFree"; }
 
 namespace {
+
+// A pitched allocation's bytes, pitch x height, readable after the call: `cudaMallocPitch(&p, &pitch,
+// w, h)` is `pitch * (h)`.
+std::string pitched_bytes(const Call& c) {
+  const std::string& pitch = c.args[1].text;
+  const std::string row = pitch.rfind('&', 0) == 0 ? pitch.substr(1) : "*(" + pitch + ")";
+  return row + " * (" + c.args[3].text + ")";
+}
 
 bool is(const Token& t, const char* text) { return t.text == text; }
 
@@ -335,7 +343,7 @@ class CallWalker {
     b.path = path;
     b.name = a_.buffers.count(path) ? fmt::format("{}@{}", path, c.line) : path;
     b.allocator = c.name;
-    b.bytes_expr = c.args[1].text;
+    b.bytes_expr = c.name == "cudaMallocPitch" ? pitched_bytes(c) : c.args[1].text;
     b.bytes = evaluate_integer(b.bytes_expr, a_.constants);
     b.line = c.line;
     b.alloc_call = a_.calls.size();

@@ -327,7 +327,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
     if (h.name == SIZE_MAX) continue;
     FunctionDef f;
     f.name = (h.name > 0 && code[h.name - 1].text == "~" ? "~" : "") + code[h.name].text;  // a destructor: ~Name
-    if (f.name == "operator")  // `obj(args)`, below
+    if (f.name == "operator")                                                              // `obj(args)`, below
       f.name = h.conversion ? kConversionOperator : h.index ? kIndexOperator : "operator()";
     f.name_token = h.name;
     f.body_open = i;
@@ -414,6 +414,7 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
         }
       }
       record_binding_aliases(k, f);
+      record_tie_assignment(k, f);
       record_element_copy(k, f.name, f.body_close);
       record_element_fields(k, f.name, f.body_close);
       record_field_write(k, f.name, f.body_close);

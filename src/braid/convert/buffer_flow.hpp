@@ -288,7 +288,8 @@ class BufferFlow {
   std::string element_type(const std::string& container) const;
   bool standard_container(const std::string& name) const;
   bool is_map(const std::string& container) const;
-  // Whether a member function of class `owner` gives its smart-pointer field `field` another pointer (reset, swap, release).
+  // Whether a member function of class `owner` gives its smart-pointer field `field` another pointer (reset, swap,
+  // release).
   bool owner_resets(const std::string& owner, const std::string& field) const;
   // Whether `container` is declared as a sequence of smart pointers (`std::vector<std::shared_ptr<float>> bufs`).
   bool holds_smart_pointers(const std::string& container) const;
@@ -358,6 +359,8 @@ class BufferFlow {
   // Tuples (buffer_flow_tuples.cpp): a structured binding of a helper's result, `std::get<I>(...)`,
   // and element I of a returned `{a, b}` / `std::make_tuple(a, b)` / `std::make_pair(a, b)`.
   bool record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f);
+  // `std::tie(send, recv) = make_buffers(n);` at code token k (`tie`): the same, into variables declared before.
+  void record_tie_assignment(std::size_t k, const FunctionDef& f);
   bool resolve_tuple_element(const std::string& expr, const std::string& function, std::size_t at, int depth,
                              Resolution& out, std::vector<std::string>& stack) const;
   std::string returned_element(std::size_t b, std::size_t e, int element) const;
@@ -458,7 +461,7 @@ class BufferFlow {
   // Whether the file declares a variable or field `name` of one of those types (`empty`: declared
   // with no pointer, given one later by `reset(p)` or an assignment).
   bool declared_smart(const std::string& name, bool empty = false) const;
-  std::set<std::string> view_types_;                               // span and the file's aliases of it
+  std::set<std::string> view_types_;  // span and the file's aliases of it
   // Inheritance (buffer_flow_bases.cpp): a field's declaring class among `cls` and its bases, and the
   // keys of member_writes_ / member_addressed_ a write in `owner`'s code goes under.
   std::vector<std::string> base_classes(const std::string& cls) const;

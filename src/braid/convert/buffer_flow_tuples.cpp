@@ -1,7 +1,7 @@
 // BufferFlow (buffer_flow.hpp) on tuples: an allocation helper returning several buffers at once
 // (`return {send, recv};`, `std::make_tuple(a, b)`, `std::make_pair(a, b)`), taken apart with a
-// structured binding (`auto [send, recv] = make_buffers(n);`) or `std::get<1>(...)`: each element
-// is followed into the helper's returns.
+// structured binding (`auto [send, recv] = make_buffers(n);`), `std::tie(send, recv) = ...` or
+// `std::get<1>(...)`: each element is followed into the helper's returns.
 #include <fmt/format.h>
 
 #include <cctype>
@@ -31,6 +31,28 @@ bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t
       aliases_[f.name].push_back(
           Alias{code_[i].text, fmt::format("std :: get < {} > ( {} )", j++, call), i, scope_end});
   return true;
+}
+
+// `std::tie(send, recv) = make_buffers(n);` at code token k (`tie`): each name (not `std::ignore`) is
+// `std::get<i>(make_buffers(n))` from here to the end of the statement's block.
+void BufferFlow::record_tie_assignment(std::size_t k, const FunctionDef& f) {
+  if (code_[k].text != "tie" || k + 1 >= f.body_close || code_[k + 1].text != "(" ||
+      (k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text != "std"))
+    return;
+  const std::size_t close = match_forward(code_, k + 1, f.body_close);
+  if (close + 2 >= f.body_close || code_[close + 1].text != "=" || code_[close + 2].kind != TokenKind::Identifier)
+    return;
+  const std::size_t end = statement_end(code_, close + 2, f.body_close);
+  const std::string call = join(code_, close + 2, end);
+  const std::size_t brace = enclosing_open(code_, k);
+  if (end >= f.body_close || returning_helper(call) == nullptr || brace == SIZE_MAX || code_[brace].text != "{") return;
+  const std::size_t scope_end = match_forward(code_, brace, f.body_close);
+  std::size_t j = 0;
+  for (const std::string& part : split_top(code_, k + 1, close)) {
+    if (part.find_first_of(" :.[(*&") == std::string::npos && part != "ignore")
+      aliases_[f.name].push_back(Alias{part, fmt::format("std :: get < {} > ( {} )", j, call), k, scope_end});
+    ++j;
+  }
 }
 
 // `std::get<I>(helper(args))`, or of a variable given the helper's result (`auto bufs = helper(args);`):

@@ -417,8 +417,8 @@ std::string unfold_prelude(const std::string& program, const FoldedProgram& fold
 
 std::string stage_of(const Unconverted& u) {
   static const std::set<std::string> kInfrastructure = {
-      "cudaMalloc",  "cudaMallocAsync",        "cudaMallocManaged", "ncclMemAlloc", "cudaFree",
-      "ncclMemFree", "ncclCommWindowRegister", "ncclDevCommCreate", "ncclCommSplit"};
+      "cudaMalloc",  "cudaMallocAsync",        "cudaMallocManaged", "ncclMemAlloc",  "cudaFree",
+      "ncclMemFree", "ncclCommWindowRegister", "ncclDevCommCreate", "ncclCommSplit", "cudaMallocPitch"};
   if (kInfrastructure.count(u.construct) || u.construct == "cudaMallocFromPoolAsync") return "A";
   for (const char* word : {"symmetric memory", "window", "communicator"})
     if (u.reason.find(word) != std::string::npos && !nccl_signature(u.construct)) return "A";

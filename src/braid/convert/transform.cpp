@@ -207,6 +207,14 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   std::string rank_sized;  // what its size depends on, when that is the rank: every rank allocates the largest
   for (const auto& [key, b] : a.buffers)
     if (b.alloc_call == i && !b.rank_dependent_size.empty()) rank_sized = b.rank_dependent_size;
+  if (c.name == "cudaMallocPitch" && site_symmetric)
+    return {rank_sized.empty() ? "braid_converted::sym_malloc_pitch" : "braid_converted::sym_malloc_pitch_agreed",
+            "symmetric memory (ncclMemAlloc) of pitch x height bytes, the pitch the device's own cudaMallocPitch "
+            "gives for this width, so the rows lie as before" +
+                std::string(rank_sized.empty() ? ""
+                                               : "; the largest size any rank asks for (it depends on the rank, "
+                                                 "through `" +
+                                                     rank_sized + "`)")};
   if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && site_symmetric && !rank_sized.empty())
     return {c.name == "cudaMalloc" ? "braid_converted::sym_malloc_agreed" : "braid_converted::sym_nccl_alloc_agreed",
             "symmetric memory of the largest size any rank asks for (its size depends on the rank, through `" +
@@ -512,6 +520,8 @@ Analysis analyze_converted(const std::string& file, const std::string& source) {
       {"sym_malloc", "cudaMalloc"},
       {"sym_nccl_alloc", "ncclMemAlloc"},
       {"sym_malloc_agreed", "cudaMalloc"},
+      {"sym_malloc_pitch", "cudaMallocPitch"},
+      {"sym_malloc_pitch_agreed", "cudaMallocPitch"},
       {"sym_nccl_alloc_agreed", "ncclMemAlloc"},
       {"sym_free", "cudaFree"},
       {"sym_nccl_free", "ncclMemFree"},

@@ -105,8 +105,8 @@ std::string own_reason(const Analysis& a, const Call& c) {
                " memory is never an NCCL window, a send/recv has no host fallback per pair, "
                "and making it symmetric would register a window collectively at every allocation, with sizes "
                "braid cannot prove equal on every rank";
-      if (b.allocator != "cudaMalloc" && b.allocator != "ncclMemAlloc" && b.allocator != "harness" &&
-          !stage_a_allocator(b.allocator))
+      if (b.allocator != "cudaMalloc" && b.allocator != "cudaMallocPitch" && b.allocator != "ncclMemAlloc" &&
+          b.allocator != "harness" && !stage_a_allocator(b.allocator))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
       if (b.alloc_call < a.calls.size() && !a.calls[b.alloc_call].header.empty())

@@ -13,6 +13,25 @@ struct EagerModuleLoading {
   EagerModuleLoading() { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
 };
 inline const EagerModuleLoading eager_module_loading;
+// cudaMallocPitch on symmetric memory. The pitch is the one the device's own cudaMallocPitch gives
+// for this width (asked with a one-row allocation, freed at once and not counted by the gate's
+// shim), so the program's rows lie where they did; the window holds pitch x height bytes.
+inline cudaError_t device_pitch(size_t width, size_t* pitch) {
+  void* probe = nullptr;
+  snapshot_next(-1);
+  const cudaError_t e = cudaMallocPitch(&probe, pitch, width, 1);
+  return e != cudaSuccess ? e : cudaFree(probe);
+}
+template <typename T>
+inline cudaError_t sym_malloc_pitch(T** ptr, size_t* pitch, size_t width, size_t height) {
+  const cudaError_t e = device_pitch(width, pitch);
+  return e != cudaSuccess ? e : sym_malloc(ptr, *pitch * height);
+}
+template <typename T>
+inline cudaError_t sym_malloc_pitch_agreed(T** ptr, size_t* pitch, size_t width, size_t height) {
+  const cudaError_t e = device_pitch(width, pitch);
+  return e != cudaSuccess ? e : sym_malloc_agreed(ptr, *pitch * height);
+}
 // The program's frees (sym_release decides which allocator made the pointer).
 inline cudaError_t sym_free(void* ptr) {
   ncclResult_t r;
