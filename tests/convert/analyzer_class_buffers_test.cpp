@@ -693,3 +693,43 @@ TEST(AnalyzerClassBuffers, MapValuesIteratorsAndPairsOfBuffers) {
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&params[name], 4096)")) << c.source;
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_free(c.first)")) << c.source;
 }
+
+// An inference engine's allocator interface (FasterTransformer's shape): buffers from a member
+// template `allocator_->reMalloc(ptr, bytes)` returning `(T*)malloc(size)`, the virtual `malloc` of
+// the derived `CudaAllocator` returning what cudaMalloc made. The call under the cast is the
+// helper's value (before: "not a variable, field or element access").
+TEST(AnalyzerClassBuffers, AnAllocatorInterfacesCastResult) {
+  const std::string src =
+      kPrologue +
+      "class IAllocator {\n"
+      " public:\n"
+      "  virtual ~IAllocator() {}\n"
+      "  virtual void* malloc(size_t size) = 0;\n"
+      "  template <typename T> T* reMalloc(T* ptr, size_t size) { return (T*)malloc(size); }\n"
+      "};\n"
+      "class CudaAllocator : public IAllocator {\n"
+      " public:\n"
+      "  void* malloc(size_t size) override { void* p = nullptr; cudaMalloc(&p, size); return p; }\n"
+      "};\n"
+      "template <typename T> struct Layer {\n"
+      "  IAllocator* allocator_; T* out_ = nullptr;\n"
+      "  void allocate(size_t n) { out_ = allocator_->reMalloc(out_, n * sizeof(T)); }\n"
+      "  void forward(ncclComm_t c, cudaStream_t s, size_t n) {\n"
+      "    ncclAllReduce(out_, out_, n, ncclFloat, ncclSum, c, s);\n"
+      "  }\n"
+      "};\n"
+      "int main() {\n"
+      "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+      "  CudaAllocator alloc; Layer<float> layer{&alloc};\n"
+      "  layer.allocate(4096); layer.forward(comm, s, 4096);\n"
+      "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) {
+    return contains(v, "malloc() returns p");
+  })) << ::testing::PrintToString(ar.via);
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, size)")) << c.source;
+}

@@ -421,9 +421,9 @@ std::string BufferFlow::pointer_parameter_target(const std::string& target, std:
 // The function of this file that `expr` calls and nothing more (`make<T>(n)`, `alloc(n)`,
 // `util::make_device<float>(n)`), if any.
 const FunctionDef* BufferFlow::returning_helper(const std::string& expr) const {
-  LexResult lr = lex(expr);
-  const std::vector<Token> t = code_tokens(lr.tokens);
-  const std::size_t name = qualified_call(t).first;
+  bool addr = false;  // under a cast (`(T*)malloc(size)`, `static_cast<T*>(make(n))`): the call's value
+  const std::vector<Token> t = strip(code_tokens(lex(expr).tokens), addr);
+  const std::size_t name = addr ? SIZE_MAX : qualified_call(t).first;
   if (name == SIZE_MAX) return nullptr;
   for (const FunctionDef& f : functions_)
     if (f.name == t[name].text) return &f;
