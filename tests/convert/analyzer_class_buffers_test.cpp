@@ -733,3 +733,63 @@ TEST(AnalyzerClassBuffers, AnAllocatorInterfacesCastResult) {
   EXPECT_EQ(c.converted_calls, 1) << left_text(c);
   EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc(&p, size)")) << c.source;
 }
+
+// llm.c's activations: a table of pointers to a struct's fields, its entries filled in one function
+// through a macro (`tensors[k] = TENSOR_SPEC(data->output, n)`, read expanded), then stored through
+// in another (`*(tensors[i].ptr) = it;`, `it` walking one cudaMalloc'd block). The grad-norm
+// all-reduce on `(float*)model->acts.output` is that block (before: no allocation braid knew).
+TEST(AnalyzerClassBuffers, FieldsPointedIntoOneBlockThroughATableOfSpecs) {
+  const std::string src = kPrologue +
+                          "#define N 3\n"
+                          "typedef struct { float* encoded; float* losses; float* output; } Acts;\n"
+                          "struct TensorSpec { void** ptr; size_t size; };\n"
+                          "#define TENSOR_SPEC(pointer, size) TensorSpec{(void**)(&pointer), (size)}\n"
+                          "typedef struct { Acts acts; TensorSpec specs[N]; void* mem; } Model;\n"
+                          "void fill_sizes(const Acts* data, TensorSpec (&tensors)[N], size_t B) {\n"
+                          "  tensors[0] = TENSOR_SPEC(data->encoded, B * 768);\n"
+                          "  tensors[1] = TENSOR_SPEC(data->losses, B);\n"
+                          "  tensors[2] = TENSOR_SPEC(data->output, B * 1024);\n"
+                          "}\n"
+                          "void* malloc_and_point(TensorSpec (&tensors)[N]) {\n"
+                          "  size_t bytes = 0;\n"
+                          "  for (int i = 0; i < N; i++) bytes += tensors[i].size * 4;\n"
+                          "  void* mem; cudaMalloc((void**)&mem, bytes);\n"
+                          "  char* it = (char*)mem;\n"
+                          "  for (int i = 0; i < N; i++) {\n"
+                          "    if (tensors[i].size == 0) { *(tensors[i].ptr) = NULL; }\n"
+                          "    else { *(tensors[i].ptr) = it; it += tensors[i].size * 4; }\n"
+                          "  }\n"
+                          "  return mem;\n"
+                          "}\n"
+                          "void allocate_state(Model* model, size_t B) {\n"
+                          "  fill_sizes(&model->acts, model->specs, B);\n"
+                          "  model->mem = malloc_and_point(model->specs);\n"
+                          "}\n"
+                          "void grad_norm(Model* model, ncclComm_t comm, cudaStream_t s) {\n"
+                          "  float* sq = (float*)model->acts.output;\n"
+                          "  ncclAllReduce(sq, sq, 1, ncclFloat, ncclSum, comm, s);\n"
+                          "}\n"
+                          "int main() {\n"
+                          "  ncclComm_t comm; ncclUniqueId id; cudaStream_t s; ncclCommInitRank(&comm, 2, id, 0);\n"
+                          "  Model model; allocate_state(&model, 4); grad_norm(&model, comm, s);\n"
+                          "  cudaFree(model.mem);\n"
+                          "}\n";
+  const Analysis a = analyze("user.cu", src);
+  const Call& ar = first_call(a, "ncclAllReduce");
+  EXPECT_EQ(ar.unresolved, "");
+  EXPECT_TRUE(std::any_of(ar.via.begin(), ar.via.end(), [](const std::string& v) {
+    return contains(v, "by `*(tensors[i].ptr)`");
+  })) << ::testing::PrintToString(ar.via);
+  const Conversion c = convert_text(src);
+  EXPECT_EQ(c.converted_calls, 1) << left_text(c);
+  EXPECT_TRUE(contains(c.source, "braid_converted::sym_malloc((void**)&mem, bytes)")) << c.source;
+  // An entry of another table (or of none) does not point the field there.
+  std::string other = src;
+  other.replace(other.find("fill_sizes(&model->acts, model->specs, B)"),
+                std::string("fill_sizes(&model->acts, model->specs, B)").size(), "fill_sizes(&model->acts, spare, B)");
+  other.replace(other.find("void allocate_state(Model* model, size_t B) {\n"),
+                std::string("void allocate_state(Model* model, size_t B) {\n").size(),
+                "void allocate_state(Model* model, size_t B) {\n  TensorSpec spare[N];\n");
+  const Analysis b = analyze("user.cu", other);
+  EXPECT_NE(first_call(b, "ncclAllReduce").unresolved, "");
+}

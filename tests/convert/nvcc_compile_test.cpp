@@ -276,6 +276,7 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair<std::string, int>{"heat2d_pitched_halo_mpi", 5},
         std::pair<std::string, int>{"sp_tie_buffer_pairs_fp16", 4},
         std::pair<std::string, int>{"ft_allocator_tp_layer_fp16", 2},
+        std::pair<std::string, int>{"llmc_tensorspec_acts_grad_norm", 2},
         std::pair<std::string, int>{"ddp_hooks_tensor_wrappers_fp16", 3},
         std::pair<std::string, int>{"param_map_pairs_broadcast_fp16", 4},
 

@@ -244,6 +244,25 @@ void read_annotations(const std::string& file, const std::vector<Token>& all, An
       for (const char* kind : {"input", "output"}) read_annotation(file, t, kind, a);
 }
 
+namespace {
+
+// A macro building a braced table entry from the address of its argument (llm.c's
+// `#define TENSOR_SPEC(pointer, size) TensorSpec{(void**)(&pointer), (size), dtype_of(pointer)}`): its
+// uses are read expanded, so the flow sees which field the entry points at.
+bool builds_entry_from_address(const MacroDefinition& m) {
+  const std::vector<Token>& b = m.body;
+  const auto is_param = [&](const Token& t) {
+    return std::find(m.params.begin(), m.params.end(), t.text) != m.params.end();
+  };
+  if (!m.function_like || std::none_of(b.begin(), b.end(), [](const Token& t) { return t.text == "{"; })) return false;
+  for (std::size_t k = 0; k + 1 < b.size(); ++k)
+    if (b[k].text == "&" && (is_param(b[k + 1]) || (b[k + 1].text == "(" && k + 2 < b.size() && is_param(b[k + 2]))))
+      return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const MacroTable& macros, std::size_t source_size,
                                      Analysis& a) {
   if (macros.definitions().empty()) return code;
@@ -252,7 +271,8 @@ std::vector<Token> splice_macro_uses(const std::vector<Token>& code, const Macro
   std::map<const MacroDefinition*, bool> matters;
   const MacroTable::Expands expands = [&](const MacroDefinition& m) {
     auto it = matters.find(&m);
-    return it != matters.end() ? it->second : (matters[&m] = macros.calls_any(m, calls));
+    return it != matters.end() ? it->second
+                               : (matters[&m] = macros.calls_any(m, calls) || builds_entry_from_address(m));
   };
   std::vector<Token> out;
   std::size_t next = source_size + 1;

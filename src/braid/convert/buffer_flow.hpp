@@ -442,7 +442,26 @@ class BufferFlow {
     std::string function, lhs, value;
     std::size_t token = 0;
     std::string through;  // the store that writes it, when not `lhs = value` itself (`*(ptrs[i])`)
+    // Where `lhs` is read when another function names it (a table entry filled there): "" = `function`.
+    std::string lhs_function;
+    std::size_t lhs_token = 0;
   };
+  // Tables of pointers to fields (buffer_flow_tables.cpp): `tensors[k] = TensorSpec{(void**)(&data->f), ..}`
+  // fills an entry in one function, `*(tensors[i].ptr) = it;` stores through every entry in another.
+  struct TableEntry {
+    std::string function, table, member, field;  // member: the struct field the address initialises
+    std::size_t token = 0;
+  };
+  struct TableStore {
+    std::string function, table, member, value;
+    std::size_t token = 0;
+  };
+  std::vector<TableEntry> table_entries_;
+  std::vector<TableStore> table_stores_;
+  void record_table_entry(std::size_t k, const std::string& function, std::size_t end);
+  void record_table_store(std::size_t k, const std::string& function, std::size_t end);
+  // After every function is read: a field write per entry of each table a store writes through.
+  void link_table_stores();
   struct Exchange {
     std::string function, lhs, value;
     std::size_t token = 0;

@@ -82,7 +82,8 @@ BufferFlow::Resolution BufferFlow::written_to(const std::string& path) const {
   Resolution out;
   for (const FieldWrite& w : field_writes_) {
     if (w.value == "NULL" || w.value == "nullptr" || w.value == "0") continue;  // a reset points at no buffer
-    const Resolution lhs = resolve(w.lhs, w.function, w.token);
+    const Resolution lhs = resolve(w.lhs, w.lhs_function.empty() ? w.function : w.lhs_function,
+                                   w.lhs_function.empty() ? w.token : w.lhs_token);
     // `path` after the written field: "", or "[]..." / ".x..." when the value is a whole variable.
     std::optional<std::string> rest;
     const bool address = w.value.rfind("& ", 0) == 0 && !access_path(w.value.substr(2), false).empty();
