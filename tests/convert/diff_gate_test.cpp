@@ -581,7 +581,7 @@ TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
   ASSERT_TRUE(s.found);
   EXPECT_TRUE(s.ended);
   EXPECT_TRUE(s.problems.empty());
-  ASSERT_EQ(s.buffers.size(), 5u);  // the prelude-marked allocation took no number
+  ASSERT_EQ(s.buffers.size(), 6u);  // the prelude-marked allocations took no number
   EXPECT_EQ(s.buffers[0].bytes, 16u);
   EXPECT_EQ(s.buffers[0].state, "freed");
   EXPECT_EQ(s.buffers[1].allocator, "ncclMemAlloc");
@@ -597,16 +597,21 @@ TEST(DiffGateShim, BookkeepingAgainstAFakeCudaRuntime) {
   // The table of addresses, written as what its words point to; a buffer of numbers is not one.
   EXPECT_EQ(s.address_tables, std::set<std::size_t>{3});
   EXPECT_EQ(read_file(dir / "snap/rank1/3.addr"), "#1+4\n-\n");
-  EXPECT_EQ(read_file(dir / "snap/rank1/4.bin"), "gpu1");
+  // A pitched allocation is pitch x height bytes; the prelude's one-row pitch probe is not counted.
+  EXPECT_EQ(s.buffers[4].allocator, "cudaMallocPitch");
+  EXPECT_EQ(s.buffers[4].bytes, 1536u);
+  EXPECT_EQ(read_file(dir / "snap/rank1/4.bin"), std::string(1536, '\0'));
+  EXPECT_EQ(read_file(dir / "snap/rank1/5.bin"), "gpu1");
   // Several ranks in one process: each GPU counts its own (threads allocate in varying order).
   o.env_add["BRAID_SNAPSHOT_PER_DEVICE"] = "1";
   o.env_add["BRAID_SNAPSHOT_DIR"] = (dir / "per-device").string();
   const SubprocessResult p = run_subprocess(o);
   ASSERT_TRUE(p.succeeded()) << p.describe_end() << p.stderr_text;
   const RankSnapshot d = read_rank_snapshot(dir / "per-device", 1);
-  ASSERT_EQ(d.buffers.size(), 5u);
+  ASSERT_EQ(d.buffers.size(), 6u);
   EXPECT_EQ(d.buffers[3].index, 3u);
-  EXPECT_EQ(d.buffers[4].index, 100000u);
+  EXPECT_EQ(d.buffers[4].index, 4u);
+  EXPECT_EQ(d.buffers[5].index, 100000u);
   EXPECT_EQ(read_file(dir / "per-device/rank1/100000.bin"), "gpu1");
 #endif
 }

@@ -1,7 +1,8 @@
 // A "program" for the snapshot shim's CPU test: allocations through the fake CUDA runtime
 // (fake_cudart.cpp), one marked as the converted prelude's own, one symmetric allocation whose
 // requested size the prelude announces, a host reduction, frees, a buffer left live at exit and a
-// table of device addresses (one into the symmetric allocation, one null), and a buffer on a second GPU.
+// table of device addresses (one into the symmetric allocation, one null), a pitched allocation after
+// the prelude's unnumbered pitch probe, and a buffer on a second GPU.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -32,9 +33,16 @@ int main() {
   cudaMemcpy(table, entries, sizeof(entries), cudaMemcpyHostToDevice);
   cudaFree(a);
   cudaFree(internal);
+  if (braid_snapshot_next) braid_snapshot_next(-1);
+  void* probe = nullptr;
+  size_t pitch = 0;
+  cudaMallocPitch(&probe, &pitch, 100, 1);  // the prelude's pitch probe: no number
+  cudaFree(probe);
+  void* grid = nullptr;
+  cudaMallocPitch(&grid, &pitch, 100, 3);  // #4, 512 x 3 bytes
   cudaSetDevice(1);
   void* other = nullptr;
-  cudaMalloc(&other, 4);  // #4, or with per-device numbering GPU 1's first: #100000
+  cudaMalloc(&other, 4);  // #5, or with per-device numbering GPU 1's first: #100000
   cudaMemcpy(other, "gpu1", 4, cudaMemcpyHostToDevice);
-  return 0;  // #1, #3 and #4 live at exit
+  return 0;  // #1, #3, #4 and #5 live at exit
 }
