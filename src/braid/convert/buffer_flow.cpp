@@ -420,7 +420,8 @@ BufferFlow::BufferFlow(const std::vector<Token>& code) : code_(code), conditiona
       record_field_write(k, f.name, f.body_close);
       record_exchange(k, f.name, f.body_close);
       record_pointer_array_store(k, f.name, f.body_open, f.body_close);
-      record_table_entry(k, f.name, f.body_close), record_table_store(k, f.name, f.body_close);
+      record_table_entry(k, f.name, f.body_close);
+      record_table_store(k, f.name, f.body_close);
       record_construction(k, f.name, f.body_close);
       record_call(k, f, defined, callable_classes, callable_objects);
     }

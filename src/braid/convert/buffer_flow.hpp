@@ -359,6 +359,8 @@ class BufferFlow {
   // Tuples (buffer_flow_tuples.cpp): a structured binding of a helper's result, `std::get<I>(...)`,
   // and element I of a returned `{a, b}` / `std::make_tuple(a, b)` / `std::make_pair(a, b)`.
   bool record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f);
+  bool alias_tuple_elements(std::size_t k, std::size_t rhs, const std::vector<std::string>& names,
+                            const FunctionDef& f);
   // `std::tie(send, recv) = make_buffers(n);` at code token k (`tie`): the same, into variables declared before.
   void record_tie_assignment(std::size_t k, const FunctionDef& f);
   bool resolve_tuple_element(const std::string& expr, const std::string& function, std::size_t at, int depth,

@@ -65,22 +65,27 @@ void BufferFlow::record_table_store(std::size_t k, const std::string& function, 
 
 void BufferFlow::link_table_stores() {
   if (table_entries_.empty() || table_stores_.empty()) return;
-  // One table when both names reach a common object (the caller's `model->acts_specs`), or name one global.
-  const auto same_table = [&](const std::string& a, const std::string& fa, std::size_t ta, const std::string& b,
-                              const std::string& fb, std::size_t tb) {
-    const Resolution ra = resolve(a, fa, ta), rb = resolve(b, fb, tb);
-    if (ra.paths.empty() || rb.paths.empty()) return a == b && fa == fb;
-    return std::any_of(ra.paths.begin(), ra.paths.end(), [&](const std::string& p) {
-      return std::find(rb.paths.begin(), rb.paths.end(), p) != rb.paths.end();
-    });
+  // What each table name reaches, once per entry and per store: one table when two names reach a
+  // common object (the caller's `model->acts_specs`), or, reaching none, are one name in one function.
+  const auto reached = [&](const auto& sites) {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& x : sites) out.push_back(resolve(x.table, x.function, x.token).paths);
+    return out;
   };
+  const std::vector<std::vector<std::string>> entry_paths = reached(table_entries_),
+                                              store_paths = reached(table_stores_);
   std::vector<FieldWrite> writes;
-  for (const TableStore& s : table_stores_)
-    for (const TableEntry& e : table_entries_)
-      if ((e.member.empty() || e.member == s.member) &&
-          same_table(s.table, s.function, s.token, e.table, e.function, e.token))
+  for (std::size_t i = 0; i < table_stores_.size(); ++i)
+    for (std::size_t j = 0; j < table_entries_.size(); ++j) {
+      const TableStore& s = table_stores_[i];
+      const TableEntry& e = table_entries_[j];
+      const std::vector<std::string>&a = store_paths[i], &b = entry_paths[j];
+      const bool same = a.empty() || b.empty() ? s.table == e.table && s.function == e.function
+                                               : std::find_first_of(a.begin(), a.end(), b.begin(), b.end()) != a.end();
+      if (same && (e.member.empty() || e.member == s.member))
         writes.push_back(FieldWrite{s.function, e.field, s.value, s.token,
                                     fmt::format("*({}[i].{})", s.table, s.member), e.function, e.token});
+    }
   field_writes_.insert(field_writes_.end(), writes.begin(), writes.end());
 }
 

@@ -15,44 +15,45 @@ namespace braid::convert {
 
 using namespace flow_tokens;
 
-// `auto [send, recv] = make_buffers(n);` at code token k (`auto`), the names between code_[lb] and
-// code_[rb]: each name is `std::get<i>(make_buffers(n))` to the end of its block.
-bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f) {
-  if (rb + 3 >= f.body_close || code_[rb + 1].text != "=" || code_[rb + 2].kind != TokenKind::Identifier) return false;
-  const std::size_t end = statement_end(code_, rb + 2, f.body_close);
-  const std::string call = join(code_, rb + 2, end);
+// `names = helper(args);` with the call at code token `rhs` and the names' statement at k: each name
+// (one per element; "" skips one) is `std::get<i>(helper(args))` to the end of the block. False when
+// the right side is not a call of a helper of this file, or the statement is not in a block.
+bool BufferFlow::alias_tuple_elements(std::size_t k, std::size_t rhs, const std::vector<std::string>& names,
+                                      const FunctionDef& f) {
+  if (rhs >= f.body_close || code_[rhs].kind != TokenKind::Identifier) return false;
+  const std::size_t end = statement_end(code_, rhs, f.body_close);
+  const std::string call = join(code_, rhs, end);
   const std::size_t brace = enclosing_open(code_, k);
   if (end >= f.body_close || returning_helper(call) == nullptr || brace == SIZE_MAX || code_[brace].text != "{")
     return false;
   const std::size_t scope_end = match_forward(code_, brace, f.body_close);
-  std::size_t j = 0;
-  for (std::size_t i = lb + 1; i < rb; ++i)
-    if (code_[i].kind == TokenKind::Identifier)
-      aliases_[f.name].push_back(
-          Alias{code_[i].text, fmt::format("std :: get < {} > ( {} )", j++, call), i, scope_end});
+  for (std::size_t j = 0; j < names.size(); ++j)
+    if (!names[j].empty())
+      aliases_[f.name].push_back(Alias{names[j], fmt::format("std :: get < {} > ( {} )", j, call), k, scope_end});
   return true;
 }
 
-// `std::tie(send, recv) = make_buffers(n);` at code token k (`tie`): each name (not `std::ignore`) is
-// `std::get<i>(make_buffers(n))` from here to the end of the statement's block.
+// `auto [send, recv] = make_buffers(n);` at code token k (`auto`), the names between code_[lb] and code_[rb].
+bool BufferFlow::record_tuple_binding(std::size_t k, std::size_t lb, std::size_t rb, const FunctionDef& f) {
+  if (rb + 3 >= f.body_close || code_[rb + 1].text != "=") return false;
+  std::vector<std::string> names;
+  for (std::size_t i = lb + 1; i < rb; ++i)
+    if (code_[i].kind == TokenKind::Identifier) names.push_back(code_[i].text);
+  return alias_tuple_elements(k, rb + 2, names, f);
+}
+
+// `std::tie(send, recv) = make_buffers(n);` at code token k (`tie`): the same, into variables declared
+// before; `std::ignore` (or any part that is not a plain name) takes no alias.
 void BufferFlow::record_tie_assignment(std::size_t k, const FunctionDef& f) {
   if (code_[k].text != "tie" || k + 1 >= f.body_close || code_[k + 1].text != "(" ||
       (k >= 2 && code_[k - 1].text == "::" && code_[k - 2].text != "std"))
     return;
   const std::size_t close = match_forward(code_, k + 1, f.body_close);
-  if (close + 2 >= f.body_close || code_[close + 1].text != "=" || code_[close + 2].kind != TokenKind::Identifier)
-    return;
-  const std::size_t end = statement_end(code_, close + 2, f.body_close);
-  const std::string call = join(code_, close + 2, end);
-  const std::size_t brace = enclosing_open(code_, k);
-  if (end >= f.body_close || returning_helper(call) == nullptr || brace == SIZE_MAX || code_[brace].text != "{") return;
-  const std::size_t scope_end = match_forward(code_, brace, f.body_close);
-  std::size_t j = 0;
-  for (const std::string& part : split_top(code_, k + 1, close)) {
-    if (part.find_first_of(" :.[(*&") == std::string::npos && part != "ignore")
-      aliases_[f.name].push_back(Alias{part, fmt::format("std :: get < {} > ( {} )", j, call), k, scope_end});
-    ++j;
-  }
+  if (close + 2 >= f.body_close || code_[close + 1].text != "=") return;
+  std::vector<std::string> names = split_top(code_, k + 1, close);
+  for (std::string& part : names)
+    if (part.find_first_of(" :.[(*&") != std::string::npos || part == "ignore") part.clear();
+  alias_tuple_elements(k, close + 2, names, f);
 }
 
 // `std::get<I>(helper(args))`, or of a variable given the helper's result (`auto bufs = helper(args);`):

@@ -207,21 +207,18 @@ std::pair<std::string, std::string> infrastructure_of(const Analysis& a, const P
   std::string rank_sized;  // what its size depends on, when that is the rank: every rank allocates the largest
   for (const auto& [key, b] : a.buffers)
     if (b.alloc_call == i && !b.rank_dependent_size.empty()) rank_sized = b.rank_dependent_size;
-  if (c.name == "cudaMallocPitch" && site_symmetric)
-    return {rank_sized.empty() ? "braid_converted::sym_malloc_pitch" : "braid_converted::sym_malloc_pitch_agreed",
-            "symmetric memory (ncclMemAlloc) of pitch x height bytes, the pitch the device's own cudaMallocPitch "
-            "gives for this width, so the rows lie as before" +
-                std::string(rank_sized.empty() ? ""
-                                               : "; the largest size any rank asks for (it depends on the rank, "
-                                                 "through `" +
-                                                     rank_sized + "`)")};
-  if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && site_symmetric && !rank_sized.empty())
-    return {c.name == "cudaMalloc" ? "braid_converted::sym_malloc_agreed" : "braid_converted::sym_nccl_alloc_agreed",
+  const SymmetricAllocator* sym = site_symmetric ? symmetric_replacement(c.name) : nullptr;
+  const std::string pitched = c.name == "cudaMallocPitch" ? ", pitch x height bytes with the pitch the device's own "
+                                                            "cudaMallocPitch gives for this width (rows lie as before)"
+                                                          : "";
+  if (sym != nullptr && !rank_sized.empty())
+    return {sym->agreed,
             "symmetric memory of the largest size any rank asks for (its size depends on the rank, through `" +
-                rank_sized + "`): agreed over the communicators bound here, since a window has one size on every rank"};
-  if ((c.name == "cudaMalloc" || c.name == "ncclMemAlloc") && site_symmetric)
-    return {c.name == "cudaMalloc" ? "braid_converted::sym_malloc" : "braid_converted::sym_nccl_alloc",
-            "symmetric memory (ncclMemAlloc); registered as an NCCL window once the communicator exists"};
+                rank_sized + "`): agreed over the communicators bound here, since a window has one size on every rank" +
+                pitched};
+  if (sym != nullptr)
+    return {sym->plain,
+            "symmetric memory (ncclMemAlloc); registered as an NCCL window once the communicator exists" + pitched};
   if (c.name == "cudaFree" || c.name == "ncclMemFree" || c.name == "cudaFreeAsync")
     return {c.name == "cudaFree"      ? "braid_converted::sym_free"
             : c.name == "ncclMemFree" ? "braid_converted::sym_nccl_free"

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace braid::convert {
@@ -105,8 +106,7 @@ std::string own_reason(const Analysis& a, const Call& c) {
                " memory is never an NCCL window, a send/recv has no host fallback per pair, "
                "and making it symmetric would register a window collectively at every allocation, with sizes "
                "braid cannot prove equal on every rank";
-      if (b.allocator != "cudaMalloc" && b.allocator != "cudaMallocPitch" && b.allocator != "ncclMemAlloc" &&
-          b.allocator != "harness" && !stage_a_allocator(b.allocator))
+      if (!symmetric_replacement(b.allocator) && b.allocator != "harness" && !stage_a_allocator(b.allocator))
         return "buffer `" + key + "` comes from " + b.allocator + " (line " + std::to_string(b.line) +
                "), which cannot move to symmetric memory by rule";
       if (b.alloc_call < a.calls.size() && !a.calls[b.alloc_call].header.empty())
@@ -394,6 +394,16 @@ std::vector<int> window_args(const std::string& name, const NcclSignature& sig) 
   // fallback of the pair would otherwise attempt).
   if (name == "ncclSend") return {sig.send};
   return {sig.recv};  // all-gather, all-to-all, broadcast, bcast, scatter, recv
+}
+
+const SymmetricAllocator* symmetric_replacement(const std::string& allocator) {
+  static const std::map<std::string, SymmetricAllocator> kReplacements = {
+      {"cudaMalloc", {"braid_converted::sym_malloc", "braid_converted::sym_malloc_agreed"}},
+      {"ncclMemAlloc", {"braid_converted::sym_nccl_alloc", "braid_converted::sym_nccl_alloc_agreed"}},
+      // rows padded to the pitch the device's own cudaMallocPitch gives for the width
+      {"cudaMallocPitch", {"braid_converted::sym_malloc_pitch", "braid_converted::sym_malloc_pitch_agreed"}}};
+  const auto it = kReplacements.find(allocator);
+  return it == kReplacements.end() ? nullptr : &it->second;
 }
 
 bool stage_a_allocator(const std::string& allocator) {

@@ -40,6 +40,13 @@ std::vector<int> window_args(const std::string& name, const NcclSignature& sig);
 
 // Allocators whose memory cannot become a window by rule (the LLM loop's stage A rewrites them).
 bool stage_a_allocator(const std::string& allocator);
+// The runtime's replacement of an allocator the rules move to symmetric memory, plain and with the size
+// agreed over the ranks (`sym_malloc`, `sym_malloc_agreed`); nullptr for any other allocator.
+struct SymmetricAllocator {
+  const char* plain;
+  const char* agreed;
+};
+const SymmetricAllocator* symmetric_replacement(const std::string& allocator);
 
 bool is_p2p(const std::string& name);
 
